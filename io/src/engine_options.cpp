@@ -1,0 +1,15 @@
+#include "zoe/io/engine_options.hpp"
+
+#include "zoe/core/check.hpp"
+
+namespace zoe::io {
+
+void engine_options::validate() const {
+  ZOE_EXPECTS(block_size >= 4096 && block_size % 4096 == 0 && block_size <= (std::size_t{1} << 30),
+              "block_size must be a multiple of 4096 between 4 KiB and 1 GiB, got ", block_size);
+  ZOE_EXPECTS(queue_depth >= 1 && queue_depth <= 4096, "queue_depth must be between 1 and 4096, got ", queue_depth);
+  ZOE_EXPECTS(intra_op_parallelism >= 1 && intra_op_parallelism <= 256,
+              "intra_op_parallelism must be between 1 and 256, got ", intra_op_parallelism);
+}
+
+}  // namespace zoe::io

@@ -1,0 +1,326 @@
+#include "engine_state.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+
+#include "zoe/core/check.hpp"
+#include "zoe/core/units.hpp"
+#include "zoe/io/file.hpp"
+
+namespace zoe::io::detail {
+namespace {
+
+// EAGAIN in a loop means the kernel keeps refusing; past this many in a row it is an error.
+constexpr unsigned max_eagain_retries = 1000;
+constexpr std::size_t bounce_alignment = 4096;
+
+}  // namespace
+
+engine_state::engine_state(std::unique_ptr<io_backend> backend, engine_options options)
+    : backend_(std::move(backend)), options_(options) {
+  ZOE_EXPECTS(backend_ != nullptr, "io_engine needs a backend");
+  options_.validate();
+  bounce_size_ = options_.block_size;
+}
+
+engine_state::~engine_state() = default;
+
+std::size_t engine_state::file_alignment(const piece& p) {
+  const file& f = *users_[p.user].request.target;
+  return f.direct() ? f.offset_alignment() : 1;
+}
+
+void engine_state::submit(const io_request& request) {
+  ZOE_EXPECTS(request.target != nullptr, "io_request has no file");
+  file& f = *request.target;
+  ZOE_EXPECTS(request.op == io_op::read || f.writable(), "cannot write to '", f.path().string(),
+              "': it was opened read-only");
+  ZOE_EXPECTS(request.buffer.size() <= std::numeric_limits<std::int64_t>::max() - request.offset, op_name(request.op),
+              " of ", request.buffer.size(), " bytes at offset ", request.offset, " in '", f.path().string(),
+              "' reaches past the largest file offset");
+
+  ++outstanding_;
+  if (request.buffer.empty()) {
+    done_.push_back({request.user_data, 0, 0, false, {}});
+    return;
+  }
+  if (request.op == io_op::write) f.note_write_end(request.offset + request.buffer.size());
+
+  const bool direct = f.direct();
+  ZOE_EXPECTS(!direct || f.offset_alignment() <= options_.block_size, "block_size ", options_.block_size,
+              " is smaller than the O_DIRECT alignment ", f.offset_alignment(), " of '", f.path().string(), "'");
+  const alignment_rule rule{direct ? f.offset_alignment() : 1, direct ? f.memory_alignment() : 1,
+                            direct ? std::max<std::size_t>(align_down(options_.block_size, f.offset_alignment()),
+                                                           f.offset_alignment())
+                                   : options_.block_size};
+  const auto plans = plan_request(reinterpret_cast<std::uintptr_t>(request.buffer.data()), request.offset,
+                                  request.buffer.size(), rule);
+  const std::uint32_t user = users_.add({request, plans.size(), {}});
+  for (const piece_plan& plan : plans) {
+    piece p;
+    p.user = user;
+    p.plan = plan;
+    if (!plan.direct) {
+      p.cover_begin = align_down(plan.file_offset, rule.offset);
+      p.cover_end = align_up(plan.file_offset + plan.length, rule.offset);
+      p.at = request.op == io_op::read ? stage::bounce_read : stage::rmw_wait_lock;
+    }
+    planned_.push_back(pieces_.add(std::move(p)));
+  }
+}
+
+std::size_t engine_state::collect(std::vector<io_completion>& out, std::size_t min_count, bool block) {
+  std::size_t moved = 0;
+  for (;;) {
+    pump();
+    moved += done_.size();
+    outstanding_ -= done_.size();
+    std::move(done_.begin(), done_.end(), std::back_inserter(out));
+    done_.clear();
+    if (outstanding_ == 0 || (block && moved >= min_count)) return moved;
+    if (raws_in_flight_ > 0) {
+      results_.clear();
+      backend_->reap(results_, block ? 1 : 0);
+      if (results_.empty()) return moved;  // only a non-blocking reap comes back empty
+      for (const raw_result& r : results_) on_result(r);
+    } else if (!lock_wait_.empty()) {
+      if (!block) return moved;
+      // Only another engine can hold the lock we wait for: all of ours would be in flight.
+      target_of(pieces_[lock_wait_.front()]).wait_for_unlock();
+    } else {
+      throw internal_error("io_engine has outstanding requests but nothing in flight or waiting");
+    }
+  }
+}
+
+void engine_state::pump() {
+  while (active_pieces_ < backend_->capacity() && !planned_.empty()) {
+    const std::uint32_t id = planned_.front();
+    planned_.pop_front();
+    ++active_pieces_;
+    activate(id);
+  }
+  for (std::size_t n = lock_wait_.size(); n > 0; --n) {
+    const std::uint32_t id = lock_wait_.front();
+    lock_wait_.pop_front();
+    piece& p = pieces_[id];
+    if (target_of(p).try_lock_range(p.cover_begin, p.cover_end)) {
+      p.locked = true;
+      start_rmw(id);
+    } else {
+      lock_wait_.push_back(id);
+    }
+  }
+  submit_batch_.clear();
+  while (!ready_.empty() && raws_in_flight_ < backend_->capacity()) {
+    raw_slot& r = raws_[static_cast<std::uint32_t>(ready_.front())];
+    ready_.pop_front();
+    raw_op op = r.op;
+    op.buffer += r.sub_start;
+    op.offset += r.sub_start;
+    op.length -= r.sub_start;
+    submit_batch_.push_back(op);
+    ++raws_in_flight_;
+  }
+  if (!submit_batch_.empty()) backend_->submit(submit_batch_);
+}
+
+bool engine_state::activate(std::uint32_t id) {
+  piece& p = pieces_[id];
+  io_request& request = users_[p.user].request;
+  if (p.at == stage::direct) {
+    queue_raw(id, request.op, request.buffer.data() + p.plan.buffer_offset, p.plan.length, p.plan.file_offset,
+              false);
+    return true;
+  }
+  if (bounce_free_.empty()) {
+    auto* memory = static_cast<std::byte*>(std::aligned_alloc(bounce_alignment, align_up(bounce_size_, bounce_alignment)));
+    if (memory == nullptr) throw memory_error(str("cannot allocate a ", bounce_size_, "-byte I/O bounce buffer"));
+    bounce_owned_.emplace_back(memory, &std::free);
+    bounce_free_.push_back(memory);
+  }
+  p.bounce = bounce_free_.back();
+  bounce_free_.pop_back();
+  if (p.at == stage::bounce_read) {
+    queue_raw(id, io_op::read, p.bounce, p.cover_end - p.cover_begin, p.cover_begin, true);
+  } else {
+    lock_wait_.push_back(id);
+  }
+  return true;
+}
+
+void engine_state::start_rmw(std::uint32_t id) {
+  piece& p = pieces_[id];
+  p.at = stage::rmw_fill;
+  // Someone else may have grown the file since we opened it; the trim after the write must not
+  // cut off what they wrote.
+  try {
+    target_of(p).refresh_logical_size();
+  } catch (const io_error& e) {
+    p.error = {true, e.os_errno(), p.cover_begin, e.what()};
+    advance(id);
+    return;
+  }
+  const std::size_t align = file_alignment(p);
+  const std::uint64_t begin = p.plan.file_offset;
+  const std::uint64_t end = begin + p.plan.length;
+  // Only blocks the write covers in part need their old bytes read first.
+  const bool partial_head = begin != p.cover_begin;
+  const bool partial_tail = end != p.cover_end;
+  if (partial_head) queue_raw(id, io_op::read, p.bounce, align, p.cover_begin, true);
+  if (partial_tail && !(partial_head && p.cover_end - p.cover_begin == align)) {
+    queue_raw(id, io_op::read, p.bounce + (p.cover_end - p.cover_begin - align), align, p.cover_end - align, true);
+  }
+  if (p.raws_left == 0) advance(id);
+}
+
+void engine_state::queue_raw(std::uint32_t piece_id, io_op op, std::byte* buffer, std::size_t length,
+                             std::uint64_t offset, bool eof_ok) {
+  piece& p = pieces_[piece_id];
+  raw_slot r;
+  r.piece = piece_id;
+  r.op = {target_of(p).fd(), op, buffer, length, offset, 0};
+  r.eof_ok = eof_ok;
+  const std::uint32_t raw_id = raws_.add(r);
+  raws_[raw_id].op.tag = raw_id;
+  ++p.raws_left;
+  ready_.push_back(raw_id);
+}
+
+engine_state::failure engine_state::os_failure(const raw_slot& r, int os_errno) {
+  const file& f = target_of(pieces_[r.piece]);
+  return {true, os_errno, r.op.offset + r.sub_start,
+          str(op_name(r.op.op), " of ", r.op.length - r.sub_start, " bytes at offset ", r.op.offset + r.sub_start,
+              " in '", f.path().string(), "' failed: ", errno_text(os_errno))};
+}
+
+void engine_state::on_result(const raw_result& result) {
+  const auto raw_id = static_cast<std::uint32_t>(result.tag);
+  raw_slot& r = raws_[raw_id];
+  --raws_in_flight_;
+  const std::int64_t res = result.result;
+  if (res == -EINTR || (res == -EAGAIN && ++r.retries < max_eagain_retries)) {
+    ready_.push_back(raw_id);
+    return;
+  }
+  if (res < 0) {
+    finish_raw(raw_id, os_failure(r, static_cast<int>(-res)));
+    return;
+  }
+  const std::size_t total = r.sub_start + static_cast<std::size_t>(res);
+  if (total <= r.done || res == 0) {
+    // No new bytes: end of file for a read; for a write, a device that stopped taking data.
+    const file& f = target_of(pieces_[r.piece]);
+    if (r.op.op == io_op::read && r.eof_ok) {
+      finish_raw(raw_id, {});
+    } else if (r.op.op == io_op::read) {
+      finish_raw(raw_id, {true, 0, r.op.offset + r.done,
+                          str("unexpected end of file at offset ", r.op.offset + r.done, " in '", f.path().string(),
+                              "' (read of ", r.op.length, " bytes at offset ", r.op.offset, ")")});
+    } else {
+      finish_raw(raw_id, os_failure(r, EIO));
+    }
+    return;
+  }
+  r.done = std::min(total, r.op.length);
+  r.retries = 0;
+  if (r.done == r.op.length) {
+    finish_raw(raw_id, {});
+    return;
+  }
+  // A short transfer: send the rest. O_DIRECT needs the restart aligned; re-moving a few bytes
+  // that already moved is harmless for both reads and writes.
+  r.sub_start = align_down(r.done, file_alignment(pieces_[r.piece]));
+  ready_.push_back(raw_id);
+}
+
+void engine_state::finish_raw(std::uint32_t raw_id, failure error) {
+  raw_slot& r = raws_[raw_id];
+  piece& p = pieces_[r.piece];
+  if (error.failed && (!p.error.failed || error.at < p.error.at)) p.error = std::move(error);
+  if (r.eof_ok) {
+    // A bounce fill that met end of file: what lies beyond reads as zeros, as in a sparse file.
+    std::memset(r.op.buffer + r.done, 0, r.op.length - r.done);
+    if (p.at == stage::bounce_read) p.bytes_read = r.done;
+  }
+  const std::uint32_t piece_id = r.piece;
+  raws_.remove(raw_id);
+  if (--p.raws_left == 0) advance(piece_id);
+}
+
+void engine_state::advance(std::uint32_t id) {
+  piece& p = pieces_[id];
+  if (p.error.failed) {
+    finish_piece(id);
+    return;
+  }
+  const io_request& request = users_[p.user].request;
+  const std::size_t head = p.plan.file_offset - p.cover_begin;
+  switch (p.at) {
+    case stage::direct:
+      break;
+    case stage::bounce_read:
+      if (p.bytes_read < head + p.plan.length) {
+        p.error = {true, 0, p.cover_begin + p.bytes_read,
+                   str("unexpected end of file at offset ", p.cover_begin + p.bytes_read, " in '",
+                       request.target->path().string(), "' (read of ", request.buffer.size(), " bytes at offset ",
+                       request.offset, ")")};
+      } else {
+        std::memcpy(request.buffer.data() + p.plan.buffer_offset, p.bounce + head, p.plan.length);
+      }
+      break;
+    case stage::rmw_fill:
+      std::memcpy(p.bounce + head, request.buffer.data() + p.plan.buffer_offset, p.plan.length);
+      p.at = stage::rmw_write;
+      queue_raw(id, io_op::write, p.bounce, p.cover_end - p.cover_begin, p.cover_begin, false);
+      return;
+    case stage::rmw_write:
+      try {
+        // The whole last block went out; cut the file back to the length the caller asked for.
+        if (p.cover_end > request.target->logical_size()) request.target->trim_to_logical_size();
+      } catch (const io_error& e) {
+        p.error = {true, e.os_errno(), p.cover_end, e.what()};
+      }
+      break;
+    case stage::rmw_wait_lock:
+      ZOE_ASSERT(false);
+  }
+  finish_piece(id);
+}
+
+void engine_state::release_bounce(piece& p) {
+  if (p.locked) {
+    target_of(p).unlock_range(p.cover_begin, p.cover_end);
+    p.locked = false;
+  }
+  if (p.bounce != nullptr) {
+    bounce_free_.push_back(p.bounce);
+    p.bounce = nullptr;
+  }
+}
+
+void engine_state::finish_piece(std::uint32_t id) {
+  piece& p = pieces_[id];
+  release_bounce(p);
+  user_slot& u = users_[p.user];
+  // Several pieces may fail (a read past the end fails in every piece beyond it); the lowest
+  // offset is the one that explains the others.
+  if (p.error.failed && (!u.error.failed || p.error.at < u.error.at)) u.error = std::move(p.error);
+  --active_pieces_;
+  const std::uint32_t user = p.user;
+  pieces_.remove(id);
+  if (--u.pieces_left > 0) return;
+  io_completion c;
+  c.user_data = u.request.user_data;
+  c.failed = u.error.failed;
+  c.os_errno = u.error.os_errno;
+  c.message = std::move(u.error.message);
+  c.bytes = c.failed ? 0 : u.request.buffer.size();
+  done_.push_back(std::move(c));
+  users_.remove(user);
+}
+
+}  // namespace zoe::io::detail

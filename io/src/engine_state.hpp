@@ -1,0 +1,122 @@
+#pragma once
+// The bookkeeping behind io_engine: user requests, the pieces they were cut into, the raw
+// operations in flight, and the state machine that moves a piece from planned to done.
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "request_planner.hpp"
+#include "zoe/io/engine_options.hpp"
+#include "zoe/io/io_backend.hpp"
+#include "zoe/io/io_request.hpp"
+
+namespace zoe::io::detail {
+
+/// A slab of reusable slots addressed by index, so tags stay small integers.
+template <typename T>
+class slab {
+ public:
+  std::uint32_t add(T value) {
+    if (free_.empty()) {
+      items_.push_back(std::move(value));
+      return static_cast<std::uint32_t>(items_.size() - 1);
+    }
+    const std::uint32_t id = free_.back();
+    free_.pop_back();
+    items_[id] = std::move(value);
+    return id;
+  }
+  void remove(std::uint32_t id) { free_.push_back(id); }
+  T& operator[](std::uint32_t id) { return items_[id]; }
+
+ private:
+  std::vector<T> items_;
+  std::vector<std::uint32_t> free_;
+};
+
+class engine_state {
+ public:
+  engine_state(std::unique_ptr<io_backend> backend, engine_options options);
+  ~engine_state();
+  engine_state(const engine_state&) = delete;
+  engine_state& operator=(const engine_state&) = delete;
+
+  void submit(const io_request& request);
+  std::size_t collect(std::vector<io_completion>& out, std::size_t min_count, bool block);
+  [[nodiscard]] std::size_t outstanding() const noexcept { return outstanding_; }
+  [[nodiscard]] const engine_options& options() const noexcept { return options_; }
+  [[nodiscard]] std::string_view backend_name() const noexcept { return backend_->name(); }
+
+ private:
+  struct failure {
+    bool failed = false;
+    int os_errno = 0;
+    std::uint64_t at = 0;  ///< file offset of the failure: the lowest one is reported
+    std::string message;
+  };
+  struct user_slot {
+    io_request request;
+    std::size_t pieces_left = 0;
+    failure error;
+  };
+  enum class stage : std::uint8_t { direct, bounce_read, rmw_wait_lock, rmw_fill, rmw_write };
+  struct piece {
+    std::uint32_t user = 0;
+    piece_plan plan;
+    stage at = stage::direct;
+    std::uint64_t cover_begin = 0;  ///< the aligned range the bounce buffer stands for
+    std::uint64_t cover_end = 0;
+    std::byte* bounce = nullptr;
+    std::size_t raws_left = 0;
+    std::size_t bytes_read = 0;  ///< bounce_read: how much of the cover the read found
+    bool locked = false;
+    failure error;
+  };
+  struct raw_slot {
+    std::uint32_t piece = 0;
+    raw_op op;                  ///< the whole operation; resubmissions cover [sub_start, length)
+    std::size_t done = 0;       ///< bytes known transferred from the start
+    std::size_t sub_start = 0;  ///< where the submission in flight begins
+    bool eof_ok = false;        ///< a read that may end at end of file (bounce fills)
+    unsigned retries = 0;
+  };
+
+  [[nodiscard]] file& target_of(const piece& p) { return *users_[p.user].request.target; }
+  [[nodiscard]] std::size_t file_alignment(const piece& p);
+  void pump();
+  bool activate(std::uint32_t piece_id);
+  void start_rmw(std::uint32_t piece_id);
+  void queue_raw(std::uint32_t piece_id, io_op op, std::byte* buffer, std::size_t length, std::uint64_t offset,
+                 bool eof_ok);
+  void on_result(const raw_result& result);
+  void finish_raw(std::uint32_t raw_id, failure error);
+  void advance(std::uint32_t piece_id);
+  void finish_piece(std::uint32_t piece_id);
+  void release_bounce(piece& p);
+  [[nodiscard]] failure os_failure(const raw_slot& r, int os_errno);
+
+  std::unique_ptr<io_backend> backend_;
+  engine_options options_;
+  std::size_t bounce_size_ = 0;
+
+  slab<user_slot> users_;
+  slab<piece> pieces_;
+  slab<raw_slot> raws_;
+  std::deque<std::uint32_t> planned_;    ///< pieces not started (bounded activation)
+  std::deque<std::uint32_t> lock_wait_;  ///< read-modify-write pieces waiting for a block lock
+  std::deque<std::uint32_t> ready_;      ///< raw ops to (re)submit
+  std::vector<std::unique_ptr<std::byte, void (*)(void*)>> bounce_owned_;
+  std::vector<std::byte*> bounce_free_;
+  std::vector<io_completion> done_;
+  std::vector<raw_op> submit_batch_;
+  std::vector<raw_result> results_;
+  std::size_t active_pieces_ = 0;
+  std::size_t raws_in_flight_ = 0;
+  std::size_t outstanding_ = 0;
+};
+
+}  // namespace zoe::io::detail

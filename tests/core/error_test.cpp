@@ -1,0 +1,60 @@
+#include <gtest/gtest.h>
+
+#include <cerrno>
+
+#include "zoe/core/check.hpp"
+#include "zoe/core/error.hpp"
+
+namespace zoe {
+namespace {
+
+TEST(error, EachClassCarriesItsCategory) {
+  EXPECT_EQ(usage_error("x").category(), error_category::usage);
+  EXPECT_EQ(config_error("x").category(), error_category::config);
+  EXPECT_EQ(io_error("x", EIO).category(), error_category::io);
+  EXPECT_EQ(corruption_error("x").category(), error_category::corrupt);
+  EXPECT_EQ(memory_error("x").category(), error_category::memory);
+  EXPECT_EQ(device_error("x").category(), error_category::device);
+  EXPECT_EQ(comm_error("x").category(), error_category::comm);
+  EXPECT_EQ(timeout_error("x").category(), error_category::timeout);
+  EXPECT_EQ(internal_error("x").category(), error_category::internal);
+  EXPECT_EQ(category_name(error_category::corrupt), "corrupt");
+}
+
+TEST(error, ExpectsBuildsMessageWithLocationOnlyOnFailure) {
+  int evaluated = 0;
+  const auto costly = [&] {
+    ++evaluated;
+    return 5;
+  };
+  ZOE_EXPECTS(1 + 1 == 2, "never built ", costly());
+  EXPECT_EQ(evaluated, 0);
+  try {
+    ZOE_EXPECTS(1 + 1 == 3, "queue_depth must be positive, got ", costly());
+    FAIL();
+  } catch (const usage_error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("queue_depth must be positive, got 5"), std::string::npos) << what;
+    EXPECT_NE(what.find("error_test.cpp:"), std::string::npos) << what;
+  }
+  EXPECT_EQ(evaluated, 1);
+}
+
+TEST(error, CheckErrnoKeepsTheErrnoAndItsText) {
+  try {
+    errno = ENOSPC;
+    ZOE_CHECK_ERRNO(-1, "writing '/x'");
+    FAIL();
+  } catch (const io_error& e) {
+    EXPECT_EQ(e.os_errno(), ENOSPC);
+    EXPECT_NE(std::string(e.what()).find("writing '/x': No space left on device"), std::string::npos) << e.what();
+  }
+}
+
+TEST(error, AllDeriveFromZoeError) {
+  EXPECT_THROW(throw corruption_error("bad"), error);
+  EXPECT_THROW(throw io_error("bad", 0), std::runtime_error);
+}
+
+}  // namespace
+}  // namespace zoe

@@ -1,0 +1,49 @@
+#include <gtest/gtest.h>
+
+#include "zoe/core/error.hpp"
+#include "zoe/core/units.hpp"
+
+namespace zoe {
+namespace {
+
+TEST(units, ParsesBinaryAndDecimalSuffixes) {
+  EXPECT_EQ(parse_bytes("4096", "--size"), 4096u);
+  EXPECT_EQ(parse_bytes("1MiB", "--size"), MiB);
+  EXPECT_EQ(parse_bytes("1M", "--size"), MiB);
+  EXPECT_EQ(parse_bytes("2g", "--size"), 2 * GiB);
+  EXPECT_EQ(parse_bytes("3 GiB", "--size"), 3 * GiB);
+  EXPECT_EQ(parse_bytes("1KB", "--size"), 1000u);
+  EXPECT_EQ(parse_bytes("1TiB", "--size"), TiB);
+  EXPECT_EQ(parse_bytes("7B", "--size"), 7u);
+}
+
+TEST(units, RejectsMalformedTextNamingTheFlag) {
+  for (const char* bad : {"", "abc", "-1", "1.5G", "1 parsec", "99999999999999999999"}) {
+    try {
+      (void)parse_bytes(bad, "--block-size");
+      FAIL() << "accepted '" << bad << "'";
+    } catch (const usage_error& e) {
+      EXPECT_NE(std::string(e.what()).find("--block-size"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_THROW((void)parse_bytes("20000000TiB", "x"), usage_error);
+}
+
+TEST(units, FormatsForPeople) {
+  EXPECT_EQ(format_bytes(4097), "4.00 KiB");
+  EXPECT_EQ(format_bytes(GiB), "1 GiB");
+  EXPECT_EQ(format_bytes(3 * MiB / 2), "1.50 MiB");
+  EXPECT_EQ(format_bytes(12), "12 B");
+}
+
+TEST(units, AlignHelpers) {
+  EXPECT_EQ(align_up(4097, 4096), 8192u);
+  EXPECT_EQ(align_up(4096, 4096), 4096u);
+  EXPECT_EQ(align_down(4097, 4096), 4096u);
+  EXPECT_TRUE(is_pow2(4096));
+  EXPECT_FALSE(is_pow2(0));
+  EXPECT_FALSE(is_pow2(12));
+}
+
+}  // namespace
+}  // namespace zoe

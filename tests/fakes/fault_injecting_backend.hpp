@@ -1,0 +1,57 @@
+#pragma once
+// An io_backend that wraps another and injects failures: an errno (EIO, ENOSPC, EINTR, ...) or a
+// short transfer, for operations that touch a chosen file range. With no rules it is a plain
+// pass-through, so the typed backend suite runs on it unchanged.
+
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <vector>
+
+#include "zoe/io/io_backend.hpp"
+
+namespace zoe::testing {
+
+struct fault_rule {
+  std::optional<io::io_op> op;                                   ///< only this kind (both if empty)
+  std::uint64_t begin = 0;                                       ///< file range the operation must touch
+  std::uint64_t end = std::numeric_limits<std::uint64_t>::max();
+  int inject_errno = 0;        ///< fail with -inject_errno without doing anything
+  std::size_t short_to = 0;    ///< or: transfer only this many bytes (really) and report that
+  int times = 1;               ///< how many operations it hits; -1 for all
+};
+
+/// Rules shared between the test and the backend it handed to an engine. Thread-safe.
+class fault_plan {
+ public:
+  void add(const fault_rule& rule);
+  /// The rule that applies to `op`, consuming one of its `times`, if any.
+  [[nodiscard]] std::optional<fault_rule> take(const io::raw_op& op);
+  [[nodiscard]] int fired() const;
+
+ private:
+  mutable std::mutex mutex_;
+  std::vector<fault_rule> rules_;
+  int fired_ = 0;
+};
+
+class fault_injecting_backend final : public io::io_backend {
+ public:
+  fault_injecting_backend(std::unique_ptr<io::io_backend> inner, std::shared_ptr<fault_plan> plan);
+
+  [[nodiscard]] std::string_view name() const noexcept override { return inner_->name(); }
+  [[nodiscard]] std::size_t capacity() const noexcept override { return inner_->capacity(); }
+  void submit(std::span<const io::raw_op> ops) override;
+  std::size_t reap(std::vector<io::raw_result>& out, std::size_t min_results) override;
+
+ private:
+  std::unique_ptr<io::io_backend> inner_;
+  std::shared_ptr<fault_plan> plan_;
+  std::vector<io::raw_result> injected_;
+  std::vector<io::raw_op> forward_;
+  std::size_t inner_in_flight_ = 0;
+};
+
+}  // namespace zoe::testing

@@ -1,0 +1,98 @@
+#include "io_test_support.hpp"
+
+#include <sys/mount.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <stdexcept>
+
+namespace zoe::testing {
+namespace {
+
+std::filesystem::path default_parent() {
+  const char* env = std::getenv("ZOE_TEST_DIR");
+  return env != nullptr ? std::filesystem::path(env) : std::filesystem::path("/var/tmp");
+}
+
+}  // namespace
+
+scratch_dir::scratch_dir() : scratch_dir(default_parent()) {}
+
+scratch_dir::scratch_dir(const std::filesystem::path& parent) {
+  std::string pattern = (parent / "zoe-test-XXXXXX").string();
+  if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed under " + parent.string());
+  path_ = pattern;
+}
+
+scratch_dir::~scratch_dir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
+
+std::unique_ptr<scoped_mount> scoped_mount::ramfs() {
+  std::unique_ptr<scoped_mount> m(new scoped_mount);
+  if (::mount("ramfs", m->path().c_str(), "ramfs", 0, nullptr) != 0) return nullptr;
+  return m;
+}
+
+std::unique_ptr<scoped_mount> scoped_mount::small_ext4(std::uint64_t bytes) {
+  std::unique_ptr<scoped_mount> m(new scoped_mount);
+  m->image_ = m->path().string() + ".img";
+  const std::string img = m->image_.string();
+  std::ofstream(img).close();
+  std::filesystem::resize_file(img, bytes);
+  const std::string mkfs = "mkfs.ext4 -q -F -E nodiscard '" + img + "' >/dev/null 2>&1";
+  const std::string mnt = "mount -o loop '" + img + "' '" + m->path().string() + "' >/dev/null 2>&1";
+  if (std::system(mkfs.c_str()) != 0 || std::system(mnt.c_str()) != 0) {
+    std::filesystem::remove(m->image_);
+    m->image_.clear();
+    return nullptr;
+  }
+  return m;
+}
+
+scoped_mount::~scoped_mount() {
+  // MNT_DETACH: a test that failed half-way may still hold a file open there.
+  ::umount2(path().c_str(), MNT_DETACH);
+  if (!image_.empty()) {
+    std::error_code ec;
+    std::filesystem::remove(image_, ec);
+  }
+}
+
+std::vector<std::byte> random_bytes(std::size_t n, std::uint64_t seed) {
+  std::vector<std::byte> out(n);
+  std::mt19937_64 rng(seed);
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    std::uint64_t v = rng() | 0x0101010101010101ULL;  // no zero byte anywhere
+    for (int b = 0; b < 8; ++b) out[i + static_cast<std::size_t>(b)] = static_cast<std::byte>(v >> (8 * b));
+  }
+  for (; i < n; ++i) out[i] = static_cast<std::byte>((rng() & 0xfe) | 1);
+  return out;
+}
+
+aligned_buffer::aligned_buffer(std::size_t n)
+    : data_(static_cast<std::byte*>(std::aligned_alloc(4096, (n + 4095) / 4096 * 4096 + 4096))), size_(n) {
+  if (!data_) throw std::bad_alloc();
+}
+
+void aligned_buffer::freer::operator()(std::byte* p) const noexcept { std::free(p); }
+
+std::vector<std::byte> read_whole_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::vector<char> raw((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<std::byte> out(raw.size());
+  std::memcpy(out.data(), raw.data(), raw.size());
+  return out;
+}
+
+void write_whole_file(const std::filesystem::path& path, std::span<const std::byte> bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+}
+
+}  // namespace zoe::testing

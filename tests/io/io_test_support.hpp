@@ -1,0 +1,74 @@
+#pragma once
+// Helpers for the I/O suites: a scratch directory on a real disk, random bytes, aligned buffers,
+// and scoped mounts of ramfs / a small ext4 image (skipped where mounting is refused).
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace zoe::testing {
+
+/// A fresh directory under $ZOE_TEST_DIR (default /var/tmp, a real disk, not tmpfs), removed
+/// with its contents on destruction.
+class scratch_dir {
+ public:
+  scratch_dir();
+  explicit scratch_dir(const std::filesystem::path& parent);
+  ~scratch_dir();
+  scratch_dir(const scratch_dir&) = delete;
+  scratch_dir& operator=(const scratch_dir&) = delete;
+  [[nodiscard]] const std::filesystem::path& path() const noexcept { return path_; }
+  [[nodiscard]] std::filesystem::path operator/(const std::string& name) const { return path_ / name; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+/// A file system mounted on a fresh directory for the life of the object.
+class scoped_mount {
+ public:
+  /// ramfs (refuses O_DIRECT); nullopt where mounting is refused (not root, no privilege).
+  static std::unique_ptr<scoped_mount> ramfs();
+  /// ext4 on a loop device backed by an image of `bytes`; nullptr where refused.
+  static std::unique_ptr<scoped_mount> small_ext4(std::uint64_t bytes);
+  ~scoped_mount();
+  scoped_mount(const scoped_mount&) = delete;
+  scoped_mount& operator=(const scoped_mount&) = delete;
+  [[nodiscard]] const std::filesystem::path& path() const noexcept { return dir_.path(); }
+
+ private:
+  scoped_mount() = default;
+  scratch_dir dir_;
+  std::filesystem::path image_;
+};
+
+/// Random bytes from a seed (never zeros: a zero-filled file would hide a missed write).
+[[nodiscard]] std::vector<std::byte> random_bytes(std::size_t n, std::uint64_t seed);
+
+/// A 4 KiB-aligned heap buffer.
+class aligned_buffer {
+ public:
+  explicit aligned_buffer(std::size_t n);
+  [[nodiscard]] std::span<std::byte> span() noexcept { return {data_.get(), size_}; }
+  [[nodiscard]] std::byte* data() noexcept { return data_.get(); }
+  [[nodiscard]] std::size_t size() const noexcept { return size_; }
+
+ private:
+  struct freer {
+    void operator()(std::byte* p) const noexcept;
+  };
+  std::unique_ptr<std::byte, freer> data_;
+  std::size_t size_;
+};
+
+/// The file's whole contents, read with plain buffered I/O (an independent check on the engine).
+[[nodiscard]] std::vector<std::byte> read_whole_file(const std::filesystem::path& path);
+/// Writes `bytes` to `path` with plain buffered I/O, replacing it.
+void write_whole_file(const std::filesystem::path& path, std::span<const std::byte> bytes);
+
+}  // namespace zoe::testing
