@@ -8,6 +8,12 @@ namespace zoe::io {
 
 std::vector<std::string> available_backends() { return {"posix"}; }
 
+std::vector<std::string> available_backends_and_auto() {
+  auto names = available_backends();
+  names.emplace_back("auto");
+  return names;
+}
+
 std::unique_ptr<io_backend> make_backend(std::string_view name, const engine_options& options) {
   options.validate();
   if (name == "posix" || name == "auto") {

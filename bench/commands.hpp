@@ -1,0 +1,12 @@
+#pragma once
+// The subcommands of zoe-bench. Each lives in its own <name>_command.cpp and registers itself on
+// the application here; main() only wires them up.
+
+#include <CLI/CLI.hpp>
+
+namespace zoe::bench {
+
+/// `zoe-bench io`: file I/O bandwidth through the I/O engine.
+void add_io_command(CLI::App& app);
+
+}  // namespace zoe::bench

@@ -1,0 +1,33 @@
+// zoe-bench: the benchmarks users run on their own machines (I/O, and later allocators and
+// kernels). Each subcommand prints a readable table on stdout, progress on stderr, and with
+// --json one JSON object per result. Bad flags exit 2 naming the flag.
+#include <csignal>
+#include <exception>
+#include <iostream>
+
+#include "commands.hpp"
+#include "zoe/core/error.hpp"
+
+int main(int argc, char** argv) {
+  // A file-size limit (ulimit -f) must end in an EFBIG error naming the file, not a crash.
+  std::signal(SIGXFSZ, SIG_IGN);
+
+  CLI::App app{"zoe-bench: measure what zoe's tiers can move on this machine"};
+  app.require_subcommand(1);
+  zoe::bench::add_io_command(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);  // prints the error naming the flag; exit code 2 for bad input
+  } catch (const zoe::usage_error& e) {
+    std::cerr << "zoe-bench: " << e.what() << "\n";
+    return 2;
+  } catch (const zoe::error& e) {
+    std::cerr << "zoe-bench: " << zoe::category_name(e.category()) << " error: " << e.what() << "\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "zoe-bench: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}
