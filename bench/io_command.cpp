@@ -254,12 +254,13 @@ void run_io(const io_settings& settings) {
 
 void add_io_command(CLI::App& app) {
   auto settings = std::make_shared<io_settings>();
-  CLI::App* cmd = app.add_subcommand(
-      "io",
-      "Bandwidth of one file under DIR (DIR/zoe-bench.dat) through the I/O engine. The file is written once "
-      "before timing if it is missing or short, so both reads and writes measure a file already written. Each "
-      "loop moves the whole file; the figure is the median over loops, from the first submit to the last "
-      "completion. Data is self-verifying (every 4 KiB sector stamped with its offset and the run's seed).");
+  CLI::App* cmd = app.add_subcommand("io", "bandwidth of one file through the I/O engine");
+  cmd->footer(
+      "Times passes over DIR/zoe-bench.dat. The file is written once before timing if it is missing or short, "
+      "so both reads and writes measure a file already written. Each loop moves the whole file; the figure is "
+      "the median over loops, from the first submit to the last completion. Data is self-verifying: every "
+      "4 KiB sector is stamped with its offset and the run's seed. Exit 2: bad flags; exit 1: I/O error or "
+      "bad data.");
   cmd->add_option("--path", settings->path, "directory to put zoe-bench.dat in (a real drive, not tmpfs)")->required();
   cmd->add_option("--size", settings->size_text, "file size (e.g. 1GiB; a multiple of 4 KiB)")->capture_default_str();
   cmd->add_option("--block-size", settings->block_text, "bytes per request (a multiple of 4 KiB)")->capture_default_str();

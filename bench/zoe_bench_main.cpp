@@ -18,7 +18,8 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);  // prints the error naming the flag; exit code 2 for bad input
+    // CLI11 prints the error naming the flag; its own exit codes vary, ours is 2 for bad input.
+    return app.exit(e) == 0 ? 0 : 2;
   } catch (const zoe::usage_error& e) {
     std::cerr << "zoe-bench: " << e.what() << "\n";
     return 2;
