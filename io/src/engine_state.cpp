@@ -44,7 +44,9 @@ void engine_state::submit(const io_request& request) {
 
   ++outstanding_;
   if (request.buffer.empty()) {
-    done_.push_back({request.user_data, 0, 0, false, {}});
+    io_completion c;
+    c.user_data = request.user_data;
+    done_.push_back(std::move(c));
     return;
   }
   if (request.op == io_op::write) f.note_write_end(request.offset + request.buffer.size());

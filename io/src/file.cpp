@@ -23,26 +23,49 @@ int open_flags(open_mode mode, const file_options& o) {
   int flags = O_CLOEXEC | (mode == open_mode::read_only ? O_RDONLY : O_RDWR);
   if (o.create) flags |= O_CREAT;
   if (o.truncate) flags |= O_TRUNC;
+  if (o.exclusive) flags |= O_EXCL;
+  if (o.no_follow) flags |= O_NOFOLLOW;
   return flags;
+}
+
+struct opened {
+  int fd = -1;
+  bool direct = false;
+};
+
+// Opens with O_DIRECT when asked, and without it when the file system refuses (EINVAL).
+opened open_maybe_direct(const std::filesystem::path& path, const std::filesystem::path& named, int flags,
+                         const file_options& o) {
+  if (o.direct) {
+    const int fd = ::open(path.c_str(), flags | O_DIRECT, o.permissions);
+    if (fd >= 0) return {fd, true};
+    if (errno != EINVAL) return {};
+    // ramfs and some FUSE mounts refuse O_DIRECT at open; the data is still safe buffered.
+    log::warn_once(str("o_direct:", named.parent_path().string()),
+                   str("'", named.string(), "' refuses O_DIRECT; using buffered I/O there"));
+  }
+  return {::open(path.c_str(), flags, o.permissions), false};
 }
 
 }  // namespace
 
 file::file(std::filesystem::path path, open_mode mode, file_options options)
     : path_(std::move(path)), mode_(mode) {
-  ZOE_EXPECTS(!(mode == open_mode::read_only && (options.create || options.truncate)),
+  ZOE_EXPECTS(!(mode == open_mode::read_only && (options.create || options.truncate || options.unlinked)),
               "cannot create or truncate '", path_.string(), "' when opening it read-only");
-  const int flags = open_flags(mode, options);
-  if (options.direct) {
-    fd_ = ::open(path_.c_str(), flags | O_DIRECT, options.permissions);
-    direct_ = fd_ >= 0;
-    if (fd_ < 0 && errno == EINVAL) {
-      // ramfs and some FUSE mounts refuse O_DIRECT at open; the data is still safe buffered.
-      log::warn_once(str("o_direct:", path_.parent_path().string()),
-                     str("'", path_.string(), "' refuses O_DIRECT; using buffered I/O there"));
+  opened o;
+  if (options.unlinked) {
+    o = open_maybe_direct(path_.parent_path(), path_, O_TMPFILE | O_RDWR | O_CLOEXEC, options);
+    if (o.fd < 0 && (errno == EOPNOTSUPP || errno == EISDIR)) {
+      options.create = options.exclusive = options.no_follow = true;
+      o = open_maybe_direct(path_, path_, open_flags(mode, options), options);
+      if (o.fd >= 0) ::unlink(path_.c_str());
     }
+  } else {
+    o = open_maybe_direct(path_, path_, open_flags(mode, options), options);
   }
-  if (fd_ < 0) fd_ = ::open(path_.c_str(), flags, options.permissions);
+  fd_ = o.fd;
+  direct_ = o.direct;
   ZOE_CHECK_ERRNO(fd_, "cannot open '", path_.string(), "' for ",
                   mode == open_mode::read_only ? "reading" : "reading and writing");
 
@@ -102,6 +125,15 @@ void file::resize(std::uint64_t length) {
   ZOE_CHECK_ERRNO(::ftruncate(fd_, static_cast<off_t>(length)), "cannot resize '", path_.string(), "' to ",
                   length, " bytes");
   logical_size_ = length;
+}
+
+void file::preallocate(std::uint64_t length) {
+  const std::lock_guard lock(mutex_);
+  if (::fallocate(fd_, 0, 0, static_cast<off_t>(length)) != 0) {
+    ZOE_CHECK_ERRNO(errno == EOPNOTSUPP ? ::ftruncate(fd_, static_cast<off_t>(length)) : -1, "cannot reserve ",
+                    length, " bytes for '", path_.string(), "'");
+  }
+  logical_size_ = std::max(logical_size_, length);
 }
 
 void file::sync() { ZOE_CHECK_ERRNO(::fdatasync(fd_), "cannot sync '", path_.string(), "'"); }

@@ -1,5 +1,6 @@
 #include "io_test_support.hpp"
 
+#include <fcntl.h>
 #include <sys/mount.h>
 #include <unistd.h>
 
@@ -54,6 +55,10 @@ std::unique_ptr<scoped_mount> scoped_mount::small_ext4(std::uint64_t bytes) {
   return m;
 }
 
+bool scoped_mount::remount_read_only() {
+  return ::mount(nullptr, path().c_str(), nullptr, MS_REMOUNT | MS_RDONLY, nullptr) == 0;
+}
+
 scoped_mount::~scoped_mount() {
   // MNT_DETACH: a test that failed half-way may still hold a file open there.
   ::umount2(path().c_str(), MNT_DETACH);
@@ -87,6 +92,36 @@ std::vector<std::byte> read_whole_file(const std::filesystem::path& path) {
   std::vector<char> raw((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   std::vector<std::byte> out(raw.size());
   std::memcpy(out.data(), raw.data(), raw.size());
+  return out;
+}
+
+std::vector<std::filesystem::path> open_files_under(const std::filesystem::path& folder) {
+  std::vector<std::filesystem::path> out;
+  const std::string prefix = folder.string() + "/";
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
+    std::error_code ec;
+    const auto target = std::filesystem::read_symlink(entry.path(), ec);
+    if (!ec && target.string().starts_with(prefix) && target.filename() != "lock") out.push_back(entry.path());
+  }
+  return out;
+}
+
+void poke_file(const std::filesystem::path& path, std::uint64_t offset, std::span<const std::byte> bytes) {
+  const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) throw std::runtime_error("cannot open " + path.string());
+  const ssize_t n = ::pwrite(fd, bytes.data(), bytes.size(), static_cast<off_t>(offset));
+  ::fsync(fd);
+  ::close(fd);
+  if (n != static_cast<ssize_t>(bytes.size())) throw std::runtime_error("short pwrite to " + path.string());
+}
+
+std::vector<std::byte> peek_file(const std::filesystem::path& path, std::uint64_t offset, std::size_t n) {
+  std::vector<std::byte> out(n);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw std::runtime_error("cannot open " + path.string());
+  const ssize_t got = ::pread(fd, out.data(), n, static_cast<off_t>(offset));
+  ::close(fd);
+  if (got != static_cast<ssize_t>(n)) throw std::runtime_error("short pread from " + path.string());
   return out;
 }
 

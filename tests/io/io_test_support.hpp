@@ -37,6 +37,8 @@ class scoped_mount {
   /// ext4 on a loop device backed by an image of `bytes`; nullptr where refused.
   static std::unique_ptr<scoped_mount> small_ext4(std::uint64_t bytes);
   ~scoped_mount();
+  /// Makes the mount read-only; false where refused.
+  [[nodiscard]] bool remount_read_only();
   scoped_mount(const scoped_mount&) = delete;
   scoped_mount& operator=(const scoped_mount&) = delete;
   [[nodiscard]] const std::filesystem::path& path() const noexcept { return dir_.path(); }
@@ -68,6 +70,14 @@ class aligned_buffer {
 
 /// The file's whole contents, read with plain buffered I/O (an independent check on the engine).
 [[nodiscard]] std::vector<std::byte> read_whole_file(const std::filesystem::path& path);
+/// Paths under /proc/self/fd of this process's open files inside `folder`, unlinked ones
+/// included: how a test reaches a swap file that has no name, to read or damage it.
+[[nodiscard]] std::vector<std::filesystem::path> open_files_under(const std::filesystem::path& folder);
+
+/// pwrite / pread through a fresh buffered descriptor of `path`; throws on a short transfer.
+void poke_file(const std::filesystem::path& path, std::uint64_t offset, std::span<const std::byte> bytes);
+[[nodiscard]] std::vector<std::byte> peek_file(const std::filesystem::path& path, std::uint64_t offset, std::size_t n);
+
 /// Writes `bytes` to `path` with plain buffered I/O, replacing it.
 void write_whole_file(const std::filesystem::path& path, std::span<const std::byte> bytes);
 

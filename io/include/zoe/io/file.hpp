@@ -19,6 +19,12 @@ struct file_options {
   bool create = false;      ///< create the file if missing (with `permissions`)
   bool truncate = false;    ///< start empty
   bool direct = true;       ///< ask for O_DIRECT; falls back to buffered where refused
+  bool exclusive = false;   ///< with create: fail if it exists (O_EXCL)
+  bool no_follow = false;   ///< refuse a symbolic link at the last component (O_NOFOLLOW)
+  /// Leave no name behind: an O_TMPFILE in the path's directory where the file system supports it,
+  /// else created exclusively without following links and unlinked at once. path() then names
+  /// the file for messages only.
+  bool unlinked = false;
   mode_t permissions = 0600;
 };
 
@@ -54,6 +60,9 @@ class file {
   void trim_to_logical_size();
   /// Sets the length (ftruncate) and the logical size. Throws io_error naming the path.
   void resize(std::uint64_t length);
+  /// Reserves `length` bytes on the device (fallocate; ftruncate where the file system has no
+  /// fallocate) and sets the logical size. Throws io_error naming the path, ENOSPC included.
+  void preallocate(std::uint64_t length);
   /// fdatasync. Throws io_error naming the path.
   void sync();
 

@@ -34,11 +34,13 @@ struct io_completion {
   std::uint64_t bytes = 0;       ///< bytes transferred: the request's length on success
   int os_errno = 0;              ///< the OS error, or 0 (also 0 for an unexpected end of file)
   bool failed = false;
+  bool corrupt = false;          ///< the data read failed its integrity check (swap store)
   std::string message;
 
   [[nodiscard]] bool ok() const noexcept { return !failed; }
-  /// Throws io_error(message, os_errno) if the request failed.
+  /// Throws corruption_error or io_error(message, os_errno) if the request failed.
   void throw_if_failed() const {
+    if (corrupt) throw corruption_error(message);
     if (failed) throw io_error(message, os_errno);
   }
 };

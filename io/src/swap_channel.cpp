@@ -1,0 +1,223 @@
+#include "zoe/io/swap_channel.hpp"
+
+#include <xxhash.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "extent_record.hpp"
+#include "zoe/core/check.hpp"
+#include "zoe/core/log.hpp"
+#include "zoe/core/units.hpp"
+#include "zoe/io/engine_factory.hpp"
+#include "zoe/io/file.hpp"
+
+namespace zoe::io {
+
+struct swap_channel::pending {
+  swap_request request;
+  detail::extent_record* record = nullptr;
+  std::uint64_t first_chunk = 0;
+  std::uint64_t end_chunk = 0;
+  std::vector<std::uint64_t> hashes;  ///< writes: checksums of the chunks being written
+  std::unique_ptr<std::byte, void (*)(void*)> scratch{nullptr, &std::free};
+  std::span<std::byte> io_buffer;     ///< what the engines read into / write from
+  std::uint64_t io_begin = 0;         ///< extent offset of io_buffer's first byte
+  std::size_t pieces_left = 0;
+  io_completion result;
+};
+
+swap_channel::swap_channel(swap_store& store) : store_(store) {
+  for (std::size_t i = 0; i < store_.files_.size(); ++i) {
+    engines_.push_back(make_engine(store_.options().engine, store_.options().io));
+  }
+}
+
+swap_channel::~swap_channel() {
+  std::vector<io_completion> discard;
+  try {
+    while (outstanding_ > 0) {
+      discard.clear();
+      collect(discard, outstanding_, true);
+    }
+  } catch (const std::exception& e) {
+    log::error("swap channel shutting down with requests in flight: ", e.what());
+  }
+}
+
+void swap_channel::submit(const swap_request& request) {
+  detail::extent_record& rec = store_.record(request.extent);
+  const std::uint64_t chunk = store_.stripe_unit_;
+  const std::uint64_t length = request.buffer.size();
+  ZOE_EXPECTS(request.offset <= rec.bytes && length <= rec.bytes - request.offset, op_name(request.op), " of ",
+              length, " bytes at offset ", request.offset, " reaches past the end of swap extent ", rec.id, " (",
+              rec.bytes, " bytes)");
+  const bool whole_chunks = request.offset % chunk == 0 && (length % chunk == 0 || request.offset + length == rec.bytes);
+  ZOE_EXPECTS(request.op == io_op::read || whole_chunks, "a write into swap extent ", rec.id,
+              " must start on a ", chunk, "-byte chunk boundary and cover whole chunks (or end at the extent's end); got ",
+              length, " bytes at offset ", request.offset);
+
+  std::uint32_t slot_id = 0;
+  if (free_slots_.empty()) {
+    slots_.push_back(std::make_unique<pending>());
+    slot_id = static_cast<std::uint32_t>(slots_.size() - 1);
+  } else {
+    slot_id = free_slots_.back();
+    free_slots_.pop_back();
+    *slots_[slot_id] = pending{};
+  }
+  pending& p = *slots_[slot_id];
+  p.request = request;
+  p.record = &rec;
+  p.result.user_data = request.user_data;
+  p.first_chunk = request.offset / chunk;
+  p.end_chunk = (request.offset + length + chunk - 1) / chunk;
+  p.io_buffer = request.buffer;
+  p.io_begin = request.offset;
+  ++outstanding_;
+  const bool checksums = store_.options().checksums;
+
+  if (length == 0) {
+    finish(slot_id, ready_);
+    return;
+  }
+  if (request.op == io_op::write) {
+    for (std::uint64_t k = p.first_chunk; k < p.end_chunk; ++k) {
+      const std::uint64_t at = k * chunk - request.offset;
+      if (checksums) p.hashes.push_back(XXH3_64bits(request.buffer.data() + at, std::min(chunk, length - at)));
+      // Until this write is known good the chunk's contents are unknown.
+      rec.states[k].store(detail::chunk_state::writing);
+    }
+  } else {
+    for (std::uint64_t k = p.first_chunk; k < p.end_chunk; ++k) {
+      const auto state = rec.states[k].load();
+      if (state != detail::chunk_state::valid) {
+        p.result.failed = true;
+        p.result.message = str("read of ", length, " bytes at offset ", request.offset, " of swap extent ", rec.id,
+                               " touches chunk ", k, state == detail::chunk_state::unwritten
+                                                          ? ", which was never written"
+                                                          : ", whose last write failed or is still in flight");
+        finish(slot_id, ready_);
+        return;
+      }
+    }
+    if (checksums && !whole_chunks) {
+      // A partial read still verifies: read the whole chunks around it into scratch memory.
+      p.io_begin = p.first_chunk * chunk;
+      const std::uint64_t end = std::min(p.end_chunk * chunk, rec.bytes);
+      const std::size_t bytes = static_cast<std::size_t>(end - p.io_begin);
+      p.scratch.reset(static_cast<std::byte*>(std::aligned_alloc(4096, align_up(bytes, 4096))));
+      if (p.scratch == nullptr) {
+        p.result.failed = true;
+        p.result.message = str("cannot allocate ", format_bytes(bytes), " to verify a partial read of swap extent ", rec.id);
+        finish(slot_id, ready_);
+        return;
+      }
+      p.io_buffer = {p.scratch.get(), bytes};
+    }
+  }
+
+  ++rec.in_flight;
+  const detail::stripe_map map{chunk, engines_.size()};
+  map.for_each(rec.offset + p.io_begin, p.io_buffer.size(), [&](const detail::stripe_map::piece& piece) {
+    ++p.pieces_left;
+    engines_[piece.file_index]->submit({request.op, store_.files_[piece.file_index].get(),
+                                        p.io_buffer.subspan(piece.skip, piece.length), piece.file_offset, slot_id});
+  });
+}
+
+void swap_channel::on_piece(const io_completion& c, std::vector<io_completion>& out) {
+  const auto slot_id = static_cast<std::uint32_t>(c.user_data);
+  pending& p = *slots_[slot_id];
+  if (c.failed && !p.result.failed) {
+    p.result.failed = true;
+    p.result.os_errno = c.os_errno;
+    p.result.message = c.message;
+  }
+  if (--p.pieces_left == 0) {
+    --p.record->in_flight;
+    finish(slot_id, out);
+  }
+}
+
+void swap_channel::finish(std::uint32_t slot_id, std::vector<io_completion>& out) {
+  pending& p = *slots_[slot_id];
+  detail::extent_record& rec = *p.record;
+  const std::uint64_t chunk = store_.stripe_unit_;
+  const bool checksums = store_.options().checksums;
+  if (p.request.op == io_op::write && !p.result.failed) {
+    for (std::uint64_t k = p.first_chunk; k < p.end_chunk; ++k) {
+      if (checksums) rec.checksums[k].store(p.hashes[k - p.first_chunk]);
+      rec.states[k].store(detail::chunk_state::valid);
+    }
+  }
+  if (p.request.op == io_op::read && !p.result.failed && checksums) {
+    for (std::uint64_t k = p.first_chunk; k < p.end_chunk; ++k) {
+      const std::uint64_t at = k * chunk - p.io_begin;
+      const std::uint64_t n = std::min(chunk, rec.bytes - k * chunk);
+      if (XXH3_64bits(p.io_buffer.data() + at, n) == rec.checksums[k].load()) continue;
+      std::uint64_t file_index = 0;
+      std::uint64_t file_offset = 0;
+      detail::stripe_map{chunk, engines_.size()}.for_each(rec.offset + k * chunk, 1, [&](const auto& piece) {
+        file_index = piece.file_index;
+        file_offset = piece.file_offset;
+      });
+      p.result.failed = p.result.corrupt = true;
+      p.result.message = str("checksum mismatch in '", store_.files_[file_index]->path().string(), "' at offset ",
+                             file_offset, " (chunk ", k, " of swap extent ", rec.id,
+                             "): the data read back is not what was written");
+      break;
+    }
+  }
+  if (p.request.op == io_op::read && !p.result.failed && p.scratch) {
+    std::memcpy(p.request.buffer.data(), p.io_buffer.data() + (p.request.offset - p.io_begin), p.request.buffer.size());
+  }
+  p.result.bytes = p.result.failed ? 0 : p.request.buffer.size();
+  out.push_back(std::move(p.result));
+  p.scratch.reset();
+  free_slots_.push_back(slot_id);
+  --outstanding_;
+}
+
+std::size_t swap_channel::collect(std::vector<io_completion>& out, std::size_t min_count, bool block) {
+  std::size_t moved = 0;
+  for (;;) {
+    moved += ready_.size();
+    std::move(ready_.begin(), ready_.end(), std::back_inserter(out));
+    ready_.clear();
+    if (outstanding_ == 0 || (block && moved >= min_count)) return moved;
+    bool progressed = false;
+    for (auto& engine : engines_) {
+      if (engine->outstanding() == 0) continue;
+      scratch_completions_.clear();
+      engine->poll(scratch_completions_);
+      for (const auto& c : scratch_completions_) on_piece(c, ready_);
+      progressed = progressed || !scratch_completions_.empty();
+    }
+    if (progressed) continue;
+    if (!block) return moved;
+    // Nothing ready anywhere: sleep on one busy queue; the others keep going in the kernel.
+    for (auto& engine : engines_) {
+      if (engine->outstanding() == 0) continue;
+      scratch_completions_.clear();
+      engine->wait(scratch_completions_, 1);
+      for (const auto& c : scratch_completions_) on_piece(c, ready_);
+      break;
+    }
+  }
+}
+
+std::size_t swap_channel::poll(std::vector<io_completion>& out) { return collect(out, 0, false); }
+
+std::size_t swap_channel::wait(std::vector<io_completion>& out, std::size_t min_count) {
+  return collect(out, min_count, true);
+}
+
+void swap_channel::run(std::span<const swap_request> requests) {
+  for (const auto& r : requests) submit(r);
+  std::vector<io_completion> done;
+  collect(done, outstanding_, true);
+  for (const auto& c : done) c.throw_if_failed();
+}
+
+}  // namespace zoe::io
