@@ -1,197 +1,176 @@
-// `zoe-bench io`: how fast the I/O engine moves data between locked host memory and one file.
+// `zoe-bench io`: how fast zoe moves data between locked host memory and a drive, raw through the
+// I/O engine and (with --store) through the checksummed swap store.
 #include <sys/vfs.h>
 
-#include <atomic>
-#include <exception>
 #include <filesystem>
 #include <iomanip>
 #include <iostream>
 #include <memory>
-#include <optional>
 #include <random>
-#include <thread>
 
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
-#include "support/host_buffer.hpp"
+#include "io_pass.hpp"
+#include "io_settings.hpp"
+#include "io_sweep.hpp"
 #include "support/measure.hpp"
-#include "support/stamped_data.hpp"
 #include "zoe/core/check.hpp"
 #include "zoe/core/log.hpp"
 #include "zoe/core/units.hpp"
 #include "zoe/io/engine_factory.hpp"
-#include "zoe/io/file.hpp"
 
 namespace zoe::bench {
 namespace {
 
-constexpr long tmpfs_magic = 0x01021994;
-constexpr long ramfs_magic = 0x858458f6;
-
-struct io_settings {
-  std::string path;
-  std::string size_text = "1GiB";
-  std::string block_text = "1MiB";
-  std::size_t queue_depth = 32;
-  std::size_t threads = 1;
-  std::string engine = "posix";
-  std::string op = "both";
-  bool buffered = false;
-  bool verify = false;
-  int loops = 3;
-  bool json = false;
-  std::optional<std::uint64_t> seed;
-};
-
 struct io_result {
+  std::string mode;
   std::string op;
+  std::vector<double> seconds;
   double median_seconds = 0;
   double median_gib_per_s = 0;
   double best_gib_per_s = 0;
 };
 
-// Everything one pass needs: the file, one engine and one set of buffers per thread.
-struct io_rig {
-  io_settings settings;
-  std::uint64_t size = 0;
-  std::size_t block = 0;
-  std::unique_ptr<io::file> file;
-  std::vector<std::unique_ptr<io::io_engine>> engines;
-  std::unique_ptr<host_buffer> memory;
-
-  [[nodiscard]] std::span<std::byte> slot(std::size_t thread, std::size_t index) const {
-    return memory->span().subspan((thread * settings.queue_depth + index) * block, block);
-  }
-};
-
-// Called with each block read, in completion order; may throw to stop the pass.
-using block_visitor = std::function<void(std::span<const std::byte>, std::uint64_t)>;
-
-// One pass over the whole file: thread t moves its contiguous share of blocks with queue_depth
-// requests in flight. Returns seconds from the first submit to the last completion.
-double run_pass(io_rig& rig, io::io_op op, const stamped_data* stamper, const block_visitor& visit) {
-  const std::size_t threads = rig.settings.threads;
-  const std::uint64_t blocks = (rig.size + rig.block - 1) / rig.block;
-  std::atomic<bool> go{false};
-  std::vector<std::exception_ptr> errors(threads);
-  std::vector<std::jthread> pool;
-  for (std::size_t t = 0; t < threads; ++t) {
-    pool.emplace_back([&, t] {
-      try {
-        while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
-        io::io_engine& engine = *rig.engines[t];
-        std::uint64_t next = blocks * t / threads;
-        const std::uint64_t last = blocks * (t + 1) / threads;
-        std::vector<io::io_completion> done;
-        const auto submit = [&](std::size_t slot_index) {
-          const std::uint64_t offset = next * rig.block;
-          const std::size_t length = static_cast<std::size_t>(std::min<std::uint64_t>(rig.block, rig.size - offset));
-          auto buffer = rig.slot(t, slot_index).first(length);
-          if (op == io::io_op::write) stamper->stamp(buffer, offset);
-          engine.submit({op, rig.file.get(), buffer, offset, (offset << 16) | slot_index});
-          ++next;
-        };
-        for (std::size_t s = 0; s < rig.settings.queue_depth && next < last; ++s) submit(s);
-        while (engine.outstanding() > 0) {
-          done.clear();
-          engine.wait(done, 1);
-          for (const io::io_completion& c : done) {
-            c.throw_if_failed();
-            const std::size_t slot_index = c.user_data & 0xffff;
-            if (visit) visit(rig.slot(t, slot_index).first(c.bytes), c.user_data >> 16);
-            if (next < last) submit(slot_index);
-          }
-        }
-      } catch (...) {
-        errors[t] = std::current_exception();
-      }
-    });
-  }
-  const auto start = bench_clock::now();
-  go.store(true, std::memory_order_release);
-  pool.clear();
-  if (op == io::io_op::write && !rig.file->direct()) rig.file->sync();  // buffered: wait for the drive too
-  const double seconds = seconds_since(start);
-  for (const auto& e : errors) {
-    if (e) std::rethrow_exception(e);
-  }
-  return seconds;
-}
-
-// The seed stamped in the file's first sector, if the file holds a complete earlier run.
-std::optional<std::uint64_t> existing_seed(io_rig& rig) {
-  if (rig.file->logical_size() < rig.size) return std::nullopt;
-  std::optional<std::uint64_t> seed;
-  auto sector = rig.slot(0, 0).first(sector_size);
-  const io::io_request r{io::io_op::read, rig.file.get(), sector, 0, 0};
-  rig.engines[0]->run(std::span(&r, 1));
-  return stamped_data::seed_of(sector);
-}
-
 double gib_per_s(std::uint64_t bytes, double seconds) {
   return static_cast<double>(bytes) / seconds / static_cast<double>(GiB);
 }
 
-io_result measure(io_rig& rig, io::io_op op, const stamped_data& data) {
-  std::vector<double> seconds;
-  double best = 0;
-  for (int loop = 1; loop <= rig.settings.loops; ++loop) {
-    const double s = run_pass(rig, op, &data, {});
-    seconds.push_back(s);
-    best = std::max(best, gib_per_s(rig.size, s));
-    std::cerr << "zoe-bench io: " << io::op_name(op) << " loop " << loop << "/" << rig.settings.loops << ": "
-              << format_bytes(rig.size) << " in " << std::fixed << std::setprecision(3) << s << " s, "
-              << std::setprecision(2) << gib_per_s(rig.size, s) << " GiB/s\n";
+// A target ready to time: its data written once and the stamps the timed writes will use.
+struct prepared_target {
+  std::unique_ptr<io_target> target;
+  std::unique_ptr<stamped_data> data;
+};
+
+prepared_target prepare(std::unique_ptr<io_target> target, const io_settings& s, const pass_layout& layout,
+                        const host_buffer& memory) {
+  std::cerr << "zoe-bench io: " << target->mode() << " mode, engine " << target->engine_name() << ", "
+            << target->where() << (target->direct() ? " (O_DIRECT)" : " (buffered)") << "\n";
+  std::optional<std::uint64_t> seed = earlier_seed(*target, layout, memory);
+  if (!seed) {
+    // Reads and writes both run against data already written: a write into fresh space costs
+    // the file system extra work (extent conversion) that a steady-state overwrite does not.
+    seed = s.seed.value_or(std::random_device{}());
+    std::cerr << "zoe-bench io: writing " << format_bytes(layout.size) << " once before timing\n";
+    const stamped_data fill(*seed);
+    fill.fill_bodies(memory.span());
+    run_pass(*target, layout, memory, io::io_op::write, &fill, {});
+  } else if (s.op != "read") {
+    seed = s.seed.value_or(*seed + 1);  // a new run's stamps, so torn blocks are visible
   }
-  const double med = median(seconds);
-  return {io::op_name(op), med, gib_per_s(rig.size, med), best};
+  return {std::move(target), std::make_unique<stamped_data>(*seed)};
 }
 
-void verify(io_rig& rig, const stamped_data& data) {
-  std::cerr << "zoe-bench io: verifying " << format_bytes(rig.size) << " of " << rig.file->path().string() << "\n";
-  run_pass(rig, io::io_op::read, nullptr, [&](std::span<const std::byte> block, std::uint64_t offset) {
-    if (auto bad = data.check(block, offset)) {
-      throw corruption_error(str("verify failed in '", rig.file->path().string(), "' ", *bad));
+void verify(const prepared_target& p, const pass_layout& layout, const host_buffer& memory) {
+  std::cerr << "zoe-bench io: verifying " << format_bytes(layout.size) << " of " << p.target->where() << "\n";
+  p.data->fill_bodies(memory.span());
+  run_pass(*p.target, layout, memory, io::io_op::read, nullptr, [&](std::span<const std::byte> block, std::uint64_t offset) {
+    if (auto bad = p.data->check(block, offset)) {
+      throw corruption_error(str("verify failed in '", p.target->where(), "' ", *bad));
     }
   });
-  std::cerr << "zoe-bench io: verified, every sector is intact\n";
+  std::cerr << "zoe-bench io: verified " << p.target->mode() << ", every sector is intact\n";
 }
 
-void print(const io_rig& rig, const std::vector<io_result>& results) {
-  const io_settings& s = rig.settings;
+void print(const io_settings& s, const std::vector<prepared_target>& targets, const std::vector<io_result>& results) {
+  const auto target_of = [&](const std::string& mode) -> const io_target& {
+    for (const auto& p : targets) {
+      if (p.target->mode() == mode) return *p.target;
+    }
+    throw internal_error("no target for mode " + mode);
+  };
   if (s.json) {
     for (const io_result& r : results) {
-      const nlohmann::json j{{"bench", "io"},
-                             {"mode", "raw"},
-                             {"engine", std::string(rig.engines[0]->backend_name())},
-                             {"op", r.op},
-                             {"direct", rig.file->direct()},
-                             {"path", rig.file->path().string()},
-                             {"block_size", rig.block},
-                             {"queue_depth", s.queue_depth},
-                             {"threads", s.threads},
-                             {"bytes", rig.size},
-                             {"loops", s.loops},
-                             {"seconds", r.median_seconds},
-                             {"gib_per_s", r.median_gib_per_s},
-                             {"best_gib_per_s", r.best_gib_per_s}};
+      const io_target& t = target_of(r.mode);
+      const nlohmann::json j{{"bench", "io"},           {"mode", r.mode},
+                             {"engine", t.engine_name()}, {"op", r.op},
+                             {"direct", t.direct()},      {"path", t.where()},
+                             {"block_size", s.block},     {"queue_depth", s.queue_depth},
+                             {"threads", s.threads},      {"bytes", s.size},
+                             {"loops", s.loops},          {"seconds", r.median_seconds},
+                             {"gib_per_s", r.median_gib_per_s}, {"best_gib_per_s", r.best_gib_per_s}};
       std::cout << j.dump() << "\n";
     }
     return;
   }
-  std::cout << std::left << std::setw(7) << "op" << std::setw(8) << "engine" << std::setw(8) << "direct"
-            << std::setw(10) << "block" << std::setw(6) << "qd" << std::setw(9) << "threads" << std::setw(10)
-            << "size" << std::setw(14) << "median GiB/s" << "best GiB/s\n";
+  std::cout << std::left << std::setw(7) << "mode" << std::setw(7) << "op" << std::setw(8) << "engine" << std::setw(8)
+            << "direct" << std::setw(10) << "block" << std::setw(6) << "qd" << std::setw(9) << "threads"
+            << std::setw(10) << "size" << std::setw(14) << "median GiB/s" << "best GiB/s\n";
   for (const io_result& r : results) {
-    std::cout << std::left << std::setw(7) << r.op << std::setw(8) << rig.engines[0]->backend_name() << std::setw(8)
-              << (rig.file->direct() ? "yes" : "no") << std::setw(10) << format_bytes(rig.block) << std::setw(6)
-              << s.queue_depth << std::setw(9) << s.threads << std::setw(10) << format_bytes(rig.size) << std::fixed
+    const io_target& t = target_of(r.mode);
+    std::cout << std::left << std::setw(7) << r.mode << std::setw(7) << r.op << std::setw(8) << t.engine_name()
+              << std::setw(8) << (t.direct() ? "yes" : "no") << std::setw(10) << format_bytes(s.block) << std::setw(6)
+              << s.queue_depth << std::setw(9) << s.threads << std::setw(10) << format_bytes(s.size) << std::fixed
               << std::setprecision(2) << std::setw(14) << r.median_gib_per_s << r.best_gib_per_s << "\n";
   }
 }
 
-void check_directory(const std::string& path) {
+void run_io(io_settings s) {
+  s.check();
+  if (s.sweep) {
+    run_sweep(s);
+    return;
+  }
+  const io::engine_options options{.block_size = s.block, .queue_depth = s.queue_depth};
+  const pass_layout layout{s.size, s.block, s.queue_depth, s.threads};
+  std::cerr << "zoe-bench io: " << format_bytes(layout.buffer_bytes()) << " of locked buffers\n";
+  const host_buffer memory(layout.buffer_bytes());
+
+  std::vector<prepared_target> targets;
+  targets.push_back(prepare(make_raw_target(s.path, s.size, s.buffered, s.engine, options, s.threads), s, layout, memory));
+  if (s.store) {
+    targets.push_back(
+        prepare(make_store_target(s.path, s.size, s.buffered, s.engine, options, s.threads), s, layout, memory));
+  }
+
+  std::vector<io::io_op> ops;
+  if (s.op != "read") ops.push_back(io::io_op::write);
+  if (s.op != "write") ops.push_back(io::io_op::read);
+  std::vector<io_result> results;
+  for (const io::io_op op : ops) {
+    const std::size_t first = results.size();
+    for (const auto& p : targets) results.push_back({p.target->mode(), io::op_name(op), {}, 0, 0, 0});
+    // Loops alternate between the modes, so a noisy moment hurts both alike.
+    for (int loop = 1; loop <= s.loops; ++loop) {
+      for (std::size_t i = 0; i < targets.size(); ++i) {
+        const prepared_target& p = targets[i];
+        p.data->fill_bodies(memory.span());
+        const double seconds = run_pass(*p.target, layout, memory, op, p.data.get(), {});
+        results[first + i].seconds.push_back(seconds);
+        std::cerr << "zoe-bench io: " << p.target->mode() << " " << io::op_name(op) << " loop " << loop << "/" << s.loops
+                  << ": " << format_bytes(s.size) << " in " << std::fixed << std::setprecision(3) << seconds << " s, "
+                  << std::setprecision(2) << gib_per_s(s.size, seconds) << " GiB/s\n";
+      }
+    }
+  }
+  for (io_result& r : results) {
+    r.median_seconds = median(r.seconds);
+    r.median_gib_per_s = gib_per_s(s.size, r.median_seconds);
+    for (const double sec : r.seconds) r.best_gib_per_s = std::max(r.best_gib_per_s, gib_per_s(s.size, sec));
+  }
+  if (s.verify) {
+    for (const auto& p : targets) verify(p, layout, memory);
+  }
+  print(s, targets, results);
+}
+
+}  // namespace
+
+void io_settings::check() {
+  size = parse_bytes(size_text, "--size");
+  block = static_cast<std::size_t>(parse_bytes(block_text, "--block-size"));
+  ZOE_EXPECTS(size > 0 && size % sector_size == 0, "--size must be a positive multiple of 4 KiB, got ", size_text);
+  check_bench_directory(path);
+  try {
+    io::engine_options{.block_size = block, .queue_depth = queue_depth}.validate();
+  } catch (const usage_error& e) {
+    throw usage_error(str("--block-size / --queue-depth: ", e.what()));
+  }
+}
+
+void check_bench_directory(const std::string& path) {
+  constexpr long tmpfs_magic = 0x01021994;
+  constexpr long ramfs_magic = 0x858458f6;
   std::error_code ec;
   const auto status = std::filesystem::status(path, ec);
   ZOE_EXPECTS(std::filesystem::exists(status), "--path '", path, "' does not exist");
@@ -203,84 +182,50 @@ void check_directory(const std::string& path) {
   }
 }
 
-void run_io(const io_settings& settings) {
-  io_rig rig;
-  rig.settings = settings;
-  rig.size = parse_bytes(settings.size_text, "--size");
-  rig.block = static_cast<std::size_t>(parse_bytes(settings.block_text, "--block-size"));
-  ZOE_EXPECTS(rig.size > 0 && rig.size % sector_size == 0, "--size must be a positive multiple of 4 KiB, got ",
-              settings.size_text);
-  check_directory(settings.path);
-  const io::engine_options options{.block_size = rig.block, .queue_depth = settings.queue_depth};
-  try {
-    options.validate();
-  } catch (const usage_error& e) {
-    throw usage_error(str("--block-size / --queue-depth: ", e.what()));
-  }
-
-  rig.file = std::make_unique<io::file>(std::filesystem::path(settings.path) / "zoe-bench.dat", io::open_mode::read_write,
-                                        io::file_options{.create = true, .direct = !settings.buffered});
-  for (std::size_t t = 0; t < settings.threads; ++t) rig.engines.push_back(io::make_engine(settings.engine, options));
-  const std::size_t buffer_bytes = settings.threads * settings.queue_depth * rig.block;
-  std::cerr << "zoe-bench io: " << format_bytes(buffer_bytes) << " of locked buffers, engine "
-            << rig.engines[0]->backend_name() << ", file " << rig.file->path().string()
-            << (rig.file->direct() ? " (O_DIRECT)" : " (buffered)") << "\n";
-  rig.memory = std::make_unique<host_buffer>(buffer_bytes);
-
-  const bool writes = settings.op != "read";
-  std::optional<std::uint64_t> seed = existing_seed(rig);
-  if (!seed) {
-    // Both reads and writes run against a file already written: a write into fresh space costs
-    // the file system extra work (extent conversion) that a steady-state overwrite does not.
-    seed = settings.seed.value_or(std::random_device{}());
-    std::cerr << "zoe-bench io: writing " << format_bytes(rig.size) << " once before timing\n";
-    const stamped_data fill(*seed);
-    fill.fill_bodies(rig.memory->span());
-    run_pass(rig, io::io_op::write, &fill, {});
-  } else if (writes) {
-    seed = settings.seed.value_or(*seed + 1);  // a new run's stamps, so torn blocks are visible
-  }
-  const stamped_data data(*seed);
-  data.fill_bodies(rig.memory->span());
-
-  std::vector<io_result> results;
-  if (writes) results.push_back(measure(rig, io::io_op::write, data));
-  if (settings.op != "write") results.push_back(measure(rig, io::io_op::read, data));
-  if (settings.verify) verify(rig, data);
-  print(rig, results);
-}
-
-}  // namespace
-
 void add_io_command(CLI::App& app) {
-  auto settings = std::make_shared<io_settings>();
-  CLI::App* cmd = app.add_subcommand("io", "bandwidth of one file through the I/O engine");
+  auto s = std::make_shared<io_settings>();
+  CLI::App* cmd = app.add_subcommand("io", "bandwidth of a drive through the I/O engine and the swap store");
   cmd->footer(
-      "Times passes over DIR/zoe-bench.dat. The file is written once before timing if it is missing or short, "
-      "so both reads and writes measure a file already written. Each loop moves the whole file; the figure is "
-      "the median over loops, from the first submit to the last completion. Data is self-verifying: every "
-      "4 KiB sector is stamped with its offset and the run's seed. Exit 2: bad flags; exit 1: I/O error or "
-      "bad data.");
-  cmd->add_option("--path", settings->path, "directory to put zoe-bench.dat in (a real drive, not tmpfs)")->required();
-  cmd->add_option("--size", settings->size_text, "file size (e.g. 1GiB; a multiple of 4 KiB)")->capture_default_str();
-  cmd->add_option("--block-size", settings->block_text, "bytes per request (a multiple of 4 KiB)")->capture_default_str();
-  cmd->add_option("--queue-depth", settings->queue_depth, "requests in flight per thread")
+      "Times passes over DIR/zoe-bench.dat (and, with --store, over a swap store in DIR). The data is written once "
+      "before timing if missing, so both reads and writes measure data already written. Each loop moves everything "
+      "once; the figure is the median over loops, from the first submit to the last completion. Data is "
+      "self-verifying: every 4 KiB sector is stamped with its offset and the run's seed. Exit 2: bad flags; "
+      "exit 1: I/O error or bad data.");
+  const auto engines = io::available_backends_and_auto();
+  cmd->add_option("--path", s->path, "directory to measure in (a real drive, not tmpfs)")->required();
+  cmd->add_option("--size", s->size_text, "bytes per pass (e.g. 1GiB; a multiple of 4 KiB)")->capture_default_str();
+  cmd->add_option("--block-size", s->block_text, "bytes per request (a multiple of 4 KiB)")->capture_default_str();
+  cmd->add_option("--queue-depth", s->queue_depth, "requests in flight per thread")
       ->check(CLI::Range(1, 4096))
       ->capture_default_str();
-  cmd->add_option("--threads", settings->threads, "worker threads, each with its own engine and share of the file")
+  cmd->add_option("--threads", s->threads, "worker threads, each with its own engine and share of the data")
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
-  cmd->add_option("--engine", settings->engine, "I/O backend")
-      ->check(CLI::IsMember(io::available_backends_and_auto()))
+  cmd->add_option("--engine", s->engine, "I/O backend")->check(CLI::IsMember(engines))->capture_default_str();
+  cmd->add_option("--op", s->op, "what to time")->check(CLI::IsMember({"read", "write", "both"}))->capture_default_str();
+  cmd->add_flag("--buffered", s->buffered, "use the page cache instead of O_DIRECT (writes then end with fdatasync)");
+  cmd->add_flag("--store", s->store,
+                "also run the workload through the swap store (checksums on) and report \"mode\": \"store\"");
+  cmd->add_flag("--verify", s->verify,
+                "after timing, read everything back and check every sector; exit 1 naming the first bad offset");
+  cmd->add_option("--loops", s->loops, "timed passes per op and mode")->check(CLI::Range(1, 1000))->capture_default_str();
+  cmd->add_option("--seed", s->seed, "seed of the data written (default: random, or the file's seed + 1)");
+  cmd->add_flag("--json", s->json, "print one JSON object per result instead of the table");
+  cmd->add_flag("--sweep", s->sweep,
+                "try every combination of the --sweep-* lists, print the table and the best as a DeepSpeed aio block");
+  cmd->add_option("--sweep-block-sizes", s->sweep_block_sizes, "block sizes to sweep")->delimiter(',')->capture_default_str();
+  cmd->add_option("--sweep-queue-depths", s->sweep_queue_depths, "queue depths to sweep")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 4096))
       ->capture_default_str();
-  cmd->add_option("--op", settings->op, "what to time")->check(CLI::IsMember({"read", "write", "both"}))->capture_default_str();
-  cmd->add_flag("--buffered", settings->buffered, "use the page cache instead of O_DIRECT (writes then end with fdatasync)");
-  cmd->add_flag("--verify", settings->verify,
-                "after timing, read the file back and check every sector; exit 1 naming the first bad offset");
-  cmd->add_option("--loops", settings->loops, "timed passes per op")->check(CLI::Range(1, 1000))->capture_default_str();
-  cmd->add_option("--seed", settings->seed, "seed of the data written (default: random, or the file's seed + 1)");
-  cmd->add_flag("--json", settings->json, "print one JSON object per result instead of the table");
-  cmd->callback([settings] { run_io(*settings); });
+  cmd->add_option("--sweep-threads", s->sweep_threads, "thread counts to sweep")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  cmd->add_option("--sweep-engines", s->sweep_engines, "engines to sweep (default: every one in this build)")
+      ->delimiter(',')
+      ->check(CLI::IsMember(io::available_backends()));
+  cmd->callback([s] { run_io(*s); });
 }
 
 }  // namespace zoe::bench

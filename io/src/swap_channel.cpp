@@ -207,6 +207,8 @@ std::size_t swap_channel::collect(std::vector<io_completion>& out, std::size_t m
   }
 }
 
+std::string_view swap_channel::backend_name() const noexcept { return engines_.front()->backend_name(); }
+
 std::size_t swap_channel::poll(std::vector<io_completion>& out) { return collect(out, 0, false); }
 
 std::size_t swap_channel::wait(std::vector<io_completion>& out, std::size_t min_count) {

@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -105,6 +106,50 @@ TEST_F(io_command, JsonReportsEveryField) {
     EXPECT_GE(j.at("best_gib_per_s").get<double>(), j.at("gib_per_s").get<double>());
   }
   EXPECT_EQ(results, 2) << r.output;
+}
+
+std::vector<nlohmann::json> json_lines(const std::string& output) {
+  std::vector<nlohmann::json> out;
+  std::istringstream lines(output);
+  for (std::string line; std::getline(lines, line);) {
+    if (!line.empty() && line[0] == '{') out.push_back(nlohmann::json::parse(line));
+  }
+  return out;
+}
+
+TEST_F(io_command, StoreModeIsReportedBesideRawAndVerifies) {
+  const auto r = run(base() + " --store --verify --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::map<std::string, int> modes;
+  for (const auto& j : json_lines(r.output)) {
+    ++modes[j.at("mode").get<std::string>() + "/" + j.at("op").get<std::string>()];
+    EXPECT_GT(j.at("gib_per_s").get<double>(), 0.0);
+  }
+  EXPECT_EQ(modes, (std::map<std::string, int>{{"raw/read", 1}, {"raw/write", 1}, {"store/read", 1}, {"store/write", 1}}));
+  EXPECT_NE(r.output.find("verified store"), std::string::npos) << r.output;
+  std::size_t left = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir_.path())) {
+    EXPECT_EQ(entry.path().filename(), "zoe-bench.dat") << "the swap store left " << entry.path();
+    ++left;
+  }
+  EXPECT_EQ(left, 1u);
+}
+
+TEST_F(io_command, SweepPrintsEveryPointAndADeepSpeedAioBlock) {
+  const auto r = run(base_without_sizes() +
+                     " --size 1MiB --sweep --sweep-block-sizes 64KiB,128KiB --sweep-queue-depths 2,4 --sweep-threads 1 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto lines = json_lines(r.output);
+  ASSERT_EQ(lines.size(), 5u) << r.output;
+  for (std::size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(lines[i].at("mode"), "sweep");
+    EXPECT_GT(lines[i].at("read_gib_per_s").get<double>(), 0.0);
+  }
+  const auto& aio = lines[4].at("aio");
+  EXPECT_EQ(lines[4].at("mode"), "sweep_best");
+  for (const char* key : {"block_size", "queue_depth", "intra_op_parallelism", "single_submit", "overlap_events"}) {
+    EXPECT_TRUE(aio.contains(key)) << key << " in " << aio.dump();
+  }
 }
 
 TEST_F(io_command, VerifyPassesOnAnIntactFileInALaterProcess) {

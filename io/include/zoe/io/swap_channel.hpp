@@ -43,6 +43,8 @@ class swap_channel {
   /// Submits, waits for all, throws io_error or corruption_error for the first failure.
   void run(std::span<const swap_request> requests);
   [[nodiscard]] std::size_t outstanding() const noexcept { return outstanding_; }
+  /// The I/O backend the channel's engines took ("posix", ...).
+  [[nodiscard]] std::string_view backend_name() const noexcept;
 
  private:
   struct pending;

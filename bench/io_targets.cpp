@@ -1,0 +1,93 @@
+#include "io_targets.hpp"
+
+#include "zoe/core/str.hpp"
+#include "zoe/io/engine_factory.hpp"
+#include "zoe/io/file.hpp"
+#include "zoe/io/swap_channel.hpp"
+#include "zoe/io/swap_store.hpp"
+
+namespace zoe::bench {
+namespace {
+
+class raw_target final : public io_target {
+ public:
+  raw_target(const std::filesystem::path& dir, std::uint64_t size, bool buffered, const std::string& engine,
+             const io::engine_options& options, std::size_t threads)
+      : file_(dir / "zoe-bench.dat", io::open_mode::read_write, io::file_options{.create = true, .direct = !buffered}),
+        size_(size) {
+    for (std::size_t t = 0; t < threads; ++t) engines_.push_back(io::make_engine(engine, options));
+  }
+
+  [[nodiscard]] std::string mode() const override { return "raw"; }
+  [[nodiscard]] std::string engine_name() const override { return std::string(engines_[0]->backend_name()); }
+  [[nodiscard]] bool direct() const override { return file_.direct(); }
+  [[nodiscard]] std::string where() const override { return file_.path().string(); }
+  [[nodiscard]] bool holds_earlier_run() const override { return file_.logical_size() >= size_; }
+
+  void submit(std::size_t thread, io::io_op op, std::span<std::byte> buffer, std::uint64_t offset,
+              std::uint64_t tag) override {
+    engines_[thread]->submit({op, &file_, buffer, offset, tag});
+  }
+  void wait(std::size_t thread, std::vector<io::io_completion>& out) override { engines_[thread]->wait(out, 1); }
+  [[nodiscard]] std::size_t outstanding(std::size_t thread) const override { return engines_[thread]->outstanding(); }
+  void after_write() override {
+    if (!file_.direct()) file_.sync();  // buffered: the figure includes reaching the drive
+  }
+
+ private:
+  io::file file_;
+  std::uint64_t size_;
+  std::vector<std::unique_ptr<io::io_engine>> engines_;
+};
+
+class store_target final : public io_target {
+ public:
+  store_target(const std::filesystem::path& dir, std::uint64_t size, bool buffered, const std::string& engine,
+               const io::engine_options& options, std::size_t threads)
+      : store_([&] {
+          io::swap_store_options o;
+          o.paths = {dir};
+          o.capacity = size;
+          o.engine = engine;
+          o.io = options;
+          o.direct = !buffered;
+          return o;
+        }()),
+        extent_(store_.allocate(size)) {
+    for (std::size_t t = 0; t < threads; ++t) channels_.push_back(std::make_unique<io::swap_channel>(store_));
+  }
+
+  [[nodiscard]] std::string mode() const override { return "store"; }
+  [[nodiscard]] std::string engine_name() const override { return std::string(channels_[0]->backend_name()); }
+  [[nodiscard]] bool direct() const override { return store_.direct(); }
+  [[nodiscard]] std::string where() const override { return str(store_.folders()[0].string(), " (swap store)"); }
+  [[nodiscard]] bool holds_earlier_run() const override { return false; }
+
+  void submit(std::size_t thread, io::io_op op, std::span<std::byte> buffer, std::uint64_t offset,
+              std::uint64_t tag) override {
+    channels_[thread]->submit({op, extent_, offset, buffer, tag});
+  }
+  void wait(std::size_t thread, std::vector<io::io_completion>& out) override { channels_[thread]->wait(out, 1); }
+  [[nodiscard]] std::size_t outstanding(std::size_t thread) const override { return channels_[thread]->outstanding(); }
+
+ private:
+  io::swap_store store_;
+  io::swap_extent extent_;
+  std::vector<std::unique_ptr<io::swap_channel>> channels_;
+};
+
+}  // namespace
+
+std::unique_ptr<io_target> make_raw_target(const std::filesystem::path& dir, std::uint64_t size, bool buffered,
+                                           const std::string& engine, const io::engine_options& options,
+                                           std::size_t threads) {
+  return std::make_unique<raw_target>(dir, size, buffered, engine, options, threads);
+}
+
+std::unique_ptr<io_target> make_store_target(const std::filesystem::path& dir, std::uint64_t size, bool buffered,
+                                             const std::string& engine, const io::engine_options& options,
+                                             std::size_t threads) {
+  return std::make_unique<store_target>(dir, size, buffered, engine, options, threads);
+}
+
+}  // namespace zoe::bench
