@@ -46,6 +46,7 @@ prepared_target prepare(std::unique_ptr<io_target> target, const io_settings& s,
                         const host_buffer& memory) {
   std::cerr << "zoe-bench io: " << target->mode() << " mode, engine " << target->engine_name() << ", "
             << target->where() << (target->direct() ? " (O_DIRECT)" : " (buffered)") << "\n";
+  if (const std::string note = target->setup_note(); !note.empty()) std::cerr << "zoe-bench io: " << note << "\n";
   std::optional<std::uint64_t> seed = earlier_seed(*target, layout, memory);
   if (!seed) {
     // Reads and writes both run against data already written: a write into fresh space costs

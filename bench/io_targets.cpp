@@ -62,6 +62,10 @@ class store_target final : public io_target {
   [[nodiscard]] bool direct() const override { return store_.direct(); }
   [[nodiscard]] std::string where() const override { return str(store_.folders()[0].string(), " (swap store)"); }
   [[nodiscard]] bool holds_earlier_run() const override { return false; }
+  [[nodiscard]] std::string setup_note() const override {
+    return str("swap files written once at creation in ", store_.prewrite_seconds(),
+               " s, so timed writes overwrite (ext4 converts fallocated extents on first write)");
+  }
 
   void submit(std::size_t thread, io::io_op op, std::span<std::byte> buffer, std::uint64_t offset,
               std::uint64_t tag) override {

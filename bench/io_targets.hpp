@@ -34,6 +34,8 @@ class io_target {
   [[nodiscard]] virtual bool direct() const = 0;
   /// Where the data lives, for messages.
   [[nodiscard]] virtual std::string where() const = 0;
+  /// A line for the progress output about what setting the target up cost, if anything.
+  [[nodiscard]] virtual std::string setup_note() const { return {}; }
   /// True when the target already holds `size` bytes of a complete earlier run (raw file only).
   [[nodiscard]] virtual bool holds_earlier_run() const = 0;
 
