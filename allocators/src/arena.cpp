@@ -15,7 +15,8 @@ namespace {
 constexpr std::uint32_t zero_size_id = std::numeric_limits<std::uint32_t>::max();
 
 // A block moved into a gap smaller than itself must be copied in gap-sized pieces (copies may not
-// overlap). Past this many pieces, the few bytes gained are not worth the copies: leave it.
+// overlap). Past this many pieces, the quick pass leaves the block where it is: the few bytes
+// gained are not worth the copies unless the request still does not fit.
 constexpr std::uint64_t max_pieces_per_move = 64;
 
 // Recorded uses of freed blocks are kept until compaction waits on them; above this many, the
@@ -142,8 +143,13 @@ std::optional<arena_block> arena::allocate_locked(std::size_t bytes, std::unique
   const std::uint64_t rounded = align_up(bytes, alignment_);
   std::optional<std::uint64_t> offset = take_hole(rounded);
   if (!offset && compaction_ && rounded <= stats_.free) {
-    compact_locked();
+    compact_locked(false);
     offset = take_hole(rounded);
+    if (!offset && rounded <= stats_.free) {
+      // The quick pass left blocks behind small gaps; close those too before giving up.
+      compact_locked(true);
+      offset = take_hole(rounded);
+    }
   }
   if (!offset) {
     ++stats_.failed_allocations;
@@ -259,10 +265,10 @@ void arena::free_block(std::uint32_t id) noexcept {
 
 std::uint64_t arena::compact() {
   const std::lock_guard lock(mutex_);
-  return compact_locked();
+  return compact_locked(true);
 }
 
-std::uint64_t arena::compact_locked() {
+std::uint64_t arena::compact_locked(bool thorough) {
   const auto start = std::chrono::steady_clock::now();
   const stream_view s = stream_.view();
   // Freed space becomes a destination: work still reading the freed blocks must finish first.
@@ -277,7 +283,8 @@ std::uint64_t arena::compact_locked() {
   for (const auto& [offset, id] : live_by_offset_) {
     block& b = blocks_[id];
     const std::uint64_t gap = b.offset - cursor;
-    const bool stays = b.pins > 0 || gap == 0 || (gap < b.size && (b.size + gap - 1) / gap > max_pieces_per_move);
+    const bool stays = b.pins > 0 || gap == 0 ||
+                       (!thorough && gap < b.size && (b.size + gap - 1) / gap > max_pieces_per_move);
     if (stays) {
       cursor = b.offset + b.size;
       continue;

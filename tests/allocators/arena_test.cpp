@@ -2,6 +2,7 @@
 // and recorded uses.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <map>
@@ -17,16 +18,25 @@ namespace {
 
 using namespace std::chrono_literals;
 
+// Word-at-a-time so the random schedules stay quick under sanitizers.
 void fill(void* p, std::size_t n, std::uint64_t seed) {
   std::mt19937_64 rng(seed);
   auto* bytes = static_cast<unsigned char*>(p);
-  for (std::size_t i = 0; i < n; ++i) bytes[i] = static_cast<unsigned char>(rng());
+  for (std::size_t i = 0; i < n; i += 8) {
+    const std::uint64_t word = rng();
+    std::memcpy(bytes + i, &word, std::min<std::size_t>(8, n - i));
+  }
 }
 
 std::uint64_t checksum(const void* p, std::size_t n) {
-  std::uint64_t h = 1469598103934665603ULL;  // FNV-1a
+  std::uint64_t h = 1469598103934665603ULL;
   const auto* bytes = static_cast<const unsigned char*>(p);
-  for (std::size_t i = 0; i < n; ++i) h = (h ^ bytes[i]) * 1099511628211ULL;
+  for (std::size_t i = 0; i < n; i += 8) {
+    std::uint64_t word = 0;
+    std::memcpy(&word, bytes + i, std::min<std::size_t>(8, n - i));
+    h = (h ^ word) * 1099511628211ULL;
+    h ^= h >> 29;
+  }
   return h;
 }
 
@@ -158,7 +168,7 @@ TEST(arena, ZeroSizeBlocksTakeNoSpace) {
 // and a pinned block's address never changes.
 TEST(arena, RandomSchedulesKeepEveryBlockIntact) {
   const auto dev = make_host_device(8 * MiB);
-  for (std::uint64_t seed = 1; seed <= 6; ++seed) {
+  for (std::uint64_t seed = 1; seed <= 4; ++seed) {
     arena a(*dev, 4 * MiB);
     std::mt19937_64 rng(seed);
     struct live {
@@ -177,7 +187,7 @@ TEST(arena, RandomSchedulesKeepEveryBlockIntact) {
         }
       }
     };
-    for (int op = 0; op < 1500; ++op) {
+    for (int op = 0; op < 1200; ++op) {
       const auto dice = rng() % 10;
       if (dice < 5 || blocks.empty()) {
         const std::size_t n = 1 + rng() % (192 * KiB);

@@ -128,7 +128,7 @@ class arena {
   std::optional<std::uint64_t> take_hole(std::uint64_t bytes);
   void add_hole(std::uint64_t offset, std::uint64_t size);
   void remove_hole(std::map<std::uint64_t, std::uint64_t>::iterator it);
-  std::uint64_t compact_locked();
+  std::uint64_t compact_locked(bool thorough);
   void free_block(std::uint32_t id) noexcept;
   std::uint64_t largest_hole_locked() const;
   device_event take_event();
