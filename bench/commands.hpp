@@ -9,4 +9,8 @@ namespace zoe::bench {
 /// `zoe-bench io`: file I/O bandwidth through the I/O engine.
 void add_io_command(CLI::App& app);
 
+/// `zoe-bench alloc`: the defragmenting arena on a ZeRO-3-like trace, compaction bandwidth and
+/// buffer-pool acquire/release cost.
+void add_alloc_command(CLI::App& app);
+
 }  // namespace zoe::bench

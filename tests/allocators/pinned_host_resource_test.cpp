@@ -1,0 +1,66 @@
+// Pinned host memory: placement, locking, huge pages and the limit.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "zoe/allocators/pinned_host_resource.hpp"
+#include "zoe/core/error.hpp"
+#include "zoe/core/units.hpp"
+
+namespace zoe::allocators {
+namespace {
+
+TEST(pinned_host_resource, PlacesLocksAndReportsTheNode) {
+  const auto dev = make_host_device(1 * MiB);
+  pinned_host_resource resource(*dev, {.placement = numa_placement::calling_thread});
+  EXPECT_GE(resource.numa_nodes(), 1);
+  auto buf = resource.allocate(4 * MiB + 123);
+  ASSERT_TRUE(buf);
+  EXPECT_EQ(buf.size(), 4 * MiB + 123);
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(buf.data()) % 4096, 0U);
+  EXPECT_GE(buf.numa_node(), 0) << "the node is reported";
+  EXPECT_LT(buf.numa_node(), resource.numa_nodes());
+  EXPECT_EQ(resource.bytes_in_use(), 4 * MiB + 123);
+  std::memset(buf.data(), 0x42, buf.size());
+  pinned_buffer moved = std::move(buf);
+  EXPECT_EQ(resource.bytes_in_use(), 4 * MiB + 123);
+  moved = pinned_buffer();
+  EXPECT_EQ(resource.bytes_in_use(), 0U);
+}
+
+TEST(pinned_host_resource, AsksForHugePagesOnLargeMappingsOnly) {
+  const auto dev = make_host_device(1 * MiB);
+  pinned_host_resource resource(*dev);
+  const auto small = resource.allocate(64 * KiB);
+  EXPECT_FALSE(small.huge_pages());
+  const auto large = resource.allocate(8 * MiB);
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(large.data()) % (2 * MiB), 0U) << "huge pages need 2 MiB alignment";
+  pinned_host_resource no_huge(*dev, {.huge_pages = false});
+  EXPECT_FALSE(no_huge.allocate(8 * MiB).huge_pages());
+}
+
+TEST(pinned_host_resource, TheLimitMakesExhaustionAMemoryError) {
+  const auto dev = make_host_device(1 * MiB);
+  pinned_host_resource resource(*dev, {.limit_bytes = 1 * MiB});
+  auto a = resource.allocate(768 * KiB);
+  try {
+    (void)resource.allocate(512 * KiB);
+    FAIL() << "over the limit must throw";
+  } catch (const memory_error& e) {
+    EXPECT_NE(std::string(e.what()).find("limit"), std::string::npos) << e.what();
+  }
+  a = pinned_buffer();
+  EXPECT_NO_THROW((void)resource.allocate(1 * MiB));
+}
+
+TEST(pinned_host_resource, ExplicitNodeMustExist) {
+  const auto dev = make_host_device(1 * MiB);
+  EXPECT_THROW(pinned_host_resource(*dev, {.placement = numa_placement::explicit_node, .numa_node = 4096}),
+               usage_error);
+  pinned_host_resource node0(*dev, {.placement = numa_placement::explicit_node, .numa_node = 0});
+  EXPECT_EQ(node0.target_node(), 0);
+  EXPECT_EQ(node0.allocate(64 * KiB).numa_node(), 0);
+}
+
+}  // namespace
+}  // namespace zoe::allocators
