@@ -277,15 +277,13 @@ void engine_state::advance(std::uint32_t id) {
     case stage::rmw_fill:
       std::memcpy(p.bounce + head, request.buffer.data() + p.plan.buffer_offset, p.plan.length);
       p.at = stage::rmw_write;
+      if (p.cover_end > request.target->logical_size()) {
+        request.target->begin_extension();
+        p.extending = true;
+      }
       queue_raw(id, io_op::write, p.bounce, p.cover_end - p.cover_begin, p.cover_begin, false);
       return;
     case stage::rmw_write:
-      try {
-        // The whole last block went out; cut the file back to the length the caller asked for.
-        if (p.cover_end > request.target->logical_size()) request.target->trim_to_logical_size();
-      } catch (const io_error& e) {
-        p.error = {true, e.os_errno(), p.cover_end, e.what()};
-      }
       break;
     case stage::rmw_wait_lock:
       ZOE_ASSERT(false);
@@ -294,6 +292,16 @@ void engine_state::advance(std::uint32_t id) {
 }
 
 void engine_state::release_bounce(piece& p) {
+  if (p.extending) {
+    p.extending = false;
+    try {
+      // The whole last block went out (or failed part-way): cut the file back to the length
+      // the caller asked for, before another writer of this block may start.
+      target_of(p).end_extension();
+    } catch (const io_error& e) {
+      if (!p.error.failed) p.error = {true, e.os_errno(), p.cover_end, e.what()};
+    }
+  }
   if (p.locked) {
     target_of(p).unlock_range(p.cover_begin, p.cover_end);
     p.locked = false;

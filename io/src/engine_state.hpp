@@ -74,6 +74,7 @@ class engine_state {
     std::size_t raws_left = 0;
     std::size_t bytes_read = 0;  ///< bounce_read: how much of the cover the read found
     bool locked = false;
+    bool extending = false;  ///< its aligned write reaches past the logical end of the file
     failure error;
   };
   struct raw_slot {

@@ -100,9 +100,11 @@ std::uint64_t file::logical_size() const {
 }
 
 void file::refresh_logical_size() {
+  const std::lock_guard lock(mutex_);
+  if (extensions_in_flight_ > 0) return;
   struct stat st {};
   ZOE_CHECK_ERRNO(::fstat(fd_, &st), "cannot stat '", path_.string(), "'");
-  note_write_end(static_cast<std::uint64_t>(st.st_size));
+  logical_size_ = std::max(logical_size_, static_cast<std::uint64_t>(st.st_size));
 }
 
 void file::note_write_end(std::uint64_t end) {
@@ -110,8 +112,14 @@ void file::note_write_end(std::uint64_t end) {
   logical_size_ = std::max(logical_size_, end);
 }
 
-void file::trim_to_logical_size() {
+void file::begin_extension() {
   const std::lock_guard lock(mutex_);
+  ++extensions_in_flight_;
+}
+
+void file::end_extension() {
+  const std::lock_guard lock(mutex_);
+  --extensions_in_flight_;
   struct stat st {};
   ZOE_CHECK_ERRNO(::fstat(fd_, &st), "cannot stat '", path_.string(), "'");
   if (static_cast<std::uint64_t>(st.st_size) > logical_size_) {

@@ -95,6 +95,21 @@ std::vector<std::byte> read_whole_file(const std::filesystem::path& path) {
   return out;
 }
 
+::testing::AssertionResult same_bytes(std::span<const std::byte> actual, std::span<const std::byte> expected) {
+  const std::size_t n = std::min(actual.size(), expected.size());
+  std::size_t i = 0;
+  while (i < n && actual[i] == expected[i]) ++i;
+  if (i == n && actual.size() == expected.size()) return ::testing::AssertionSuccess();
+  auto failure = ::testing::AssertionFailure();
+  failure << "sizes " << actual.size() << " and " << expected.size();
+  if (i < n) {
+    std::size_t last = n;
+    while (last > i && actual[last - 1] == expected[last - 1]) --last;
+    failure << "; bytes differ from offset " << i << " to " << last;
+  }
+  return failure;
+}
+
 std::vector<std::filesystem::path> open_files_under(const std::filesystem::path& folder) {
   std::vector<std::filesystem::path> out;
   const std::string prefix = folder.string() + "/";

@@ -5,6 +5,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+
+#include <gtest/gtest.h>
 #include <memory>
 #include <optional>
 #include <span>
@@ -51,6 +53,10 @@ class scoped_mount {
 
 /// Random bytes from a seed (never zeros: a zero-filled file would hide a missed write).
 [[nodiscard]] std::vector<std::byte> random_bytes(std::size_t n, std::uint64_t seed);
+
+/// Compares byte ranges and, on a mismatch, says where the first difference is and the sizes
+/// (gtest's own vector printout is unreadable for megabytes).
+[[nodiscard]] ::testing::AssertionResult same_bytes(std::span<const std::byte> actual, std::span<const std::byte> expected);
 
 /// A 4 KiB-aligned heap buffer.
 class aligned_buffer {

@@ -51,13 +51,17 @@ class file {
   /// The length the file has once all writes submitted so far land.
   [[nodiscard]] std::uint64_t logical_size() const;
   /// Raises the logical size to the file's current length if that is larger (another writer grew
-  /// it). Throws io_error naming the path.
+  /// it), unless one of our own aligned writes of a partial last block is in flight: the length
+  /// then includes bytes that are about to be cut back. Throws io_error naming the path.
   void refresh_logical_size();
   /// Records that a write reaching `end` was submitted.
   void note_write_end(std::uint64_t end);
-  /// Cuts the file back to its logical size if an aligned write of a partial block made it longer.
-  /// Throws io_error naming the path.
-  void trim_to_logical_size();
+  /// Marks an aligned write of a partial last block (which makes the file longer than asked) as
+  /// in flight; pair with end_extension.
+  void begin_extension();
+  /// Cuts the file back to its logical size and ends the mark (also when it throws). Throws
+  /// io_error naming the path.
+  void end_extension();
   /// Sets the length (ftruncate) and the logical size. Throws io_error naming the path.
   void resize(std::uint64_t length);
   /// Reserves `length` bytes on the device (fallocate; ftruncate where the file system has no
@@ -84,6 +88,7 @@ class file {
   mutable std::mutex mutex_;
   std::condition_variable unlocked_;
   std::uint64_t logical_size_ = 0;
+  int extensions_in_flight_ = 0;
   std::vector<std::pair<std::uint64_t, std::uint64_t>> locked_;
 };
 
