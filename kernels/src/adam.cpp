@@ -38,9 +38,7 @@ adam_scalars make_adam_scalars(const adam_config& c) {
   };
 }
 
-}  // namespace detail
-
-void adam_step(const adam_config& config, const adam_shard& shard) {
+adam_args make_adam_args(const adam_config& config, const adam_shard& shard) {
   const std::size_t n = shard.params.size();
   ZOE_EXPECTS(shard.exp_avg.size() == n, "adam: exp_avg has ", shard.exp_avg.size(), " elements, params ", n);
   ZOE_EXPECTS(shard.exp_avg_sq.size() == n, "adam: exp_avg_sq has ", shard.exp_avg_sq.size(), " elements, params ",
@@ -54,7 +52,7 @@ void adam_step(const adam_config& config, const adam_shard& shard) {
     ZOE_EXPECTS(shard.working->count == n, "adam: working copy has ", shard.working->count, " elements, params ", n);
     ZOE_EXPECTS(n == 0 || shard.working->data != nullptr, "adam: working copy is null");
   }
-  const detail::adam_args args{
+  return adam_args{
       .params = shard.params.data(),
       .exp_avg = shard.exp_avg.data(),
       .exp_avg_sq = shard.exp_avg_sq.data(),
@@ -62,8 +60,15 @@ void adam_step(const adam_config& config, const adam_shard& shard) {
       .grad_type = shard.grad.type,
       .working = shard.working ? shard.working->data : nullptr,
       .working_type = shard.working ? shard.working->type : dtype::fp16,
-      .s = detail::make_adam_scalars(config),
+      .s = make_adam_scalars(config),
   };
+}
+
+}  // namespace detail
+
+void adam_step(const adam_config& config, const adam_shard& shard) {
+  const detail::adam_args args = detail::make_adam_args(config, shard);
+  const std::size_t n = shard.params.size();
   const detail::kernel_table& k = detail::active_table();
   detail::parallel_ranges(n, detail::elementwise_grain,
                           [&](std::size_t b, std::size_t e) { k.adam_range(args, b, e); });

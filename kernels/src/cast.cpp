@@ -18,34 +18,42 @@ bool overlap(const void* a, std::size_t a_bytes, const void* b, std::size_t b_by
   return x < y + b_bytes && y < x + a_bytes;
 }
 
-void expect_data(const_tensor_view x, const char* what) {
-  ZOE_EXPECTS(x.count == 0 || x.data != nullptr, what, ": null data with ", x.count, " elements");
-}
-
 // Fixed chunking for the fp64 sum: the order of additions depends on these constants only.
 constexpr std::size_t sum_chunk = std::size_t{1} << 16;
 constexpr std::size_t sum_stage = 4096;  // 16-bit input is widened this many elements at a time
 
 }  // namespace
 
-void cast(const_tensor_view src, tensor_view dst) {
+namespace detail {
+
+void expect_data(const_tensor_view x, const char* what) {
+  ZOE_EXPECTS(x.count == 0 || x.data != nullptr, what, ": null data with ", x.count, " elements");
+}
+
+cast_args make_cast_args(const_tensor_view src, tensor_view dst) {
   expect_data(src, "cast: source");
   expect_data(dst, "cast: destination");
   ZOE_EXPECTS(src.count == dst.count, "cast: source has ", src.count, " elements, destination ", dst.count);
+  ZOE_EXPECTS(src.type == dst.type || !overlap(src.data, src.bytes(), dst.data, dst.bytes()), "cast: ",
+              dtype_name(src.type), " source and ", dtype_name(dst.type), " destination overlap");
+  return {src.data, src.type, dst.data, dst.type};
+}
+
+}  // namespace detail
+
+void cast(const_tensor_view src, tensor_view dst) {
+  const detail::cast_args args = detail::make_cast_args(src, dst);
   if (src.type == dst.type) {
     if (src.data != dst.data && src.count > 0) std::memmove(dst.data, src.data, src.bytes());
     return;
   }
-  ZOE_EXPECTS(!overlap(src.data, src.bytes(), dst.data, dst.bytes()), "cast: ", dtype_name(src.type), " source and ",
-              dtype_name(dst.type), " destination overlap");
-  const detail::cast_args args{src.data, src.type, dst.data, dst.type};
   const detail::kernel_table& k = detail::active_table();
   detail::parallel_ranges(src.count, detail::elementwise_grain,
                           [&](std::size_t b, std::size_t e) { k.cast_range(args, b, e); });
 }
 
 bool has_inf_nan(const_tensor_view x) {
-  expect_data(x, "has_inf_nan");
+  detail::expect_data(x, "has_inf_nan");
   const detail::kernel_table& k = detail::active_table();
   std::atomic<bool> found{false};
   detail::parallel_ranges(x.count, detail::elementwise_grain, [&](std::size_t b, std::size_t e) {
@@ -57,7 +65,7 @@ bool has_inf_nan(const_tensor_view x) {
 }
 
 double sum_of_squares(const_tensor_view x) {
-  expect_data(x, "sum_of_squares");
+  detail::expect_data(x, "sum_of_squares");
   const detail::kernel_table& k = detail::active_table();
   const std::size_t chunks = (x.count + sum_chunk - 1) / sum_chunk;
   std::vector<double> partial(chunks, 0.0);

@@ -8,9 +8,8 @@
 
 #include "zoe/kernels/dtype.hpp"
 
-namespace zoe::kernels {
-struct adam_config;
-}
+#include "zoe/kernels/adam.hpp"
+#include "zoe/kernels/quantize.hpp"
 
 namespace zoe::kernels::detail {
 
@@ -79,5 +78,15 @@ struct dequant_args {
   std::size_t out_base;  // element index `out` points at
   bool accumulate;    // out (fp32) += value instead of out = value
 };
+
+// Argument checks shared by the CPU and CUDA entry points: each throws usage_error naming what is
+// wrong and otherwise returns the flattened arguments.
+[[nodiscard]] adam_args make_adam_args(const adam_config& config, const adam_shard& shard);
+/// Also checks that differing types do not overlap; same types are a plain copy for the caller.
+[[nodiscard]] cast_args make_cast_args(const_tensor_view src, tensor_view dst);
+[[nodiscard]] quant_args make_quant_args(const_tensor_view in, const quant_config& config, quantized_span out);
+[[nodiscard]] dequant_args make_dequant_args(const_quantized_span in, const quant_config& config, tensor_view out);
+/// Throws usage_error naming `what` when a view has null data and a nonzero count.
+void expect_data(const_tensor_view x, const char* what);
 
 }  // namespace zoe::kernels::detail

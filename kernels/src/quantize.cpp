@@ -27,10 +27,6 @@ void expect_layout(const_quantized_span q, const quant_config& c, std::size_t bl
               zero_points, c.symmetric ? " (symmetric has none)" : " (one per block)");
 }
 
-void expect_data(const_tensor_view x, const char* what) {
-  ZOE_EXPECTS(x.count == 0 || x.data != nullptr, what, ": null data with ", x.count, " elements");
-}
-
 detail::dequant_args dequant_args_of(const_quantized_span in, const quant_config& c, void* out, dtype out_type,
                                      std::size_t count, std::size_t out_base, bool accumulate) {
   return {in.codes.data(), in.scales.data(), c.symmetric ? nullptr : in.zero_points.data(), layout_of(c), out,
@@ -99,23 +95,35 @@ void quant_config::validate() const {
               block);
 }
 
-void quantize(const_tensor_view in, const quant_config& config, quantized_span out) {
+namespace detail {
+
+quant_args make_quant_args(const_tensor_view in, const quant_config& config, quantized_span out) {
   config.validate();
   expect_data(in, "quantize: input");
   expect_layout(out, config, config.blocks(in.count), "quantize: output");
-  const detail::quant_args args{in.data,          in.type,           in.count,
-                                0,                layout_of(config), out.codes.data(),
-                                out.scales.data(), config.symmetric ? nullptr : out.zero_points.data()};
+  return {in.data,          in.type,           in.count,
+          0,                layout_of(config), out.codes.data(),
+          out.scales.data(), config.symmetric ? nullptr : out.zero_points.data()};
+}
+
+dequant_args make_dequant_args(const_quantized_span in, const quant_config& config, tensor_view out) {
+  config.validate();
+  expect_data(out, "dequantize: output");
+  expect_layout(in, config, config.blocks(out.count), "dequantize: input");
+  return dequant_args_of(in, config, out.data, out.type, out.count, 0, false);
+}
+
+}  // namespace detail
+
+void quantize(const_tensor_view in, const quant_config& config, quantized_span out) {
+  const detail::quant_args args = detail::make_quant_args(in, config, out);
   const detail::kernel_table& k = detail::active_table();
   detail::parallel_ranges(config.blocks(in.count), block_grain(config),
                           [&](std::size_t b, std::size_t e) { k.quantize_blocks(args, b, e); });
 }
 
 void dequantize(const_quantized_span in, const quant_config& config, tensor_view out) {
-  config.validate();
-  expect_data(out, "dequantize: output");
-  expect_layout(in, config, config.blocks(out.count), "dequantize: input");
-  const detail::dequant_args args = dequant_args_of(in, config, out.data, out.type, out.count, 0, false);
+  const detail::dequant_args args = detail::make_dequant_args(in, config, out);
   const detail::kernel_table& k = detail::active_table();
   detail::parallel_ranges(config.blocks(out.count), block_grain(config),
                           [&](std::size_t b, std::size_t e) { k.dequantize_blocks(args, b, e); });
@@ -146,7 +154,7 @@ void reduce_requantize(std::span<const const_quantized_span> inputs, const quant
 void reduce_dequantize(std::span<const const_quantized_span> inputs, const quant_config& config, float post_scale,
                        tensor_view out) {
   config.validate();
-  expect_data(out, "reduce_dequantize: output");
+  detail::expect_data(out, "reduce_dequantize: output");
   expect_inputs(inputs, config, out.count);
   const detail::kernel_table& k = detail::active_table();
   reduce_blocks(inputs, config, out.count, post_scale, [&](std::size_t b, const float* sum, std::size_t valid) {

@@ -58,3 +58,27 @@ ZOE_ARITH typename P::F float_from_fp16(typename P::U h) {
                            P::select(P::gt(magnitude, P::u(0x7bffu)), special, normal));
   return P::from_bits(sign | wide);
 }
+
+// Loads or stores lanes of a buffer of `T`, widening to or narrowing from float.
+template <class P, ::zoe::kernels::dtype T>
+ZOE_ARITH typename P::F load_as_float(const void* base, std::size_t i) {
+  if constexpr (T == ::zoe::kernels::dtype::fp32) {
+    return P::load_f32(static_cast<const float*>(base) + i);
+  } else if constexpr (T == ::zoe::kernels::dtype::bf16) {
+    return float_from_bf16<P>(P::load_u16(static_cast<const std::uint16_t*>(base) + i));
+  } else {
+    return float_from_fp16<P>(P::load_u16(static_cast<const std::uint16_t*>(base) + i));
+  }
+}
+
+template <class P, ::zoe::kernels::dtype T>
+ZOE_ARITH void store_from_float(typename P::F v, void* base, std::size_t i) {
+  if constexpr (T == ::zoe::kernels::dtype::fp32) {
+    P::store_f32(v, static_cast<float*>(base) + i);
+  } else if constexpr (T == ::zoe::kernels::dtype::bf16) {
+    P::store_u16(bf16_from_float<P>(v), static_cast<std::uint16_t*>(base) + i);
+  } else {
+    P::store_u16(fp16_from_float<P>(v), static_cast<std::uint16_t*>(base) + i);
+  }
+}
+

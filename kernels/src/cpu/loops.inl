@@ -9,28 +9,6 @@ using ::zoe::kernels::detail::cast_args;
 using ::zoe::kernels::detail::dequant_args;
 using ::zoe::kernels::detail::quant_args;
 
-template <class P, dtype T>
-ZOE_ARITH typename P::F load_as_float(const void* base, std::size_t i) {
-  if constexpr (T == dtype::fp32) {
-    return P::load_f32(static_cast<const float*>(base) + i);
-  } else if constexpr (T == dtype::bf16) {
-    return float_from_bf16<P>(P::load_u16(static_cast<const std::uint16_t*>(base) + i));
-  } else {
-    return float_from_fp16<P>(P::load_u16(static_cast<const std::uint16_t*>(base) + i));
-  }
-}
-
-template <class P, dtype T>
-ZOE_ARITH void store_from_float(typename P::F v, void* base, std::size_t i) {
-  if constexpr (T == dtype::fp32) {
-    P::store_f32(v, static_cast<float*>(base) + i);
-  } else if constexpr (T == dtype::bf16) {
-    P::store_u16(bf16_from_float<P>(v), static_cast<std::uint16_t*>(base) + i);
-  } else {
-    P::store_u16(fp16_from_float<P>(v), static_cast<std::uint16_t*>(base) + i);
-  }
-}
-
 // Calls f.template operator()<T>() with T the run-time dtype as a compile-time constant.
 template <class Fn>
 ZOE_ARITH void with_dtype(dtype t, Fn&& fn) {
