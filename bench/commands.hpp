@@ -9,4 +9,10 @@ namespace zoe::bench {
 /// `zoe-bench io`: file I/O bandwidth through the I/O engine.
 void add_io_command(CLI::App& app);
 
+/// `zoe-bench adam`: one CPU Adam step against memcpy on the same threads.
+void add_adam_command(CLI::App& app);
+
+/// `zoe-bench quant`: block quantization speed and accuracy.
+void add_quant_command(CLI::App& app);
+
 }  // namespace zoe::bench

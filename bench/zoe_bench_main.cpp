@@ -15,6 +15,8 @@ int main(int argc, char** argv) {
   CLI::App app{"zoe-bench: measure what zoe's tiers can move on this machine"};
   app.require_subcommand(1);
   zoe::bench::add_io_command(app);
+  zoe::bench::add_adam_command(app);
+  zoe::bench::add_quant_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
