@@ -4,6 +4,7 @@
 #define HWY_TARGET_INCLUDE "cpu/simd_kernels.cpp"
 #include <hwy/foreach_target.h>  // re-includes this file once per target
 
+#include <hwy/cache_control.h>
 #include <hwy/highway.h>
 
 #include "arith/prelude.hpp"
@@ -71,6 +72,8 @@ struct simd_lanes {
     const hn::Rebind<std::uint8_t, DI> d8;
     hn::StoreU(hn::DemoteTo(d8, v), d8, p);
   }
+
+  static void prefetch(const void* p) { hwy::Prefetch(static_cast<const std::uint8_t*>(p)); }
 
   static float max_of_lanes(F v) { return hn::GetLane(hn::MaxOfLanes(DF(), v)); }
   static float min_of_lanes(F v) { return hn::GetLane(hn::MinOfLanes(DF(), v)); }
