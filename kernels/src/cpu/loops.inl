@@ -123,14 +123,19 @@ bool nonfinite_range_of(const void* src, dtype type, std::size_t begin, std::siz
 
 // ---- quantization --------------------------------------------------------------------------------
 
+// Minimum and maximum of src[i, end); with `widened` (may be null), also stores the values as fp32
+// at widened[k - first] so a second pass over 16-bit input need not convert again.
 template <class P, dtype T>
-ZOE_ARITH std::size_t minmax_lanes(const void* src, std::size_t i, std::size_t end, float& lo, float& hi) {
+ZOE_ARITH std::size_t minmax_lanes(const void* src, std::size_t i, std::size_t end, float& lo, float& hi,
+                                   float* widened = nullptr, std::size_t first = 0) {
   const std::size_t n = P::lanes();
   if (i + n > end) return i;
   auto vlo = load_as_float<P, T>(src, i);
   auto vhi = vlo;
+  if (widened != nullptr) P::store_f32(vlo, widened + (i - first));
   for (i += n; i + n <= end; i += n) {
     const auto x = load_as_float<P, T>(src, i);
+    if (widened != nullptr) P::store_f32(x, widened + (i - first));
     vlo = P::min(vlo, x);
     vhi = P::max(vhi, x);
   }
@@ -145,10 +150,10 @@ ZOE_ARITH std::size_t minmax_lanes(const void* src, std::size_t i, std::size_t e
 template <class P, dtype T>
 ZOE_ARITH std::size_t code8_lanes(const void* src, std::size_t src_index, void* codes, std::size_t i,
                                   std::size_t end, bool symmetric, const block_lanes<P>& b,
-                                  const char* ahead = nullptr) {
+                                  const char* ahead = nullptr, std::size_t ahead_element_bytes = 0) {
   const std::size_t n = P::lanes();
   for (; i + n <= end; i += n) {
-    if (ahead != nullptr) P::prefetch(ahead + i * sizeof(std::uint16_t) * (T == dtype::fp32 ? 2 : 1));
+    if (ahead != nullptr) P::prefetch(ahead + i * ahead_element_bytes);
     const auto q = quantize_value<P>(load_as_float<P, T>(src, src_index + i), b);
     if (symmetric) {
       P::store_i8(q, static_cast<std::int8_t*>(codes) + i);
@@ -164,15 +169,21 @@ void quantize_blocks_typed(const quant_args& a, std::size_t first_block, std::si
   const auto& l = a.layout;
   constexpr std::size_t segment = 512;  // int4 codes are staged as bytes, then packed
   alignas(64) std::int8_t staged[segment];
+  // 16-bit blocks up to this size are widened once into fp32 during the min/max pass (exact, so the
+  // codes do not change) and coded from there: the conversion is most of the arithmetic.
+  constexpr std::size_t widen_limit = 4096;
+  alignas(64) float widened[T == dtype::fp32 ? 1 : widen_limit];
+  const bool widen = T != dtype::fp32 && l.bits == 8 && l.block <= widen_limit;
   for (std::size_t blk = first_block; blk < last_block; ++blk) {
     const std::size_t begin = blk * l.block;
     const std::size_t valid = (a.count - begin < l.block ? a.count - begin : l.block);
     const std::size_t src_base = begin - a.in_base;
     float lo = load_as_float<scalar_lanes, T>(a.in, src_base);
     float hi = lo;
-    std::size_t i = minmax_lanes<V, T>(a.in, src_base, src_base + valid, lo, hi);
+    std::size_t i = minmax_lanes<V, T>(a.in, src_base, src_base + valid, lo, hi, widen ? widened : nullptr, src_base);
     for (; i < src_base + valid; ++i) {
       const float x = load_as_float<scalar_lanes, T>(a.in, i);
+      if (widen) widened[i - src_base] = x;
       lo = scalar_lanes::min(lo, x);
       hi = scalar_lanes::max(hi, x);
     }
@@ -186,8 +197,15 @@ void quantize_blocks_typed(const quant_args& a, std::size_t first_block, std::si
       const char* ahead = blk + 1 < last_block
                               ? static_cast<const char*>(a.in) + (src_base + l.block) * ::zoe::kernels::dtype_size(T)
                               : nullptr;
-      const std::size_t j = code8_lanes<V, T>(a.in, src_base, out, 0, valid, l.symmetric, bv, ahead);
-      code8_lanes<scalar_lanes, T>(a.in, src_base, out, j, valid, l.symmetric, bs);
+      if (widen) {
+        const std::size_t j = code8_lanes<V, dtype::fp32>(widened, 0, out, 0, valid, l.symmetric, bv, ahead,
+                                                            ::zoe::kernels::dtype_size(T));
+        code8_lanes<scalar_lanes, dtype::fp32>(widened, 0, out, j, valid, l.symmetric, bs);
+      } else {
+        const std::size_t j = code8_lanes<V, T>(a.in, src_base, out, 0, valid, l.symmetric, bv, ahead,
+                                                  ::zoe::kernels::dtype_size(T));
+        code8_lanes<scalar_lanes, T>(a.in, src_base, out, j, valid, l.symmetric, bs);
+      }
       for (std::size_t k = valid; k < l.block; ++k) out[k] = std::byte{0};
     } else {
       std::byte* out = a.codes + begin / 2;
