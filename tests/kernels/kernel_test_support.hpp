@@ -37,7 +37,9 @@ class path_guard {
 [[nodiscard]] std::vector<float> decode(const std::vector<std::byte>& bytes, dtype t);
 
 /// Fills with a byte pattern that is a NaN in every float type, so an unwritten output shows.
-inline void poison(void* data, std::size_t bytes) { std::memset(data, 0xff, bytes); }
+inline void poison(void* data, std::size_t bytes) {
+  if (bytes != 0) std::memset(data, 0xff, bytes);
+}
 
 [[nodiscard]] inline std::uint32_t bits_of(float x) {
   std::uint32_t u;
