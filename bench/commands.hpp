@@ -13,4 +13,10 @@ void add_io_command(CLI::App& app);
 /// buffer-pool acquire/release cost.
 void add_alloc_command(CLI::App& app);
 
+/// `zoe-bench adam`: one CPU Adam step against memcpy on the same threads.
+void add_adam_command(CLI::App& app);
+
+/// `zoe-bench quant`: block quantization speed and accuracy.
+void add_quant_command(CLI::App& app);
+
 }  // namespace zoe::bench

@@ -16,6 +16,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   zoe::bench::add_io_command(app);
   zoe::bench::add_alloc_command(app);
+  zoe::bench::add_adam_command(app);
+  zoe::bench::add_quant_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

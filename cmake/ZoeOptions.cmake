@@ -21,6 +21,13 @@ set(ZOE_SANITIZE "" CACHE STRING "Sanitizers to build with, e.g. address,undefin
 if(ZOE_WITH_CUDA)
   enable_language(CUDA)
   find_package(CUDAToolkit REQUIRED)
+  # CMake 3.25 predates nvcc's C++20 flag; without it, C++20 targets with CUDA sources fail to generate.
+  if(NOT CMAKE_CUDA20_STANDARD_COMPILE_OPTION)
+    set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
+    set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
+  endif()
+  set(CMAKE_CUDA_STANDARD 20)
+  set(CMAKE_CUDA_STANDARD_REQUIRED ON)
 endif()
 if(ZOE_WITH_NCCL AND NOT ZOE_WITH_CUDA)
   message(FATAL_ERROR "ZOE_WITH_NCCL=ON needs ZOE_WITH_CUDA=ON")

@@ -1,0 +1,97 @@
+#include "zoe/kernels/cast.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <vector>
+
+#include "cpu/kernel_table.hpp"
+#include "parallel.hpp"
+#include "zoe/core/check.hpp"
+
+namespace zoe::kernels {
+namespace {
+
+bool overlap(const void* a, std::size_t a_bytes, const void* b, std::size_t b_bytes) {
+  const auto x = reinterpret_cast<std::uintptr_t>(a);
+  const auto y = reinterpret_cast<std::uintptr_t>(b);
+  return x < y + b_bytes && y < x + a_bytes;
+}
+
+// Fixed chunking for the fp64 sum: the order of additions depends on these constants only.
+constexpr std::size_t sum_chunk = std::size_t{1} << 16;
+constexpr std::size_t sum_stage = 4096;  // 16-bit input is widened this many elements at a time
+
+}  // namespace
+
+namespace detail {
+
+void expect_data(const_tensor_view x, const char* what) {
+  ZOE_EXPECTS(x.count == 0 || x.data != nullptr, what, ": null data with ", x.count, " elements");
+}
+
+cast_args make_cast_args(const_tensor_view src, tensor_view dst) {
+  expect_data(src, "cast: source");
+  expect_data(dst, "cast: destination");
+  ZOE_EXPECTS(src.count == dst.count, "cast: source has ", src.count, " elements, destination ", dst.count);
+  ZOE_EXPECTS(src.type == dst.type || !overlap(src.data, src.bytes(), dst.data, dst.bytes()), "cast: ",
+              dtype_name(src.type), " source and ", dtype_name(dst.type), " destination overlap");
+  return {src.data, src.type, dst.data, dst.type};
+}
+
+}  // namespace detail
+
+void cast(const_tensor_view src, tensor_view dst) {
+  const detail::cast_args args = detail::make_cast_args(src, dst);
+  if (src.type == dst.type) {
+    if (src.data != dst.data && src.count > 0) std::memmove(dst.data, src.data, src.bytes());
+    return;
+  }
+  const detail::kernel_table& k = detail::active_table();
+  detail::parallel_ranges(src.count, detail::elementwise_grain,
+                          [&](std::size_t b, std::size_t e) { k.cast_range(args, b, e); });
+}
+
+bool has_inf_nan(const_tensor_view x) {
+  detail::expect_data(x, "has_inf_nan");
+  const detail::kernel_table& k = detail::active_table();
+  std::atomic<bool> found{false};
+  detail::parallel_ranges(x.count, detail::elementwise_grain, [&](std::size_t b, std::size_t e) {
+    if (!found.load(std::memory_order_relaxed) && k.nonfinite_range(x.data, x.type, b, e)) {
+      found.store(true, std::memory_order_relaxed);
+    }
+  });
+  return found.load();
+}
+
+double sum_of_squares(const_tensor_view x) {
+  detail::expect_data(x, "sum_of_squares");
+  const detail::kernel_table& k = detail::active_table();
+  const std::size_t chunks = (x.count + sum_chunk - 1) / sum_chunk;
+  std::vector<double> partial(chunks, 0.0);
+  detail::parallel_ranges(chunks, 1, [&](std::size_t first, std::size_t last) {
+    std::vector<float> staged(x.type == dtype::fp32 ? 0 : sum_stage);
+    for (std::size_t c = first; c < last; ++c) {
+      double lanes[8] = {};
+      const std::size_t begin = c * sum_chunk;
+      const std::size_t end = std::min(x.count, begin + sum_chunk);
+      for (std::size_t s = begin; s < end; s += sum_stage) {
+        const std::size_t len = std::min(sum_stage, end - s);
+        if (x.type == dtype::fp32) {
+          k.sum_squares(static_cast<const float*>(x.data) + s, len, lanes);
+        } else {
+          const detail::cast_args widen{static_cast<const std::byte*>(x.data) + s * dtype_size(x.type), x.type,
+                                        staged.data(), dtype::fp32};
+          k.cast_range(widen, 0, len);
+          k.sum_squares(staged.data(), len, lanes);
+        }
+      }
+      partial[c] = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
+    }
+  });
+  double total = 0.0;
+  for (const double p : partial) total += p;
+  return total;
+}
+
+}  // namespace zoe::kernels

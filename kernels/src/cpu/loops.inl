@@ -1,0 +1,287 @@
+// The CPU loops over the shared arithmetic, written once over a lane policy V: full vectors of V
+// first, then the tail one lane at a time with scalar_lanes (the same arithmetic, so the bits do
+// not depend on where a vector boundary falls). The scalar path instantiates them with
+// V = scalar_lanes. Included inside a namespace (see prelude.hpp), after the arithmetic.
+
+using ::zoe::kernels::dtype;
+using ::zoe::kernels::detail::adam_args;
+using ::zoe::kernels::detail::cast_args;
+using ::zoe::kernels::detail::dequant_args;
+using ::zoe::kernels::detail::quant_args;
+
+// Calls f.template operator()<T>() with T the run-time dtype as a compile-time constant.
+template <class Fn>
+ZOE_ARITH void with_dtype(dtype t, Fn&& fn) {
+  switch (t) {
+    case dtype::fp32: fn.template operator()<dtype::fp32>(); break;
+    case dtype::fp16: fn.template operator()<dtype::fp16>(); break;
+    case dtype::bf16: fn.template operator()<dtype::bf16>(); break;
+  }
+}
+
+// ---- Adam ----------------------------------------------------------------------------------------
+
+// Elements [i, end) in steps of P::lanes(); returns where it stopped (the tail is left).
+template <class P, dtype G, dtype W, bool with_working>
+ZOE_ARITH std::size_t adam_lanes(const adam_args& a, const adam_coeffs<P>& c, std::size_t i, std::size_t end) {
+  const std::size_t n = P::lanes();
+  for (; i + n <= end; i += n) {
+    auto p = P::load_f32(a.params + i);
+    auto m = P::load_f32(a.exp_avg + i);
+    auto v = P::load_f32(a.exp_avg_sq + i);
+    adam_update<P>(c, p, load_as_float<P, G>(a.grad, i), m, v);
+    P::store_f32(p, a.params + i);
+    P::store_f32(m, a.exp_avg + i);
+    P::store_f32(v, a.exp_avg_sq + i);
+    if constexpr (with_working) store_from_float<P, W>(p, a.working, i);
+  }
+  return i;
+}
+
+template <class V, dtype G, dtype W, bool with_working>
+void adam_typed(const adam_args& a, std::size_t begin, std::size_t end) {
+  const std::size_t i = adam_lanes<V, G, W, with_working>(a, adam_coeffs<V>(a.s), begin, end);
+  if (i < end) adam_lanes<scalar_lanes, G, W, with_working>(a, adam_coeffs<scalar_lanes>(a.s), i, end);
+}
+
+template <class V>
+void adam_range_of(const adam_args& a, std::size_t begin, std::size_t end) {
+  with_dtype(a.grad_type, [&]<dtype G>() {
+    if (a.working == nullptr) {
+      adam_typed<V, G, dtype::fp32, false>(a, begin, end);
+    } else if (a.working_type == dtype::bf16) {
+      adam_typed<V, G, dtype::bf16, true>(a, begin, end);
+    } else {
+      adam_typed<V, G, dtype::fp16, true>(a, begin, end);
+    }
+  });
+}
+
+// ---- casts, scaling, checks ----------------------------------------------------------------------
+
+template <class P, dtype S, dtype D>
+ZOE_ARITH std::size_t cast_lanes(const cast_args& a, std::size_t i, std::size_t end) {
+  const std::size_t n = P::lanes();
+  for (; i + n <= end; i += n) store_from_float<P, D>(load_as_float<P, S>(a.src, i), a.dst, i);
+  return i;
+}
+
+template <class V>
+void cast_range_of(const cast_args& a, std::size_t begin, std::size_t end) {
+  with_dtype(a.src_type, [&]<dtype S>() {
+    with_dtype(a.dst_type, [&]<dtype D>() {
+      const std::size_t i = cast_lanes<V, S, D>(a, begin, end);
+      cast_lanes<scalar_lanes, S, D>(a, i, end);
+    });
+  });
+}
+
+template <class P>
+ZOE_ARITH std::size_t scale_lanes(float* x, std::size_t i, std::size_t end, float factor) {
+  const std::size_t n = P::lanes();
+  const auto f = P::f(factor);
+  for (; i + n <= end; i += n) P::store_f32(P::load_f32(x + i) * f, x + i);
+  return i;
+}
+
+template <class V>
+void scale_f32_of(float* x, std::size_t count, float factor) {
+  scale_lanes<scalar_lanes>(x, scale_lanes<V>(x, 0, count, factor), count, factor);
+}
+
+// x - x is 0 for every finite x and NaN for infinities and NaNs, so one running sum flags both.
+template <class P, dtype T>
+ZOE_ARITH bool nonfinite_lanes(const void* src, std::size_t& i, std::size_t end) {
+  const std::size_t n = P::lanes();
+  auto acc = P::f(0.0f);
+  for (; i + n <= end; i += n) {
+    const auto x = load_as_float<P, T>(src, i);
+    acc = acc + (x - x);
+  }
+  // Compare bits, not floats: a max over lanes may drop a NaN.
+  return P::any(P::gt(P::bits(acc) & P::u(0x7fffffffu), P::u(0)));
+}
+
+// Adds the squares of x[0, count) into eight fp64 lanes, element i into lane i % 8 (count a
+// multiple of 8 except on the last call for a chunk).
+template <class V>
+void sum_squares_of(const float* x, std::size_t count, double* lanes8) {
+  std::size_t i = V::sum_squares8(x, count, lanes8);
+  for (; i < count; ++i) lanes8[i % 8] += static_cast<double>(x[i]) * static_cast<double>(x[i]);
+}
+
+template <class V>
+bool nonfinite_range_of(const void* src, dtype type, std::size_t begin, std::size_t end) {
+  bool found = false;
+  with_dtype(type, [&]<dtype T>() {
+    std::size_t i = begin;
+    found = nonfinite_lanes<V, T>(src, i, end);
+    found = nonfinite_lanes<scalar_lanes, T>(src, i, end) || found;
+  });
+  return found;
+}
+
+// ---- quantization --------------------------------------------------------------------------------
+
+// Minimum and maximum of src[i, end); with `widened` (may be null), also stores the values as fp32
+// at widened[k - first] so a second pass over 16-bit input need not convert again.
+template <class P, dtype T>
+ZOE_ARITH std::size_t minmax_lanes(const void* src, std::size_t i, std::size_t end, float& lo, float& hi,
+                                   float* widened = nullptr, std::size_t first = 0) {
+  const std::size_t n = P::lanes();
+  if (i + n > end) return i;
+  auto vlo = load_as_float<P, T>(src, i);
+  auto vhi = vlo;
+  if (widened != nullptr) P::store_f32(vlo, widened + (i - first));
+  for (i += n; i + n <= end; i += n) {
+    const auto x = load_as_float<P, T>(src, i);
+    if (widened != nullptr) P::store_f32(x, widened + (i - first));
+    vlo = P::min(vlo, x);
+    vhi = P::max(vhi, x);
+  }
+  lo = scalar_lanes::min(lo, P::min_of_lanes(vlo));
+  hi = scalar_lanes::max(hi, P::max_of_lanes(vhi));
+  return i;
+}
+
+// `ahead` (may be null) is the next block's input: it is prefetched at the pace the current block
+// is coded. A block of 2048 fp16 is one 4 KiB page and the hardware prefetcher stops at page
+// boundaries, so without this every block would start with a stall on memory.
+template <class P, dtype T>
+ZOE_ARITH std::size_t code8_lanes(const void* src, std::size_t src_index, void* codes, std::size_t i,
+                                  std::size_t end, bool symmetric, const block_lanes<P>& b,
+                                  const char* ahead = nullptr, std::size_t ahead_element_bytes = 0) {
+  const std::size_t n = P::lanes();
+  for (; i + n <= end; i += n) {
+    if (ahead != nullptr) P::prefetch(ahead + i * ahead_element_bytes);
+    const auto q = quantize_value<P>(load_as_float<P, T>(src, src_index + i), b);
+    if (symmetric) {
+      P::store_i8(q, static_cast<std::int8_t*>(codes) + i);
+    } else {
+      P::store_u8(q, static_cast<std::uint8_t*>(codes) + i);
+    }
+  }
+  return i;
+}
+
+template <class V, dtype T>
+void quantize_blocks_typed(const quant_args& a, std::size_t first_block, std::size_t last_block) {
+  const auto& l = a.layout;
+  constexpr std::size_t segment = 512;  // int4 codes are staged as bytes, then packed
+  alignas(64) std::int8_t staged[segment];
+  // 16-bit blocks up to this size are widened once into fp32 during the min/max pass (exact, so the
+  // codes do not change) and coded from there: the conversion is most of the arithmetic.
+  constexpr std::size_t widen_limit = 4096;
+  alignas(64) float widened[T == dtype::fp32 ? 1 : widen_limit];
+  const bool widen = T != dtype::fp32 && l.bits == 8 && l.block <= widen_limit;
+  for (std::size_t blk = first_block; blk < last_block; ++blk) {
+    const std::size_t begin = blk * l.block;
+    const std::size_t valid = (a.count - begin < l.block ? a.count - begin : l.block);
+    const std::size_t src_base = begin - a.in_base;
+    float lo = load_as_float<scalar_lanes, T>(a.in, src_base);
+    float hi = lo;
+    std::size_t i = minmax_lanes<V, T>(a.in, src_base, src_base + valid, lo, hi, widen ? widened : nullptr, src_base);
+    for (; i < src_base + valid; ++i) {
+      const float x = load_as_float<scalar_lanes, T>(a.in, i);
+      if (widen) widened[i - src_base] = x;
+      lo = scalar_lanes::min(lo, x);
+      hi = scalar_lanes::max(hi, x);
+    }
+    const block_params params = make_block_params(l, lo, hi);
+    a.scales[blk] = params.scale;
+    if (a.zero_points != nullptr) a.zero_points[blk] = params.offset;
+    const block_lanes<V> bv(params);
+    const block_lanes<scalar_lanes> bs(params);
+    if (l.bits == 8) {
+      std::byte* out = a.codes + begin;
+      const char* ahead = blk + 1 < last_block
+                              ? static_cast<const char*>(a.in) + (src_base + l.block) * ::zoe::kernels::dtype_size(T)
+                              : nullptr;
+      if (widen) {
+        const std::size_t j = code8_lanes<V, dtype::fp32>(widened, 0, out, 0, valid, l.symmetric, bv, ahead,
+                                                            ::zoe::kernels::dtype_size(T));
+        code8_lanes<scalar_lanes, dtype::fp32>(widened, 0, out, j, valid, l.symmetric, bs);
+      } else {
+        const std::size_t j = code8_lanes<V, T>(a.in, src_base, out, 0, valid, l.symmetric, bv, ahead,
+                                                  ::zoe::kernels::dtype_size(T));
+        code8_lanes<scalar_lanes, T>(a.in, src_base, out, j, valid, l.symmetric, bs);
+      }
+      for (std::size_t k = valid; k < l.block; ++k) out[k] = std::byte{0};
+    } else {
+      std::byte* out = a.codes + begin / 2;
+      for (std::size_t s = 0; s < l.block; s += segment) {
+        const std::size_t len = l.block - s < segment ? l.block - s : segment;
+        const std::size_t live = valid > s ? (valid - s < len ? valid - s : len) : 0;
+        // Staged as signed bytes: asymmetric int4 codes (0..15) fit too.
+        const std::size_t j = code8_lanes<V, T>(a.in, src_base + s, staged, 0, live, true, bv);
+        code8_lanes<scalar_lanes, T>(a.in, src_base + s, staged, j, live, true, bs);
+        for (std::size_t k = live; k < len; ++k) staged[k] = 0;
+        for (std::size_t k = 0; k < len; k += 2) {
+          out[(s + k) / 2] = static_cast<std::byte>(pack_nibbles(staged[k], staged[k + 1]));
+        }
+      }
+    }
+  }
+}
+
+template <class V>
+void quantize_blocks_of(const quant_args& a, std::size_t first_block, std::size_t last_block) {
+  with_dtype(a.in_type, [&]<dtype T>() { quantize_blocks_typed<V, T>(a, first_block, last_block); });
+}
+
+// Dequantizes codes[i, end) (as int8 or uint8 bytes) into out elements out_index + i.
+template <class P, dtype T, bool accumulate>
+ZOE_ARITH std::size_t decode8_lanes(const void* codes, bool is_signed, void* out, std::size_t out_index,
+                                    std::size_t i, std::size_t end, const block_lanes<P>& b) {
+  const std::size_t n = P::lanes();
+  for (; i + n <= end; i += n) {
+    const auto q = is_signed ? P::load_i8(static_cast<const std::int8_t*>(codes) + i)
+                             : P::load_u8(static_cast<const std::uint8_t*>(codes) + i);
+    auto x = dequantize_value<P>(q, b);
+    if constexpr (accumulate) x = P::load_f32(static_cast<const float*>(out) + out_index + i) + x;
+    store_from_float<P, T>(x, out, out_index + i);
+  }
+  return i;
+}
+
+template <class V, dtype T, bool accumulate>
+void dequantize_blocks_typed(const dequant_args& a, std::size_t first_block, std::size_t last_block) {
+  const auto& l = a.layout;
+  constexpr std::size_t segment = 512;
+  alignas(64) std::int8_t staged[segment];
+  for (std::size_t blk = first_block; blk < last_block; ++blk) {
+    const std::size_t begin = blk * l.block;
+    const std::size_t valid = (a.count - begin < l.block ? a.count - begin : l.block);
+    const std::size_t out_base = begin - a.out_base;
+    const block_params params{a.scales[blk], 0.0f, a.zero_points != nullptr ? a.zero_points[blk] : 0.0f, 0.0f,
+                              0.0f};
+    const block_lanes<V> bv(params);
+    const block_lanes<scalar_lanes> bs(params);
+    if (l.bits == 8) {
+      const std::byte* in = a.codes + begin;
+      const std::size_t j = decode8_lanes<V, T, accumulate>(in, l.symmetric, a.out, out_base, 0, valid, bv);
+      decode8_lanes<scalar_lanes, T, accumulate>(in, l.symmetric, a.out, out_base, j, valid, bs);
+    } else {
+      const auto* in = reinterpret_cast<const std::uint8_t*>(a.codes + begin / 2);
+      for (std::size_t s = 0; s < valid; s += segment) {
+        const std::size_t len = valid - s < segment ? valid - s : segment;
+        for (std::size_t k = 0; k < len; ++k) staged[k] = unpack_nibble(in[(s + k) / 2], ((s + k) & 1u) != 0, l.symmetric);
+        const std::size_t j = decode8_lanes<V, T, accumulate>(staged, true, a.out, out_base + s, 0, len, bv);
+        decode8_lanes<scalar_lanes, T, accumulate>(staged, true, a.out, out_base + s, j, len, bs);
+      }
+    }
+  }
+}
+
+template <class V>
+void dequantize_blocks_of(const dequant_args& a, std::size_t first_block, std::size_t last_block) {
+  with_dtype(a.out_type, [&]<dtype T>() {
+    if constexpr (T == dtype::fp32) {
+      if (a.accumulate) {
+        dequantize_blocks_typed<V, T, true>(a, first_block, last_block);
+        return;
+      }
+    }
+    dequantize_blocks_typed<V, T, false>(a, first_block, last_block);
+  });
+}

@@ -1,0 +1,180 @@
+// The SIMD paths: the shared arithmetic instantiated on Highway vectors, once per target
+// (SSE4, AVX2, AVX-512), each in its own namespace, and dispatched at run time.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "cpu/simd_kernels.cpp"
+#include <hwy/foreach_target.h>  // re-includes this file once per target
+
+#include <hwy/cache_control.h>
+#include <hwy/highway.h>
+
+#include "arith/prelude.hpp"
+#include "cpu/kernel_table.hpp"
+
+HWY_BEFORE_NAMESPACE();
+namespace zoe::kernels::detail::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+#include "arith/lanes_scalar.inl"
+
+// A full vector of float lanes: the value type the SIMD paths instantiate the arithmetic on.
+struct simd_lanes {
+  using DF = hn::ScalableTag<float>;
+  using DU = hn::RebindToUnsigned<DF>;
+  using DI = hn::RebindToSigned<DF>;
+  using F = hn::Vec<DF>;
+  using U = hn::Vec<DU>;
+  using I = hn::Vec<DI>;
+  using M = hn::Mask<DI>;
+
+  static std::size_t lanes() { return hn::Lanes(DF()); }
+
+  static F f(float x) { return hn::Set(DF(), x); }
+  static U u(std::uint32_t x) { return hn::Set(DU(), x); }
+  static U bits(F x) { return hn::BitCast(DU(), x); }
+  static F from_bits(U x) { return hn::BitCast(DF(), x); }
+
+  static F div(F a, F b) { return a / b; }
+  static F sqrt(F x) { return hn::Sqrt(x); }
+  static F min(F a, F b) { return hn::Min(a, b); }
+  static F max(F a, F b) { return hn::Max(a, b); }
+  static F abs(F x) { return hn::Abs(x); }
+
+  template <int k>
+  static U shr(U x) { return hn::ShiftRight<k>(x); }
+  template <int k>
+  static U shl(U x) { return hn::ShiftLeft<k>(x); }
+
+  static M gt(U a, U b) { return hn::BitCast(DI(), a) > hn::BitCast(DI(), b); }
+  static M lt(U a, U b) { return hn::BitCast(DI(), a) < hn::BitCast(DI(), b); }
+  static U select(M m, U yes, U no) { return hn::IfThenElse(hn::RebindMask(DU(), m), yes, no); }
+  static bool any(M m) { return !hn::AllFalse(DI(), m); }
+
+  static I nearest(F x) { return hn::NearestInt(x); }
+  static F to_float(I x) { return hn::ConvertTo(DF(), x); }
+  static I as_i(U x) { return hn::BitCast(DI(), x); }
+  static U as_u(I x) { return hn::BitCast(DU(), x); }
+
+  static F load_f32(const float* p) { return hn::LoadU(DF(), p); }
+  static void store_f32(F v, float* p) { hn::StoreU(v, DF(), p); }
+  static U load_u16(const std::uint16_t* p) { return hn::PromoteTo(DU(), hn::LoadU(hn::Rebind<std::uint16_t, DU>(), p)); }
+  // Lanes hold 0..65535, so the saturating demotion from int32 is exact.
+  static void store_u16(U v, std::uint16_t* p) {
+    const hn::Rebind<std::uint16_t, DI> d16;
+    hn::StoreU(hn::DemoteTo(d16, as_i(v)), d16, p);
+  }
+  static I load_i8(const std::int8_t* p) { return hn::PromoteTo(DI(), hn::LoadU(hn::Rebind<std::int8_t, DI>(), p)); }
+  static void store_i8(I v, std::int8_t* p) {
+    const hn::Rebind<std::int8_t, DI> d8;
+    hn::StoreU(hn::DemoteTo(d8, v), d8, p);
+  }
+  static I load_u8(const std::uint8_t* p) { return hn::PromoteTo(DI(), hn::LoadU(hn::Rebind<std::uint8_t, DI>(), p)); }
+  static void store_u8(I v, std::uint8_t* p) {
+    const hn::Rebind<std::uint8_t, DI> d8;
+    hn::StoreU(hn::DemoteTo(d8, v), d8, p);
+  }
+
+  static void prefetch(const void* p) { hwy::Prefetch(static_cast<const std::uint8_t*>(p)); }
+
+  static float max_of_lanes(F v) { return hn::GetLane(hn::MaxOfLanes(DF(), v)); }
+  static float min_of_lanes(F v) { return hn::GetLane(hn::MinOfLanes(DF(), v)); }
+
+  // Eight fp64 lanes as 8/n vectors of n <= 2 doubles on every target, so the summation order
+  // (lane i % 8, then a fixed tree) is the scalar path's whatever the vector width.
+  static std::size_t sum_squares8(const float* x, std::size_t count, double* lanes8) {
+    const hn::CappedTag<double, 2> dd;
+    const hn::Rebind<float, decltype(dd)> df;
+    const std::size_t n = hn::Lanes(dd);
+    const std::size_t vectors = 8 / n;
+    hn::Vec<decltype(dd)> acc[8];
+    for (std::size_t j = 0; j < vectors; ++j) acc[j] = hn::LoadU(dd, lanes8 + j * n);
+    std::size_t i = 0;
+    for (; i + 8 <= count; i += 8) {
+      for (std::size_t j = 0; j < vectors; ++j) {
+        const auto v = hn::PromoteTo(dd, hn::LoadU(df, x + i + j * n));
+        acc[j] = acc[j] + v * v;
+      }
+    }
+    for (std::size_t j = 0; j < vectors; ++j) hn::StoreU(acc[j], dd, lanes8 + j * n);
+    return i;
+  }
+};
+
+#include "arith/convert.inl"
+#include "arith/adam.inl"
+#include "arith/quant.inl"
+#include "cpu/loops.inl"
+
+void adam_range(const adam_args& a, std::size_t begin, std::size_t end) { adam_range_of<simd_lanes>(a, begin, end); }
+void cast_range(const cast_args& a, std::size_t begin, std::size_t end) { cast_range_of<simd_lanes>(a, begin, end); }
+void scale_f32(float* x, std::size_t count, float factor) { scale_f32_of<simd_lanes>(x, count, factor); }
+bool nonfinite_range(const void* src, dtype type, std::size_t begin, std::size_t end) {
+  return nonfinite_range_of<simd_lanes>(src, type, begin, end);
+}
+void sum_squares(const float* x, std::size_t count, double* lanes8) { sum_squares_of<simd_lanes>(x, count, lanes8); }
+void quantize_blocks(const quant_args& a, std::size_t first, std::size_t last) {
+  quantize_blocks_of<simd_lanes>(a, first, last);
+}
+void dequantize_blocks(const dequant_args& a, std::size_t first, std::size_t last) {
+  dequantize_blocks_of<simd_lanes>(a, first, last);
+}
+
+}  // namespace zoe::kernels::detail::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace zoe::kernels::detail {
+
+HWY_EXPORT(adam_range);
+HWY_EXPORT(cast_range);
+HWY_EXPORT(scale_f32);
+HWY_EXPORT(nonfinite_range);
+HWY_EXPORT(sum_squares);
+HWY_EXPORT(quantize_blocks);
+HWY_EXPORT(dequantize_blocks);
+
+namespace {
+void dispatch_adam(const adam_args& a, std::size_t b, std::size_t e) { HWY_DYNAMIC_DISPATCH(adam_range)(a, b, e); }
+void dispatch_cast(const cast_args& a, std::size_t b, std::size_t e) { HWY_DYNAMIC_DISPATCH(cast_range)(a, b, e); }
+void dispatch_scale(float* x, std::size_t n, float f) { HWY_DYNAMIC_DISPATCH(scale_f32)(x, n, f); }
+bool dispatch_nonfinite(const void* s, dtype t, std::size_t b, std::size_t e) {
+  return HWY_DYNAMIC_DISPATCH(nonfinite_range)(s, t, b, e);
+}
+void dispatch_sum_squares(const float* x, std::size_t n, double* l) { HWY_DYNAMIC_DISPATCH(sum_squares)(x, n, l); }
+void dispatch_quantize(const quant_args& a, std::size_t f, std::size_t l) { HWY_DYNAMIC_DISPATCH(quantize_blocks)(a, f, l); }
+void dispatch_dequantize(const dequant_args& a, std::size_t f, std::size_t l) {
+  HWY_DYNAMIC_DISPATCH(dequantize_blocks)(a, f, l);
+}
+}  // namespace
+
+const kernel_table& simd_table() noexcept {
+  static const kernel_table table{dispatch_adam,        dispatch_cast,     dispatch_scale,     dispatch_nonfinite,
+                                  dispatch_sum_squares, dispatch_quantize, dispatch_dequantize};
+  return table;
+}
+
+long long simd_target_bit(cpu_path p) noexcept {
+  switch (p) {
+    case cpu_path::sse4: return HWY_SSE4;
+    case cpu_path::avx2: return HWY_AVX2;
+    case cpu_path::avx512: return HWY_AVX3;
+    case cpu_path::automatic:
+    case cpu_path::scalar: break;
+  }
+  return 0;
+}
+
+long long simd_supported_targets() noexcept { return static_cast<long long>(hwy::SupportedTargets() & HWY_TARGETS); }
+
+void simd_force_targets(long long target_bits) noexcept { hwy::SetSupportedTargetsForTest(target_bits); }
+
+cpu_path simd_active_path() noexcept {
+  const std::int64_t best = hwy::SupportedTargets() & HWY_TARGETS;
+  const std::int64_t chosen = best & -best;  // lower bits are better targets
+  if (chosen == HWY_AVX3) return cpu_path::avx512;
+  if (chosen == HWY_AVX2) return cpu_path::avx2;
+  if (chosen == HWY_SSE4) return cpu_path::sse4;
+  return cpu_path::scalar;  // Highway's own portable fallback: the same arithmetic as scalar
+}
+
+}  // namespace zoe::kernels::detail
+#endif  // HWY_ONCE

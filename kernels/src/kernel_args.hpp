@@ -1,0 +1,92 @@
+#pragma once
+// The plain argument structs every launcher (scalar, SIMD, CUDA) receives: raw pointers checked
+// by the public entry points, and coefficients computed once on the host so every path starts from
+// the same float bits.
+
+#include <cstddef>
+#include <cstdint>
+
+#include "zoe/kernels/dtype.hpp"
+
+#include "zoe/kernels/adam.hpp"
+#include "zoe/kernels/quantize.hpp"
+
+namespace zoe::kernels::detail {
+
+/// The per-step constants of Adam, rounded to float once.
+struct adam_scalars {
+  float grad_scale;       // 1/loss_scale times the clip factor
+  float l2;               // weight decay added to the gradient (Adam), else 0
+  float beta1;
+  float one_minus_beta1;
+  float beta2;
+  float one_minus_beta2;
+  float inv_sqrt_bc2;     // 1/sqrt(1 - beta2^t), or 1 without bias correction
+  float eps;
+  float lr_wd;            // lr * weight decay (AdamW), else 0
+  float step_size;        // lr / (1 - beta1^t), or lr
+};
+
+/// Computes the constants in double and rounds each to float once. Throws usage_error on bad
+/// settings (naming the field).
+[[nodiscard]] adam_scalars make_adam_scalars(const adam_config& config);
+
+struct adam_args {
+  float* params;
+  float* exp_avg;
+  float* exp_avg_sq;
+  const void* grad;
+  dtype grad_type;
+  void* working;  // nullptr: no working copy
+  dtype working_type;
+  adam_scalars s;
+};
+
+struct cast_args {
+  const void* src;
+  dtype src_type;
+  void* dst;
+  dtype dst_type;
+};
+
+/// One quantization layout, flattened.
+struct quant_layout {
+  int bits;
+  std::size_t block;
+  bool symmetric;
+};
+
+struct quant_args {
+  const void* in;
+  dtype in_type;
+  std::size_t count;    // valid elements, counted from the tensor start; the last block is padded
+  std::size_t in_base;  // element index `in` points at (blocks are numbered from the tensor start)
+  quant_layout layout;
+  std::byte* codes;
+  float* scales;
+  float* zero_points;  // nullptr when symmetric
+};
+
+struct dequant_args {
+  const std::byte* codes;
+  const float* scales;
+  const float* zero_points;  // nullptr when symmetric
+  quant_layout layout;
+  void* out;
+  dtype out_type;
+  std::size_t count;     // valid elements, counted from the tensor start
+  std::size_t out_base;  // element index `out` points at
+  bool accumulate;    // out (fp32) += value instead of out = value
+};
+
+// Argument checks shared by the CPU and CUDA entry points: each throws usage_error naming what is
+// wrong and otherwise returns the flattened arguments.
+[[nodiscard]] adam_args make_adam_args(const adam_config& config, const adam_shard& shard);
+/// Also checks that differing types do not overlap; same types are a plain copy for the caller.
+[[nodiscard]] cast_args make_cast_args(const_tensor_view src, tensor_view dst);
+[[nodiscard]] quant_args make_quant_args(const_tensor_view in, const quant_config& config, quantized_span out);
+[[nodiscard]] dequant_args make_dequant_args(const_quantized_span in, const quant_config& config, tensor_view out);
+/// Throws usage_error naming `what` when a view has null data and a nonzero count.
+void expect_data(const_tensor_view x, const char* what);
+
+}  // namespace zoe::kernels::detail

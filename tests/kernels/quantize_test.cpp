@@ -1,0 +1,285 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "kernel_test_support.hpp"
+#include "zoe/core/error.hpp"
+#include "zoe/kernels/quantize.hpp"
+
+namespace zoe::kernels {
+namespace {
+
+// A quantized tensor with its own storage, poisoned.
+struct quantized_buffer {
+  std::vector<std::byte> codes;
+  std::vector<float> scales;
+  std::vector<float> zero_points;
+
+  quantized_buffer(const quant_config& c, std::size_t count)
+      : codes(c.code_bytes(count)), scales(c.blocks(count)), zero_points(c.symmetric ? 0 : c.blocks(count)) {
+    test::poison(codes.data(), codes.size());
+    test::poison(scales.data(), scales.size() * 4);
+    test::poison(zero_points.data(), zero_points.size() * 4);
+  }
+  quantized_span span() { return {codes, scales, zero_points}; }
+  [[nodiscard]] const_quantized_span cspan() const { return {codes, scales, zero_points}; }
+  bool operator==(const quantized_buffer& o) const {
+    return codes == o.codes && test::first_difference(scales.data(), o.scales.data(), scales.size() * 4) == -1 &&
+           test::first_difference(zero_points.data(), o.zero_points.data(), zero_points.size() * 4) == -1;
+  }
+};
+
+struct quant_case {
+  int bits;
+  bool symmetric;
+  std::size_t block;
+  dtype type;
+};
+
+std::string case_name(const quant_case& c) {
+  return "int" + std::to_string(c.bits) + (c.symmetric ? "_sym" : "_asym") + "_block" + std::to_string(c.block) +
+         "_" + std::string(dtype_name(c.type));
+}
+
+quant_config config_of(const quant_case& c) { return {c.bits, c.block, c.symmetric}; }
+
+const quant_case all_cases[] = {
+    {8, true, 2048, dtype::fp16}, {8, true, 64, dtype::fp32},   {8, false, 256, dtype::bf16},
+    {8, false, 2048, dtype::fp32}, {4, true, 128, dtype::fp16},  {4, true, 2048, dtype::bf16},
+    {4, false, 64, dtype::fp32},  {4, false, 1024, dtype::fp16}, {8, true, 8, dtype::bf16},
+};
+
+class quant_cases : public ::testing::TestWithParam<quant_case> {};
+
+// Each element is within half a step of its block (plus the rounding of the scale itself), codes
+// stay in range, and padding codes are zero.
+TEST_P(quant_cases, ErrorWithinHalfAStepOfEachBlock) {
+  const quant_case c = GetParam();
+  const quant_config config = config_of(c);
+  auto rng = test::rng_for_test();
+  const std::size_t n = 3 * c.block + c.block / 2 + 3;  // ragged tail
+  std::vector<float> values = test::normal_values(rng, n, 2.0f);
+  values[n / 3] *= 10.0f;  // an outlier
+  const std::vector<std::byte> input = test::encode(values, c.type);
+  const std::vector<float> x = test::decode(input, c.type);
+  quantized_buffer q(config, n);
+  quantize(const_tensor_view{c.type, input.data(), n}, config, q.span());
+  std::vector<float> back(n);
+  test::poison(back.data(), n * 4);
+  dequantize(q.cspan(), config, view(std::span<float>(back)));
+  const double levels = c.bits == 8 ? (c.symmetric ? 127 : 255) : (c.symmetric ? 7 : 15);
+  for (std::size_t b = 0; b < config.blocks(n); ++b) {
+    const std::size_t begin = b * c.block;
+    const std::size_t end = std::min(n, begin + c.block);
+    double lo = x[begin], hi = x[begin];
+    for (std::size_t i = begin; i < end; ++i) {
+      lo = std::min<double>(lo, x[i]);
+      hi = std::max<double>(hi, x[i]);
+    }
+    const double range = c.symmetric ? 2 * std::max(-lo, hi) : hi - lo;
+    const double step = range / (c.symmetric ? 2 * levels : levels);
+    EXPECT_NEAR(q.scales[b], step, step * 1e-6) << "block " << b;
+    if (!c.symmetric) {
+      EXPECT_EQ(q.zero_points[b], static_cast<float>(lo)) << "block " << b;
+    }
+    for (std::size_t i = begin; i < end; ++i) {
+      ASSERT_LE(std::abs(static_cast<double>(back[i]) - x[i]), 0.5 * step * (1 + 1e-5) + std::abs(x[i]) * 1e-6)
+          << "element " << i << " of block " << b;
+    }
+  }
+  // Codes in range, padding zero.
+  for (std::size_t i = 0; i < config.blocks(n) * c.block; ++i) {
+    int code = 0;
+    if (c.bits == 8) {
+      code = c.symmetric ? static_cast<int>(static_cast<std::int8_t>(q.codes[i])) : static_cast<int>(q.codes[i]);
+    } else {
+      const unsigned nibble = (static_cast<unsigned>(q.codes[i / 2]) >> (i % 2 == 0 ? 0 : 4)) & 0xfu;
+      code = c.symmetric && nibble >= 8 ? static_cast<int>(nibble) - 16 : static_cast<int>(nibble);
+    }
+    if (i >= n) {
+      ASSERT_EQ(code, 0) << "padding element " << i;
+    } else {
+      ASSERT_GE(code, c.symmetric ? -levels : 0) << i;
+      ASSERT_LE(code, levels) << i;
+    }
+  }
+}
+
+TEST_P(quant_cases, EveryPathBitIdenticalToScalar) {
+  const quant_case c = GetParam();
+  const quant_config config = config_of(c);
+  auto rng = test::rng_for_test();
+  const std::size_t n = 5 * c.block + 13;
+  const std::vector<std::byte> input = test::encode(test::normal_values(rng, n, 3.0f), c.type);
+  quantized_buffer expected(config, n);
+  std::vector<std::byte> expected_back(n * dtype_size(c.type));
+  {
+    const test::path_guard p(cpu_path::scalar);
+    quantize(const_tensor_view{c.type, input.data(), n}, config, expected.span());
+    dequantize(expected.cspan(), config, tensor_view{c.type, expected_back.data(), n});
+  }
+  for (const cpu_path path : test::simd_paths()) {
+    const test::path_guard p(path);
+    quantized_buffer got(config, n);
+    quantize(const_tensor_view{c.type, input.data(), n}, config, got.span());
+    EXPECT_TRUE(got == expected) << cpu_path_name(path);
+    std::vector<std::byte> back(n * dtype_size(c.type));
+    test::poison(back.data(), back.size());
+    dequantize(expected.cspan(), config, tensor_view{c.type, back.data(), n});
+    EXPECT_EQ(test::first_difference(back.data(), expected_back.data(), back.size()), -1) << cpu_path_name(path);
+  }
+}
+
+// qgZ: the fused reduction equals dequantize, sum in input order, scale, quantize, done step by step.
+TEST_P(quant_cases, ReduceRequantizeEqualsTheStepByStepComposition) {
+  const quant_case c = GetParam();
+  const quant_config config = config_of(c);
+  const quant_config out_config{8, c.block, c.symmetric};
+  auto rng = test::rng_for_test();
+  const std::size_t n = 4 * c.block + 5;
+  const float post_scale = 1.0f / 3.0f;
+  std::vector<quantized_buffer> inputs;
+  std::vector<const_quantized_span> views;
+  for (int r = 0; r < 3; ++r) {
+    const std::vector<float> values = test::normal_values(rng, n);
+    inputs.emplace_back(config, n);
+    quantize(view(std::span<const float>(values)), config, inputs.back().span());
+  }
+  for (const auto& q : inputs) views.push_back(q.cspan());
+  std::vector<float> sum(n), part(n);
+  for (std::size_t r = 0; r < inputs.size(); ++r) {
+    dequantize(views[r], config, view(std::span<float>(part)));
+    for (std::size_t i = 0; i < n; ++i) sum[i] = r == 0 ? part[i] : sum[i] + part[i];
+  }
+  for (float& s : sum) s = s * post_scale;
+  quantized_buffer expected(out_config, n);
+  quantize(view(std::span<const float>(sum)), out_config, expected.span());
+
+  for (const cpu_path path : available_cpu_paths()) {
+    const test::path_guard p(path);
+    quantized_buffer got(out_config, n);
+    reduce_requantize(views, config, n, post_scale, out_config, got.span());
+    EXPECT_TRUE(got == expected) << cpu_path_name(path);
+    std::vector<float> reduced(n);
+    test::poison(reduced.data(), n * 4);
+    reduce_dequantize(views, config, post_scale, view(std::span<float>(reduced)));
+    EXPECT_EQ(test::first_difference(reduced.data(), sum.data(), n * 4), -1) << cpu_path_name(path);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(kernels, quant_cases, ::testing::ValuesIn(all_cases),
+                         [](const auto& param_info) { return case_name(param_info.param); });
+
+TEST(int4, PacksElementPairsLowNibbleFirst) {
+  // One symmetric block of 8 whose maximum is 7: the scale is 1 and the codes are the values.
+  const std::vector<float> values = {1, -2, 3, -4, 7, -7, 0.4f, -5};
+  const quant_config config{4, 8, true};
+  quantized_buffer q(config, values.size());
+  quantize(view(std::span<const float>(values)), config, q.span());
+  EXPECT_EQ(q.scales[0], 1.0f);
+  const unsigned expected[] = {0xe1, 0xc3, 0x97, 0xb0};  // (-2<<4 | 1), (-4<<4 | 3), (-7<<4 | 7), (-5<<4 | 0)
+  for (std::size_t i = 0; i < 4; ++i) EXPECT_EQ(static_cast<unsigned>(q.codes[i]), expected[i]) << i;
+
+  const quant_config asym{4, 8, false};
+  const std::vector<float> ramp = {0, 1, 2, 3, 12, 13, 14, 15};
+  quantized_buffer a(asym, ramp.size());
+  quantize(view(std::span<const float>(ramp)), asym, a.span());
+  EXPECT_EQ(a.scales[0], 1.0f);
+  EXPECT_EQ(a.zero_points[0], 0.0f);
+  const unsigned ramp_bytes[] = {0x10, 0x32, 0xdc, 0xfe};
+  for (std::size_t i = 0; i < 4; ++i) EXPECT_EQ(static_cast<unsigned>(a.codes[i]), ramp_bytes[i]) << i;
+}
+
+TEST(quantize, BlockScalesBeatOneTensorScaleThreefoldOnOutliers) {
+  auto rng = test::rng_for_test();
+  const std::size_t n = std::size_t{1} << 20;
+  std::vector<float> x = test::normal_values(rng, n);
+  for (std::size_t i = rng() % 10000; i < n; i += 10000) x[i] *= 10.0f;
+  const auto rel_error = [&](std::size_t block) {
+    const quant_config config{8, block, true};
+    quantized_buffer q(config, n);
+    quantize(view(std::span<const float>(x)), config, q.span());
+    std::vector<float> back(n);
+    dequantize(q.cspan(), config, view(std::span<float>(back)));
+    double err = 0, norm = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      err += (static_cast<double>(x[i]) - back[i]) * (static_cast<double>(x[i]) - back[i]);
+      norm += static_cast<double>(x[i]) * x[i];
+    }
+    return std::sqrt(err / norm);
+  };
+  const double block = rel_error(2048);
+  const double tensor = rel_error(n);  // one block: one scale for the whole tensor
+  EXPECT_LE(block, tensor / 3) << "block " << block << " tensor " << tensor;
+}
+
+class swizzle_topologies : public ::testing::TestWithParam<topology> {};
+
+TEST_P(swizzle_topologies, UnswizzleUndoesSwizzle) {
+  const topology topo = GetParam();
+  auto rng = test::rng_for_test();
+  for (const quant_config config : {quant_config{8, 64, false}, quant_config{4, 128, true}}) {
+    const std::size_t n = topo.world() * 3 * config.block;
+    const std::vector<float> values = test::normal_values(rng, n);
+    quantized_buffer original(config, n), swizzled(config, n), restored(config, n);
+    quantize(view(std::span<const float>(values)), config, original.span());
+    swizzle(original.cspan(), config, topo, swizzled.span());
+    if (topo.nodes > 1 && topo.ranks_per_node > 1) {
+      EXPECT_FALSE(swizzled == original);
+    }
+    unswizzle(swizzled.cspan(), config, topo, restored.span());
+    EXPECT_TRUE(restored == original);
+    // Partition (node, local) sits at position local * nodes + node.
+    const std::size_t part_blocks = 3;
+    for (std::size_t node = 0; node < topo.nodes; ++node) {
+      for (std::size_t local = 0; local < topo.ranks_per_node; ++local) {
+        const std::size_t from = (node * topo.ranks_per_node + local) * part_blocks;
+        const std::size_t to = (local * topo.nodes + node) * part_blocks;
+        EXPECT_EQ(swizzled.scales[to], original.scales[from]);
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(kernels, swizzle_topologies,
+                         ::testing::Values(topology{1, 1}, topology{1, 4}, topology{4, 1}, topology{2, 2},
+                                           topology{3, 2}, topology{2, 3}, topology{4, 8}),
+                         [](const auto& param_info) {
+                           return std::to_string(param_info.param.nodes) + "x" + std::to_string(param_info.param.ranks_per_node);
+                         });
+
+TEST(quantize, RejectsBadConfigsAndSizesNamingThem) {
+  std::vector<float> x(100, 1.0f);
+  quant_config bad{3, 64, true};
+  std::vector<std::byte> codes(128);
+  std::vector<float> scales(2);
+  try {
+    quantize(view(std::span<const float>(x)), bad, {codes, scales, {}});
+    FAIL();
+  } catch (const usage_error& e) {
+    EXPECT_NE(std::string(e.what()).find("bits"), std::string::npos) << e.what();
+  }
+  bad = {8, 60, true};
+  EXPECT_THROW(quantize(view(std::span<const float>(x)), bad, {codes, scales, {}}), usage_error);
+  const quant_config good{8, 64, true};
+  std::vector<std::byte> short_codes(100);
+  try {
+    quantize(view(std::span<const float>(x)), good, {short_codes, scales, {}});
+    FAIL();
+  } catch (const usage_error& e) {
+    EXPECT_NE(std::string(e.what()).find("codes"), std::string::npos) << e.what();
+  }
+  std::vector<float> zp(2);
+  EXPECT_THROW(quantize(view(std::span<const float>(x)), good, {codes, scales, zp}), usage_error);
+  quantized_buffer q(good, 100), out(good, 100);
+  quantize(view(std::span<const float>(x)), good, q.span());
+  try {
+    swizzle(q.cspan(), good, topology{3, 1}, out.span());
+    FAIL() << "2 blocks split into 3 partitions";
+  } catch (const usage_error& e) {
+    EXPECT_NE(std::string(e.what()).find("partitions"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace zoe::kernels
