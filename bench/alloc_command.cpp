@@ -167,7 +167,7 @@ replay_result replay(device& dev, const std::vector<trace_op>& ops, std::size_t 
 }
 
 // Compaction alone: half of the blocks of a full arena freed, then one compact(); bytes read plus
-// written per second, the best of 5 runs, exactly as memcpy_gib_per_s counts and picks.
+// written per second, counted as memcpy_gib_per_s counts.
 double compaction_gib_per_s(device& dev, std::size_t bytes) {
   constexpr std::size_t blocks = 64;
   const std::size_t block = align_down(bytes / blocks, 256);

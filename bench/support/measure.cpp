@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <memory>
 #include <thread>
 
 namespace zoe::bench {
@@ -14,27 +13,38 @@ double median(std::vector<double> values) {
   return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2.0;
 }
 
-double memcpy_gib_per_s(std::size_t bytes, unsigned threads, int repeats) {
-  threads = std::max(1u, threads);
-  const std::unique_ptr<std::byte[]> src(new std::byte[bytes]);
-  const std::unique_ptr<std::byte[]> dst(new std::byte[bytes]);
-  std::memset(src.get(), 0x5a, bytes);  // fault the pages in before timing
-  std::memset(dst.get(), 0xa5, bytes);
-  double best = 0.0;
-  for (int r = 0; r < repeats; ++r) {
-    const auto start = bench_clock::now();
-    std::vector<std::jthread> pool;
-    const std::size_t part = (bytes / threads + 63) / 64 * 64;
-    for (unsigned t = 0; t < threads; ++t) {
-      const std::size_t begin = std::min(bytes, t * part);
-      const std::size_t end = std::min(bytes, begin + part);
-      pool.emplace_back([&, begin, end] { std::memcpy(dst.get() + begin, src.get() + begin, end - begin); });
-    }
-    pool.clear();
-    const double s = seconds_since(start);
-    best = std::max(best, 2.0 * static_cast<double>(bytes) / s / static_cast<double>(1ULL << 30));
+memcpy_probe::memcpy_probe(std::size_t bytes, unsigned threads)
+    : bytes_(bytes), threads_(std::max(1u, threads)), src_(new std::byte[bytes]), dst_(new std::byte[bytes]) {
+  std::memset(src_.get(), 0x5a, bytes_);  // fault the pages in before any timing
+  std::memset(dst_.get(), 0xa5, bytes_);
+}
+
+double memcpy_probe::run_once() {
+  const auto start = bench_clock::now();
+  if (threads_ == 1) {
+    std::memcpy(dst_.get(), src_.get(), bytes_);
+    return seconds_since(start);
   }
-  return best;
+  std::vector<std::jthread> pool;
+  const std::size_t part = (bytes_ / threads_ + 63) / 64 * 64;
+  for (unsigned t = 0; t < threads_; ++t) {
+    const std::size_t begin = std::min(bytes_, t * part);
+    const std::size_t end = std::min(bytes_, begin + part);
+    pool.emplace_back([this, begin, end] { std::memcpy(dst_.get() + begin, src_.get() + begin, end - begin); });
+  }
+  pool.clear();
+  return seconds_since(start);
+}
+
+double memcpy_probe::gib_per_s(double seconds) const {
+  return 2.0 * static_cast<double>(bytes_) / seconds / static_cast<double>(1ULL << 30);
+}
+
+double memcpy_gib_per_s(std::size_t bytes, unsigned threads, int repeats) {
+  memcpy_probe probe(bytes, threads);
+  std::vector<double> seconds;
+  for (int r = 0; r < repeats; ++r) seconds.push_back(probe.run_once());
+  return probe.gib_per_s(median(seconds));
 }
 
 }  // namespace zoe::bench
