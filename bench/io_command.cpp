@@ -220,12 +220,19 @@ void run_io(const io_settings& settings) {
 
   rig.file = std::make_unique<io::file>(std::filesystem::path(settings.path) / "zoe-bench.dat", io::open_mode::read_write,
                                         io::file_options{.create = true, .direct = !settings.buffered});
-  for (std::size_t t = 0; t < settings.threads; ++t) rig.engines.push_back(io::make_engine(settings.engine, options));
+  for (std::size_t t = 0; t < settings.threads; ++t) {
+    io::backend_choice choice = io::choose_backend(settings.engine, options);
+    if (t == 0 && !choice.explanation.empty()) std::cerr << "zoe-bench io: " << choice.explanation << "\n";
+    rig.engines.push_back(std::make_unique<io::io_engine>(std::move(choice.backend), options));
+  }
   const std::size_t buffer_bytes = settings.threads * settings.queue_depth * rig.block;
   std::cerr << "zoe-bench io: " << format_bytes(buffer_bytes) << " of locked buffers, engine "
             << rig.engines[0]->backend_name() << ", file " << rig.file->path().string()
             << (rig.file->direct() ? " (O_DIRECT)" : " (buffered)") << "\n";
   rig.memory = std::make_unique<host_buffer>(buffer_bytes);
+  // Registered once, as the swap store and buffer pools will: io_uring then uses fixed buffers.
+  const std::span<std::byte> regions[] = {rig.memory->span()};
+  for (auto& engine : rig.engines) engine->register_buffers(regions);
 
   const bool writes = settings.op != "read";
   std::optional<std::uint64_t> seed = existing_seed(rig);

@@ -26,6 +26,7 @@ async_backend::async_backend(const engine_options& options, std::size_t capacity
 }
 
 void async_backend::submit(std::span<const raw_op> ops) {
+  on_calling_thread();
   ZOE_EXPECTS(ops.size() <= free_slots_.size(), "submit of ", ops.size(), " operations with only ",
               free_slots_.size(), " of ", slots_.size(), " slots free");
   for (const raw_op& op : ops) {
@@ -49,16 +50,16 @@ void async_backend::offer_waiting() {
     in_kernel_ -= n - taken;
     waiting_.erase(waiting_.begin(), waiting_.begin() + static_cast<std::ptrdiff_t>(taken));
     if (taken < n) {
-      if (in_kernel_ == 0 && taken == 0) {
+      if (in_kernel_ > 0) return;  // a completion will make room; reap offers the rest again
+      if (taken == 0) {
         // The kernel refuses more and holds nothing whose completion would make room: waiting
         // would never end. Report it; the engine retries EAGAIN a bounded number of times.
         const std::uint32_t slot = waiting_.front();
         waiting_.pop_front();
         ++in_kernel_;
         complete(slot, -EAGAIN);
-        continue;
       }
-      return;
+      // Otherwise it took some and they all finished at once: offer the rest straight away.
     }
   }
 }
@@ -70,6 +71,7 @@ void async_backend::complete(std::uint32_t slot, std::int64_t result) {
 }
 
 std::size_t async_backend::reap(std::vector<raw_result>& out, std::size_t min_results) {
+  on_calling_thread();
   // overlap_events off: DeepSpeed's meaning is "wait for the whole batch before going on", so a
   // blocking reap waits for everything outstanding.
   const std::size_t want = (!overlap_events_ && min_results > 0) ? ready_.size() + unfinished() : min_results;

@@ -41,6 +41,10 @@ class async_backend : public io_backend {
   /// in_kernel(). Throws io_error if the kernel interface itself broke.
   virtual void wait(std::size_t min_completions) = 0;
 
+  /// Called first in every submit() and reap(), before any bookkeeping: a backend whose kernel
+  /// object belongs to one thread (an io_uring single-issuer ring) checks the caller here.
+  virtual void on_calling_thread() {}
+
   /// The operation in `slot` (valid from start() until its complete()).
   [[nodiscard]] const raw_op& op_in(std::uint32_t slot) const noexcept { return slots_[slot]; }
   /// Records the result of the operation in `slot` exactly as the kernel gave it (bytes or

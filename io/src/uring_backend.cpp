@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cerrno>
 #include <fstream>
 
@@ -42,6 +43,14 @@ std::string memlock_limit() {
   if (::getrlimit(RLIMIT_MEMLOCK, &limit) != 0) return "unknown";
   if (limit.rlim_cur == RLIM_INFINITY) return "unlimited";
   return format_bytes(limit.rlim_cur);
+}
+
+// Names the calling thread for the life of the process. std::thread::id will not do: a joined
+// thread's id is handed to the next thread, but the kernel's single issuer is the old one.
+std::uint64_t this_thread_token() noexcept {
+  static std::atomic<std::uint64_t> next{1};
+  thread_local const std::uint64_t token = next.fetch_add(1, std::memory_order_relaxed);
+  return token;
 }
 
 }  // namespace
@@ -99,7 +108,7 @@ void uring_backend::open_ring() {
                    -result);
   }
   ring_open_ = true;
-  owner_ = std::this_thread::get_id();
+  owner_ = this_thread_token();
   log::debug("io_uring ring of ", entries_, " entries, setup flags ", setup_flag_names(flags_));
 
   files_.clear();
@@ -122,7 +131,7 @@ void uring_backend::close_ring() noexcept {
 }
 
 void uring_backend::follow_driving_thread() {
-  if ((flags_ & IORING_SETUP_SINGLE_ISSUER) == 0 || std::this_thread::get_id() == owner_) return;
+  if ((flags_ & IORING_SETUP_SINGLE_ISSUER) == 0 || this_thread_token() == owner_) return;
   // A single-issuer ring refuses every other thread (EEXIST). An engine may be handed to another
   // thread while idle (made in one, driven in another), so then the ring moves with it: a new
   // ring for this thread, the same registered buffers, files registered again as used.
@@ -165,7 +174,12 @@ bool uring_backend::register_regions() {
   if (result < 0) {
     log::warn_once("uring_register_buffers",
                    str("io_uring: registering ", format_bytes(bytes), " of I/O buffers failed: ", errno_text(-result),
-                       " (RLIMIT_MEMLOCK is ", memlock_limit(), "); using unregistered reads and writes"));
+                       result == -ENOMEM ? str(" (pinned memory counts against RLIMIT_MEMLOCK, which is ",
+                                               memlock_limit(), ")")
+                                         : std::string(result == -EFAULT || result == -EOPNOTSUPP
+                                                           ? " (only anonymous, shmem or hugetlb memory can be pinned)"
+                                                           : ""),
+                       "; using unregistered reads and writes"));
     return false;
   }
   buffers_.clear();
@@ -227,7 +241,6 @@ int uring_backend::file_slot(int fd) {
 }
 
 std::size_t uring_backend::start(std::span<const std::uint32_t> slots) {
-  follow_driving_thread();
   forget_closed_files();
   for (const std::uint32_t slot : slots) {
     const raw_op& op = op_in(slot);
@@ -286,7 +299,6 @@ std::size_t uring_backend::deliver_completions() {
 }
 
 void uring_backend::wait(std::size_t min_completions) {
-  follow_driving_thread();
   std::size_t got = deliver_completions();
   if (min_completions == 0) {
     if (got > 0) return;

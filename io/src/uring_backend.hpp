@@ -17,7 +17,6 @@
 
 #include <cstdint>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "async_backend.hpp"
@@ -62,6 +61,7 @@ class uring_backend final : public async_backend {
 
   std::size_t start(std::span<const std::uint32_t> slots) override;
   void wait(std::size_t min_completions) override;
+  void on_calling_thread() override { follow_driving_thread(); }
 
   void open_ring();
   void close_ring() noexcept;
@@ -77,7 +77,7 @@ class uring_backend final : public async_backend {
   bool ring_open_ = false;
   unsigned entries_ = 0;
   unsigned flags_ = 0;
-  std::thread::id owner_;  ///< the ring's single issuer, when flags_ has SINGLE_ISSUER
+  std::uint64_t owner_ = 0;  ///< the thread that is the ring's single issuer (SINGLE_ISSUER)
 
   bool file_table_ = false;
   std::vector<registered_file> files_;
