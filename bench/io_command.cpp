@@ -44,6 +44,8 @@ struct prepared_target {
 
 prepared_target prepare(std::unique_ptr<io_target> target, const io_settings& s, const pass_layout& layout,
                         const host_buffer& memory) {
+  const std::span<std::byte> regions[] = {memory.span()};
+  target->register_buffers(regions);
   std::cerr << "zoe-bench io: " << target->mode() << " mode, engine " << target->engine_name() << ", "
             << target->where() << (target->direct() ? " (O_DIRECT)" : " (buffered)") << "\n";
   if (const std::string note = target->setup_note(); !note.empty()) std::cerr << "zoe-bench io: " << note << "\n";

@@ -68,6 +68,8 @@ void run_sweep(const io_settings& s) {
           const io::engine_options options{.block_size = block, .queue_depth = depth};
           auto target = make_raw_target(s.path, s.size, s.buffered, engine, options, threads);
           const pass_layout layout{s.size, block, depth, threads};
+          const std::span<std::byte> regions[] = {memory.span()};
+          target->register_buffers(regions);
           if (!laid_out && !target->holds_earlier_run()) run_pass(*target, layout, memory, io::io_op::write, &data, {});
           laid_out = true;
           sweep_point p{target->engine_name(), block, depth, threads, 0, 0};

@@ -15,7 +15,11 @@ class raw_target final : public io_target {
              const io::engine_options& options, std::size_t threads)
       : file_(dir / "zoe-bench.dat", io::open_mode::read_write, io::file_options{.create = true, .direct = !buffered}),
         size_(size) {
-    for (std::size_t t = 0; t < threads; ++t) engines_.push_back(io::make_engine(engine, options));
+    for (std::size_t t = 0; t < threads; ++t) {
+      io::backend_choice choice = io::choose_backend(engine, options);
+      if (t == 0) choice_ = std::move(choice.explanation);
+      engines_.push_back(std::make_unique<io::io_engine>(std::move(choice.backend), options));
+    }
   }
 
   [[nodiscard]] std::string mode() const override { return "raw"; }
@@ -23,6 +27,7 @@ class raw_target final : public io_target {
   [[nodiscard]] bool direct() const override { return file_.direct(); }
   [[nodiscard]] std::string where() const override { return file_.path().string(); }
   [[nodiscard]] bool holds_earlier_run() const override { return file_.logical_size() >= size_; }
+  [[nodiscard]] std::string setup_note() const override { return choice_; }
 
   void submit(std::size_t thread, io::io_op op, std::span<std::byte> buffer, std::uint64_t offset,
               std::uint64_t tag) override {
@@ -33,10 +38,14 @@ class raw_target final : public io_target {
   void after_write() override {
     if (!file_.direct()) file_.sync();  // buffered: the figure includes reaching the drive
   }
+  void register_buffers(std::span<const std::span<std::byte>> regions) override {
+    for (auto& e : engines_) e->register_buffers(regions);
+  }
 
  private:
   io::file file_;
   std::uint64_t size_;
+  std::string choice_;  ///< why "auto" took the backend it took
   std::vector<std::unique_ptr<io::io_engine>> engines_;
 };
 
@@ -73,6 +82,9 @@ class store_target final : public io_target {
   }
   void wait(std::size_t thread, std::vector<io::io_completion>& out) override { channels_[thread]->wait(out, 1); }
   [[nodiscard]] std::size_t outstanding(std::size_t thread) const override { return channels_[thread]->outstanding(); }
+  void register_buffers(std::span<const std::span<std::byte>> regions) override {
+    for (auto& c : channels_) c->register_buffers(regions);
+  }
 
  private:
   io::swap_store store_;

@@ -44,6 +44,9 @@ class io_target {
                       std::uint64_t tag) = 0;
   virtual void wait(std::size_t thread, std::vector<io::io_completion>& out) = 0;
   [[nodiscard]] virtual std::size_t outstanding(std::size_t thread) const = 0;
+  /// Registers the benchmark buffers once with every engine (fixed buffers where the backend
+  /// has them), as the swap store and buffer pools will.
+  virtual void register_buffers(std::span<const std::span<std::byte>> regions) = 0;
   /// Called once after a timed write pass (buffered I/O syncs here).
   virtual void after_write() {}
 };

@@ -1,12 +1,47 @@
 #include "zoe/io/engine_factory.hpp"
 
+#include <functional>
+
 #include "posix_backend.hpp"
 #include "zoe/core/check.hpp"
 #include "zoe/core/log.hpp"
+#ifdef ZOE_HAVE_URING
+#include "uring_backend.hpp"
+#endif
+#ifdef ZOE_HAVE_AIO
+#include "aio_backend.hpp"
+#endif
 
 namespace zoe::io {
+namespace {
 
-std::vector<std::string> available_backends() { return {"posix"}; }
+struct backend_maker {
+  std::string_view name;
+  std::function<std::unique_ptr<io_backend>(const engine_options&)> make;
+};
+
+// In the order "auto" prefers them: io_uring does the most per syscall and registers buffers,
+// libaio is the DeepSpeed path, the thread pool works everywhere.
+const std::vector<backend_maker>& makers() {
+  static const std::vector<backend_maker> list = {
+#ifdef ZOE_HAVE_URING
+      {"uring", [](const engine_options& o) { return std::make_unique<detail::uring_backend>(o); }},
+#endif
+#ifdef ZOE_HAVE_AIO
+      {"aio", [](const engine_options& o) { return std::make_unique<detail::aio_backend>(o); }},
+#endif
+      {"posix", [](const engine_options& o) { return std::make_unique<detail::posix_backend>(o); }},
+  };
+  return list;
+}
+
+}  // namespace
+
+std::vector<std::string> available_backends() {
+  std::vector<std::string> names;
+  for (const backend_maker& m : makers()) names.emplace_back(m.name);
+  return names;
+}
 
 std::vector<std::string> available_backends_and_auto() {
   auto names = available_backends();
@@ -14,15 +49,37 @@ std::vector<std::string> available_backends_and_auto() {
   return names;
 }
 
-std::unique_ptr<io_backend> make_backend(std::string_view name, const engine_options& options) {
+backend_choice choose_backend(std::string_view name, const engine_options& options) {
   options.validate();
-  if (name == "posix" || name == "auto") {
-    if (name == "auto") log::info("I/O backend auto: took posix (the only backend in this build)");
-    return std::make_unique<detail::posix_backend>(options);
+  if (name == "auto") {
+    std::string skipped;
+    for (const backend_maker& m : makers()) {
+      try {
+        backend_choice choice{m.make(options), str("I/O engine auto: took ", m.name)};
+        if (!skipped.empty()) choice.explanation += str(" (", skipped, ")");
+        return choice;
+      } catch (const std::exception& e) {
+        // The kernel may lack a backend the build has (io_uring off by sysctl or seccomp, no aio):
+        // say why and try the next.
+        skipped += str(skipped.empty() ? "" : "; ", m.name, " skipped: ", e.what());
+      }
+    }
+    throw io_error(str("I/O engine auto: no backend works here (", skipped, ")"), 0);
+  }
+  for (const backend_maker& m : makers()) {
+    if (m.name == name) return {m.make(options), {}};
   }
   std::string known;
   for (const auto& b : available_backends()) known += (known.empty() ? "" : ", ") + b;
-  throw usage_error(str("unknown I/O engine '", name, "' (this build has: ", known, ", auto)"));
+  const bool known_elsewhere = name == "uring" || name == "aio";
+  throw usage_error(str("unknown I/O engine '", name, "' (this build has: ", known, ", auto",
+                        known_elsewhere ? "; it was built without " + std::string(name) : std::string(), ")"));
+}
+
+std::unique_ptr<io_backend> make_backend(std::string_view name, const engine_options& options) {
+  backend_choice choice = choose_backend(name, options);
+  if (!choice.explanation.empty()) log::info(choice.explanation);
+  return std::move(choice.backend);
 }
 
 std::unique_ptr<io_engine> make_engine(std::string_view name, const engine_options& options) {

@@ -33,6 +33,11 @@ std::size_t engine_state::file_alignment(const piece& p) {
   return f.direct() ? f.offset_alignment() : 1;
 }
 
+bool engine_state::register_buffers(std::span<const std::span<std::byte>> regions) {
+  ZOE_EXPECTS(outstanding_ == 0, "register_buffers while ", outstanding_, " requests are outstanding");
+  return backend_->register_buffers(regions);
+}
+
 void engine_state::submit(const io_request& request) {
   ZOE_EXPECTS(request.target != nullptr, "io_request has no file");
   file& f = *request.target;

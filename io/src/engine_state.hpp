@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,7 @@ class engine_state {
 
   void submit(const io_request& request);
   std::size_t collect(std::vector<io_completion>& out, std::size_t min_count, bool block);
+  bool register_buffers(std::span<const std::span<std::byte>> regions);
   [[nodiscard]] std::size_t outstanding() const noexcept { return outstanding_; }
   [[nodiscard]] const engine_options& options() const noexcept { return options_; }
   [[nodiscard]] std::string_view backend_name() const noexcept { return backend_->name(); }

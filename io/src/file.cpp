@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "fd_registry.hpp"
 #include "zoe/core/check.hpp"
 #include "zoe/core/log.hpp"
 
@@ -88,10 +89,16 @@ file::file(std::filesystem::path path, open_mode mode, file_options options)
       mem_align_ = std::max<std::size_t>(sx.stx_dio_mem_align, 1);
     }
   }
+  detail::note_file_opened(fd_);  // last: nothing above may throw once the fd is known to backends
 }
 
 file::~file() {
-  if (fd_ >= 0) ::close(fd_);
+  if (fd_ >= 0) {
+    // Before close: a backend holding its own reference (io_uring registered files) must learn
+    // that this fd number no longer names this file.
+    detail::note_file_closing(fd_);
+    ::close(fd_);
+  }
 }
 
 std::uint64_t file::logical_size() const {

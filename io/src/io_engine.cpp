@@ -39,6 +39,10 @@ void io_engine::run(std::span<const io_request> requests) {
   for (const io_completion& c : completions) c.throw_if_failed();
 }
 
+bool io_engine::register_buffers(std::span<const std::span<std::byte>> regions) {
+  return state_->register_buffers(regions);
+}
+
 std::size_t io_engine::outstanding() const noexcept { return state_->outstanding(); }
 std::string_view io_engine::backend_name() const noexcept { return state_->backend_name(); }
 const engine_options& io_engine::options() const noexcept { return state_->options(); }

@@ -207,6 +207,12 @@ std::size_t swap_channel::collect(std::vector<io_completion>& out, std::size_t m
   }
 }
 
+bool swap_channel::register_buffers(std::span<const std::span<std::byte>> regions) {
+  bool used = true;
+  for (auto& engine : engines_) used = engine->register_buffers(regions) && used;
+  return used;
+}
+
 std::string_view swap_channel::backend_name() const noexcept { return engines_.front()->backend_name(); }
 
 std::size_t swap_channel::poll(std::vector<io_completion>& out) { return collect(out, 0, false); }

@@ -137,7 +137,8 @@ TEST_F(io_command, StoreModeIsReportedBesideRawAndVerifies) {
 
 TEST_F(io_command, SweepPrintsEveryPointAndADeepSpeedAioBlock) {
   const auto r = run(base_without_sizes() +
-                     " --size 1MiB --sweep --sweep-block-sizes 64KiB,128KiB --sweep-queue-depths 2,4 --sweep-threads 1 --json");
+                     " --size 1MiB --sweep --sweep-block-sizes 64KiB,128KiB --sweep-queue-depths 2,4 --sweep-threads 1"
+                     " --sweep-engines posix --json");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const auto lines = json_lines(r.output);
   ASSERT_EQ(lines.size(), 5u) << r.output;

@@ -45,6 +45,9 @@ class fault_injecting_backend final : public io::io_backend {
   [[nodiscard]] std::size_t capacity() const noexcept override { return inner_->capacity(); }
   void submit(std::span<const io::raw_op> ops) override;
   std::size_t reap(std::vector<io::raw_result>& out, std::size_t min_results) override;
+  bool register_buffers(std::span<const std::span<std::byte>> regions) override {
+    return inner_->register_buffers(regions);
+  }
 
  private:
   std::unique_ptr<io::io_backend> inner_;

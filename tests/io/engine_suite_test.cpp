@@ -212,6 +212,63 @@ TYPED_TEST(engine_suite, ManySmallRequestsInFlightAllComplete) {
   EXPECT_TRUE(same_bytes(read_whole_file(this->dir_ / "many.dat"), data));
 }
 
+// The target: 10,000 small requests in flight at once complete, each byte where it
+// belongs, and nothing leaks (the ASan build checks that). Aligned 4 KiB writes go straight to
+// the backend; the unaligned reads after them go through bounce buffers.
+TYPED_TEST(engine_suite, TenThousandSmallConcurrentRequestsComplete) {
+  auto engine = this->make_engine({.block_size = 64 * KiB, .queue_depth = 32});
+  if (!engine) GTEST_SKIP() << this->skip_reason_;
+  const auto f = this->open_file("small.dat");
+  constexpr std::size_t n = 10000;
+  constexpr std::size_t block = 4096;
+  aligned_buffer out(n * block);
+  const auto data = random_bytes(n * block, 21);
+  std::memcpy(out.data(), data.data(), data.size());
+  std::vector<io_request> writes;
+  for (std::size_t i = 0; i < n; ++i) {
+    // Every other block first, then the rest, so neighbours are not written in order.
+    const std::size_t b = i < n / 2 ? 2 * i : 2 * (i - n / 2) + 1;
+    writes.push_back({io_op::write, f.get(), out.span().subspan(b * block, block), b * block, b});
+  }
+  engine->submit(writes);
+  std::vector<io_completion> done;
+  while (engine->outstanding() > 0) engine->wait(done, 1);
+  ASSERT_EQ(done.size(), n);
+  std::vector<bool> seen(n);
+  for (const auto& c : done) {
+    ASSERT_TRUE(c.ok()) << c.message;
+    ASSERT_LT(c.user_data, n);
+    EXPECT_FALSE(seen[c.user_data]) << "completion " << c.user_data << " delivered twice";
+    seen[c.user_data] = true;
+    EXPECT_EQ(c.bytes, block);
+  }
+  ASSERT_EQ(read_whole_file(this->dir_ / "small.dat"), data);
+
+  // 10,000 reads of 1..4096 bytes at unaligned offsets, all in flight together.
+  std::vector<std::size_t> lengths(n);
+  std::vector<std::uint64_t> offsets(n);
+  std::size_t total = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    lengths[i] = 1 + (i * 7919) % block;
+    offsets[i] = (i * 104729 + 13) % (n * block - lengths[i]);
+    total += lengths[i];
+  }
+  std::vector<std::byte> in(total, std::byte{0});
+  std::vector<io_request> reads;
+  for (std::size_t i = 0, at = 0; i < n; at += lengths[i], ++i) {
+    reads.push_back({io_op::read, f.get(), std::span(in).subspan(at, lengths[i]), offsets[i], i});
+  }
+  engine->submit(reads);
+  done.clear();
+  while (engine->outstanding() > 0) engine->wait(done, 1);
+  ASSERT_EQ(done.size(), n);
+  for (const auto& c : done) ASSERT_TRUE(c.ok()) << c.message;
+  for (std::size_t i = 0, at = 0; i < n; at += lengths[i], ++i) {
+    ASSERT_EQ(std::memcmp(in.data() + at, data.data() + offsets[i], lengths[i]), 0)
+        << "read " << i << " of " << lengths[i] << " bytes at offset " << offsets[i];
+  }
+}
+
 TYPED_TEST(engine_suite, PollNeverBlocksAndEventuallyDelivers) {
   auto engine = this->make_engine();
   if (!engine) GTEST_SKIP() << this->skip_reason_;

@@ -17,8 +17,21 @@ namespace zoe::io {
 /// available_backends() plus "auto": what a command line may name.
 [[nodiscard]] std::vector<std::string> available_backends_and_auto();
 
-/// Makes the backend `name` ("posix", or "auto" for the best one that works here). Throws
-/// usage_error naming the backend when it is unknown, and io_error when the kernel refuses it.
+/// A backend and, when it was picked by "auto", which one was taken and why the ones before it
+/// were skipped (e.g. "I/O engine auto: took aio (uring skipped: cannot set up an io_uring ring
+/// ...: Operation not permitted (io_uring is disabled by sysctl kernel.io_uring_disabled=2))").
+struct backend_choice {
+  std::unique_ptr<io_backend> backend;
+  std::string explanation;  ///< empty when the backend was named explicitly
+};
+
+/// Makes the backend `name` ("uring", "aio", "posix", or "auto": the first of
+/// available_backends() that the kernel accepts). Throws usage_error naming the backend when it is
+/// unknown or not in this build, and io_error when the kernel refuses it (for "auto": refuses
+/// every one, naming each reason).
+[[nodiscard]] backend_choice choose_backend(std::string_view name, const engine_options& options);
+
+/// choose_backend, logging the explanation of an "auto" choice at info level.
 [[nodiscard]] std::unique_ptr<io_backend> make_backend(std::string_view name, const engine_options& options);
 
 /// make_backend wrapped in an io_engine.

@@ -48,6 +48,16 @@ class io_backend {
   /// Appends finished results to `out`, blocking until at least `min_results` have finished.
   /// Returns how many were appended. `min_results` never exceeds the number in flight.
   virtual std::size_t reap(std::vector<raw_result>& out, std::size_t min_results) = 0;
+  /// Optional: tells the backend that I/O buffers will mostly lie inside these regions (pinned
+  /// memory the caller keeps for the backend's lifetime or until the next call), so it can
+  /// register them with the kernel once (io_uring fixed buffers). Replaces any earlier set; an
+  /// empty span unregisters. Operations outside the regions still work. Call only with nothing
+  /// in flight. Returns true if the backend now uses the registration, false if it has none or
+  /// the kernel refused (the backend then warns once and works unregistered).
+  virtual bool register_buffers(std::span<const std::span<std::byte>> regions) {
+    static_cast<void>(regions);
+    return false;
+  }
 };
 
 }  // namespace zoe::io

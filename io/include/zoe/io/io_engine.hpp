@@ -47,6 +47,12 @@ class io_engine {
   /// Submits the requests, waits for all of them, and throws io_error for the first that failed.
   void run(std::span<const io_request> requests);
 
+  /// Registers the regions where the caller's I/O buffers live (pinned memory kept alive until
+  /// the next call or the engine's end) with the backend, e.g. as io_uring fixed buffers; see
+  /// io_backend::register_buffers. Returns whether the backend uses them. Throws usage_error if
+  /// requests are outstanding.
+  bool register_buffers(std::span<const std::span<std::byte>> regions);
+
   /// Requests submitted and not yet returned as completions.
   [[nodiscard]] std::size_t outstanding() const noexcept;
   [[nodiscard]] std::string_view backend_name() const noexcept;

@@ -43,6 +43,9 @@ class swap_channel {
   /// Submits, waits for all, throws io_error or corruption_error for the first failure.
   void run(std::span<const swap_request> requests);
   [[nodiscard]] std::size_t outstanding() const noexcept { return outstanding_; }
+  /// Registers caller memory with every engine of the channel (io_engine::register_buffers), so
+  /// requests from it use fixed buffers where the backend has them. Returns whether they do.
+  bool register_buffers(std::span<const std::span<std::byte>> regions);
   /// The I/O backend the channel's engines took ("posix", ...).
   [[nodiscard]] std::string_view backend_name() const noexcept;
 

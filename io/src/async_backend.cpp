@@ -1,0 +1,106 @@
+#include "async_backend.hpp"
+
+#include <cerrno>
+
+#include "zoe/core/check.hpp"
+#include "zoe/core/log.hpp"
+
+namespace zoe::io::detail {
+
+std::size_t async_capacity(const engine_options& options, std::size_t kernel_limit, std::string_view backend) {
+  options.validate();
+  const std::size_t n = options.queue_depth * options.intra_op_parallelism;
+  ZOE_EXPECTS(n <= kernel_limit, "queue_depth ", options.queue_depth, " x intra_op_parallelism ",
+              options.intra_op_parallelism, " = ", n, " requests in flight is more than one ", backend, " queue holds (",
+              kernel_limit, ")");
+  return n;
+}
+
+async_backend::async_backend(const engine_options& options, std::size_t capacity)
+    : slots_(capacity), single_submit_(options.single_submit), overlap_events_(options.overlap_events) {
+  ZOE_ASSERT(capacity > 0);
+  free_slots_.reserve(capacity);
+  for (std::size_t i = capacity; i > 0; --i) free_slots_.push_back(static_cast<std::uint32_t>(i - 1));
+  offer_.reserve(capacity);
+  ready_.reserve(capacity);
+}
+
+void async_backend::submit(std::span<const raw_op> ops) {
+  on_calling_thread();
+  ZOE_EXPECTS(ops.size() <= free_slots_.size(), "submit of ", ops.size(), " operations with only ",
+              free_slots_.size(), " of ", slots_.size(), " slots free");
+  for (const raw_op& op : ops) {
+    const std::uint32_t slot = free_slots_.back();
+    free_slots_.pop_back();
+    slots_[slot] = op;
+    waiting_.push_back(slot);
+  }
+  offer_waiting();
+}
+
+void async_backend::offer_waiting() {
+  while (!waiting_.empty()) {
+    // single_submit: one kernel call per operation, as DeepSpeed's knob means; otherwise the
+    // whole batch in one call.
+    const std::size_t n = single_submit_ ? 1 : waiting_.size();
+    offer_.assign(waiting_.begin(), waiting_.begin() + static_cast<std::ptrdiff_t>(n));
+    in_kernel_ += n;  // before start(): complete() of a slot that failed to start counts down
+    const std::size_t taken = start(offer_);
+    ZOE_ASSERT(taken <= n);
+    in_kernel_ -= n - taken;
+    waiting_.erase(waiting_.begin(), waiting_.begin() + static_cast<std::ptrdiff_t>(taken));
+    if (taken < n) {
+      if (in_kernel_ > 0) return;  // a completion will make room; reap offers the rest again
+      if (taken == 0) {
+        // The kernel refuses more and holds nothing whose completion would make room: waiting
+        // would never end. Report it; the engine retries EAGAIN a bounded number of times.
+        const std::uint32_t slot = waiting_.front();
+        waiting_.pop_front();
+        ++in_kernel_;
+        complete(slot, -EAGAIN);
+      }
+      // Otherwise it took some and they all finished at once: offer the rest straight away.
+    }
+  }
+}
+
+void async_backend::complete(std::uint32_t slot, std::int64_t result) {
+  ready_.push_back({slots_[slot].tag, result});
+  free_slots_.push_back(slot);
+  --in_kernel_;
+}
+
+std::size_t async_backend::reap(std::vector<raw_result>& out, std::size_t min_results) {
+  on_calling_thread();
+  // overlap_events off: DeepSpeed's meaning is "wait for the whole batch before going on", so a
+  // blocking reap waits for everything outstanding.
+  const std::size_t want = (!overlap_events_ && min_results > 0) ? ready_.size() + unfinished() : min_results;
+  bool polled = false;
+  // A blocking reap returns as soon as enough are ready; a non-blocking one looks once.
+  while (ready_.size() < want || (want == 0 && !polled)) {
+    offer_waiting();  // completions made room for operations the kernel refused earlier
+    if (in_kernel_ == 0) {
+      ZOE_CHECK(waiting_.empty(), internal_error, "operations waiting with none in the kernel");
+      break;  // nothing left to wait for (asked for more than was submitted)
+    }
+    const std::size_t missing = want > ready_.size() ? want - ready_.size() : 0;
+    wait(std::min(missing, in_kernel_));
+    polled = true;
+  }
+  const std::size_t n = ready_.size();
+  out.insert(out.end(), ready_.begin(), ready_.end());
+  ready_.clear();
+  return n;
+}
+
+void async_backend::drain_before_close(std::string_view backend) noexcept {
+  try {
+    waiting_.clear();  // never started: nothing to wait for
+    while (in_kernel_ > 0) wait(in_kernel_);
+  } catch (const std::exception& e) {
+    log::error("closing the ", backend, " backend with ", in_kernel_,
+               " operations in flight, which may still touch their buffers: ", e.what());
+  }
+}
+
+}  // namespace zoe::io::detail
