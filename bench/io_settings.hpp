@@ -14,7 +14,7 @@ struct io_settings {
   std::string block_text = "1MiB";
   std::size_t queue_depth = 32;
   std::size_t threads = 1;
-  std::string engine = "posix";
+  std::string engine = "auto";
   std::string op = "both";
   bool buffered = false;
   bool verify = false;
