@@ -45,7 +45,7 @@ constexpr std::size_t device_alignment = 256;
 constexpr std::size_t streaming_copy_threshold = 1 * MiB;
 
 #if defined(ZOE_HOST_STREAMING_COPY)
-// A bulk copy as glibc's memcpy does it for copies above its non-temporal threshold (190 MiB on a
+// A bulk copy as glibc's memcpy does it for copies above its non-temporal threshold (181.5 MiB on a
 // machine reporting a 480 MiB L3), at any size: non-temporal stores, which skip reading the
 // destination into the cache first, and loads interleaved over four pages at a time, which keep
 // several DRAM streams in flight. A GPU copies device memory with DMA that bypasses the CPU caches
