@@ -105,6 +105,9 @@ arena::arena(device& dev, std::size_t capacity, arena_options options)
               " must be a positive multiple of the alignment ", alignment_);
   stream_ = device_->create_stream();
   base_ = static_cast<std::byte*>(device_->allocate(capacity_, stream_.view()));
+  // Commit the region now, as device memory is: on the host device its pages would otherwise be
+  // faulted in by the first compaction that moves a block onto them, on its stream's time.
+  device_->memset_async(base_, 0, capacity_, stream_.view());
   device_->synchronize(stream_.view());
   add_hole(0, capacity_);
   stats_.capacity = capacity_;
@@ -280,31 +283,50 @@ std::uint64_t arena::compact_locked(bool thorough) {
 
   std::uint64_t moved = 0;
   std::uint64_t cursor = 0;
+  // Adjacent blocks that slide down by the same distance move together, as one run: one series of
+  // copies instead of one per block. Pieces of at most the distance never overlap: each reads
+  // bytes the previous one has read.
+  std::uint64_t run_from = 0;
+  std::uint64_t run_to = 0;
+  std::uint64_t run_bytes = 0;
+  const auto move_run = [&] {
+    if (run_bytes == 0) return;
+    const std::uint64_t piece = std::min(run_from - run_to, run_bytes);
+    for (std::uint64_t done = 0; done < run_bytes; done += piece) {
+      device_->copy_async(base_ + run_to + done, base_ + run_from + done, std::min(piece, run_bytes - done),
+                          copy_kind::device_to_device, s);
+      ++stats_.copies;
+    }
+    run_bytes = 0;
+  };
   for (const auto& [offset, id] : live_by_offset_) {
     block& b = blocks_[id];
     const std::uint64_t gap = b.offset - cursor;
     const bool stays = b.pins > 0 || gap == 0 ||
                        (!thorough && gap < b.size && (b.size + gap - 1) / gap > max_pieces_per_move);
     if (stays) {
+      move_run();
       cursor = b.offset + b.size;
       continue;
     }
+    // Queued before the run's copies, so the copies of this block wait for its last use.
     for (auto& u : b.uses) {
       device_->wait(s, u.event);
       spare_events_.push_back(std::move(u.event));
     }
     b.uses.clear();
-    // Pieces of at most `gap` bytes never overlap: each reads bytes the previous one has read.
-    const std::uint64_t piece = std::min(gap, b.size);
-    for (std::uint64_t done = 0; done < b.size; done += piece) {
-      device_->copy_async(base_ + cursor + done, base_ + b.offset + done, std::min(piece, b.size - done),
-                          copy_kind::device_to_device, s);
-      ++stats_.copies;
+    if (run_bytes == 0 || run_from + run_bytes != b.offset) {
+      // Not adjacent to the run (a hole lies between): the distance grows, start a new run.
+      move_run();
+      run_from = b.offset;
+      run_to = cursor;
     }
+    run_bytes += b.size;
     b.offset = cursor;
     cursor += b.size;
     moved += b.size;
   }
+  move_run();
 
   // Offsets changed: rebuild the index and the holes from the blocks.
   live_by_offset_.clear();

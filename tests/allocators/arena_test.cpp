@@ -8,6 +8,7 @@
 #include <map>
 #include <random>
 #include <thread>
+#include <vector>
 
 #include "zoe/allocators/arena.hpp"
 #include "zoe/core/error.hpp"
@@ -93,6 +94,42 @@ TEST(arena, CompactsWhenNoHoleFitsAndKeepsContents) {
   EXPECT_EQ(middle.data(), a.base()) << "the live block slid down to the start";
   EXPECT_EQ(checksum(middle.data(), middle.size()), sum);
   EXPECT_EQ(a.stats().failed_allocations, 0U);
+}
+
+// Adjacent blocks sliding down by the same distance move as one run; a hole in between starts a
+// new run, and a small distance splits the run into non-overlapping pieces. Contents survive.
+TEST(arena, AdjacentBlocksMoveAsOneRunInNonOverlappingPieces) {
+  const auto dev = make_host_device(8 * MiB);
+  arena a(*dev, 4 * MiB);
+  std::vector<arena_block> blocks;
+  for (int i = 0; i < 8; ++i) blocks.push_back(a.allocate(256 * KiB));
+  std::vector<std::uint64_t> sums(blocks.size());
+  for (std::size_t i = 0; i < blocks.size(); ++i) {
+    fill(blocks[i].data(), blocks[i].size(), 40 + i);
+    sums[i] = checksum(blocks[i].data(), blocks[i].size());
+  }
+  // [hole 768K][3 4][hole 256K][6 7]: two runs, each moved in one copy (distance >= run).
+  for (const std::size_t i : {0U, 1U, 2U, 5U}) blocks[i].reset();
+  EXPECT_EQ(a.compact(), 4 * 256 * KiB);
+  EXPECT_EQ(a.stats().copies, 2U);
+  for (const std::size_t i : {3U, 4U, 6U, 7U}) {
+    EXPECT_EQ(checksum(blocks[i].data(), blocks[i].size()), sums[i]) << "block " << i;
+  }
+  EXPECT_EQ(blocks[3].data(), a.base());
+  // A 256-byte hole before a run of 256 KiB + 64 KiB: one run in 1280 pieces of 256 bytes.
+  auto small = a.allocate(256);
+  auto x = a.allocate(256 * KiB);
+  auto y = a.allocate(64 * KiB);
+  fill(x.data(), x.size(), 90);
+  fill(y.data(), y.size(), 91);
+  const auto sx = checksum(x.data(), x.size());
+  const auto sy = checksum(y.data(), y.size());
+  const auto copies_before = a.stats().copies;
+  small.reset();
+  EXPECT_EQ(a.compact(), 320 * KiB);
+  EXPECT_EQ(a.stats().copies - copies_before, 320 * KiB / 256);
+  EXPECT_EQ(checksum(x.data(), x.size()), sx);
+  EXPECT_EQ(checksum(y.data(), y.size()), sy);
 }
 
 TEST(arena, WithoutCompactionTheSameRequestFails) {

@@ -44,7 +44,8 @@ struct arena_stats {
   std::size_t pinned_blocks = 0;
   std::uint64_t compactions = 0;
   std::uint64_t bytes_moved = 0;
-  std::uint64_t copies = 0;         ///< device-to-device copies issued by compaction
+  std::uint64_t copies = 0;         ///< device-to-device copies issued by compaction (one per run
+                                    ///< of adjacent blocks, or per piece when a run overlaps its target)
   double seconds_compacting = 0;
   std::uint64_t failed_allocations = 0;
 };
@@ -88,8 +89,9 @@ class arena_block {
 /// Thread-safe. The device must outlive the arena.
 class arena {
  public:
-  /// Allocates `capacity` bytes of device memory up front (memory_error when the device refuses)
-  /// and creates the arena's copy stream.
+  /// Allocates `capacity` bytes of device memory up front (memory_error when the device refuses),
+  /// creates the arena's copy stream and zero-fills the region on it, so its pages are committed
+  /// before any compaction moves a block onto them.
   arena(device& dev, std::size_t capacity, arena_options options = {});
   ~arena();
   arena(const arena&) = delete;
