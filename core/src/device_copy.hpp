@@ -1,0 +1,13 @@
+#pragma once
+// How the host device copies "device" memory to device memory: the bulk copy a GPU's copy engine
+// stands for, without polluting the CPU caches.
+
+#include <cstddef>
+
+namespace zoe::detail {
+
+/// Copies `bytes` from `s` to `d`. The ranges must not overlap, or `d` must lie at least 16 KiB
+/// below `s` (the arena's compaction slides blocks down by at least that much per piece).
+void copy_device_memory(std::byte* d, const std::byte* s, std::size_t bytes);
+
+}  // namespace zoe::detail
