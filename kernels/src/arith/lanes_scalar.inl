@@ -9,6 +9,8 @@ struct scalar_lanes {
   using M = bool;
 
   ZOE_ARITH static std::size_t lanes() { return 1; }
+  // No hardware fp16 -> fp32 widening: convert.inl's integer arithmetic does it (see widen_fp16).
+  static constexpr bool native_fp16 = false;
 
   ZOE_ARITH static F f(float x) { return x; }
   ZOE_ARITH static U u(std::uint32_t x) { return x; }

@@ -170,10 +170,13 @@ void quantize_blocks_typed(const quant_args& a, std::size_t first_block, std::si
   constexpr std::size_t segment = 512;  // int4 codes are staged as bytes, then packed
   alignas(64) std::int8_t staged[segment];
   // 16-bit blocks up to this size are widened once into fp32 during the min/max pass (exact, so the
-  // codes do not change) and coded from there: the conversion is most of the arithmetic.
+  // codes do not change) and coded from there, when the conversion is most of the arithmetic: fp16
+  // without hardware widening. With vcvtph2ps (V::native_fp16), and for bf16 (a shift), converting
+  // again from the block still in L1 is cheaper than storing and reloading twice the bytes.
   constexpr std::size_t widen_limit = 4096;
-  alignas(64) float widened[T == dtype::fp32 ? 1 : widen_limit];
-  const bool widen = T != dtype::fp32 && l.bits == 8 && l.block <= widen_limit;
+  constexpr bool may_widen = T == dtype::fp16 && !V::native_fp16;
+  alignas(64) float widened[may_widen ? widen_limit : 1];
+  const bool widen = may_widen && l.bits == 8 && l.block <= widen_limit;
   for (std::size_t blk = first_block; blk < last_block; ++blk) {
     const std::size_t begin = blk * l.block;
     const std::size_t valid = (a.count - begin < l.block ? a.count - begin : l.block);

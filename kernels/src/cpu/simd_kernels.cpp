@@ -28,6 +28,19 @@ struct simd_lanes {
 
   static std::size_t lanes() { return hn::Lanes(DF()); }
 
+  // AVX2 and AVX-512 have vcvtph2ps (Highway's AVX2 target requires F16C). Highway's SSE4
+  // emulation of PromoteTo from float16_t mishandles infinities and NaNs, so SSE4 keeps
+  // float_from_fp16.
+#if (HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL) && !defined(HWY_DISABLE_F16C)
+  static constexpr bool native_fp16 = true;
+#else
+  static constexpr bool native_fp16 = false;
+#endif
+  static F load_fp16(const std::uint16_t* p) {
+    const hn::Rebind<hwy::float16_t, DF> dh;
+    return hn::PromoteTo(DF(), hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(p)));
+  }
+
   static F f(float x) { return hn::Set(DF(), x); }
   static U u(std::uint32_t x) { return hn::Set(DU(), x); }
   static U bits(F x) { return hn::BitCast(DU(), x); }
