@@ -86,7 +86,9 @@ struct simd_lanes {
     hn::StoreU(hn::DemoteTo(d8, v), d8, p);
   }
 
-  static void prefetch(const void* p) { hwy::Prefetch(static_cast<const std::uint8_t*>(p)); }
+  // Forced inline: GCC 12 finds an out-of-line function whose only statement is a prefetch free of
+  // side effects ("const") and deletes every call to it, so the prefetch never reached the binary.
+  HWY_INLINE static void prefetch(const void* p) { hwy::Prefetch(static_cast<const std::uint8_t*>(p)); }
 
   static float max_of_lanes(F v) { return hn::GetLane(hn::MaxOfLanes(DF(), v)); }
   static float min_of_lanes(F v) { return hn::GetLane(hn::MinOfLanes(DF(), v)); }
