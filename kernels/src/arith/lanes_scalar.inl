@@ -77,6 +77,8 @@ struct scalar_lanes {
   ZOE_ARITH static void store_u16(U v, std::uint16_t* p) { *p = static_cast<std::uint16_t>(v); }
   ZOE_ARITH static I load_i8(const std::int8_t* p) { return *p; }
   ZOE_ARITH static void store_i8(I v, std::int8_t* p) { *p = static_cast<std::int8_t>(v); }
+  // The low byte of each lane (quantization codes, see quant.inl).
+  ZOE_ARITH static void store_low_bytes(U v, std::uint8_t* p) { *p = static_cast<std::uint8_t>(v & 0xffu); }
   ZOE_ARITH static I load_u8(const std::uint8_t* p) { return *p; }
   ZOE_ARITH static void store_u8(I v, std::uint8_t* p) { *p = static_cast<std::uint8_t>(v); }
 

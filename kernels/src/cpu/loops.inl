@@ -133,7 +133,36 @@ ZOE_ARITH std::size_t minmax_lanes(const void* src, std::size_t i, std::size_t e
   auto vlo = load_as_float<P, T>(src, i);
   auto vhi = vlo;
   if (widened != nullptr) P::store_f32(vlo, widened + (i - first));
-  for (i += n; i + n <= end; i += n) {
+  i += n;
+  // Four vectors a step into separate accumulators: min and max have a latency of several cycles,
+  // and one chain would leave the vector units idle. Min and max of finite values do not depend on
+  // the order (a block holding NaN has no meaningful scale on any path).
+  if (i + 4 * n <= end) {
+    auto lo1 = vlo, lo2 = vlo, lo3 = vlo, hi1 = vhi, hi2 = vhi, hi3 = vhi;
+    for (; i + 4 * n <= end; i += 4 * n) {
+      const auto x0 = load_as_float<P, T>(src, i);
+      const auto x1 = load_as_float<P, T>(src, i + n);
+      const auto x2 = load_as_float<P, T>(src, i + 2 * n);
+      const auto x3 = load_as_float<P, T>(src, i + 3 * n);
+      if (widened != nullptr) {
+        P::store_f32(x0, widened + (i - first));
+        P::store_f32(x1, widened + (i + n - first));
+        P::store_f32(x2, widened + (i + 2 * n - first));
+        P::store_f32(x3, widened + (i + 3 * n - first));
+      }
+      vlo = P::min(vlo, x0);
+      vhi = P::max(vhi, x0);
+      lo1 = P::min(lo1, x1);
+      hi1 = P::max(hi1, x1);
+      lo2 = P::min(lo2, x2);
+      hi2 = P::max(hi2, x2);
+      lo3 = P::min(lo3, x3);
+      hi3 = P::max(hi3, x3);
+    }
+    vlo = P::min(P::min(vlo, lo1), P::min(lo2, lo3));
+    vhi = P::max(P::max(vhi, hi1), P::max(hi2, hi3));
+  }
+  for (; i + n <= end; i += n) {
     const auto x = load_as_float<P, T>(src, i);
     if (widened != nullptr) P::store_f32(x, widened + (i - first));
     vlo = P::min(vlo, x);
@@ -149,17 +178,13 @@ ZOE_ARITH std::size_t minmax_lanes(const void* src, std::size_t i, std::size_t e
 // boundaries, so without this every block would start with a stall on memory.
 template <class P, dtype T>
 ZOE_ARITH std::size_t code8_lanes(const void* src, std::size_t src_index, void* codes, std::size_t i,
-                                  std::size_t end, bool symmetric, const block_lanes<P>& b,
+                                  std::size_t end, const block_lanes<P>& b,
                                   const char* ahead = nullptr, std::size_t ahead_element_bytes = 0) {
   const std::size_t n = P::lanes();
   for (; i + n <= end; i += n) {
     if (ahead != nullptr) P::prefetch(ahead + i * ahead_element_bytes);
-    const auto q = quantize_value<P>(load_as_float<P, T>(src, src_index + i), b);
-    if (symmetric) {
-      P::store_i8(q, static_cast<std::int8_t*>(codes) + i);
-    } else {
-      P::store_u8(q, static_cast<std::uint8_t*>(codes) + i);
-    }
+    P::store_low_bytes(quantize_bits<P>(load_as_float<P, T>(src, src_index + i), b),
+                       static_cast<std::uint8_t*>(codes) + i);
   }
   return i;
 }
@@ -201,13 +226,13 @@ void quantize_blocks_typed(const quant_args& a, std::size_t first_block, std::si
                               ? static_cast<const char*>(a.in) + (src_base + l.block) * ::zoe::kernels::dtype_size(T)
                               : nullptr;
       if (widen) {
-        const std::size_t j = code8_lanes<V, dtype::fp32>(widened, 0, out, 0, valid, l.symmetric, bv, ahead,
+        const std::size_t j = code8_lanes<V, dtype::fp32>(widened, 0, out, 0, valid, bv, ahead,
                                                             ::zoe::kernels::dtype_size(T));
-        code8_lanes<scalar_lanes, dtype::fp32>(widened, 0, out, j, valid, l.symmetric, bs);
+        code8_lanes<scalar_lanes, dtype::fp32>(widened, 0, out, j, valid, bs);
       } else {
-        const std::size_t j = code8_lanes<V, T>(a.in, src_base, out, 0, valid, l.symmetric, bv, ahead,
+        const std::size_t j = code8_lanes<V, T>(a.in, src_base, out, 0, valid, bv, ahead,
                                                   ::zoe::kernels::dtype_size(T));
-        code8_lanes<scalar_lanes, T>(a.in, src_base, out, j, valid, l.symmetric, bs);
+        code8_lanes<scalar_lanes, T>(a.in, src_base, out, j, valid, bs);
       }
       for (std::size_t k = valid; k < l.block; ++k) out[k] = std::byte{0};
     } else {
@@ -216,8 +241,8 @@ void quantize_blocks_typed(const quant_args& a, std::size_t first_block, std::si
         const std::size_t len = l.block - s < segment ? l.block - s : segment;
         const std::size_t live = valid > s ? (valid - s < len ? valid - s : len) : 0;
         // Staged as signed bytes: asymmetric int4 codes (0..15) fit too.
-        const std::size_t j = code8_lanes<V, T>(a.in, src_base + s, staged, 0, live, true, bv);
-        code8_lanes<scalar_lanes, T>(a.in, src_base + s, staged, j, live, true, bs);
+        const std::size_t j = code8_lanes<V, T>(a.in, src_base + s, staged, 0, live, bv);
+        code8_lanes<scalar_lanes, T>(a.in, src_base + s, staged, j, live, bs);
         for (std::size_t k = live; k < len; ++k) staged[k] = 0;
         for (std::size_t k = 0; k < len; k += 2) {
           out[(s + k) / 2] = static_cast<std::byte>(pack_nibbles(staged[k], staged[k + 1]));

@@ -80,6 +80,11 @@ struct simd_lanes {
     const hn::Rebind<std::int8_t, DI> d8;
     hn::StoreU(hn::DemoteTo(d8, v), d8, p);
   }
+  // The low byte of each lane, no saturation (quantization codes, see quant.inl).
+  static void store_low_bytes(U v, std::uint8_t* p) {
+    const hn::Rebind<std::uint8_t, DU> d8;
+    hn::StoreU(hn::TruncateTo(d8, v), d8, p);
+  }
   static I load_u8(const std::uint8_t* p) { return hn::PromoteTo(DI(), hn::LoadU(hn::Rebind<std::uint8_t, DI>(), p)); }
   static void store_u8(I v, std::uint8_t* p) {
     const hn::Rebind<std::uint8_t, DI> d8;
