@@ -85,14 +85,18 @@ ZOE_ARITH typename P::F load_as_float(const void* base, std::size_t i) {
   }
 }
 
-template <class P, ::zoe::kernels::dtype T>
+// With `stream`, 16-bit results go out with P::stream_u16 (base + i aligned as it asks).
+template <class P, ::zoe::kernels::dtype T, bool stream = false>
 ZOE_ARITH void store_from_float(typename P::F v, void* base, std::size_t i) {
   if constexpr (T == ::zoe::kernels::dtype::fp32) {
     P::store_f32(v, static_cast<float*>(base) + i);
-  } else if constexpr (T == ::zoe::kernels::dtype::bf16) {
-    P::store_u16(bf16_from_float<P>(v), static_cast<std::uint16_t*>(base) + i);
   } else {
-    P::store_u16(fp16_from_float<P>(v), static_cast<std::uint16_t*>(base) + i);
+    const typename P::U h = T == ::zoe::kernels::dtype::bf16 ? bf16_from_float<P>(v) : fp16_from_float<P>(v);
+    if constexpr (stream) {
+      P::stream_u16(h, static_cast<std::uint16_t*>(base) + i);
+    } else {
+      P::store_u16(h, static_cast<std::uint16_t*>(base) + i);
+    }
   }
 }
 

@@ -22,7 +22,7 @@ ZOE_ARITH void with_dtype(dtype t, Fn&& fn) {
 // ---- Adam ----------------------------------------------------------------------------------------
 
 // Elements [i, end) in steps of P::lanes(); returns where it stopped (the tail is left).
-template <class P, dtype G, dtype W, bool with_working>
+template <class P, dtype G, dtype W, bool with_working, bool stream = false>
 ZOE_ARITH std::size_t adam_lanes(const adam_args& a, const adam_coeffs<P>& c, std::size_t i, std::size_t end) {
   const std::size_t n = P::lanes();
   for (; i + n <= end; i += n) {
@@ -33,14 +33,33 @@ ZOE_ARITH std::size_t adam_lanes(const adam_args& a, const adam_coeffs<P>& c, st
     P::store_f32(p, a.params + i);
     P::store_f32(m, a.exp_avg + i);
     P::store_f32(v, a.exp_avg_sq + i);
-    if constexpr (with_working) store_from_float<P, W>(p, a.working, i);
+    if constexpr (with_working) store_from_float<P, W, stream>(p, a.working, i);
   }
   return i;
 }
 
+// Ranges at least this long write a 16-bit working copy with streaming stores: a shard that size
+// is not read back by this core soon (it goes to the device), and a normal store would first read
+// every line it fills -- 2 more bytes per parameter on top of the 30 an fp32-gradient step moves.
+inline constexpr std::size_t adam_stream_min = std::size_t{1} << 18;
+
 template <class V, dtype G, dtype W, bool with_working>
 void adam_typed(const adam_args& a, std::size_t begin, std::size_t end) {
-  const std::size_t i = adam_lanes<V, G, W, with_working>(a, adam_coeffs<V>(a.s), begin, end);
+  std::size_t i = begin;
+  if constexpr (with_working && W != dtype::fp32 && V::can_stream_u16) {
+    const std::size_t align = V::lanes() * sizeof(std::uint16_t);
+    const auto address = reinterpret_cast<std::uintptr_t>(static_cast<std::uint16_t*>(a.working) + begin);
+    if (end - begin >= adam_stream_min && address % sizeof(std::uint16_t) == 0) {
+      // One element at a time up to the alignment Stream needs: the same arithmetic, the same bits.
+      const std::size_t head = begin + ((align - address % align) % align) / sizeof(std::uint16_t);
+      adam_lanes<scalar_lanes, G, W, true>(a, adam_coeffs<scalar_lanes>(a.s), begin, head);
+      i = adam_lanes<V, G, W, true, true>(a, adam_coeffs<V>(a.s), head, end);
+      V::stream_fence();
+      if (i < end) adam_lanes<scalar_lanes, G, W, true>(a, adam_coeffs<scalar_lanes>(a.s), i, end);
+      return;
+    }
+  }
+  i = adam_lanes<V, G, W, with_working>(a, adam_coeffs<V>(a.s), i, end);
   if (i < end) adam_lanes<scalar_lanes, G, W, with_working>(a, adam_coeffs<scalar_lanes>(a.s), i, end);
 }
 

@@ -75,6 +75,24 @@ struct simd_lanes {
     const hn::Rebind<std::uint16_t, DI> d16;
     hn::StoreU(hn::DemoteTo(d16, as_i(v)), d16, p);
   }
+  // Non-temporal stores of the 16-bit lanes (Lanes() * 2 bytes, `p` aligned to that): the line is
+  // written without first being read (no read-for-ownership). Only where that is at least 16
+  // bytes: Highway's Stream of a smaller vector writes 16 bytes.
+#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  static constexpr bool can_stream_u16 = true;
+#else
+  static constexpr bool can_stream_u16 = false;
+#endif
+  static void stream_u16(U v, std::uint16_t* p) {
+    if constexpr (can_stream_u16) {
+      const hn::Rebind<std::uint16_t, DI> d16;
+      hn::Stream(hn::DemoteTo(d16, as_i(v)), d16, p);
+    } else {
+      store_u16(v, p);
+    }
+  }
+  // Orders the streaming stores before whatever follows (another thread or a DMA reading them).
+  static void stream_fence() { hwy::FlushStream(); }
   static I load_i8(const std::int8_t* p) { return hn::PromoteTo(DI(), hn::LoadU(hn::Rebind<std::int8_t, DI>(), p)); }
   static void store_i8(I v, std::int8_t* p) {
     const hn::Rebind<std::int8_t, DI> d8;
