@@ -76,9 +76,13 @@ struct scalar_lanes {
   ZOE_ARITH static U load_u16(const std::uint16_t* p) { return *p; }
   ZOE_ARITH static void store_u16(U v, std::uint16_t* p) { *p = static_cast<std::uint16_t>(v); }
   // Streaming (non-temporal) stores of 16-bit lanes: none here, so no alignment is asked for.
-  static constexpr bool can_stream_u16 = false;
+  static constexpr bool can_stream = false;
   ZOE_ARITH static void stream_u16(U v, std::uint16_t* p) { store_u16(v, p); }
   ZOE_ARITH static void stream_fence() {}
+  // Copies bytes to `dst` with streaming stores where it can (here: a plain copy).
+  static void stream_bytes(std::uint8_t* dst, const std::uint8_t* src, std::size_t len) {
+    for (std::size_t k = 0; k < len; ++k) dst[k] = src[k];
+  }
   ZOE_ARITH static I load_i8(const std::int8_t* p) { return *p; }
   ZOE_ARITH static void store_i8(I v, std::int8_t* p) { *p = static_cast<std::int8_t>(v); }
   // The low byte of each lane (quantization codes, see quant.inl).

@@ -79,12 +79,12 @@ struct simd_lanes {
   // written without first being read (no read-for-ownership). Only where that is at least 16
   // bytes: Highway's Stream of a smaller vector writes 16 bytes.
 #if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
-  static constexpr bool can_stream_u16 = true;
+  static constexpr bool can_stream = true;
 #else
-  static constexpr bool can_stream_u16 = false;
+  static constexpr bool can_stream = false;
 #endif
   static void stream_u16(U v, std::uint16_t* p) {
-    if constexpr (can_stream_u16) {
+    if constexpr (can_stream) {
       const hn::Rebind<std::uint16_t, DI> d16;
       hn::Stream(hn::DemoteTo(d16, as_i(v)), d16, p);
     } else {
@@ -93,6 +93,20 @@ struct simd_lanes {
   }
   // Orders the streaming stores before whatever follows (another thread or a DMA reading them).
   static void stream_fence() { hwy::FlushStream(); }
+  // Copies bytes to `dst`: plain stores up to a vector-aligned address, streaming stores of whole
+  // byte vectors (at least 16 bytes) after it, plain stores for the rest.
+  static void stream_bytes(std::uint8_t* dst, const std::uint8_t* src, std::size_t len) {
+    const hn::ScalableTag<std::uint8_t> d8;
+    const std::size_t n = hn::Lanes(d8);
+    std::size_t k = 0;
+    if (n >= 16) {
+      const std::size_t misalign = reinterpret_cast<std::uintptr_t>(dst) % n;
+      const std::size_t head = misalign == 0 ? 0 : (n - misalign < len ? n - misalign : len);
+      for (; k < head; ++k) dst[k] = src[k];
+      for (; k + n <= len; k += n) hn::Stream(hn::LoadU(d8, src + k), d8, dst + k);
+    }
+    for (; k < len; ++k) dst[k] = src[k];
+  }
   static I load_i8(const std::int8_t* p) { return hn::PromoteTo(DI(), hn::LoadU(hn::Rebind<std::int8_t, DI>(), p)); }
   static void store_i8(I v, std::int8_t* p) {
     const hn::Rebind<std::int8_t, DI> d8;
