@@ -62,7 +62,6 @@ struct simd_lanes {
   static U select(M m, U yes, U no) { return hn::IfThenElse(hn::RebindMask(DU(), m), yes, no); }
   static bool any(M m) { return !hn::AllFalse(DI(), m); }
 
-  static I nearest(F x) { return hn::NearestInt(x); }
   static F to_float(I x) { return hn::ConvertTo(DF(), x); }
   static I as_i(U x) { return hn::BitCast(DI(), x); }
   static U as_u(I x) { return hn::BitCast(DU(), x); }
@@ -108,20 +107,12 @@ struct simd_lanes {
     for (; k < len; ++k) dst[k] = src[k];
   }
   static I load_i8(const std::int8_t* p) { return hn::PromoteTo(DI(), hn::LoadU(hn::Rebind<std::int8_t, DI>(), p)); }
-  static void store_i8(I v, std::int8_t* p) {
-    const hn::Rebind<std::int8_t, DI> d8;
-    hn::StoreU(hn::DemoteTo(d8, v), d8, p);
-  }
   // The low byte of each lane, no saturation (quantization codes, see quant.inl).
   static void store_low_bytes(U v, std::uint8_t* p) {
     const hn::Rebind<std::uint8_t, DU> d8;
     hn::StoreU(hn::TruncateTo(d8, v), d8, p);
   }
   static I load_u8(const std::uint8_t* p) { return hn::PromoteTo(DI(), hn::LoadU(hn::Rebind<std::uint8_t, DI>(), p)); }
-  static void store_u8(I v, std::uint8_t* p) {
-    const hn::Rebind<std::uint8_t, DI> d8;
-    hn::StoreU(hn::DemoteTo(d8, v), d8, p);
-  }
 
   // Forced inline: GCC 12 finds an out-of-line function whose only statement is a prefetch free of
   // side effects ("const") and deletes every call to it, so the prefetch never reached the binary.
