@@ -61,9 +61,6 @@ void run_adam(const adam_settings& s) {
   // In place: params, exp_avg, exp_avg_sq are read and written; the gradient read; the working copy written.
   const std::size_t bytes_per_param = 3 * 4 * 2 + grad_bytes + working_bytes;
 
-  std::cerr << "zoe-bench adam: memcpy of 1 GiB on " << s.threads << " threads\n";
-  const double memcpy_rate = memcpy_gib_per_s(GiB, s.threads);
-
   std::cerr << "zoe-bench adam: allocating " << format_bytes(n * (12 + grad_bytes + working_bytes)) << "\n";
   host_buffer params(n * 4), exp_avg(n * 4), exp_avg_sq(n * 4), grad(n * grad_bytes);
   std::optional<host_buffer> working;
@@ -88,17 +85,27 @@ void run_adam(const adam_settings& s) {
   kernels::adam_config config;
   config.weight_decay = 0.01f;
   config.grad_scale = 1.0f / 1024.0f;
-  std::vector<double> seconds;
+  // Each Adam step is followed by a memcpy of 1 GiB on the same threads, after one untimed run of
+  // each (thread start-up), and the medians are compared: on a shared machine the load changes
+  // during a run, and the step and its limit should be measured under the same load.
+  std::cerr << "zoe-bench adam: memcpy of 1 GiB on " << s.threads << " threads between the steps\n";
+  memcpy_probe probe(GiB, s.threads);
+  (void)probe.run_once();
+  config.step = 1;
+  kernels::adam_step(config, shard);
+  std::vector<double> seconds, memcpy_seconds;
   for (int step = 1; step <= s.steps; ++step) {
-    config.step = step;
+    config.step = step + 1;
     const auto start = bench_clock::now();
     kernels::adam_step(config, shard);
     seconds.push_back(seconds_since(start));
+    memcpy_seconds.push_back(probe.run_once());
     std::cerr << "zoe-bench adam: step " << step << "/" << s.steps << ": " << std::fixed << std::setprecision(4)
-              << seconds.back() << " s\n";
+              << seconds.back() << " s, memcpy " << probe.gib_per_s(memcpy_seconds.back()) << " GiB/s\n";
   }
   const double med = median(seconds);
   const double rate = static_cast<double>(n) * static_cast<double>(bytes_per_param) / med / static_cast<double>(GiB);
+  const double memcpy_rate = probe.gib_per_s(median(memcpy_seconds));
   const std::string path(kernels::cpu_path_name(kernels::active_cpu_path()));
   if (s.json) {
     const nlohmann::json j{{"bench", "adam"},

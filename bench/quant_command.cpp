@@ -86,15 +86,22 @@ void run_quant(const quant_settings& s) {
   std::vector<float> scales(config.blocks(n)), zero_points(config.symmetric ? 0 : config.blocks(n));
   std::memset(codes.data(), 0, codes.size());  // fault the pages in before timing
   const std::size_t moved = input.size() + codes.size() + (scales.size() + zero_points.size()) * sizeof(float);
-  std::vector<double> seconds;
+  // Quantization passes alternate with memcpy passes on the same threads, after one untimed pass of
+  // each (thread start-up, first touches), and medians are compared with medians: on a shared
+  // machine the load changes during a run, and both figures should see the same load.
+  memcpy_probe probe(std::max<std::size_t>(input.size(), 64 * MiB), s.threads);
+  kernels::quantize(in, config, {codes, scales, zero_points});
+  (void)probe.run_once();
+  std::vector<double> seconds, memcpy_seconds;
   for (int loop = 1; loop <= s.loops; ++loop) {
     const auto start = bench_clock::now();
     kernels::quantize(in, config, {codes, scales, zero_points});
     seconds.push_back(seconds_since(start));
+    memcpy_seconds.push_back(probe.run_once());
   }
   const double med = median(seconds);
   const double rate = static_cast<double>(moved) / med / static_cast<double>(GiB);
-  const double memcpy_rate = memcpy_gib_per_s(std::max<std::size_t>(input.size(), 64 * MiB), s.threads);
+  const double memcpy_rate = probe.gib_per_s(median(memcpy_seconds));
 
   std::cerr << "zoe-bench quant: measuring the error with block and whole-tensor scales\n";
   const double rel_block = relative_error(exact, in, config);

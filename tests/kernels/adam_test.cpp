@@ -102,6 +102,47 @@ INSTANTIATE_TEST_SUITE_P(kernels, adam_paths,
                                   case_name(std::get<1>(param_info.param));
                          });
 
+// Long ranges write the 16-bit working copy with streaming stores after an element-wise head up to
+// the store alignment: the bits must not change, whatever the alignment of the working copy.
+TEST(adam, LongShardsBitIdenticalToScalarWhateverTheWorkingCopyAlignment) {
+  constexpr std::size_t n = (std::size_t{1} << 20) + 4099;  // ranges past the streaming threshold, ragged
+  auto rng = test::rng_for_test();
+  const std::vector<float> initial = test::normal_values(rng, n, 0.5f);
+  const std::vector<std::byte> grad = test::encode(test::normal_values(rng, n, 1.0f), dtype::fp32);
+  for (const cpu_path path : test::simd_paths()) {
+    for (const dtype w : {dtype::fp16, dtype::bf16}) {
+      for (const std::size_t shift : {std::size_t{0}, std::size_t{1}, std::size_t{7}}) {
+        std::vector<float> out_params[2], out_m[2], out_v[2];
+        std::vector<std::byte> out_working[2];
+        for (int run = 0; run < 2; ++run) {
+          const test::path_guard p(run == 0 ? cpu_path::scalar : path);
+          std::vector<float> params(initial), m(n, 0.0f), v(n, 0.0f);
+          std::vector<std::byte> working((n + shift) * 2);
+          for (int t = 1; t <= 2; ++t) {
+            test::poison(working.data(), working.size());
+            adam_shard shard{params, m, v, const_tensor_view{dtype::fp32, grad.data(), n},
+                             tensor_view{w, working.data() + shift * 2, n}};
+            adam_config config;
+            config.step = t;
+            config.weight_decay = 0.01f;
+            adam_step(config, shard);
+          }
+          out_params[run] = params;
+          out_m[run] = m;
+          out_v[run] = v;
+          out_working[run].assign(working.begin() + static_cast<std::ptrdiff_t>(shift * 2), working.end());
+        }
+        const std::string where = std::string(cpu_path_name(path)) + " " + std::string(dtype_name(w)) + " shift " +
+                                  std::to_string(shift);
+        ASSERT_EQ(test::first_difference(out_params[0].data(), out_params[1].data(), n * 4), -1) << where;
+        ASSERT_EQ(test::first_difference(out_m[0].data(), out_m[1].data(), n * 4), -1) << where;
+        ASSERT_EQ(test::first_difference(out_v[0].data(), out_v[1].data(), n * 4), -1) << where;
+        ASSERT_EQ(test::first_difference(out_working[0].data(), out_working[1].data(), n * 2), -1) << where;
+      }
+    }
+  }
+}
+
 class adam_reference : public ::testing::TestWithParam<adam_case> {};
 
 // The scalar path against the same algorithm in float64 from the same inputs. fp32 rounds each

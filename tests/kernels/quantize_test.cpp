@@ -130,6 +130,41 @@ TEST_P(quant_cases, EveryPathBitIdenticalToScalar) {
   }
 }
 
+// Long ranges stream their 8-bit codes out of an L1 buffer, from the first vector-aligned byte of
+// each block: the codes must not depend on that, whatever the alignment of the output.
+TEST(quantize, LongInputsBitIdenticalToScalarWhateverTheCodeAlignment) {
+  auto rng = test::rng_for_test();
+  const std::size_t n = (std::size_t{3} << 19) + 13;  // pieces past the streaming threshold, ragged
+  for (const quant_case c : {quant_case{8, true, 2048, dtype::fp16}, quant_case{8, false, 64, dtype::fp32}}) {
+    const quant_config config = config_of(c);
+    const std::vector<std::byte> input = test::encode(test::normal_values(rng, n, 3.0f), c.type);
+    const std::size_t blocks = config.blocks(n);
+    for (const cpu_path path : test::simd_paths()) {
+      for (const std::size_t shift : {std::size_t{0}, std::size_t{1}, std::size_t{24}}) {
+        std::vector<std::byte> codes[2];
+        std::vector<float> scales[2], zero_points[2];
+        for (int run = 0; run < 2; ++run) {
+          const test::path_guard p(run == 0 ? cpu_path::scalar : path);
+          std::vector<std::byte> storage(config.code_bytes(n) + shift);
+          test::poison(storage.data(), storage.size());
+          scales[run].assign(blocks, 0.0f);
+          zero_points[run].assign(c.symmetric ? 0 : blocks, 0.0f);
+          const std::span<std::byte> out(storage.data() + shift, config.code_bytes(n));
+          quantize(const_tensor_view{c.type, input.data(), n}, config, {out, scales[run], zero_points[run]});
+          codes[run].assign(out.begin(), out.end());
+        }
+        const std::string where =
+            case_name(c) + " " + std::string(cpu_path_name(path)) + " shift " + std::to_string(shift);
+        ASSERT_EQ(test::first_difference(codes[0].data(), codes[1].data(), codes[0].size()), -1) << where;
+        ASSERT_EQ(test::first_difference(scales[0].data(), scales[1].data(), blocks * 4), -1) << where;
+        ASSERT_EQ(test::first_difference(zero_points[0].data(), zero_points[1].data(), zero_points[0].size() * 4),
+                  -1)
+            << where;
+      }
+    }
+  }
+}
+
 // qgZ: the fused reduction equals dequantize, sum in input order, scale, quantize, done step by step.
 TEST_P(quant_cases, ReduceRequantizeEqualsTheStepByStepComposition) {
   const quant_case c = GetParam();

@@ -59,6 +59,20 @@ ZOE_ARITH typename P::F float_from_fp16(typename P::U h) {
   return P::from_bits(sign | wide);
 }
 
+// Widening binary16 is exact, so there is one right answer for every input, NaN included (quiet, its
+// payload shifted up). A policy with P::native_fp16 loads and widens in hardware (F16C / AVX-512
+// vcvtph2ps gives exactly float_from_fp16's bits, and costs one instruction instead of a dozen);
+// the others use the integer arithmetic above. Narrowing has no such exemption: it rounds, and the
+// hardware's rounding of NaN and its flags are not ours, so fp16_from_float is always used.
+template <class P>
+ZOE_ARITH typename P::F widen_fp16(const std::uint16_t* p) {
+  if constexpr (P::native_fp16) {
+    return P::load_fp16(p);
+  } else {
+    return float_from_fp16<P>(P::load_u16(p));
+  }
+}
+
 // Loads or stores lanes of a buffer of `T`, widening to or narrowing from float.
 template <class P, ::zoe::kernels::dtype T>
 ZOE_ARITH typename P::F load_as_float(const void* base, std::size_t i) {
@@ -67,18 +81,22 @@ ZOE_ARITH typename P::F load_as_float(const void* base, std::size_t i) {
   } else if constexpr (T == ::zoe::kernels::dtype::bf16) {
     return float_from_bf16<P>(P::load_u16(static_cast<const std::uint16_t*>(base) + i));
   } else {
-    return float_from_fp16<P>(P::load_u16(static_cast<const std::uint16_t*>(base) + i));
+    return widen_fp16<P>(static_cast<const std::uint16_t*>(base) + i);
   }
 }
 
-template <class P, ::zoe::kernels::dtype T>
+// With `stream`, 16-bit results go out with P::stream_u16 (base + i aligned as it asks).
+template <class P, ::zoe::kernels::dtype T, bool stream = false>
 ZOE_ARITH void store_from_float(typename P::F v, void* base, std::size_t i) {
   if constexpr (T == ::zoe::kernels::dtype::fp32) {
     P::store_f32(v, static_cast<float*>(base) + i);
-  } else if constexpr (T == ::zoe::kernels::dtype::bf16) {
-    P::store_u16(bf16_from_float<P>(v), static_cast<std::uint16_t*>(base) + i);
   } else {
-    P::store_u16(fp16_from_float<P>(v), static_cast<std::uint16_t*>(base) + i);
+    const typename P::U h = T == ::zoe::kernels::dtype::bf16 ? bf16_from_float<P>(v) : fp16_from_float<P>(v);
+    if constexpr (stream) {
+      P::stream_u16(h, static_cast<std::uint16_t*>(base) + i);
+    } else {
+      P::store_u16(h, static_cast<std::uint16_t*>(base) + i);
+    }
   }
 }
 

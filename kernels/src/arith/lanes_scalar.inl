@@ -9,6 +9,8 @@ struct scalar_lanes {
   using M = bool;
 
   ZOE_ARITH static std::size_t lanes() { return 1; }
+  // No hardware fp16 -> fp32 widening: convert.inl's integer arithmetic does it (see widen_fp16).
+  static constexpr bool native_fp16 = false;
 
   ZOE_ARITH static F f(float x) { return x; }
   ZOE_ARITH static U u(std::uint32_t x) { return x; }
@@ -58,13 +60,6 @@ struct scalar_lanes {
   ZOE_ARITH static U select(M m, U yes, U no) { return m ? yes : no; }
   ZOE_ARITH static bool any(M m) { return m; }
 
-  ZOE_ARITH static I nearest(F x) {
-#if defined(__CUDA_ARCH__)
-    return __float2int_rn(x);
-#else
-    return static_cast<I>(std::nearbyint(x));  // the default rounding mode: to nearest even
-#endif
-  }
   ZOE_ARITH static F to_float(I x) { return static_cast<F>(x); }
   ZOE_ARITH static I as_i(U x) { return static_cast<I>(x); }
   ZOE_ARITH static U as_u(I x) { return static_cast<U>(x); }
@@ -73,10 +68,18 @@ struct scalar_lanes {
   ZOE_ARITH static void store_f32(F v, float* p) { *p = v; }
   ZOE_ARITH static U load_u16(const std::uint16_t* p) { return *p; }
   ZOE_ARITH static void store_u16(U v, std::uint16_t* p) { *p = static_cast<std::uint16_t>(v); }
+  // Streaming (non-temporal) stores of 16-bit lanes: none here, so no alignment is asked for.
+  static constexpr bool can_stream = false;
+  ZOE_ARITH static void stream_u16(U v, std::uint16_t* p) { store_u16(v, p); }
+  ZOE_ARITH static void stream_fence() {}
+  // Copies bytes to `dst` with streaming stores where it can (here: a plain copy).
+  static void stream_bytes(std::uint8_t* dst, const std::uint8_t* src, std::size_t len) {
+    for (std::size_t k = 0; k < len; ++k) dst[k] = src[k];
+  }
   ZOE_ARITH static I load_i8(const std::int8_t* p) { return *p; }
-  ZOE_ARITH static void store_i8(I v, std::int8_t* p) { *p = static_cast<std::int8_t>(v); }
+  // The low byte of each lane (quantization codes, see quant.inl).
+  ZOE_ARITH static void store_low_bytes(U v, std::uint8_t* p) { *p = static_cast<std::uint8_t>(v & 0xffu); }
   ZOE_ARITH static I load_u8(const std::uint8_t* p) { return *p; }
-  ZOE_ARITH static void store_u8(I v, std::uint8_t* p) { *p = static_cast<std::uint8_t>(v); }
 
   ZOE_ARITH static void prefetch(const void*) {}
 

@@ -46,10 +46,24 @@ struct block_lanes {
 };
 
 // Clamping before rounding keeps the code in range even when (x - offset) * inv_scale rounds a
-// hair past the last level.
+// hair past the last level (and sends NaN to the lowest code: max returns its second operand when
+// unordered). The clamped value y lies in [-127, 255]; adding 1.5 * 2^23 puts the sum in [2^23,
+// 2^24), where the ulp is 1, so the FPU rounds y to the nearest integer, ties to even (1.5 * 2^23 is
+// even, so the tie goes the same way as for y alone), and the sum's bits are 0x4b400000 + code: the
+// low byte is the code in two's complement (int8) or plain (uint8). No float-to-int conversion with
+// its overflow fix-up, and storing a code is keeping a byte. Returns those bits.
+inline constexpr float code_magic = 0x1.8p23f;
+inline constexpr std::uint32_t code_magic_bits = 0x4b400000u;
+
+template <class P>
+ZOE_ARITH typename P::U quantize_bits(typename P::F x, const block_lanes<P>& b) {
+  return P::bits(P::min(P::max((x - b.offset) * b.inv_scale, b.lowest), b.highest) + P::f(code_magic));
+}
+
+// The code as an integer.
 template <class P>
 ZOE_ARITH typename P::I quantize_value(typename P::F x, const block_lanes<P>& b) {
-  return P::nearest(P::min(P::max((x - b.offset) * b.inv_scale, b.lowest), b.highest));
+  return P::as_i(quantize_bits<P>(x, b) - P::u(code_magic_bits));
 }
 
 template <class P>

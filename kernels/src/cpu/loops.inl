@@ -22,7 +22,7 @@ ZOE_ARITH void with_dtype(dtype t, Fn&& fn) {
 // ---- Adam ----------------------------------------------------------------------------------------
 
 // Elements [i, end) in steps of P::lanes(); returns where it stopped (the tail is left).
-template <class P, dtype G, dtype W, bool with_working>
+template <class P, dtype G, dtype W, bool with_working, bool stream = false>
 ZOE_ARITH std::size_t adam_lanes(const adam_args& a, const adam_coeffs<P>& c, std::size_t i, std::size_t end) {
   const std::size_t n = P::lanes();
   for (; i + n <= end; i += n) {
@@ -33,14 +33,33 @@ ZOE_ARITH std::size_t adam_lanes(const adam_args& a, const adam_coeffs<P>& c, st
     P::store_f32(p, a.params + i);
     P::store_f32(m, a.exp_avg + i);
     P::store_f32(v, a.exp_avg_sq + i);
-    if constexpr (with_working) store_from_float<P, W>(p, a.working, i);
+    if constexpr (with_working) store_from_float<P, W, stream>(p, a.working, i);
   }
   return i;
 }
 
+// Ranges at least this long write a 16-bit working copy with streaming stores: a shard that size
+// is not read back by this core soon (it goes to the device), and a normal store would first read
+// every line it fills -- 2 more bytes per parameter on top of the 30 an fp32-gradient step moves.
+inline constexpr std::size_t adam_stream_min = std::size_t{1} << 18;
+
 template <class V, dtype G, dtype W, bool with_working>
 void adam_typed(const adam_args& a, std::size_t begin, std::size_t end) {
-  const std::size_t i = adam_lanes<V, G, W, with_working>(a, adam_coeffs<V>(a.s), begin, end);
+  std::size_t i = begin;
+  if constexpr (with_working && W != dtype::fp32 && V::can_stream) {
+    const std::size_t align = V::lanes() * sizeof(std::uint16_t);
+    const auto address = reinterpret_cast<std::uintptr_t>(static_cast<std::uint16_t*>(a.working) + begin);
+    if (end - begin >= adam_stream_min && address % sizeof(std::uint16_t) == 0) {
+      // One element at a time up to the alignment Stream needs: the same arithmetic, the same bits.
+      const std::size_t head = begin + ((align - address % align) % align) / sizeof(std::uint16_t);
+      adam_lanes<scalar_lanes, G, W, true>(a, adam_coeffs<scalar_lanes>(a.s), begin, head);
+      i = adam_lanes<V, G, W, true, true>(a, adam_coeffs<V>(a.s), head, end);
+      V::stream_fence();
+      if (i < end) adam_lanes<scalar_lanes, G, W, true>(a, adam_coeffs<scalar_lanes>(a.s), i, end);
+      return;
+    }
+  }
+  i = adam_lanes<V, G, W, with_working>(a, adam_coeffs<V>(a.s), i, end);
   if (i < end) adam_lanes<scalar_lanes, G, W, with_working>(a, adam_coeffs<scalar_lanes>(a.s), i, end);
 }
 
@@ -133,7 +152,36 @@ ZOE_ARITH std::size_t minmax_lanes(const void* src, std::size_t i, std::size_t e
   auto vlo = load_as_float<P, T>(src, i);
   auto vhi = vlo;
   if (widened != nullptr) P::store_f32(vlo, widened + (i - first));
-  for (i += n; i + n <= end; i += n) {
+  i += n;
+  // Four vectors a step into separate accumulators: min and max have a latency of several cycles,
+  // and one chain would leave the vector units idle. Min and max of finite values do not depend on
+  // the order (a block holding NaN has no meaningful scale on any path).
+  if (i + 4 * n <= end) {
+    auto lo1 = vlo, lo2 = vlo, lo3 = vlo, hi1 = vhi, hi2 = vhi, hi3 = vhi;
+    for (; i + 4 * n <= end; i += 4 * n) {
+      const auto x0 = load_as_float<P, T>(src, i);
+      const auto x1 = load_as_float<P, T>(src, i + n);
+      const auto x2 = load_as_float<P, T>(src, i + 2 * n);
+      const auto x3 = load_as_float<P, T>(src, i + 3 * n);
+      if (widened != nullptr) {
+        P::store_f32(x0, widened + (i - first));
+        P::store_f32(x1, widened + (i + n - first));
+        P::store_f32(x2, widened + (i + 2 * n - first));
+        P::store_f32(x3, widened + (i + 3 * n - first));
+      }
+      vlo = P::min(vlo, x0);
+      vhi = P::max(vhi, x0);
+      lo1 = P::min(lo1, x1);
+      hi1 = P::max(hi1, x1);
+      lo2 = P::min(lo2, x2);
+      hi2 = P::max(hi2, x2);
+      lo3 = P::min(lo3, x3);
+      hi3 = P::max(hi3, x3);
+    }
+    vlo = P::min(P::min(vlo, lo1), P::min(lo2, lo3));
+    vhi = P::max(P::max(vhi, hi1), P::max(hi2, hi3));
+  }
+  for (; i + n <= end; i += n) {
     const auto x = load_as_float<P, T>(src, i);
     if (widened != nullptr) P::store_f32(x, widened + (i - first));
     vlo = P::min(vlo, x);
@@ -149,20 +197,19 @@ ZOE_ARITH std::size_t minmax_lanes(const void* src, std::size_t i, std::size_t e
 // boundaries, so without this every block would start with a stall on memory.
 template <class P, dtype T>
 ZOE_ARITH std::size_t code8_lanes(const void* src, std::size_t src_index, void* codes, std::size_t i,
-                                  std::size_t end, bool symmetric, const block_lanes<P>& b,
+                                  std::size_t end, const block_lanes<P>& b,
                                   const char* ahead = nullptr, std::size_t ahead_element_bytes = 0) {
   const std::size_t n = P::lanes();
   for (; i + n <= end; i += n) {
     if (ahead != nullptr) P::prefetch(ahead + i * ahead_element_bytes);
-    const auto q = quantize_value<P>(load_as_float<P, T>(src, src_index + i), b);
-    if (symmetric) {
-      P::store_i8(q, static_cast<std::int8_t*>(codes) + i);
-    } else {
-      P::store_u8(q, static_cast<std::uint8_t*>(codes) + i);
-    }
+    P::store_low_bytes(quantize_bits<P>(load_as_float<P, T>(src, src_index + i), b),
+                       static_cast<std::uint8_t*>(codes) + i);
   }
   return i;
 }
+
+// Elements a call must cover for its 8-bit codes to be streamed.
+inline constexpr std::size_t quant_stream_min = std::size_t{1} << 18;
 
 template <class V, dtype T>
 void quantize_blocks_typed(const quant_args& a, std::size_t first_block, std::size_t last_block) {
@@ -170,10 +217,19 @@ void quantize_blocks_typed(const quant_args& a, std::size_t first_block, std::si
   constexpr std::size_t segment = 512;  // int4 codes are staged as bytes, then packed
   alignas(64) std::int8_t staged[segment];
   // 16-bit blocks up to this size are widened once into fp32 during the min/max pass (exact, so the
-  // codes do not change) and coded from there: the conversion is most of the arithmetic.
+  // codes do not change) and coded from there, when the conversion is most of the arithmetic: fp16
+  // without hardware widening. With vcvtph2ps (V::native_fp16), and for bf16 (a shift), converting
+  // again from the block still in L1 is cheaper than storing and reloading twice the bytes.
   constexpr std::size_t widen_limit = 4096;
-  alignas(64) float widened[T == dtype::fp32 ? 1 : widen_limit];
-  const bool widen = T != dtype::fp32 && l.bits == 8 && l.block <= widen_limit;
+  constexpr bool may_widen = T == dtype::fp16 && !V::native_fp16;
+  alignas(64) float widened[may_widen ? widen_limit : 1];
+  const bool widen = may_widen && l.bits == 8 && l.block <= widen_limit;
+  // Long ranges of 8-bit codes are coded into an L1 buffer and streamed out: a normal store first
+  // reads each line it fills, 1 more byte per element on top of the 3 an fp16 element moves.
+  constexpr std::size_t stream_block_limit = 4096;
+  alignas(64) std::uint8_t stream_buffer[stream_block_limit];
+  const bool stream = V::can_stream && l.bits == 8 && l.block <= stream_block_limit &&
+                      (last_block - first_block) * l.block >= quant_stream_min;
   for (std::size_t blk = first_block; blk < last_block; ++blk) {
     const std::size_t begin = blk * l.block;
     const std::size_t valid = (a.count - begin < l.block ? a.count - begin : l.block);
@@ -193,28 +249,29 @@ void quantize_blocks_typed(const quant_args& a, std::size_t first_block, std::si
     const block_lanes<V> bv(params);
     const block_lanes<scalar_lanes> bs(params);
     if (l.bits == 8) {
-      std::byte* out = a.codes + begin;
+      std::byte* out = stream ? reinterpret_cast<std::byte*>(stream_buffer) : a.codes + begin;
       const char* ahead = blk + 1 < last_block
                               ? static_cast<const char*>(a.in) + (src_base + l.block) * ::zoe::kernels::dtype_size(T)
                               : nullptr;
       if (widen) {
-        const std::size_t j = code8_lanes<V, dtype::fp32>(widened, 0, out, 0, valid, l.symmetric, bv, ahead,
+        const std::size_t j = code8_lanes<V, dtype::fp32>(widened, 0, out, 0, valid, bv, ahead,
                                                             ::zoe::kernels::dtype_size(T));
-        code8_lanes<scalar_lanes, dtype::fp32>(widened, 0, out, j, valid, l.symmetric, bs);
+        code8_lanes<scalar_lanes, dtype::fp32>(widened, 0, out, j, valid, bs);
       } else {
-        const std::size_t j = code8_lanes<V, T>(a.in, src_base, out, 0, valid, l.symmetric, bv, ahead,
+        const std::size_t j = code8_lanes<V, T>(a.in, src_base, out, 0, valid, bv, ahead,
                                                   ::zoe::kernels::dtype_size(T));
-        code8_lanes<scalar_lanes, T>(a.in, src_base, out, j, valid, l.symmetric, bs);
+        code8_lanes<scalar_lanes, T>(a.in, src_base, out, j, valid, bs);
       }
       for (std::size_t k = valid; k < l.block; ++k) out[k] = std::byte{0};
+      if (stream) V::stream_bytes(reinterpret_cast<std::uint8_t*>(a.codes + begin), stream_buffer, l.block);
     } else {
       std::byte* out = a.codes + begin / 2;
       for (std::size_t s = 0; s < l.block; s += segment) {
         const std::size_t len = l.block - s < segment ? l.block - s : segment;
         const std::size_t live = valid > s ? (valid - s < len ? valid - s : len) : 0;
         // Staged as signed bytes: asymmetric int4 codes (0..15) fit too.
-        const std::size_t j = code8_lanes<V, T>(a.in, src_base + s, staged, 0, live, true, bv);
-        code8_lanes<scalar_lanes, T>(a.in, src_base + s, staged, j, live, true, bs);
+        const std::size_t j = code8_lanes<V, T>(a.in, src_base + s, staged, 0, live, bv);
+        code8_lanes<scalar_lanes, T>(a.in, src_base + s, staged, j, live, bs);
         for (std::size_t k = live; k < len; ++k) staged[k] = 0;
         for (std::size_t k = 0; k < len; k += 2) {
           out[(s + k) / 2] = static_cast<std::byte>(pack_nibbles(staged[k], staged[k + 1]));
@@ -222,6 +279,7 @@ void quantize_blocks_typed(const quant_args& a, std::size_t first_block, std::si
       }
     }
   }
+  if (stream) V::stream_fence();
 }
 
 template <class V>

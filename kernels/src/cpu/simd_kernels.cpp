@@ -28,6 +28,19 @@ struct simd_lanes {
 
   static std::size_t lanes() { return hn::Lanes(DF()); }
 
+  // AVX2 and AVX-512 have vcvtph2ps (Highway's AVX2 target requires F16C). Highway's SSE4
+  // emulation of PromoteTo from float16_t mishandles infinities and NaNs, so SSE4 keeps
+  // float_from_fp16.
+#if (HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL) && !defined(HWY_DISABLE_F16C)
+  static constexpr bool native_fp16 = true;
+#else
+  static constexpr bool native_fp16 = false;
+#endif
+  static F load_fp16(const std::uint16_t* p) {
+    const hn::Rebind<hwy::float16_t, DF> dh;
+    return hn::PromoteTo(DF(), hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(p)));
+  }
+
   static F f(float x) { return hn::Set(DF(), x); }
   static U u(std::uint32_t x) { return hn::Set(DU(), x); }
   static U bits(F x) { return hn::BitCast(DU(), x); }
@@ -49,7 +62,6 @@ struct simd_lanes {
   static U select(M m, U yes, U no) { return hn::IfThenElse(hn::RebindMask(DU(), m), yes, no); }
   static bool any(M m) { return !hn::AllFalse(DI(), m); }
 
-  static I nearest(F x) { return hn::NearestInt(x); }
   static F to_float(I x) { return hn::ConvertTo(DF(), x); }
   static I as_i(U x) { return hn::BitCast(DI(), x); }
   static U as_u(I x) { return hn::BitCast(DU(), x); }
@@ -62,18 +74,49 @@ struct simd_lanes {
     const hn::Rebind<std::uint16_t, DI> d16;
     hn::StoreU(hn::DemoteTo(d16, as_i(v)), d16, p);
   }
+  // Non-temporal stores of the 16-bit lanes (Lanes() * 2 bytes, `p` aligned to that): the line is
+  // written without first being read (no read-for-ownership). Only where that is at least 16
+  // bytes: Highway's Stream of a smaller vector writes 16 bytes.
+#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  static constexpr bool can_stream = true;
+#else
+  static constexpr bool can_stream = false;
+#endif
+  static void stream_u16(U v, std::uint16_t* p) {
+    if constexpr (can_stream) {
+      const hn::Rebind<std::uint16_t, DI> d16;
+      hn::Stream(hn::DemoteTo(d16, as_i(v)), d16, p);
+    } else {
+      store_u16(v, p);
+    }
+  }
+  // Orders the streaming stores before whatever follows (another thread or a DMA reading them).
+  static void stream_fence() { hwy::FlushStream(); }
+  // Copies bytes to `dst`: plain stores up to a vector-aligned address, streaming stores of whole
+  // byte vectors (at least 16 bytes) after it, plain stores for the rest.
+  static void stream_bytes(std::uint8_t* dst, const std::uint8_t* src, std::size_t len) {
+    const hn::ScalableTag<std::uint8_t> d8;
+    const std::size_t n = hn::Lanes(d8);
+    std::size_t k = 0;
+    if (n >= 16) {
+      const std::size_t misalign = reinterpret_cast<std::uintptr_t>(dst) % n;
+      const std::size_t head = misalign == 0 ? 0 : (n - misalign < len ? n - misalign : len);
+      for (; k < head; ++k) dst[k] = src[k];
+      for (; k + n <= len; k += n) hn::Stream(hn::LoadU(d8, src + k), d8, dst + k);
+    }
+    for (; k < len; ++k) dst[k] = src[k];
+  }
   static I load_i8(const std::int8_t* p) { return hn::PromoteTo(DI(), hn::LoadU(hn::Rebind<std::int8_t, DI>(), p)); }
-  static void store_i8(I v, std::int8_t* p) {
-    const hn::Rebind<std::int8_t, DI> d8;
-    hn::StoreU(hn::DemoteTo(d8, v), d8, p);
+  // The low byte of each lane, no saturation (quantization codes, see quant.inl).
+  static void store_low_bytes(U v, std::uint8_t* p) {
+    const hn::Rebind<std::uint8_t, DU> d8;
+    hn::StoreU(hn::TruncateTo(d8, v), d8, p);
   }
   static I load_u8(const std::uint8_t* p) { return hn::PromoteTo(DI(), hn::LoadU(hn::Rebind<std::uint8_t, DI>(), p)); }
-  static void store_u8(I v, std::uint8_t* p) {
-    const hn::Rebind<std::uint8_t, DI> d8;
-    hn::StoreU(hn::DemoteTo(d8, v), d8, p);
-  }
 
-  static void prefetch(const void* p) { hwy::Prefetch(static_cast<const std::uint8_t*>(p)); }
+  // Forced inline: GCC 12 finds an out-of-line function whose only statement is a prefetch free of
+  // side effects ("const") and deletes every call to it, so the prefetch never reached the binary.
+  HWY_INLINE static void prefetch(const void* p) { hwy::Prefetch(static_cast<const std::uint8_t*>(p)); }
 
   static float max_of_lanes(F v) { return hn::GetLane(hn::MaxOfLanes(DF(), v)); }
   static float min_of_lanes(F v) { return hn::GetLane(hn::MinOfLanes(DF(), v)); }
