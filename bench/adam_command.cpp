@@ -135,11 +135,11 @@ void run_adam(const adam_settings& s) {
 
 void add_adam_command(CLI::App& app) {
   auto settings = std::make_shared<adam_settings>();
-  CLI::App* cmd = app.add_subcommand(
-      "adam",
+  CLI::App* cmd = app.add_subcommand("adam", "CPU Adam(W) step speed against memcpy on the same threads");
+  cmd->footer(
       "One Adam(W) step over a shard in locked memory (fp32 master, moments, gradient, working copy), timed as "
-      "the median of several steps, beside a memcpy on the same threads. Bandwidth counts bytes read plus "
-      "written, for Adam and for memcpy alike.");
+      "the median of several steps alternating with a memcpy on the same threads. Bandwidth counts bytes read "
+      "plus written, for Adam and for memcpy alike.");
   cmd->add_option("--params", settings->params_text, "parameters in the shard (K, M, G count in powers of 1024)")
       ->capture_default_str();
   cmd->add_option("--threads", settings->threads, "threads")->check(CLI::Range(1u, 1024u))->capture_default_str();

@@ -343,7 +343,7 @@ void run_alloc(const alloc_settings& s) {
 void add_alloc_command(CLI::App& app) {
   auto settings = std::make_shared<alloc_settings>();
   CLI::App* cmd = app.add_subcommand(
-      "alloc", "Defragmenting arena on a ZeRO-3-like trace, compaction bandwidth, pool acquire/release cost");
+      "alloc", "defragmenting arena on a ZeRO-3-like trace, compaction bandwidth, pool cost");
   cmd->add_option("--layers", settings->layers, "Transformer layers in the trace")->capture_default_str();
   cmd->add_option("--hidden", settings->hidden, "Hidden size h")->capture_default_str();
   cmd->add_option("--steps", settings->steps, "Training steps replayed")->capture_default_str();

@@ -138,11 +138,11 @@ void run_quant(const quant_settings& s) {
 
 void add_quant_command(CLI::App& app) {
   auto settings = std::make_shared<quant_settings>();
-  CLI::App* cmd = app.add_subcommand(
-      "quant",
+  CLI::App* cmd = app.add_subcommand("quant", "block quantization speed against memcpy, and its accuracy");
+  cmd->footer(
       "Block quantization of N(0,1) data with one element in 10,000 scaled by 10: the median time of several "
-      "passes (bytes: input + codes + scales), memcpy on the same threads, and the relative error with block "
-      "scales and with one scale for the whole tensor.");
+      "passes (bytes: input + codes + scales) alternating with memcpy on the same threads, and the relative "
+      "error with block scales and with one scale for the whole tensor.");
   cmd->add_option("--elems", settings->elems_text, "elements (K, M, G count in powers of 1024)")->capture_default_str();
   cmd->add_option("--bits", settings->bits, "code width")->check(CLI::IsMember({4, 8}))->capture_default_str();
   cmd->add_option("--block", settings->block, "elements per block (a multiple of 8)")->capture_default_str();
