@@ -18,9 +18,10 @@ bool overlap(const void* a, std::size_t a_bytes, const void* b, std::size_t b_by
   return x < y + b_bytes && y < x + a_bytes;
 }
 
-// Fixed chunking for the fp64 sum: the order of additions depends on these constants only.
-constexpr std::size_t sum_chunk = std::size_t{1} << 16;
-constexpr std::size_t sum_stage = 4096;  // 16-bit input is widened this many elements at a time
+// 16-bit input is widened this many elements at a time (a multiple of 8: it does not change which
+// fp64 lane an element goes to, so not the order of additions either).
+constexpr std::size_t sum_stage = 4096;
+static_assert(detail::sum_chunk % sum_stage == 0 && sum_stage % detail::sum_lanes == 0);
 
 }  // namespace
 
@@ -67,14 +68,14 @@ bool has_inf_nan(const_tensor_view x) {
 double sum_of_squares(const_tensor_view x) {
   detail::expect_data(x, "sum_of_squares");
   const detail::kernel_table& k = detail::active_table();
-  const std::size_t chunks = (x.count + sum_chunk - 1) / sum_chunk;
+  const std::size_t chunks = (x.count + detail::sum_chunk - 1) / detail::sum_chunk;
   std::vector<double> partial(chunks, 0.0);
   detail::parallel_ranges(chunks, 1, [&](std::size_t first, std::size_t last) {
     std::vector<float> staged(x.type == dtype::fp32 ? 0 : sum_stage);
     for (std::size_t c = first; c < last; ++c) {
-      double lanes[8] = {};
-      const std::size_t begin = c * sum_chunk;
-      const std::size_t end = std::min(x.count, begin + sum_chunk);
+      double lanes[detail::sum_lanes] = {};
+      const std::size_t begin = c * detail::sum_chunk;
+      const std::size_t end = std::min(x.count, begin + detail::sum_chunk);
       for (std::size_t s = begin; s < end; s += sum_stage) {
         const std::size_t len = std::min(sum_stage, end - s);
         if (x.type == dtype::fp32) {
@@ -86,7 +87,7 @@ double sum_of_squares(const_tensor_view x) {
           k.sum_squares(staged.data(), len, lanes);
         }
       }
-      partial[c] = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
+      partial[c] = detail::combine_sum_lanes(lanes);
     }
   });
   double total = 0.0;

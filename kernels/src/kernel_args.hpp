@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 
 #include "zoe/kernels/dtype.hpp"
 
@@ -88,5 +89,38 @@ struct dequant_args {
 [[nodiscard]] dequant_args make_dequant_args(const_quantized_span in, const quant_config& config, tensor_view out);
 /// Throws usage_error naming `what` when a view has null data and a nonzero count.
 void expect_data(const_tensor_view x, const char* what);
+/// The checks of reduce_requantize (both configs, equal blocks, non-empty inputs, every size).
+void expect_reduce_requantize_args(std::span<const const_quantized_span> inputs, const quant_config& config,
+                                   std::size_t count, const quant_config& out_config, quantized_span out);
+/// The checks of reduce_dequantize; the element count is out.count.
+void expect_reduce_dequantize_args(std::span<const const_quantized_span> inputs, const quant_config& config,
+                                   tensor_view out);
+/// The checks of swizzle and unswizzle (config, topology, sizes, divisibility, distinct buffers);
+/// returns the blocks per partition.
+[[nodiscard]] std::size_t expect_permute_args(const_quantized_span in, const quant_config& config, topology topo,
+                                              quantized_span out);
+
+/// The fixed order of sum_of_squares, shared by the CPU and CUDA paths: chunks of sum_chunk
+/// elements; in a chunk, element i is squared in fp64 and added to lane i % sum_lanes, in element
+/// order; a chunk's lanes are combined by combine_sum_lanes; the chunk partials are added in chunk
+/// order, starting from 0.0.
+inline constexpr std::size_t sum_chunk = std::size_t{1} << 16;
+inline constexpr std::size_t sum_lanes = 8;
+#if defined(__CUDACC__)
+__host__ __device__
+#endif
+[[nodiscard]] constexpr double combine_sum_lanes(const double* l) noexcept {
+  return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+}
+
+/// Where swizzle moves partition `from` (global rank node * rpn + local): to local * nodes + node.
+/// Shared by the CPU and CUDA swizzles so the permutation is written once.
+[[nodiscard]] constexpr std::size_t swizzle_target(topology topo, std::size_t from) noexcept {
+  return (from % topo.ranks_per_node) * topo.nodes + from / topo.ranks_per_node;
+}
+/// Where unswizzle moves partition `from` (local * nodes + node): back to node * rpn + local.
+[[nodiscard]] constexpr std::size_t unswizzle_target(topology topo, std::size_t from) noexcept {
+  return (from % topo.nodes) * topo.ranks_per_node + from / topo.nodes;
+}
 
 }  // namespace zoe::kernels::detail

@@ -62,16 +62,7 @@ void expect_inputs(std::span<const const_quantized_span> inputs, const quant_con
 template <class Target>
 void permute_partitions(const_quantized_span in, const quant_config& c, topology topo, quantized_span out,
                         const Target& to) {
-  ZOE_EXPECTS(topo.nodes >= 1 && topo.ranks_per_node >= 1, "swizzle: topology needs at least one node and one rank "
-              "per node, got ", topo.nodes, " x ", topo.ranks_per_node);
-  const std::size_t blocks = in.scales.size();
-  expect_layout(in, c, blocks, "swizzle: input");
-  expect_layout(out, c, blocks, "swizzle: output");
-  ZOE_EXPECTS(blocks % topo.world() == 0, "swizzle: ", blocks, " blocks do not split into ", topo.world(),
-              " equal partitions (", topo.nodes, " nodes x ", topo.ranks_per_node,
-              " ranks); pad the buffer to a multiple of world blocks");
-  ZOE_EXPECTS(in.codes.data() != out.codes.data(), "swizzle: input and output must be different buffers");
-  const std::size_t part_blocks = blocks / topo.world();
+  const std::size_t part_blocks = detail::expect_permute_args(in, c, topo, out);
   const std::size_t part_bytes = part_blocks * c.block * static_cast<std::size_t>(c.bits) / 8;
   detail::parallel_ranges(topo.world(), 1, [&](std::size_t first, std::size_t last) {
     for (std::size_t from = first; from < last; ++from) {
@@ -113,6 +104,38 @@ dequant_args make_dequant_args(const_quantized_span in, const quant_config& conf
   return dequant_args_of(in, config, out.data, out.type, out.count, 0, false);
 }
 
+void expect_reduce_requantize_args(std::span<const const_quantized_span> inputs, const quant_config& config,
+                                   std::size_t count, const quant_config& out_config, quantized_span out) {
+  config.validate();
+  out_config.validate();
+  ZOE_EXPECTS(out_config.block == config.block, "reduce_requantize: output block ", out_config.block,
+              " differs from input block ", config.block);
+  expect_inputs(inputs, config, count);
+  expect_layout(out, out_config, out_config.blocks(count), "reduce_requantize: output");
+}
+
+void expect_reduce_dequantize_args(std::span<const const_quantized_span> inputs, const quant_config& config,
+                                   tensor_view out) {
+  config.validate();
+  expect_data(out, "reduce_dequantize: output");
+  expect_inputs(inputs, config, out.count);
+}
+
+std::size_t expect_permute_args(const_quantized_span in, const quant_config& config, topology topo,
+                                quantized_span out) {
+  config.validate();
+  ZOE_EXPECTS(topo.nodes >= 1 && topo.ranks_per_node >= 1, "swizzle: topology needs at least one node and one rank "
+              "per node, got ", topo.nodes, " x ", topo.ranks_per_node);
+  const std::size_t blocks = in.scales.size();
+  expect_layout(in, config, blocks, "swizzle: input");
+  expect_layout(out, config, blocks, "swizzle: output");
+  ZOE_EXPECTS(blocks % topo.world() == 0, "swizzle: ", blocks, " blocks do not split into ", topo.world(),
+              " equal partitions (", topo.nodes, " nodes x ", topo.ranks_per_node,
+              " ranks); pad the buffer to a multiple of world blocks");
+  ZOE_EXPECTS(in.codes.data() != out.codes.data(), "swizzle: input and output must be different buffers");
+  return blocks / topo.world();
+}
+
 }  // namespace detail
 
 void quantize(const_tensor_view in, const quant_config& config, quantized_span out) {
@@ -131,12 +154,7 @@ void dequantize(const_quantized_span in, const quant_config& config, tensor_view
 
 void reduce_requantize(std::span<const const_quantized_span> inputs, const quant_config& config, std::size_t count,
                        float post_scale, const quant_config& out_config, quantized_span out) {
-  config.validate();
-  out_config.validate();
-  ZOE_EXPECTS(out_config.block == config.block, "reduce_requantize: output block ", out_config.block,
-              " differs from input block ", config.block);
-  expect_inputs(inputs, config, count);
-  expect_layout(out, out_config, out_config.blocks(count), "reduce_requantize: output");
+  detail::expect_reduce_requantize_args(inputs, config, count, out_config, out);
   const detail::kernel_table& k = detail::active_table();
   reduce_blocks(inputs, config, count, post_scale, [&](std::size_t b, const float* sum, std::size_t) {
     const detail::quant_args args{sum,
@@ -153,9 +171,7 @@ void reduce_requantize(std::span<const const_quantized_span> inputs, const quant
 
 void reduce_dequantize(std::span<const const_quantized_span> inputs, const quant_config& config, float post_scale,
                        tensor_view out) {
-  config.validate();
-  detail::expect_data(out, "reduce_dequantize: output");
-  expect_inputs(inputs, config, out.count);
+  detail::expect_reduce_dequantize_args(inputs, config, out);
   const detail::kernel_table& k = detail::active_table();
   reduce_blocks(inputs, config, out.count, post_scale, [&](std::size_t b, const float* sum, std::size_t valid) {
     const detail::cast_args args{sum, dtype::fp32,
@@ -165,21 +181,11 @@ void reduce_dequantize(std::span<const const_quantized_span> inputs, const quant
 }
 
 void swizzle(const_quantized_span in, const quant_config& config, topology topo, quantized_span out) {
-  config.validate();
-  permute_partitions(in, config, topo, out, [&](std::size_t from) {
-    const std::size_t node = from / topo.ranks_per_node;
-    const std::size_t local = from % topo.ranks_per_node;
-    return local * topo.nodes + node;
-  });
+  permute_partitions(in, config, topo, out, [&](std::size_t from) { return detail::swizzle_target(topo, from); });
 }
 
 void unswizzle(const_quantized_span in, const quant_config& config, topology topo, quantized_span out) {
-  config.validate();
-  permute_partitions(in, config, topo, out, [&](std::size_t from) {
-    const std::size_t local = from / topo.nodes;
-    const std::size_t node = from % topo.nodes;
-    return node * topo.ranks_per_node + local;
-  });
+  permute_partitions(in, config, topo, out, [&](std::size_t from) { return detail::unswizzle_target(topo, from); });
 }
 
 }  // namespace zoe::kernels

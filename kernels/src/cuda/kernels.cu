@@ -3,6 +3,8 @@
 // per quantization block. Compiled with --fmad=false so nothing is contracted into an FMA.
 #include <cuda_runtime.h>
 
+#include <utility>
+
 #include "arith/prelude.hpp"
 #include "zoe/core/check.hpp"
 #include "zoe/kernels/cuda.hpp"
@@ -118,22 +120,138 @@ __global__ void quantize_kernel(detail::quant_args a) {
   }
 }
 
+// The dequantized value of element i of a quantized buffer: the CPU's decoding (int8 / uint8 byte
+// or int4 nibble) and the shared dequantize_value.
+__device__ float element_value(const std::byte* code_bytes, const float* scales, const float* zero_points,
+                               const detail::quant_layout& l, std::size_t i) {
+  const auto* codes = reinterpret_cast<const std::uint8_t*>(code_bytes);
+  const std::size_t blk = i / l.block;
+  const arith::block_params params{scales[blk], 0.0f, zero_points != nullptr ? zero_points[blk] : 0.0f, 0.0f, 0.0f};
+  std::int32_t q = 0;
+  if (l.bits == 8) {
+    q = l.symmetric ? static_cast<std::int32_t>(static_cast<std::int8_t>(codes[i])) : codes[i];
+  } else {
+    q = arith::unpack_nibble(codes[i / 2], (i & 1u) != 0, l.symmetric);
+  }
+  return arith::dequantize_value<scalar_lanes>(q, arith::block_lanes<scalar_lanes>(params));
+}
+
 template <dtype T>
 __global__ void dequantize_kernel(detail::dequant_args a) {
-  const auto* codes = reinterpret_cast<const std::uint8_t*>(a.codes);
   for (std::size_t i = first_index(); i < a.count; i += grid_stride()) {
-    const std::size_t blk = i / a.layout.block;
-    const arith::block_params params{a.scales[blk], 0.0f, a.zero_points != nullptr ? a.zero_points[blk] : 0.0f, 0.0f,
-                                     0.0f};
-    std::int32_t q = 0;
-    if (a.layout.bits == 8) {
-      q = a.layout.symmetric ? static_cast<std::int32_t>(static_cast<std::int8_t>(codes[i])) : codes[i];
-    } else {
-      q = arith::unpack_nibble(codes[i / 2], (i & 1u) != 0, a.layout.symmetric);
-    }
-    arith::store_from_float<scalar_lanes, T>(
-        arith::dequantize_value<scalar_lanes>(q, arith::block_lanes<scalar_lanes>(params)), a.out, i);
+    arith::store_from_float<scalar_lanes, T>(element_value(a.codes, a.scales, a.zero_points, a.layout, i), a.out, i);
   }
+}
+
+// The qgZ reduction, up to reduce_batch_max inputs per launch (they travel in the kernel
+// parameters). Per element, the CPU's order: input 0's value, then sum = sum + value of input k for
+// k = 1..n-1 in order, then sum * post_scale. A sum carried from one batch to the next is stored
+// as fp32, as the CPU keeps it, so batching does not change a bit.
+constexpr std::size_t reduce_batch_max = 32;
+
+struct quant_input {
+  const std::byte* codes;
+  const float* scales;
+  const float* zero_points;  // nullptr when symmetric
+};
+
+struct reduce_batch {
+  quant_input in[reduce_batch_max];
+  unsigned n;
+  bool first;  // in[0] starts the sum; otherwise the sum so far is read from `partial`
+  bool last;   // scale by post_scale and store as T to `out`; otherwise store the sum to `partial`
+  detail::quant_layout layout;
+  std::size_t count;
+  float post_scale;
+  float* partial;
+  void* out;
+};
+
+template <dtype T>
+__global__ void reduce_kernel(reduce_batch b) {
+  for (std::size_t i = first_index(); i < b.count; i += grid_stride()) {
+    unsigned k = 0;
+    float sum = 0.0f;
+    if (b.first) {
+      sum = element_value(b.in[0].codes, b.in[0].scales, b.in[0].zero_points, b.layout, i);
+      k = 1;
+    } else {
+      sum = b.partial[i];
+    }
+    for (; k < b.n; ++k) sum = sum + element_value(b.in[k].codes, b.in[k].scales, b.in[k].zero_points, b.layout, i);
+    if (b.last) {
+      arith::store_from_float<scalar_lanes, T>(sum * b.post_scale, b.out, i);
+    } else {
+      b.partial[i] = sum;
+    }
+  }
+}
+
+// sum_of_squares, in the CPU's order (detail::sum_chunk, sum_lanes, combine_sum_lanes): each
+// thread runs one lane of one chunk as one sequential fp64 chain, so a thread block of 256 covers
+// 32 chunks; the lanes of a chunk are combined in shared memory and the chunk's partial written.
+constexpr unsigned sum_chunks_per_block = threads_per_block / static_cast<unsigned>(detail::sum_lanes);
+
+template <dtype T>
+__global__ void sum_chunks_kernel(const void* x, std::size_t count, std::size_t chunks, double* partials) {
+  __shared__ double lanes[threads_per_block];
+  const std::size_t chunk = static_cast<std::size_t>(blockIdx.x) * sum_chunks_per_block + threadIdx.x / detail::sum_lanes;
+  const std::size_t lane = threadIdx.x % detail::sum_lanes;
+  double acc = 0.0;
+  if (chunk < chunks) {
+    const std::size_t begin = chunk * detail::sum_chunk;
+    const std::size_t end = count - begin < detail::sum_chunk ? count : begin + detail::sum_chunk;
+    for (std::size_t i = begin + lane; i < end; i += detail::sum_lanes) {
+      const double v = static_cast<double>(arith::load_as_float<scalar_lanes, T>(x, i));
+      acc = __dadd_rn(acc, __dmul_rn(v, v));
+    }
+  }
+  lanes[threadIdx.x] = acc;
+  __syncthreads();
+  if (chunk < chunks && lane == 0) partials[chunk] = detail::combine_sum_lanes(&lanes[threadIdx.x]);
+}
+
+// The chunk partials added in chunk order from 0.0, as the CPU does: one thread.
+__global__ void sum_partials_kernel(const double* partials, std::size_t chunks, double* result) {
+  double total = 0.0;
+  for (std::size_t c = 0; c < chunks; ++c) total = __dadd_rn(total, partials[c]);
+  *result = total;
+}
+
+// Device scratch from the stream-ordered allocator, freed on the same stream: release() checks the
+// free; if an exception leaves first, the destructor frees without checking (nothing to report to).
+class stream_scratch {
+ public:
+  stream_scratch(std::size_t bytes, cudaStream_t stream, const char* kernel) : stream_(stream), kernel_(kernel) {
+    const cudaError_t e = cudaMallocAsync(&ptr_, bytes, stream);
+    ZOE_CHECK(e == cudaSuccess, ::zoe::device_error, "kernels::cuda::", kernel, ": cudaMallocAsync of ", bytes,
+              " bytes failed: ", cudaGetErrorString(e));
+  }
+  stream_scratch(const stream_scratch&) = delete;
+  stream_scratch& operator=(const stream_scratch&) = delete;
+  ~stream_scratch() {
+    if (ptr_ != nullptr) (void)cudaFreeAsync(ptr_, stream_);
+  }
+  template <class T>
+  [[nodiscard]] T* as() const noexcept {
+    return static_cast<T*>(ptr_);
+  }
+  void release() {
+    const cudaError_t e = cudaFreeAsync(std::exchange(ptr_, nullptr), stream_);
+    ZOE_CHECK(e == cudaSuccess, ::zoe::device_error, "kernels::cuda::", kernel_, ": cudaFreeAsync failed: ",
+              cudaGetErrorString(e));
+  }
+
+ private:
+  void* ptr_ = nullptr;
+  cudaStream_t stream_;
+  const char* kernel_;
+};
+
+void copy_async(void* dst, const void* src, std::size_t bytes, cudaStream_t stream, const char* kernel) {
+  if (bytes == 0) return;
+  const cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream);
+  ZOE_CHECK(e == cudaSuccess, ::zoe::device_error, "kernels::cuda::", kernel, ": copy failed: ", cudaGetErrorString(e));
 }
 
 // Calls fn.template operator()<T>() with the run-time dtype as a constant.
@@ -210,6 +328,128 @@ void has_inf_nan(const_tensor_view x, std::uint32_t* flag, stream_view stream) {
     nonfinite_kernel<T><<<grid_for(x.count), threads_per_block, 0, native(stream)>>>(x.data, x.count, flag);
   });
   check_launch("has_inf_nan");
+}
+
+namespace {
+
+// Launches the reduction of `inputs` over `count` elements in batches, ending with the scaled sum
+// stored as `out_type` to `out`; `partial` (fp32, count elements) carries sums between batches and
+// may be null when there is one batch.
+void launch_reduce(std::span<const const_quantized_span> inputs, const quant_config& config, std::size_t count,
+                   float post_scale, dtype out_type, void* out, float* partial, cudaStream_t stream,
+                   const char* kernel) {
+  for (std::size_t first = 0; first < inputs.size(); first += reduce_batch_max) {
+    const std::size_t n = inputs.size() - first < reduce_batch_max ? inputs.size() - first : reduce_batch_max;
+    reduce_batch b{};
+    for (std::size_t k = 0; k < n; ++k) {
+      const const_quantized_span& q = inputs[first + k];
+      b.in[k] = {q.codes.data(), q.scales.data(), config.symmetric ? nullptr : q.zero_points.data()};
+    }
+    b.n = static_cast<unsigned>(n);
+    b.first = first == 0;
+    b.last = first + n == inputs.size();
+    b.layout = {config.bits, config.block, config.symmetric};
+    b.count = count;
+    b.post_scale = post_scale;
+    b.partial = partial;
+    b.out = b.last ? out : partial;
+    if (b.last) {
+      with_dtype(out_type, [&]<dtype T>() { reduce_kernel<T><<<grid_for(count), threads_per_block, 0, stream>>>(b); });
+    } else {
+      reduce_kernel<dtype::fp32><<<grid_for(count), threads_per_block, 0, stream>>>(b);
+    }
+    check_launch(kernel);
+  }
+}
+
+void permute(const_quantized_span in, const quant_config& config, topology topo, quantized_span out,
+             stream_view stream, bool inverse, const char* kernel) {
+  const std::size_t part_blocks = detail::expect_permute_args(in, config, topo, out);
+  const std::size_t part_bytes = part_blocks * config.block * static_cast<std::size_t>(config.bits) / 8;
+  if (part_blocks == 0) return;
+  for (std::size_t from = 0; from < topo.world(); ++from) {
+    const std::size_t to = inverse ? detail::unswizzle_target(topo, from) : detail::swizzle_target(topo, from);
+    copy_async(out.codes.data() + to * part_bytes, in.codes.data() + from * part_bytes, part_bytes, native(stream),
+               kernel);
+    copy_async(out.scales.data() + to * part_blocks, in.scales.data() + from * part_blocks,
+               part_blocks * sizeof(float), native(stream), kernel);
+    if (!config.symmetric) {
+      copy_async(out.zero_points.data() + to * part_blocks, in.zero_points.data() + from * part_blocks,
+                 part_blocks * sizeof(float), native(stream), kernel);
+    }
+  }
+}
+
+}  // namespace
+
+void reduce_requantize(std::span<const const_quantized_span> inputs, const quant_config& config, std::size_t count,
+                       float post_scale, const quant_config& out_config, quantized_span out, stream_view stream) {
+  detail::expect_reduce_requantize_args(inputs, config, count, out_config, out);
+  if (count == 0) return;
+  const std::size_t blocks = out_config.blocks(count);
+  ZOE_EXPECTS(blocks <= 0x7fffffffu, "kernels::cuda::reduce_requantize: ", blocks, " blocks exceed the grid limit");
+  stream_scratch sum(count * sizeof(float), native(stream), "reduce_requantize");
+  launch_reduce(inputs, config, count, post_scale, dtype::fp32, sum.as<float>(), sum.as<float>(), native(stream),
+                "reduce_requantize");
+  const detail::quant_args a{sum.as<float>(),
+                             dtype::fp32,
+                             count,
+                             0,
+                             {out_config.bits, out_config.block, out_config.symmetric},
+                             out.codes.data(),
+                             out.scales.data(),
+                             out_config.symmetric ? nullptr : out.zero_points.data()};
+  quantize_kernel<dtype::fp32><<<static_cast<unsigned>(blocks), threads_per_block, 0, native(stream)>>>(a);
+  check_launch("reduce_requantize");
+  sum.release();
+}
+
+void reduce_dequantize(std::span<const const_quantized_span> inputs, const quant_config& config, float post_scale,
+                       tensor_view out, stream_view stream) {
+  detail::expect_reduce_dequantize_args(inputs, config, out);
+  if (out.count == 0) return;
+  if (inputs.size() <= reduce_batch_max) {
+    launch_reduce(inputs, config, out.count, post_scale, out.type, out.data, nullptr, native(stream),
+                  "reduce_dequantize");
+    return;
+  }
+  stream_scratch partial(out.count * sizeof(float), native(stream), "reduce_dequantize");
+  launch_reduce(inputs, config, out.count, post_scale, out.type, out.data, partial.as<float>(), native(stream),
+                "reduce_dequantize");
+  partial.release();
+}
+
+void swizzle(const_quantized_span in, const quant_config& config, topology topo, quantized_span out,
+             stream_view stream) {
+  permute(in, config, topo, out, stream, false, "swizzle");
+}
+
+void unswizzle(const_quantized_span in, const quant_config& config, topology topo, quantized_span out,
+               stream_view stream) {
+  permute(in, config, topo, out, stream, true, "unswizzle");
+}
+
+void sum_of_squares(const_tensor_view x, double* result, stream_view stream) {
+  detail::expect_data(x, "kernels::cuda::sum_of_squares");
+  ZOE_EXPECTS(result != nullptr, "kernels::cuda::sum_of_squares: result is null");
+  if (x.count == 0) {
+    const cudaError_t e = cudaMemsetAsync(result, 0, sizeof(double), native(stream));  // +0.0, as on the CPU
+    ZOE_CHECK(e == cudaSuccess, ::zoe::device_error, "kernels::cuda::sum_of_squares: memset failed: ",
+              cudaGetErrorString(e));
+    return;
+  }
+  const std::size_t chunks = (x.count + detail::sum_chunk - 1) / detail::sum_chunk;
+  const std::size_t grid = (chunks + sum_chunks_per_block - 1) / sum_chunks_per_block;
+  ZOE_EXPECTS(grid <= 0x7fffffffu, "kernels::cuda::sum_of_squares: ", grid, " blocks exceed the grid limit");
+  stream_scratch partials(chunks * sizeof(double), native(stream), "sum_of_squares");
+  with_dtype(x.type, [&]<dtype T>() {
+    sum_chunks_kernel<T><<<static_cast<unsigned>(grid), threads_per_block, 0, native(stream)>>>(
+        x.data, x.count, chunks, partials.as<double>());
+  });
+  check_launch("sum_of_squares");
+  sum_partials_kernel<<<1, 1, 0, native(stream)>>>(partials.as<double>(), chunks, result);
+  check_launch("sum_of_squares");
+  partials.release();
 }
 
 }  // namespace zoe::kernels::cuda

@@ -5,6 +5,8 @@
 // kernel; argument errors throw usage_error before anything is launched. The calls return once the
 // work is queued: thread-safe as far as the stream is.
 
+#include <span>
+
 #include "zoe/core/stream_view.hpp"
 #include "zoe/kernels/adam.hpp"
 #include "zoe/kernels/quantize.hpp"
@@ -25,6 +27,33 @@ void quantize(const_tensor_view in, const quant_config& config, quantized_span o
 
 /// dequantize on the device.
 void dequantize(const_quantized_span in, const quant_config& config, tensor_view out, stream_view stream);
+
+/// reduce_requantize on the device: the same sums in the same order, bit-identical to the CPU.
+/// `inputs` is a host array of views of device buffers; it is read before the call returns. Takes
+/// fp32 scratch for `count` elements from the stream-ordered allocator (cudaMallocAsync), freed on
+/// the stream.
+void reduce_requantize(std::span<const const_quantized_span> inputs, const quant_config& config,
+                       std::size_t count, float post_scale, const quant_config& out_config,
+                       quantized_span out, stream_view stream);
+
+/// reduce_dequantize on the device (inputs as for reduce_requantize). Takes fp32 scratch for
+/// out.count elements from the stream-ordered allocator only when there are more than 32 inputs.
+void reduce_dequantize(std::span<const const_quantized_span> inputs, const quant_config& config,
+                       float post_scale, tensor_view out, stream_view stream);
+
+/// swizzle on the device: one device-to-device copy per partition and array, the CPU's permutation.
+void swizzle(const_quantized_span in, const quant_config& config, topology topo, quantized_span out,
+             stream_view stream);
+
+/// unswizzle on the device.
+void unswizzle(const_quantized_span in, const quant_config& config, topology topo, quantized_span out,
+               stream_view stream);
+
+/// Writes the sum of squares of `x` to *result (device memory), in the CPU's fixed fp64 order, so
+/// the value is bit-identical to kernels::sum_of_squares. Does not synchronize: read *result after
+/// the stream has run. Takes one fp64 per 64 Ki elements of scratch from the stream-ordered
+/// allocator.
+void sum_of_squares(const_tensor_view x, double* result, stream_view stream);
 
 /// Sets *flag (device memory) to 1 if `x` holds an infinity or NaN; never clears it, so one flag
 /// can collect the checks of many tensors.
