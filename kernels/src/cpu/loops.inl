@@ -260,9 +260,10 @@ void quantize_blocks_typed(const quant_args& a, std::size_t first_block, std::si
   // Whole 8-bit blocks go by groups of four (up to 16 KiB of input, which stays in L1): min and max
   // of the four read side by side (minmax_interleaved), then each block coded from L1 while the
   // next group's input is prefetched into L2, one line per line coded. Measured on the 2-core
-  // AVX-512 machine, 64M fp16, block 2048 (medians of interleaved runs): 0.41-0.47 of a large
-  // memcpy before, 0.52-0.64 with this; groups of 1, 2 or 8, a prefetch into L1, or one two or
-  // three groups ahead were all slower. The per-block loop below takes the rest.
+  // AVX-512 machine (shared, loaded), 64M fp16, block 2048, medians of interleaved runs: 0.43-0.45
+  // of a large memcpy before, 0.46-0.55 with this (0.57-0.64 in the quieter rounds). Groups of 1,
+  // 2 or 8, prefetching into L1, a burst of prefetches, or prefetching two or three groups ahead
+  // were all slower. The per-block loop below takes the rest.
   constexpr std::size_t group = 4;
   const std::size_t size = ::zoe::kernels::dtype_size(T);
   const std::size_t line = 64 / size;  // elements per cache line of input
