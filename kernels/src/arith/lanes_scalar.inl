@@ -82,6 +82,7 @@ struct scalar_lanes {
   ZOE_ARITH static I load_u8(const std::uint8_t* p) { return *p; }
 
   ZOE_ARITH static void prefetch(const void*) {}
+  ZOE_ARITH static void prefetch_l2(const void*) {}
 
   ZOE_ARITH static float max_of_lanes(F v) { return v; }
   ZOE_ARITH static float min_of_lanes(F v) { return v; }
