@@ -9,7 +9,7 @@ namespace zoe::bench {
 
 class host_buffer {
  public:
-  /// Maps `bytes` (rounded up to pages), locks it (one warning if the memlock limit refuses) and
+  /// Maps `bytes` (rounded up to pages), asks for transparent huge pages, locks it (one warning if the memlock limit refuses) and
   /// touches every page. Throws memory_error naming the size when the mapping fails.
   explicit host_buffer(std::size_t bytes);
   ~host_buffer();
