@@ -1,7 +1,5 @@
 // `zoe-bench io`: how fast zoe moves data between locked host memory and a drive, raw through the
 // I/O engine and (with --store) through the checksummed swap store.
-#include <sys/vfs.h>
-
 #include <filesystem>
 #include <iomanip>
 #include <iostream>
@@ -19,6 +17,7 @@
 #include "zoe/core/log.hpp"
 #include "zoe/core/units.hpp"
 #include "zoe/io/engine_factory.hpp"
+#include "zoe/io/file_system.hpp"
 
 namespace zoe::bench {
 namespace {
@@ -172,15 +171,12 @@ void io_settings::check() {
 }
 
 void check_bench_directory(const std::string& path) {
-  constexpr long tmpfs_magic = 0x01021994;
-  constexpr long ramfs_magic = 0x858458f6;
   std::error_code ec;
   const auto status = std::filesystem::status(path, ec);
   ZOE_EXPECTS(std::filesystem::exists(status), "--path '", path, "' does not exist");
   ZOE_EXPECTS(std::filesystem::is_directory(status), "--path '", path, "' is not a directory");
-  struct statfs fs {};
-  if (::statfs(path.c_str(), &fs) == 0 && (fs.f_type == tmpfs_magic || fs.f_type == ramfs_magic)) {
-    log::warn("--path '", path, "' is on ", fs.f_type == tmpfs_magic ? "tmpfs" : "ramfs",
+  if (const auto memory = io::memory_file_system(path)) {
+    log::warn("--path '", path, "' is on ", *memory,
               ": this measures memory, not a drive");
   }
 }

@@ -135,13 +135,13 @@ void engine_state::pump() {
   if (!submit_batch_.empty()) backend_->submit(submit_batch_);
 }
 
-bool engine_state::activate(std::uint32_t id) {
+void engine_state::activate(std::uint32_t id) {
   piece& p = pieces_[id];
   io_request& request = users_[p.user].request;
   if (p.at == stage::direct) {
     queue_raw(id, request.op, request.buffer.data() + p.plan.buffer_offset, p.plan.length, p.plan.file_offset,
               false);
-    return true;
+    return;
   }
   if (bounce_free_.empty()) {
     auto* memory = static_cast<std::byte*>(std::aligned_alloc(bounce_alignment, align_up(bounce_size_, bounce_alignment)));
@@ -156,7 +156,6 @@ bool engine_state::activate(std::uint32_t id) {
   } else {
     lock_wait_.push_back(id);
   }
-  return true;
 }
 
 void engine_state::start_rmw(std::uint32_t id) {

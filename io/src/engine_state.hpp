@@ -91,7 +91,7 @@ class engine_state {
   [[nodiscard]] file& target_of(const piece& p) { return *users_[p.user].request.target; }
   [[nodiscard]] std::size_t file_alignment(const piece& p);
   void pump();
-  bool activate(std::uint32_t piece_id);
+  void activate(std::uint32_t piece_id);
   void start_rmw(std::uint32_t piece_id);
   void queue_raw(std::uint32_t piece_id, io_op op, std::byte* buffer, std::size_t length, std::uint64_t offset,
                  bool eof_ok);

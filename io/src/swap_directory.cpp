@@ -3,19 +3,17 @@
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
-#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <random>
 
 #include "zoe/core/check.hpp"
 #include "zoe/core/log.hpp"
+#include "zoe/io/file_system.hpp"
 
 namespace zoe::io::detail {
 namespace {
 
-constexpr long tmpfs_magic = 0x01021994;
-constexpr long ramfs_magic = 0x858458f6;
 constexpr std::string_view prefix = "zoe-swap-";
 constexpr const char* lock_name = "lock";
 
@@ -31,10 +29,9 @@ void check_parent(const std::filesystem::path& parent) {
   if (::access(parent.c_str(), W_OK | X_OK) != 0) {
     throw io_error(str("swap path '", parent.string(), "' is not writable: ", errno_text(errno)), errno);
   }
-  struct statfs fs {};
-  if (::statfs(parent.c_str(), &fs) == 0 && (fs.f_type == tmpfs_magic || fs.f_type == ramfs_magic)) {
+  if (const auto memory = memory_file_system(parent)) {
     log::warn_once(str("swap.memfs:", parent.string()),
-                   str("swap path '", parent.string(), "' is on ", fs.f_type == tmpfs_magic ? "tmpfs" : "ramfs",
+                   str("swap path '", parent.string(), "' is on ", *memory,
                        ": that is memory, not a drive"));
   }
 }
