@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "kernel_test_support.hpp"
 #include "zoe/core/error.hpp"
@@ -199,6 +201,99 @@ TEST_P(quant_cases, ReduceRequantizeEqualsTheStepByStepComposition) {
     test::poison(reduced.data(), n * 4);
     reduce_dequantize(views, config, post_scale, view(std::span<float>(reduced)));
     EXPECT_EQ(test::first_difference(reduced.data(), sum.data(), n * 4), -1) << cpu_path_name(path);
+  }
+}
+
+// Quantizes `input` (n elements of c.type) on the scalar path, then on every SIMD path, and expects
+// the same bits from each; returns the scalar result.
+quantized_buffer quantize_on_every_path(const quant_case& c, const std::vector<std::byte>& input, std::size_t n) {
+  const quant_config config = config_of(c);
+  quantized_buffer expected(config, n);
+  {
+    const test::path_guard p(cpu_path::scalar);
+    quantize(const_tensor_view{c.type, input.data(), n}, config, expected.span());
+  }
+  for (const cpu_path path : test::simd_paths()) {
+    const test::path_guard p(path);
+    quantized_buffer got(config, n);
+    quantize(const_tensor_view{c.type, input.data(), n}, config, got.span());
+    EXPECT_TRUE(got == expected) << cpu_path_name(path);
+  }
+  return expected;
+}
+
+// Block extremes are found on integer keys of the bits: blocks of one sign (where the key order of
+// negative values is reversed) and blocks of signed zeros must still get their exact extremes.
+TEST_P(quant_cases, ExactExtremesForBlocksOfOneSignAndOfSignedZeros) {
+  const quant_case c = GetParam();
+  auto rng = test::rng_for_test();
+  const std::size_t n = 3 * c.block;
+  std::vector<float> values = test::normal_values(rng, n, 2.0f);
+  for (std::size_t i = 0; i < c.block; ++i) values[i] = -std::abs(values[i]);                  // all negative
+  for (std::size_t i = c.block; i < 2 * c.block; ++i) values[i] = std::abs(values[i]);        // all positive
+  for (std::size_t i = 2 * c.block; i < n; ++i) values[i] = (i % 3 == 0) ? -0.0f : 0.0f;      // signed zeros
+  const std::vector<std::byte> input = test::encode(values, c.type);
+  const std::vector<float> x = test::decode(input, c.type);
+  const quantized_buffer q = quantize_on_every_path(c, input, n);
+  const float levels = c.bits == 8 ? (c.symmetric ? 127.0f : 255.0f) : (c.symmetric ? 7.0f : 15.0f);
+  for (std::size_t b = 0; b < 2; ++b) {
+    const auto first = x.begin() + static_cast<long>(b * c.block);
+    const auto last = first + static_cast<long>(c.block);
+    const float lo = *std::min_element(first, last);
+    const float hi = *std::max_element(first, last);
+    if (c.symmetric) {
+      EXPECT_EQ(q.scales[b], std::max(-lo, hi) / levels) << "block " << b;
+    } else {
+      EXPECT_EQ(q.zero_points[b], lo) << "block " << b;
+      EXPECT_EQ(q.scales[b], (hi - lo) / levels) << "block " << b;
+    }
+  }
+  EXPECT_EQ(test::bits_of(q.scales[2]), 0u) << "a block of zeros has scale +0";
+  if (!c.symmetric) {
+    EXPECT_EQ(test::bits_of(q.zero_points[2]), 0u) << "and zero point +0";
+  }
+  const std::size_t code_bytes_per_block = c.block * static_cast<std::size_t>(c.bits) / 8;
+  for (std::size_t i = 2 * code_bytes_per_block; i < 3 * code_bytes_per_block; ++i) {
+    ASSERT_EQ(static_cast<unsigned>(q.codes[i]), 0u) << "code byte " << i;
+  }
+}
+
+// A block holding NaN or an infinity has no meaningful scale, but it is quantized the same way on
+// every path (NaN has a place in the key order), its codes stay in range, and the other blocks are
+// untouched by it.
+TEST_P(quant_cases, NonFiniteBlocksAreIdenticalOnEveryPathAndLeaveOthersAlone) {
+  const quant_case c = GetParam();
+  const quant_config config = config_of(c);
+  auto rng = test::rng_for_test();
+  const std::size_t n = 4 * c.block;
+  std::vector<float> values = test::normal_values(rng, n, 2.0f);
+  values[c.block / 2] = std::numeric_limits<float>::quiet_NaN();
+  values[c.block + 1] = std::numeric_limits<float>::infinity();
+  values[3 * c.block - 1] = -std::numeric_limits<float>::infinity();
+  const std::vector<std::byte> input = test::encode(values, c.type);
+  const quantized_buffer q = quantize_on_every_path(c, input, n);
+  EXPECT_TRUE(std::isnan(q.scales[0]));
+  EXPECT_TRUE(std::isinf(q.scales[1]));
+  EXPECT_TRUE(std::isinf(q.scales[2]));
+  if (!c.symmetric) {
+    EXPECT_EQ(q.zero_points[2], -std::numeric_limits<float>::infinity());
+  }
+
+  // The finite block quantizes as it does alone.
+  const std::size_t size = dtype_size(c.type);
+  const std::vector<std::byte> last(input.begin() + static_cast<long>(3 * c.block * size), input.end());
+  quantized_buffer alone(config, c.block);
+  quantize(const_tensor_view{c.type, last.data(), c.block}, config, alone.span());
+  EXPECT_EQ(q.scales[3], alone.scales[0]);
+  const std::size_t code_bytes = c.block * static_cast<std::size_t>(c.bits) / 8;
+  EXPECT_EQ(test::first_difference(q.codes.data() + 3 * code_bytes, alone.codes.data(), code_bytes), -1);
+
+  if (c.bits == 8) {
+    for (std::size_t i = 0; i < 3 * c.block; ++i) {
+      const int code = c.symmetric ? static_cast<int>(static_cast<std::int8_t>(q.codes[i])) : static_cast<int>(q.codes[i]);
+      ASSERT_GE(code, c.symmetric ? -127 : 0) << i;
+      ASSERT_LE(code, c.symmetric ? 127 : 255) << i;
+    }
   }
 }
 

@@ -45,30 +45,94 @@ struct block_lanes {
         highest(P::f(b.highest)) {}
 };
 
-// Clamping before rounding keeps the code in range even when (x - offset) * inv_scale rounds a
-// hair past the last level (and sends NaN to the lowest code: max returns its second operand when
-// unordered). The clamped value y lies in [-127, 255]; adding 1.5 * 2^23 puts the sum in [2^23,
-// 2^24), where the ulp is 1, so the FPU rounds y to the nearest integer, ties to even (1.5 * 2^23 is
-// even, so the tie goes the same way as for y alone), and the sum's bits are 0x4b400000 + code: the
-// low byte is the code in two's complement (int8) or plain (uint8). No float-to-int conversion with
-// its overflow fix-up, and storing a code is keeping a byte. Returns those bits.
-inline constexpr float code_magic = 0x1.8p23f;
-inline constexpr std::uint32_t code_magic_bits = 0x4b400000u;
-
-template <class P>
-ZOE_ARITH typename P::U quantize_bits(typename P::F x, const block_lanes<P>& b) {
-  return P::bits(P::min(P::max((x - b.offset) * b.inv_scale, b.lowest), b.highest) + P::f(code_magic));
-}
-
-// The code as an integer.
-template <class P>
+// The code of x: (x - offset) * inv_scale rounded to the nearest integer, ties to even. Only the
+// lower clamp is applied, and only for NaN (max returns its second operand when unordered, so NaN
+// gets the lowest code): the block's lo and hi are its exact extremes (see the keys below), so
+// with u = 2^-24, (x - lo) <= range and |x| <= a hold after rounding too, and the scaled value lies
+// within levels * (1 + u)^2 of the range, short of half a step past either end. Symmetric blocks
+// skip the subtraction: their offset is +0, and x - (+0) is x, bit for bit. P::round_to_int rounds
+// the way every path does (scalar_lanes: adding 1.5 * 2^23, see there; x86: cvtps2dq).
+template <class P, bool symmetric>
 ZOE_ARITH typename P::I quantize_value(typename P::F x, const block_lanes<P>& b) {
-  return P::as_i(quantize_bits<P>(x, b) - P::u(code_magic_bits));
+  if constexpr (!symmetric) x = x - b.offset;
+  return P::round_to_int(P::max(x * b.inv_scale, b.lowest));
 }
 
 template <class P>
 ZOE_ARITH typename P::F dequantize_value(typename P::I code, const block_lanes<P>& b) {
   return P::to_float(code) * b.scale + b.offset;
+}
+
+// ---- block extremes on integer keys ---------------------------------------------------------------
+// A block's minimum and maximum are taken on integer keys of the elements' bits rather than on
+// floats. The keys order exactly as the values do, so finite blocks get the same extremes as a
+// float min/max would, and three things improve: 16-bit input is scanned as 16-bit integers, twice
+// the lanes and no widening (the widening then happens once, in the coding pass); a symmetric
+// block needs one max per element on the magnitude instead of a min and a max; and NaN has a
+// place in the order (above infinity, by sign), so a block holding one gets the same (NaN) scale
+// on every path, where float min/max would depend on lane order. K is a key lane policy: int16 or
+// int32 lanes on SIMD paths, one int32 on the scalar path and CUDA (16-bit bits sign-extended,
+// which keeps both keys' order and values).
+
+// The magnitude bits of each sign-magnitude type: the key of |x| for symmetric blocks.
+template <::zoe::kernels::dtype T>
+inline constexpr std::int32_t magnitude_mask = T == ::zoe::kernels::dtype::fp32 ? 0x7fffffff : 0x7fff;
+
+template <class K, ::zoe::kernels::dtype T>
+ZOE_ARITH typename K::V magnitude_key(typename K::V bits) {
+  return K::and_(bits, K::set(magnitude_mask<T>));
+}
+
+// Negative values have their magnitude bits flipped, so larger magnitudes order lower; -0 lands
+// just below +0. The map is its own inverse (the sign bit stays), so it also turns a key back into
+// bits.
+template <class K, ::zoe::kernels::dtype T>
+ZOE_ARITH typename K::V ordered_key(typename K::V bits) {
+  return K::xor_(bits, K::and_(K::sign_fill(bits), K::set(magnitude_mask<T>)));
+}
+
+// The float whose key (as an int32, 16-bit keys sign-extended) is `key`.
+template <::zoe::kernels::dtype T>
+ZOE_ARITH float float_of_key(std::int32_t key, bool magnitude) {
+  using P = scalar_lanes;
+  using K = scalar_keys<std::int32_t>;
+  const auto bits = static_cast<std::uint32_t>(magnitude ? key : ordered_key<K, T>(key));
+  if constexpr (T == ::zoe::kernels::dtype::fp32) {
+    return P::from_bits(bits);
+  } else if constexpr (T == ::zoe::kernels::dtype::bf16) {
+    return float_from_bf16<P>(bits & 0xffffu);
+  } else {
+    return float_from_fp16<P>(bits & 0xffffu);
+  }
+}
+
+// A block's extremes as keys: for a symmetric block the largest magnitude key (in `hi`; `lo` is
+// unused), otherwise the smallest and largest ordered keys.
+struct block_keys {
+  std::int32_t lo;
+  std::int32_t hi;
+};
+
+// Folds key vector `bits` (the raw bits of some elements) into the running extremes.
+template <class K, ::zoe::kernels::dtype T, bool symmetric>
+ZOE_ARITH void fold_keys(typename K::V bits, typename K::V& lo, typename K::V& hi) {
+  if constexpr (symmetric) {
+    hi = K::max(hi, magnitude_key<K, T>(bits));
+  } else {
+    const typename K::V k = ordered_key<K, T>(bits);
+    lo = K::min(lo, k);
+    hi = K::max(hi, k);
+  }
+}
+
+// The block parameters from the extremes found as keys: symmetric blocks as the extremes -a and a.
+template <::zoe::kernels::dtype T>
+ZOE_ARITH block_params params_of_keys(const ::zoe::kernels::detail::quant_layout& layout, block_keys k) {
+  if (layout.symmetric) {
+    const float a = float_of_key<T>(k.hi, true);
+    return make_block_params(layout, -a, a);
+  }
+  return make_block_params(layout, float_of_key<T>(k.lo, false), float_of_key<T>(k.hi, false));
 }
 
 // int4: element 2i in the low nibble, 2i+1 in the high nibble. Symmetric codes are two's complement

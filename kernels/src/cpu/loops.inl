@@ -142,206 +142,216 @@ bool nonfinite_range_of(const void* src, dtype type, std::size_t begin, std::siz
 
 // ---- quantization --------------------------------------------------------------------------------
 
-// Minimum and maximum of src[i, end); with `widened` (may be null), also stores the values as fp32
-// at widened[k - first] so a second pass over 16-bit input need not convert again.
-template <class P, dtype T>
-ZOE_ARITH std::size_t minmax_lanes(const void* src, std::size_t i, std::size_t end, float& lo, float& hi,
-                                   float* widened = nullptr, std::size_t first = 0) {
-  const std::size_t n = P::lanes();
-  if (i + n > end) return i;
-  auto vlo = load_as_float<P, T>(src, i);
-  auto vhi = vlo;
-  if (widened != nullptr) P::store_f32(vlo, widened + (i - first));
-  i += n;
-  // Four vectors a step into separate accumulators: min and max have a latency of several cycles,
-  // and one chain would leave the vector units idle. Min and max of finite values do not depend on
-  // the order (a block holding NaN has no meaningful scale on any path).
-  if (i + 4 * n <= end) {
-    auto lo1 = vlo, lo2 = vlo, lo3 = vlo, hi1 = vhi, hi2 = vhi, hi3 = vhi;
-    for (; i + 4 * n <= end; i += 4 * n) {
-      const auto x0 = load_as_float<P, T>(src, i);
-      const auto x1 = load_as_float<P, T>(src, i + n);
-      const auto x2 = load_as_float<P, T>(src, i + 2 * n);
-      const auto x3 = load_as_float<P, T>(src, i + 3 * n);
-      if (widened != nullptr) {
-        P::store_f32(x0, widened + (i - first));
-        P::store_f32(x1, widened + (i + n - first));
-        P::store_f32(x2, widened + (i + 2 * n - first));
-        P::store_f32(x3, widened + (i + 3 * n - first));
-      }
-      vlo = P::min(vlo, x0);
-      vhi = P::max(vhi, x0);
-      lo1 = P::min(lo1, x1);
-      hi1 = P::max(hi1, x1);
-      lo2 = P::min(lo2, x2);
-      hi2 = P::max(hi2, x2);
-      lo3 = P::min(lo3, x3);
-      hi3 = P::max(hi3, x3);
-    }
-    vlo = P::min(P::min(vlo, lo1), P::min(lo2, lo3));
-    vhi = P::max(P::max(vhi, hi1), P::max(hi2, hi3));
+// The stored type of a dtype's raw bits, as the key lanes read them.
+template <dtype T>
+using key_bits = std::conditional_t<T == dtype::fp32, std::int32_t, std::int16_t>;
+
+// Folds the keys of src[i, end) into `k` with key lanes K; returns where K's vectors stopped. Four
+// vectors a step into separate accumulators: min and max have a latency, and one chain would
+// leave the vector units idle.
+template <class K, dtype T, bool symmetric>
+ZOE_ARITH std::size_t fold_key_lanes(const void* src, std::size_t i, std::size_t end, block_keys& k) {
+  const std::size_t n = K::lanes();
+  typename K::V lo[4];
+  typename K::V hi[4];
+  for (int j = 0; j < 4; ++j) {
+    lo[j] = K::set(k.lo);
+    hi[j] = K::set(k.hi);
   }
-  for (; i + n <= end; i += n) {
-    const auto x = load_as_float<P, T>(src, i);
-    if (widened != nullptr) P::store_f32(x, widened + (i - first));
-    vlo = P::min(vlo, x);
-    vhi = P::max(vhi, x);
+  for (; i + 4 * n <= end; i += 4 * n) {
+    for (std::size_t j = 0; j < 4; ++j) fold_keys<K, T, symmetric>(K::load(src, i + j * n), lo[j], hi[j]);
   }
-  lo = scalar_lanes::min(lo, P::min_of_lanes(vlo));
-  hi = scalar_lanes::max(hi, P::max_of_lanes(vhi));
+  for (; i + n <= end; i += n) fold_keys<K, T, symmetric>(K::load(src, i), lo[0], hi[0]);
+  k.lo = K::min_of_lanes(K::min(K::min(lo[0], lo[1]), K::min(lo[2], lo[3])));
+  k.hi = K::max_of_lanes(K::max(K::max(hi[0], hi[1]), K::max(hi[2], hi[3])));
   return i;
 }
 
-// Minimum and maximum of each of `group` blocks of `len` elements (a multiple of P::lanes()), block k
-// at src[base + k * len], reading one vector of each block in turn, as glibc's large memcpy reads
+// The extremes of src[begin, end) (not empty) as keys: P's key vectors, then one key at a time.
+template <class P, dtype T, bool symmetric>
+ZOE_ARITH block_keys block_extremes(const void* src, std::size_t begin, std::size_t end) {
+  using KS = scalar_keys<key_bits<T>>;
+  const std::int32_t first = KS::load(src, begin);
+  block_keys k{};
+  k.lo = symmetric ? magnitude_key<KS, T>(first) : ordered_key<KS, T>(first);
+  k.hi = k.lo;
+  const std::size_t i = fold_key_lanes<typename P::template keys<key_bits<T>>, T, symmetric>(src, begin, end, k);
+  fold_key_lanes<KS, T, symmetric>(src, i, end, k);
+  return k;
+}
+
+// The extremes of `group` blocks of `len` elements (a multiple of the key lanes), block j at
+// src[base + j * len], reading one vector of each block in turn, as glibc's large memcpy reads
 // four pages side by side: a 2048-element fp16 block is one 4 KiB page, the hardware prefetchers
 // stop at page boundaries, and one page at a time keeps too few misses in flight for one core. The
-// blocks are then coded from L1. Min and max of finite values do not depend on the order.
-template <class P, dtype T, std::size_t group>
-ZOE_ARITH void minmax_interleaved(const void* src, std::size_t base, std::size_t len, float* lo, float* hi) {
-  const std::size_t n = P::lanes();
-  typename P::F vlo[group];
-  typename P::F vhi[group];
-  for (std::size_t k = 0; k < group; ++k) {
-    vlo[k] = load_as_float<P, T>(src, base + k * len);
-    vhi[k] = vlo[k];
+// blocks are then coded from L1.
+template <class P, dtype T, bool symmetric, std::size_t group>
+ZOE_ARITH void group_extremes(const void* src, std::size_t base, std::size_t len, block_keys* k) {
+  using K = typename P::template keys<key_bits<T>>;
+  const std::size_t n = K::lanes();
+  typename K::V lo[group];
+  typename K::V hi[group];
+  for (std::size_t j = 0; j < group; ++j) {
+    const auto bits = K::load(src, base + j * len);
+    lo[j] = symmetric ? magnitude_key<K, T>(bits) : ordered_key<K, T>(bits);
+    hi[j] = lo[j];
   }
   for (std::size_t i = n; i + n <= len; i += n) {
-    for (std::size_t k = 0; k < group; ++k) {
-      const auto x = load_as_float<P, T>(src, base + k * len + i);
-      vlo[k] = P::min(vlo[k], x);
-      vhi[k] = P::max(vhi[k], x);
-    }
+    for (std::size_t j = 0; j < group; ++j) fold_keys<K, T, symmetric>(K::load(src, base + j * len + i), lo[j], hi[j]);
   }
-  for (std::size_t k = 0; k < group; ++k) {
-    lo[k] = P::min_of_lanes(vlo[k]);
-    hi[k] = P::max_of_lanes(vhi[k]);
-  }
+  for (std::size_t j = 0; j < group; ++j) k[j] = {K::min_of_lanes(lo[j]), K::max_of_lanes(hi[j])};
 }
 
-// `ahead` (may be null) is the next block's input: it is prefetched at the pace the current block
-// is coded. A block of 2048 fp16 is one 4 KiB page and the hardware prefetcher stops at page
-// boundaries, so without this every block would start with a stall on memory.
-template <class P, dtype T>
-ZOE_ARITH std::size_t code8_lanes(const void* src, std::size_t src_index, void* codes, std::size_t i,
-                                  std::size_t end, const block_lanes<P>& b,
-                                  const char* ahead = nullptr, std::size_t ahead_element_bytes = 0) {
+// Codes of src[at + i, at + end) into out[i, end), four vectors a step packed together, then one
+// vector at a time; returns where the vectors stopped. `ahead` (may be null) is input that will
+// be needed next: its lines are prefetched into L2 at the pace these are coded (the hardware
+// prefetcher stops at each 4 KiB page, so without it every block would start with a stall).
+// The codes of src[at, at + 4 * P::lanes()) into out[0, 4 * P::lanes()), packed together.
+template <class P, dtype T, bool symmetric>
+ZOE_ARITH void code8_step(const void* src, std::size_t at, std::uint8_t* out, const block_lanes<P>& b) {
   const std::size_t n = P::lanes();
+  const auto c0 = quantize_value<P, symmetric>(load_as_float<P, T>(src, at), b);
+  const auto c1 = quantize_value<P, symmetric>(load_as_float<P, T>(src, at + n), b);
+  const auto c2 = quantize_value<P, symmetric>(load_as_float<P, T>(src, at + 2 * n), b);
+  const auto c3 = quantize_value<P, symmetric>(load_as_float<P, T>(src, at + 3 * n), b);
+  P::template store_codes4<symmetric>(c0, c1, c2, c3, out);
+}
+
+template <class P, dtype T, bool symmetric>
+ZOE_ARITH std::size_t code8_lanes(const void* src, std::size_t at, std::uint8_t* out, std::size_t i,
+                                  std::size_t end, const block_lanes<P>& b, const char* ahead = nullptr) {
+  const std::size_t n = P::lanes();
+  constexpr std::size_t size = ::zoe::kernels::dtype_size(T);
+  for (; i + 4 * n <= end; i += 4 * n) {
+    if (ahead != nullptr) {
+      for (std::size_t line = 0; line < 4 * n * size; line += 64) P::prefetch_l2(ahead + i * size + line);
+    }
+    code8_step<P, T, symmetric>(src, at + i, out + i, b);
+  }
   for (; i + n <= end; i += n) {
-    if (ahead != nullptr) P::prefetch(ahead + i * ahead_element_bytes);
-    P::store_low_bytes(quantize_bits<P>(load_as_float<P, T>(src, src_index + i), b),
-                       static_cast<std::uint8_t*>(codes) + i);
+    P::template store_code<symmetric>(quantize_value<P, symmetric>(load_as_float<P, T>(src, at + i), b), out + i);
   }
   return i;
+}
+
+// One block's scale (and zero point) stored; its parameters returned.
+template <dtype T>
+ZOE_ARITH block_params store_block_params(const quant_args& a, std::size_t blk, block_keys k) {
+  const block_params params = params_of_keys<T>(a.layout, k);
+  a.scales[blk] = params.scale;
+  if (a.zero_points != nullptr) a.zero_points[blk] = params.offset;
+  return params;
+}
+
+// Whole 8-bit blocks [blk, end_blk) (a multiple of `group` blocks, each a multiple of `group`
+// code steps), coded by groups: while group g is coded from L1, each code step also folds one
+// step of group g + 1's keys, reading its blocks in turn, so the loads from memory of the next
+// group overlap the arithmetic on this one instead of alternating with it. With `stream_buffer`
+// (not null), each block's codes are staged there and streamed out.
+template <class V, dtype T, bool symmetric, std::size_t group>
+void code_groups(const quant_args& a, std::size_t blk, std::size_t end_blk, std::uint8_t* stream_buffer) {
+  using K = typename V::template keys<key_bits<T>>;
+  const std::size_t len = a.layout.block;
+  const std::size_t step = 4 * V::lanes();  // elements per code step
+  const std::size_t keys_per_step = step / K::lanes();
+  block_keys keys[group];
+  group_extremes<V, T, symmetric, group>(a.in, blk * len - a.in_base, len, keys);
+  for (; blk < end_blk; blk += group) {
+    const std::size_t base = blk * len - a.in_base;
+    const bool has_next = blk + group < end_blk;
+    const std::size_t next = base + group * len;
+    typename K::V lo[group];
+    typename K::V hi[group];
+    for (std::size_t j = 0; j < group; ++j) {  // (without a next group: this group, unused)
+      const auto bits = K::load(a.in, (has_next ? next : base) + j * len);
+      lo[j] = symmetric ? magnitude_key<K, T>(bits) : ordered_key<K, T>(bits);
+      hi[j] = lo[j];
+    }
+    std::size_t next_offset = 0;  // of the next step to fold, in each of the next group's blocks
+    for (std::size_t k = 0; k < group; ++k) {
+      const block_lanes<V> bv(store_block_params<T>(a, blk + k, keys[k]));
+      auto* const codes = reinterpret_cast<std::uint8_t*>(a.codes + (blk + k) * len);
+      std::uint8_t* const out = stream_buffer != nullptr ? stream_buffer : codes;
+      const std::size_t at = base + k * len;
+      for (std::size_t i = 0; i < len; i += group * step) {
+        for (std::size_t j = 0; j < group; ++j) {
+          code8_step<V, T, symmetric>(a.in, at + i + j * step, out + i + j * step, bv);
+          if (has_next) {
+            for (std::size_t q = 0; q < keys_per_step; ++q) {
+              fold_keys<K, T, symmetric>(K::load(a.in, next + j * len + next_offset + q * K::lanes()), lo[j], hi[j]);
+            }
+          }
+        }
+        next_offset += step;
+      }
+      if (stream_buffer != nullptr) V::stream_bytes(codes, stream_buffer, len);
+    }
+    if (has_next) {
+      for (std::size_t j = 0; j < group; ++j) keys[j] = {K::min_of_lanes(lo[j]), K::max_of_lanes(hi[j])};
+    }
+  }
 }
 
 // Elements a call must cover for its 8-bit codes to be streamed.
 inline constexpr std::size_t quant_stream_min = std::size_t{1} << 18;
 
-template <class V, dtype T>
+template <class V, dtype T, bool symmetric>
 void quantize_blocks_typed(const quant_args& a, std::size_t first_block, std::size_t last_block) {
   const auto& l = a.layout;
+  const auto* in = static_cast<const char*>(a.in);
+  constexpr std::size_t size = ::zoe::kernels::dtype_size(T);
   constexpr std::size_t segment = 512;  // int4 codes are staged as bytes, then packed
-  alignas(64) std::int8_t staged[segment];
-  // 16-bit blocks up to this size are widened once into fp32 during the min/max pass (exact, so the
-  // codes do not change) and coded from there, when the conversion is most of the arithmetic: fp16
-  // without hardware widening. With vcvtph2ps (V::native_fp16), and for bf16 (a shift), converting
-  // again from the block still in L1 is cheaper than storing and reloading twice the bytes.
-  constexpr std::size_t widen_limit = 4096;
-  constexpr bool may_widen = T == dtype::fp16 && !V::native_fp16;
-  alignas(64) float widened[may_widen ? widen_limit : 1];
-  const bool widen = may_widen && l.bits == 8 && l.block <= widen_limit;
+  alignas(64) std::uint8_t staged[segment];
   // Long ranges of 8-bit codes are coded into an L1 buffer and streamed out: a normal store first
   // reads each line it fills, 1 more byte per element on top of the 3 an fp16 element moves.
   constexpr std::size_t stream_block_limit = 4096;
   alignas(64) std::uint8_t stream_buffer[stream_block_limit];
   const bool stream = V::can_stream && l.bits == 8 && l.block <= stream_block_limit &&
                       (last_block - first_block) * l.block >= quant_stream_min;
-  // Whole 8-bit blocks go by groups of four (up to 16 KiB of input, which stays in L1): min and max
-  // of the four read side by side (minmax_interleaved), then each block coded from L1 while the
-  // next group's input is prefetched into L2, one line per line coded. Measured on the 2-core
-  // AVX-512 machine (shared, loaded), 64M fp16, block 2048, medians of interleaved runs: 0.43-0.45
-  // of a large memcpy before, 0.46-0.55 with this (0.57-0.64 in the quieter rounds). Groups of 1,
-  // 2 or 8, prefetching into L1, a burst of prefetches, or prefetching two or three groups ahead
-  // were all slower. The per-block loop below takes the rest.
+  const auto code_block = [&](std::size_t blk, std::size_t src_base, std::size_t valid, const block_params& params,
+                              const char* ahead) {
+    const block_lanes<V> bv(params);
+    const block_lanes<scalar_lanes> bs(params);
+    std::uint8_t* out = stream ? stream_buffer : reinterpret_cast<std::uint8_t*>(a.codes + blk * l.block);
+    const std::size_t j = code8_lanes<V, T, symmetric>(a.in, src_base, out, 0, valid, bv, ahead);
+    code8_lanes<scalar_lanes, T, symmetric>(a.in, src_base, out, j, valid, bs);
+    for (std::size_t k = valid; k < l.block; ++k) out[k] = 0;
+    if (stream) V::stream_bytes(reinterpret_cast<std::uint8_t*>(a.codes + blk * l.block), stream_buffer, l.block);
+  };
+  // Whole 8-bit blocks go by groups of four (up to 16 KiB of input, which stays in L1; see
+  // code_groups). Measured on the 2-core AVX-512 machine, groups of 1, 2 or 8 were slower. The
+  // per-block loop below takes the rest.
   constexpr std::size_t group = 4;
-  const std::size_t size = ::zoe::kernels::dtype_size(T);
-  const std::size_t line = 64 / size;  // elements per cache line of input
-  const bool grouped = !widen && l.bits == 8 && l.block % V::lanes() == 0 && l.block * size * group <= 4 * 4096;
+  const std::size_t group_step = group * 4 * V::lanes();
   std::size_t blk = first_block;
-  if (grouped) {
-    for (; blk + group <= last_block && (blk + group) * l.block <= a.count; blk += group) {
-      const std::size_t src_base = blk * l.block - a.in_base;
-      float lo[group];
-      float hi[group];
-      minmax_interleaved<V, T, group>(a.in, src_base, l.block, lo, hi);
-      const bool next = blk + 2 * group <= last_block;
-      for (std::size_t k = 0; k < group; ++k) {
-        const std::size_t b = blk + k;
-        const std::size_t at = src_base + k * l.block;
-        const block_params params = make_block_params(l, lo[k], hi[k]);
-        a.scales[b] = params.scale;
-        if (a.zero_points != nullptr) a.zero_points[b] = params.offset;
-        const block_lanes<V> bv(params);
-        const block_lanes<scalar_lanes> bs(params);
-        std::byte* out = stream ? reinterpret_cast<std::byte*>(stream_buffer) : a.codes + b * l.block;
-        const char* ahead = static_cast<const char*>(a.in) + (at + group * l.block) * size;
-        for (std::size_t i = 0; i < l.block; i += line) {
-          const std::size_t end = l.block - i < line ? l.block : i + line;
-          if (next) V::prefetch_l2(ahead + i * size);
-          const std::size_t j = code8_lanes<V, T>(a.in, at, out, i, end, bv);
-          code8_lanes<scalar_lanes, T>(a.in, at, out, j, end, bs);
-        }
-        if (stream) V::stream_bytes(reinterpret_cast<std::uint8_t*>(a.codes + b * l.block), stream_buffer, l.block);
-      }
-    }
+  if (l.bits == 8 && l.block % group_step == 0 && l.block * size * group <= 4 * 4096) {
+    std::size_t whole = (a.count / l.block < last_block ? a.count / l.block : last_block);
+    whole = whole > first_block ? first_block + (whole - first_block) / group * group : first_block;
+    if (whole > first_block) code_groups<V, T, symmetric, group>(a, first_block, whole, stream ? stream_buffer : nullptr);
+    blk = whole;
   }
   for (; blk < last_block; ++blk) {
     const std::size_t begin = blk * l.block;
     const std::size_t valid = (a.count - begin < l.block ? a.count - begin : l.block);
     const std::size_t src_base = begin - a.in_base;
-    float lo = load_as_float<scalar_lanes, T>(a.in, src_base);
-    float hi = lo;
-    std::size_t i = minmax_lanes<V, T>(a.in, src_base, src_base + valid, lo, hi, widen ? widened : nullptr, src_base);
-    for (; i < src_base + valid; ++i) {
-      const float x = load_as_float<scalar_lanes, T>(a.in, i);
-      if (widen) widened[i - src_base] = x;
-      lo = scalar_lanes::min(lo, x);
-      hi = scalar_lanes::max(hi, x);
+    const block_params params = store_block_params<T>(a, blk, block_extremes<V, T, symmetric>(a.in, src_base, src_base + valid));
+    if (l.bits == 8) {
+      code_block(blk, src_base, valid, params, blk + 1 < last_block ? in + (src_base + l.block) * size : nullptr);
+      continue;
     }
-    const block_params params = make_block_params(l, lo, hi);
-    a.scales[blk] = params.scale;
-    if (a.zero_points != nullptr) a.zero_points[blk] = params.offset;
     const block_lanes<V> bv(params);
     const block_lanes<scalar_lanes> bs(params);
-    if (l.bits == 8) {
-      std::byte* out = stream ? reinterpret_cast<std::byte*>(stream_buffer) : a.codes + begin;
-      const char* ahead = blk + 1 < last_block
-                              ? static_cast<const char*>(a.in) + (src_base + l.block) * ::zoe::kernels::dtype_size(T)
-                              : nullptr;
-      if (widen) {
-        const std::size_t j = code8_lanes<V, dtype::fp32>(widened, 0, out, 0, valid, bv, ahead,
-                                                            ::zoe::kernels::dtype_size(T));
-        code8_lanes<scalar_lanes, dtype::fp32>(widened, 0, out, j, valid, bs);
-      } else {
-        const std::size_t j = code8_lanes<V, T>(a.in, src_base, out, 0, valid, bv, ahead,
-                                                  ::zoe::kernels::dtype_size(T));
-        code8_lanes<scalar_lanes, T>(a.in, src_base, out, j, valid, bs);
-      }
-      for (std::size_t k = valid; k < l.block; ++k) out[k] = std::byte{0};
-      if (stream) V::stream_bytes(reinterpret_cast<std::uint8_t*>(a.codes + begin), stream_buffer, l.block);
-    } else {
-      std::byte* out = a.codes + begin / 2;
-      for (std::size_t s = 0; s < l.block; s += segment) {
-        const std::size_t len = l.block - s < segment ? l.block - s : segment;
-        const std::size_t live = valid > s ? (valid - s < len ? valid - s : len) : 0;
-        // Staged as signed bytes: asymmetric int4 codes (0..15) fit too.
-        const std::size_t j = code8_lanes<V, T>(a.in, src_base + s, staged, 0, live, bv);
-        code8_lanes<scalar_lanes, T>(a.in, src_base + s, staged, j, live, bs);
-        for (std::size_t k = live; k < len; ++k) staged[k] = 0;
-        for (std::size_t k = 0; k < len; k += 2) {
-          out[(s + k) / 2] = static_cast<std::byte>(pack_nibbles(staged[k], staged[k + 1]));
-        }
+    std::byte* out = a.codes + begin / 2;
+    for (std::size_t s = 0; s < l.block; s += segment) {
+      const std::size_t len = l.block - s < segment ? l.block - s : segment;
+      const std::size_t live = valid > s ? (valid - s < len ? valid - s : len) : 0;
+      // Staged as bytes: symmetric codes in two's complement, whose low nibble is the int4 code.
+      const std::size_t j = code8_lanes<V, T, symmetric>(a.in, src_base + s, staged, 0, live, bv);
+      code8_lanes<scalar_lanes, T, symmetric>(a.in, src_base + s, staged, j, live, bs);
+      for (std::size_t k = live; k < len; ++k) staged[k] = 0;
+      for (std::size_t k = 0; k < len; k += 2) {
+        out[(s + k) / 2] = static_cast<std::byte>(
+            pack_nibbles(static_cast<std::int8_t>(staged[k]), static_cast<std::int8_t>(staged[k + 1])));
       }
     }
   }
@@ -350,7 +360,13 @@ void quantize_blocks_typed(const quant_args& a, std::size_t first_block, std::si
 
 template <class V>
 void quantize_blocks_of(const quant_args& a, std::size_t first_block, std::size_t last_block) {
-  with_dtype(a.in_type, [&]<dtype T>() { quantize_blocks_typed<V, T>(a, first_block, last_block); });
+  with_dtype(a.in_type, [&]<dtype T>() {
+    if (a.layout.symmetric) {
+      quantize_blocks_typed<V, T, true>(a, first_block, last_block);
+    } else {
+      quantize_blocks_typed<V, T, false>(a, first_block, last_block);
+    }
+  });
 }
 
 // Dequantizes codes[i, end) (as int8 or uint8 bytes) into out elements out_index + i.

@@ -16,6 +16,24 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 #include "arith/lanes_scalar.inl"
 
+// Full vectors of integer keys of the raw bits of `Bits` elements (int16_t or int32_t): 16-bit
+// input is scanned for its block extremes in 16-bit lanes (see quant.inl).
+template <class Bits>
+struct simd_keys {
+  using D = hn::ScalableTag<Bits>;
+  using V = hn::Vec<D>;
+  static std::size_t lanes() { return hn::Lanes(D()); }
+  static V load(const void* base, std::size_t i) { return hn::LoadU(D(), static_cast<const Bits*>(base) + i); }
+  static V set(std::int32_t x) { return hn::Set(D(), static_cast<Bits>(x)); }
+  static V and_(V a, V b) { return hn::And(a, b); }
+  static V xor_(V a, V b) { return hn::Xor(a, b); }
+  static V sign_fill(V a) { return hn::ShiftRight<sizeof(Bits) * 8 - 1>(a); }
+  static V min(V a, V b) { return hn::Min(a, b); }
+  static V max(V a, V b) { return hn::Max(a, b); }
+  static std::int32_t min_of_lanes(V v) { return hn::GetLane(hn::MinOfLanes(D(), v)); }
+  static std::int32_t max_of_lanes(V v) { return hn::GetLane(hn::MaxOfLanes(D(), v)); }
+};
+
 // A full vector of float lanes: the value type the SIMD paths instantiate the arithmetic on.
 struct simd_lanes {
   using DF = hn::ScalableTag<float>;
@@ -107,20 +125,64 @@ struct simd_lanes {
     for (; k < len; ++k) dst[k] = src[k];
   }
   static I load_i8(const std::int8_t* p) { return hn::PromoteTo(DI(), hn::LoadU(hn::Rebind<std::int8_t, DI>(), p)); }
-  // The low byte of each lane, no saturation (quantization codes, see quant.inl).
-  static void store_low_bytes(U v, std::uint8_t* p) {
-    const hn::Rebind<std::uint8_t, DU> d8;
-    hn::StoreU(hn::TruncateTo(d8, v), d8, p);
+
+  // Round to nearest, ties to even (the MXCSR default), as scalar_lanes::round_to_int. x86 has it
+  // in one instruction; Highway's NearestInt adds an overflow fix-up that codes never need.
+  static I round_to_int(F x) {
+#if HWY_TARGET == HWY_AVX3
+    return I{_mm512_cvtps_epi32(x.raw)};
+#elif HWY_TARGET == HWY_AVX2
+    return I{_mm256_cvtps_epi32(x.raw)};
+#elif HWY_TARGET == HWY_SSE4
+    return I{_mm_cvtps_epi32(x.raw)};
+#else
+    return as_i(bits(x + f(0x1.8p23f)) - u(0x4b400000u));
+#endif
+  }
+  // Quantization codes (-127..127 when `is_signed`, else 0..255; exact under saturation) as bytes.
+  template <bool is_signed>
+  static void store_code(I code, std::uint8_t* p) {
+    using Byte = std::conditional_t<is_signed, std::int8_t, std::uint8_t>;
+    const hn::Rebind<Byte, DI> d8;
+    hn::StoreU(hn::DemoteTo(d8, code), d8, reinterpret_cast<Byte*>(p));
+  }
+  // Four vectors of codes as 4 * Lanes() bytes, in order. On x86 two saturating packs to 16 bits
+  // and one to 8 interleave the vectors per 128-bit block, and one dword permutation puts them
+  // back in order: 4 shuffles for 4 vectors where 4 separate demotions take 8 (AVX-512).
+  template <bool is_signed>
+  static void store_codes4(I c0, I c1, I c2, I c3, std::uint8_t* p) {
+#if HWY_TARGET == HWY_AVX3
+    const __m512i lo = _mm512_packs_epi32(c0.raw, c1.raw);
+    const __m512i hi = _mm512_packs_epi32(c2.raw, c3.raw);
+    const __m512i bytes = is_signed ? _mm512_packs_epi16(lo, hi) : _mm512_packus_epi16(lo, hi);
+    // Dword 4 * block + k holds vector k's lanes 4 * block ..; it belongs at 4 * k + block.
+    const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    _mm512_storeu_si512(p, _mm512_permutexvar_epi32(order, bytes));
+#elif HWY_TARGET == HWY_AVX2
+    const __m256i lo = _mm256_packs_epi32(c0.raw, c1.raw);
+    const __m256i hi = _mm256_packs_epi32(c2.raw, c3.raw);
+    const __m256i bytes = is_signed ? _mm256_packs_epi16(lo, hi) : _mm256_packus_epi16(lo, hi);
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm256_permutevar8x32_epi32(bytes, order));
+#elif HWY_TARGET == HWY_SSE4
+    const __m128i lo = _mm_packs_epi32(c0.raw, c1.raw);
+    const __m128i hi = _mm_packs_epi32(c2.raw, c3.raw);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), is_signed ? _mm_packs_epi16(lo, hi) : _mm_packus_epi16(lo, hi));
+#else
+    const std::size_t n = lanes();
+    store_code<is_signed>(c0, p);
+    store_code<is_signed>(c1, p + n);
+    store_code<is_signed>(c2, p + 2 * n);
+    store_code<is_signed>(c3, p + 3 * n);
+#endif
   }
   static I load_u8(const std::uint8_t* p) { return hn::PromoteTo(DI(), hn::LoadU(hn::Rebind<std::uint8_t, DI>(), p)); }
 
-  // Forced inline: GCC 12 finds an out-of-line function whose only statement is a prefetch free of
-  // side effects ("const") and deletes every call to it, so the prefetch never reached the binary.
-  HWY_INLINE static void prefetch(const void* p) { hwy::Prefetch(static_cast<const std::uint8_t*>(p)); }
   // A prefetch into L2 (and the outer levels) only, which Highway does not offer: prefetcht2 on x86
-  // (prefetcht1 and prefetcht2 both fill L2 on Intel). Quantization fetches the next group of
-  // blocks with it while coding the current one from L1 (see quantize_blocks_typed); into L1, the
-  // same prefetches were slower. Elsewhere (MSVC) the plain prefetch.
+  // (prefetcht1 and prefetcht2 both fill L2 on Intel). Quantization's per-block loop fetches the
+  // next block with it while coding the current one (see code8_lanes). Forced inline: GCC 12 finds
+  // an out-of-line function whose only statement is a prefetch free of side effects ("const") and
+  // deletes every call to it. Elsewhere (MSVC) the plain prefetch.
   HWY_INLINE static void prefetch_l2(const void* p) {
 #if defined(__GNUC__)
     __builtin_prefetch(p, 0, 1);
@@ -129,8 +191,8 @@ struct simd_lanes {
 #endif
   }
 
-  static float max_of_lanes(F v) { return hn::GetLane(hn::MaxOfLanes(DF(), v)); }
-  static float min_of_lanes(F v) { return hn::GetLane(hn::MinOfLanes(DF(), v)); }
+  template <class Bits>
+  using keys = simd_keys<Bits>;
 
   // Eight fp64 lanes as 8/n vectors of n <= 2 doubles on every target, so the summation order
   // (lane i % 8, then a fixed tree) is the scalar path's whatever the vector width.

@@ -72,40 +72,47 @@ __global__ void nonfinite_kernel(const void* src, std::size_t n, std::uint32_t* 
   }
 }
 
-// One thread block per quantization block: a shared-memory min/max reduction (exact in any order),
-// the block parameters from the shared function, then the codes.
-template <dtype T>
+// One thread block per quantization block: a shared-memory reduction of the block's extreme keys
+// (integers: exact in any order, see quant.inl), the block parameters from the shared function,
+// then the codes.
+template <dtype T, bool symmetric>
 __global__ void quantize_kernel(detail::quant_args a) {
-  __shared__ float lo_part[threads_per_block];
-  __shared__ float hi_part[threads_per_block];
+  using K = arith::scalar_keys<std::conditional_t<T == dtype::fp32, std::int32_t, std::int16_t>>;
+  __shared__ std::int32_t lo_part[threads_per_block];
+  __shared__ std::int32_t hi_part[threads_per_block];
   const std::size_t blk = blockIdx.x;
   const std::size_t begin = blk * a.layout.block;
   const std::size_t valid = a.count - begin < a.layout.block ? a.count - begin : a.layout.block;
-  float lo = arith::load_as_float<scalar_lanes, T>(a.in, begin);
-  float hi = lo;
+  const auto key = [&](std::size_t i) {
+    const std::int32_t bits = K::load(a.in, begin + i);
+    return symmetric ? arith::magnitude_key<K, T>(bits) : arith::ordered_key<K, T>(bits);
+  };
+  std::int32_t lo = key(0);
+  std::int32_t hi = lo;
   for (std::size_t i = threadIdx.x; i < valid; i += blockDim.x) {
-    const float x = arith::load_as_float<scalar_lanes, T>(a.in, begin + i);
-    lo = scalar_lanes::min(lo, x);
-    hi = scalar_lanes::max(hi, x);
+    const std::int32_t k = key(i);
+    lo = K::min(lo, k);
+    hi = K::max(hi, k);
   }
   lo_part[threadIdx.x] = lo;
   hi_part[threadIdx.x] = hi;
   __syncthreads();
   for (unsigned half = blockDim.x / 2; half > 0; half /= 2) {
     if (threadIdx.x < half) {
-      lo_part[threadIdx.x] = scalar_lanes::min(lo_part[threadIdx.x], lo_part[threadIdx.x + half]);
-      hi_part[threadIdx.x] = scalar_lanes::max(hi_part[threadIdx.x], hi_part[threadIdx.x + half]);
+      lo_part[threadIdx.x] = K::min(lo_part[threadIdx.x], lo_part[threadIdx.x + half]);
+      hi_part[threadIdx.x] = K::max(hi_part[threadIdx.x], hi_part[threadIdx.x + half]);
     }
     __syncthreads();
   }
-  const arith::block_params params = arith::make_block_params(a.layout, lo_part[0], hi_part[0]);
+  const arith::block_params params = arith::params_of_keys<T>(a.layout, {lo_part[0], hi_part[0]});
   if (threadIdx.x == 0) {
     a.scales[blk] = params.scale;
     if (a.zero_points != nullptr) a.zero_points[blk] = params.offset;
   }
   const arith::block_lanes<scalar_lanes> b(params);
   const auto code = [&](std::size_t i) -> std::int32_t {
-    return i < valid ? arith::quantize_value<scalar_lanes>(arith::load_as_float<scalar_lanes, T>(a.in, begin + i), b)
+    return i < valid ? arith::quantize_value<scalar_lanes, symmetric>(
+                           arith::load_as_float<scalar_lanes, T>(a.in, begin + i), b)
                      : 0;  // padding
   };
   if (a.layout.bits == 8) {
@@ -264,6 +271,17 @@ void with_dtype(dtype t, const Fn& fn) {
   }
 }
 
+// One thread block per quantization block of `a`.
+void launch_quantize(const detail::quant_args& a, std::size_t blocks, cudaStream_t stream) {
+  with_dtype(a.in_type, [&]<dtype T>() {
+    if (a.layout.symmetric) {
+      quantize_kernel<T, true><<<static_cast<unsigned>(blocks), threads_per_block, 0, stream>>>(a);
+    } else {
+      quantize_kernel<T, false><<<static_cast<unsigned>(blocks), threads_per_block, 0, stream>>>(a);
+    }
+  });
+}
+
 }  // namespace
 
 bool available() noexcept { return true; }
@@ -305,9 +323,7 @@ void quantize(const_tensor_view in, const quant_config& config, quantized_span o
   const std::size_t blocks = config.blocks(in.count);
   if (blocks == 0) return;
   ZOE_EXPECTS(blocks <= 0x7fffffffu, "kernels::cuda::quantize: ", blocks, " blocks exceed the grid limit");
-  with_dtype(in.type, [&]<dtype T>() {
-    quantize_kernel<T><<<static_cast<unsigned>(blocks), threads_per_block, 0, native(stream)>>>(a);
-  });
+  launch_quantize(a, blocks, native(stream));
   check_launch("quantize");
 }
 
@@ -399,7 +415,7 @@ void reduce_requantize(std::span<const const_quantized_span> inputs, const quant
                              out.codes.data(),
                              out.scales.data(),
                              out_config.symmetric ? nullptr : out.zero_points.data()};
-  quantize_kernel<dtype::fp32><<<static_cast<unsigned>(blocks), threads_per_block, 0, native(stream)>>>(a);
+  launch_quantize(a, blocks, native(stream));
   check_launch("reduce_requantize");
   sum.release();
 }
