@@ -82,7 +82,13 @@ void run_quant(const quant_settings& s) {
   kernels::cast(kernels::const_tensor_view{type, input.data(), n}, kernels::view(std::span<float>(exact)));
   const kernels::const_tensor_view in{type, input.data(), n};
 
-  std::vector<std::byte> codes(config.code_bytes(n));
+  // The codes go to a 64-byte aligned buffer, as a pinned host or device buffer is; the kernel
+  // streams them out with aligned non-temporal stores there (and stages them when unaligned).
+  std::vector<std::byte> code_storage(config.code_bytes(n) + 64);
+  void* code_start = code_storage.data();
+  std::size_t code_space = code_storage.size();
+  const std::span<std::byte> codes(static_cast<std::byte*>(std::align(64, config.code_bytes(n), code_start, code_space)),
+                                   config.code_bytes(n));
   std::vector<float> scales(config.blocks(n)), zero_points(config.symmetric ? 0 : config.blocks(n));
   std::memset(codes.data(), 0, codes.size());  // fault the pages in before timing
   const std::size_t moved = input.size() + codes.size() + (scales.size() + zero_points.size()) * sizeof(float);

@@ -132,8 +132,9 @@ TEST_P(quant_cases, EveryPathBitIdenticalToScalar) {
   }
 }
 
-// Long ranges stream their 8-bit codes out of an L1 buffer, from the first vector-aligned byte of
-// each block: the codes must not depend on that, whatever the alignment of the output.
+// Long ranges stream their 8-bit codes out: straight from the registers when the output is aligned,
+// else through an L1 buffer from the first vector-aligned byte of each block. The codes must not
+// depend on that, whatever the alignment of the output.
 TEST(quantize, LongInputsBitIdenticalToScalarWhateverTheCodeAlignment) {
   auto rng = test::rng_for_test();
   const std::size_t n = (std::size_t{3} << 19) + 13;  // pieces past the streaming threshold, ragged
@@ -147,11 +148,13 @@ TEST(quantize, LongInputsBitIdenticalToScalarWhateverTheCodeAlignment) {
         std::vector<float> scales[2], zero_points[2];
         for (int run = 0; run < 2; ++run) {
           const test::path_guard p(run == 0 ? cpu_path::scalar : path);
-          std::vector<std::byte> storage(config.code_bytes(n) + shift);
+          // `shift` bytes past a 64-byte boundary (0: the aligned output streamed straight out).
+          std::vector<std::byte> storage(config.code_bytes(n) + 64 + shift);
           test::poison(storage.data(), storage.size());
           scales[run].assign(blocks, 0.0f);
           zero_points[run].assign(c.symmetric ? 0 : blocks, 0.0f);
-          const std::span<std::byte> out(storage.data() + shift, config.code_bytes(n));
+          const std::size_t to_boundary = (64 - reinterpret_cast<std::uintptr_t>(storage.data()) % 64) % 64;
+          const std::span<std::byte> out(storage.data() + to_boundary + shift, config.code_bytes(n));
           quantize(const_tensor_view{c.type, input.data(), n}, config, {out, scales[run], zero_points[run]});
           codes[run].assign(out.begin(), out.end());
         }

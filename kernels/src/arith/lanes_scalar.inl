@@ -101,7 +101,7 @@ struct scalar_lanes {
   // Quantization codes (-127..127 when `is_signed`, else 0..255) as bytes: one lane, or four.
   template <bool is_signed>
   ZOE_ARITH static void store_code(I code, std::uint8_t* p) { *p = static_cast<std::uint8_t>(code); }
-  template <bool is_signed>
+  template <bool is_signed, bool stream = false>
   ZOE_ARITH static void store_codes4(I c0, I c1, I c2, I c3, std::uint8_t* p) {
     p[0] = static_cast<std::uint8_t>(c0);
     p[1] = static_cast<std::uint8_t>(c1);

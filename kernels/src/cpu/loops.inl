@@ -207,14 +207,14 @@ ZOE_ARITH void group_extremes(const void* src, std::size_t base, std::size_t len
 // be needed next: its lines are prefetched into L2 at the pace these are coded (the hardware
 // prefetcher stops at each 4 KiB page, so without it every block would start with a stall).
 // The codes of src[at, at + 4 * P::lanes()) into out[0, 4 * P::lanes()), packed together.
-template <class P, dtype T, bool symmetric>
+template <class P, dtype T, bool symmetric, bool stream = false>
 ZOE_ARITH void code8_step(const void* src, std::size_t at, std::uint8_t* out, const block_lanes<P>& b) {
   const std::size_t n = P::lanes();
   const auto c0 = quantize_value<P, symmetric>(load_as_float<P, T>(src, at), b);
   const auto c1 = quantize_value<P, symmetric>(load_as_float<P, T>(src, at + n), b);
   const auto c2 = quantize_value<P, symmetric>(load_as_float<P, T>(src, at + 2 * n), b);
   const auto c3 = quantize_value<P, symmetric>(load_as_float<P, T>(src, at + 3 * n), b);
-  P::template store_codes4<symmetric>(c0, c1, c2, c3, out);
+  P::template store_codes4<symmetric, stream>(c0, c1, c2, c3, out);
 }
 
 template <class P, dtype T, bool symmetric>
@@ -248,7 +248,7 @@ ZOE_ARITH block_params store_block_params(const quant_args& a, std::size_t blk, 
 // step of group g + 1's keys, reading its blocks in turn, so the loads from memory of the next
 // group overlap the arithmetic on this one instead of alternating with it. With `stream_buffer`
 // (not null), each block's codes are staged there and streamed out.
-template <class V, dtype T, bool symmetric, std::size_t group>
+template <class V, dtype T, bool symmetric, std::size_t group, bool direct>
 void code_groups(const quant_args& a, std::size_t blk, std::size_t end_blk, std::uint8_t* stream_buffer) {
   using K = typename V::template keys<key_bits<T>>;
   const std::size_t len = a.layout.block;
@@ -271,11 +271,11 @@ void code_groups(const quant_args& a, std::size_t blk, std::size_t end_blk, std:
     for (std::size_t k = 0; k < group; ++k) {
       const block_lanes<V> bv(store_block_params<T>(a, blk + k, keys[k]));
       auto* const codes = reinterpret_cast<std::uint8_t*>(a.codes + (blk + k) * len);
-      std::uint8_t* const out = stream_buffer != nullptr ? stream_buffer : codes;
+      std::uint8_t* const out = stream_buffer != nullptr && !direct ? stream_buffer : codes;
       const std::size_t at = base + k * len;
       for (std::size_t i = 0; i < len; i += group * step) {
         for (std::size_t j = 0; j < group; ++j) {
-          code8_step<V, T, symmetric>(a.in, at + i + j * step, out + i + j * step, bv);
+          code8_step<V, T, symmetric, direct>(a.in, at + i + j * step, out + i + j * step, bv);
           if (has_next) {
             for (std::size_t q = 0; q < keys_per_step; ++q) {
               fold_keys<K, T, symmetric>(K::load(a.in, next + j * len + next_offset + q * K::lanes()), lo[j], hi[j]);
@@ -284,7 +284,7 @@ void code_groups(const quant_args& a, std::size_t blk, std::size_t end_blk, std:
         }
         next_offset += step;
       }
-      if (stream_buffer != nullptr) V::stream_bytes(codes, stream_buffer, len);
+      if (stream_buffer != nullptr && !direct) V::stream_bytes(codes, stream_buffer, len);
     }
     if (has_next) {
       for (std::size_t j = 0; j < group; ++j) keys[j] = {K::min_of_lanes(lo[j]), K::max_of_lanes(hi[j])};
@@ -327,7 +327,12 @@ void quantize_blocks_typed(const quant_args& a, std::size_t first_block, std::si
   if (l.bits == 8 && l.block % group_step == 0 && l.block * size * group <= 4 * 4096) {
     std::size_t whole = (a.count / l.block < last_block ? a.count / l.block : last_block);
     whole = whole > first_block ? first_block + (whole - first_block) / group * group : first_block;
-    if (whole > first_block) code_groups<V, T, symmetric, group>(a, first_block, whole, stream ? stream_buffer : nullptr);
+    const bool aligned = reinterpret_cast<std::uintptr_t>(a.codes + first_block * l.block) % (4 * V::lanes()) == 0;
+    if (whole > first_block && stream && aligned) {
+      code_groups<V, T, symmetric, group, true>(a, first_block, whole, stream_buffer);
+    } else if (whole > first_block) {
+      code_groups<V, T, symmetric, group, false>(a, first_block, whole, stream ? stream_buffer : nullptr);
+    }
     blk = whole;
   }
   for (; blk < last_block; ++blk) {

@@ -149,7 +149,8 @@ struct simd_lanes {
   // Four vectors of codes as 4 * Lanes() bytes, in order. On x86 two saturating packs to 16 bits
   // and one to 8 interleave the vectors per 128-bit block, and one dword permutation puts them
   // back in order: 4 shuffles for 4 vectors where 4 separate demotions take 8 (AVX-512).
-  template <bool is_signed>
+  // With `stream` (only where can_stream), a streaming store to `p`, which is 4 * Lanes() aligned.
+  template <bool is_signed, bool stream = false>
   static void store_codes4(I c0, I c1, I c2, I c3, std::uint8_t* p) {
 #if HWY_TARGET == HWY_AVX3
     const __m512i lo = _mm512_packs_epi32(c0.raw, c1.raw);
@@ -157,13 +158,23 @@ struct simd_lanes {
     const __m512i bytes = is_signed ? _mm512_packs_epi16(lo, hi) : _mm512_packus_epi16(lo, hi);
     // Dword 4 * block + k holds vector k's lanes 4 * block ..; it belongs at 4 * k + block.
     const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-    _mm512_storeu_si512(p, _mm512_permutexvar_epi32(order, bytes));
+    const __m512i codes = _mm512_permutexvar_epi32(order, bytes);
+    if constexpr (stream) {
+      _mm512_stream_si512(reinterpret_cast<__m512i*>(p), codes);
+    } else {
+      _mm512_storeu_si512(p, codes);
+    }
 #elif HWY_TARGET == HWY_AVX2
     const __m256i lo = _mm256_packs_epi32(c0.raw, c1.raw);
     const __m256i hi = _mm256_packs_epi32(c2.raw, c3.raw);
     const __m256i bytes = is_signed ? _mm256_packs_epi16(lo, hi) : _mm256_packus_epi16(lo, hi);
     const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm256_permutevar8x32_epi32(bytes, order));
+    const __m256i codes = _mm256_permutevar8x32_epi32(bytes, order);
+    if constexpr (stream) {
+      _mm256_stream_si256(reinterpret_cast<__m256i*>(p), codes);
+    } else {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), codes);
+    }
 #elif HWY_TARGET == HWY_SSE4
     const __m128i lo = _mm_packs_epi32(c0.raw, c1.raw);
     const __m128i hi = _mm_packs_epi32(c2.raw, c3.raw);
