@@ -4,11 +4,25 @@
 
 struct block_params {
   float scale;      // x ~= code * scale + offset
-  float inv_scale;  // levels / range: 0 for a constant block, so every code is 0
+  float inv_scale;  // levels / range (see `prescaled`): 0 for a constant block, so every code is 0
   float offset;     // 0 (symmetric) or the block minimum
   float lowest;     // smallest code
-  float highest;    // largest code
+  bool prescaled;   // code from (x - offset) * 2^64 (see make_block_params)
 };
+
+// A block whose range is so small that levels / range overflows to infinity (a range below about
+// levels * 2^-128, only fp32 or bf16 values near 1e-37 and below reach it) would code every nonzero
+// value as infinity. Such a block is coded from its values times 2^64 instead, which is exact (the
+// values are far below 2^-64), against levels / (range * 2^64), which is finite.
+inline constexpr float tiny_block_prescale = 0x1p64f;
+
+// The multiplier for the codes: levels / range, or 0 for a range of 0, NaN or infinity (every code
+// 0), and the prescaled one for a tiny range.
+ZOE_ARITH void set_inv_scale(block_params& p, float levels, float range) {
+  const float inv = range > 0.0f ? levels / range : 0.0f;
+  p.prescaled = inv > 0x1.fffffep127f;
+  p.inv_scale = p.prescaled ? levels / (range * tiny_block_prescale) : inv;
+}
 
 // `lo` and `hi` are the block's minimum and maximum. Signed zeros are made +0 first: min and max
 // pick between -0 and +0 by lane order, which differs between paths.
@@ -20,42 +34,59 @@ ZOE_ARITH block_params make_block_params(const ::zoe::kernels::detail::quant_lay
     const float qmax = layout.bits == 8 ? 127.0f : 7.0f;
     const float a = -lo > hi ? -lo : hi;
     p.scale = a / qmax;
-    p.inv_scale = a > 0.0f ? qmax / a : 0.0f;
+    set_inv_scale(p, qmax, a);
     p.offset = 0.0f;
     p.lowest = -qmax;
-    p.highest = qmax;
   } else {
     const float levels = layout.bits == 8 ? 255.0f : 15.0f;
     const float range = hi - lo;
     p.scale = range / levels;
-    p.inv_scale = range > 0.0f ? levels / range : 0.0f;
+    set_inv_scale(p, levels, range);
     p.offset = lo;
     p.lowest = 0.0f;
-    p.highest = levels;
   }
+  return p;
+}
+
+// The parameters decoding needs: a block's stored scale and offset (zero point).
+ZOE_ARITH block_params stored_block_params(float scale, float offset) {
+  block_params p{};
+  p.scale = scale;
+  p.offset = offset;
   return p;
 }
 
 // The parameters broadcast to P's lanes.
 template <class P>
 struct block_lanes {
-  typename P::F scale, inv_scale, offset, lowest, highest;
+  typename P::F scale, inv_scale, offset, lowest;
   ZOE_ARITH explicit block_lanes(const block_params& b)
-      : scale(P::f(b.scale)), inv_scale(P::f(b.inv_scale)), offset(P::f(b.offset)), lowest(P::f(b.lowest)),
-        highest(P::f(b.highest)) {}
+      : scale(P::f(b.scale)), inv_scale(P::f(b.inv_scale)), offset(P::f(b.offset)), lowest(P::f(b.lowest)) {}
 };
 
-// The code of x: (x - offset) * inv_scale rounded to the nearest integer, ties to even. Only the
-// lower clamp is applied, and only for NaN (max returns its second operand when unordered, so NaN
-// gets the lowest code): the block's lo and hi are its exact extremes (see the keys below), so
-// with u = 2^-24, (x - lo) <= range and |x| <= a hold after rounding too, and the scaled value lies
-// within levels * (1 + u)^2 of the range, short of half a step past either end. Symmetric blocks
-// skip the subtraction: their offset is +0, and x - (+0) is x, bit for bit. P::round_to_int rounds
-// the way every path does (scalar_lanes: adding 1.5 * 2^23, see there; x86: cvtps2dq).
-template <class P, bool symmetric>
+// The code of x: (x - offset) * inv_scale rounded to the nearest integer, ties to even (with
+// `prescaled`, (x - offset) * 2^64 * inv_scale, see block_params). Only the lower clamp is applied,
+// and only for NaN (max returns its second operand when unordered, so NaN gets the lowest code):
+// the block's lo and hi are its exact extremes (see the keys below), so with u = 2^-24,
+// (x - lo) <= range and |x| <= a hold after rounding too, inv_scale is finite, and the scaled value
+// lies within levels * (1 + u)^2 of the range, short of half a step past either end. Symmetric
+// blocks skip the subtraction: their offset is +0, and x - (+0) is x, bit for bit. P::round_to_int
+// rounds the way every path does (scalar_lanes: adding 1.5 * 2^23, see there; x86: cvtps2dq).
+template <class P, bool symmetric, bool prescaled>
 ZOE_ARITH typename P::I quantize_value(typename P::F x, const block_lanes<P>& b) {
   if constexpr (!symmetric) x = x - b.offset;
+  if constexpr (prescaled) x = x * P::f(tiny_block_prescale);
   return P::round_to_int(P::max(x * b.inv_scale, b.lowest));
+}
+
+// Calls fn.template operator()<flag>() with a run-time flag as a compile-time constant.
+template <class Fn>
+ZOE_ARITH void with_flag(bool flag, Fn&& fn) {
+  if (flag) {
+    fn.template operator()<true>();
+  } else {
+    fn.template operator()<false>();
+  }
 }
 
 template <class P>

@@ -202,22 +202,23 @@ ZOE_ARITH void group_extremes(const void* src, std::size_t base, std::size_t len
   for (std::size_t j = 0; j < group; ++j) k[j] = {K::min_of_lanes(lo[j]), K::max_of_lanes(hi[j])};
 }
 
+// The codes of src[at, at + 4 * P::lanes()) into out[0, 4 * P::lanes()), packed together; with
+// `stream`, stored with a streaming store (`out` aligned to the packed size).
+template <class P, dtype T, bool symmetric, bool prescaled, bool stream = false>
+ZOE_ARITH void code8_step(const void* src, std::size_t at, std::uint8_t* out, const block_lanes<P>& b) {
+  const std::size_t n = P::lanes();
+  const auto c0 = quantize_value<P, symmetric, prescaled>(load_as_float<P, T>(src, at), b);
+  const auto c1 = quantize_value<P, symmetric, prescaled>(load_as_float<P, T>(src, at + n), b);
+  const auto c2 = quantize_value<P, symmetric, prescaled>(load_as_float<P, T>(src, at + 2 * n), b);
+  const auto c3 = quantize_value<P, symmetric, prescaled>(load_as_float<P, T>(src, at + 3 * n), b);
+  P::template store_codes4<symmetric, stream>(c0, c1, c2, c3, out);
+}
+
 // Codes of src[at + i, at + end) into out[i, end), four vectors a step packed together, then one
 // vector at a time; returns where the vectors stopped. `ahead` (may be null) is input that will
 // be needed next: its lines are prefetched into L2 at the pace these are coded (the hardware
 // prefetcher stops at each 4 KiB page, so without it every block would start with a stall).
-// The codes of src[at, at + 4 * P::lanes()) into out[0, 4 * P::lanes()), packed together.
-template <class P, dtype T, bool symmetric, bool stream = false>
-ZOE_ARITH void code8_step(const void* src, std::size_t at, std::uint8_t* out, const block_lanes<P>& b) {
-  const std::size_t n = P::lanes();
-  const auto c0 = quantize_value<P, symmetric>(load_as_float<P, T>(src, at), b);
-  const auto c1 = quantize_value<P, symmetric>(load_as_float<P, T>(src, at + n), b);
-  const auto c2 = quantize_value<P, symmetric>(load_as_float<P, T>(src, at + 2 * n), b);
-  const auto c3 = quantize_value<P, symmetric>(load_as_float<P, T>(src, at + 3 * n), b);
-  P::template store_codes4<symmetric, stream>(c0, c1, c2, c3, out);
-}
-
-template <class P, dtype T, bool symmetric>
+template <class P, dtype T, bool symmetric, bool prescaled>
 ZOE_ARITH std::size_t code8_lanes(const void* src, std::size_t at, std::uint8_t* out, std::size_t i,
                                   std::size_t end, const block_lanes<P>& b, const char* ahead = nullptr) {
   const std::size_t n = P::lanes();
@@ -226,12 +227,23 @@ ZOE_ARITH std::size_t code8_lanes(const void* src, std::size_t at, std::uint8_t*
     if (ahead != nullptr) {
       for (std::size_t line = 0; line < 4 * n * size; line += 64) P::prefetch_l2(ahead + i * size + line);
     }
-    code8_step<P, T, symmetric>(src, at + i, out + i, b);
+    code8_step<P, T, symmetric, prescaled>(src, at + i, out + i, b);
   }
   for (; i + n <= end; i += n) {
-    P::template store_code<symmetric>(quantize_value<P, symmetric>(load_as_float<P, T>(src, at + i), b), out + i);
+    P::template store_code<symmetric>(quantize_value<P, symmetric, prescaled>(load_as_float<P, T>(src, at + i), b),
+                                      out + i);
   }
   return i;
+}
+
+// Codes of a block's src[at, at + valid) into out[0, valid): P's vectors, then one lane at a time.
+template <class P, dtype T, bool symmetric>
+ZOE_ARITH void code8_block(const void* src, std::size_t at, std::uint8_t* out, std::size_t valid,
+                           const block_params& params, const char* ahead = nullptr) {
+  with_flag(params.prescaled, [&]<bool prescaled>() {
+    const std::size_t i = code8_lanes<P, T, symmetric, prescaled>(src, at, out, 0, valid, block_lanes<P>(params), ahead);
+    code8_lanes<scalar_lanes, T, symmetric, prescaled>(src, at, out, i, valid, block_lanes<scalar_lanes>(params));
+  });
 }
 
 // One block's scale (and zero point) stored; its parameters returned.
@@ -246,10 +258,11 @@ ZOE_ARITH block_params store_block_params(const quant_args& a, std::size_t blk, 
 // Whole 8-bit blocks [blk, end_blk) (a multiple of `group` blocks, each a multiple of `group`
 // code steps), coded by groups: while group g is coded from L1, each code step also folds one
 // step of group g + 1's keys, reading its blocks in turn, so the loads from memory of the next
-// group overlap the arithmetic on this one instead of alternating with it. With `stream_buffer`
-// (not null), each block's codes are staged there and streamed out.
+// group overlap the arithmetic on this one instead of alternating with it. The codes go out with
+// streaming stores when `direct` (the output aligned to a code step's bytes), else they are
+// written to the output, or with `staging` (not null) to it and then streamed out per block.
 template <class V, dtype T, bool symmetric, std::size_t group, bool direct>
-void code_groups(const quant_args& a, std::size_t blk, std::size_t end_blk, std::uint8_t* stream_buffer) {
+void code_groups(const quant_args& a, std::size_t blk, std::size_t end_blk, std::uint8_t* staging) {
   using K = typename V::template keys<key_bits<T>>;
   const std::size_t len = a.layout.block;
   const std::size_t step = 4 * V::lanes();  // elements per code step
@@ -269,22 +282,26 @@ void code_groups(const quant_args& a, std::size_t blk, std::size_t end_blk, std:
     }
     std::size_t next_offset = 0;  // of the next step to fold, in each of the next group's blocks
     for (std::size_t k = 0; k < group; ++k) {
-      const block_lanes<V> bv(store_block_params<T>(a, blk + k, keys[k]));
+      const block_params params = store_block_params<T>(a, blk + k, keys[k]);
+      const block_lanes<V> bv(params);
       auto* const codes = reinterpret_cast<std::uint8_t*>(a.codes + (blk + k) * len);
-      std::uint8_t* const out = stream_buffer != nullptr && !direct ? stream_buffer : codes;
+      std::uint8_t* const out = staging != nullptr ? staging : codes;
       const std::size_t at = base + k * len;
-      for (std::size_t i = 0; i < len; i += group * step) {
-        for (std::size_t j = 0; j < group; ++j) {
-          code8_step<V, T, symmetric, direct>(a.in, at + i + j * step, out + i + j * step, bv);
-          if (has_next) {
-            for (std::size_t q = 0; q < keys_per_step; ++q) {
-              fold_keys<K, T, symmetric>(K::load(a.in, next + j * len + next_offset + q * K::lanes()), lo[j], hi[j]);
+      with_flag(params.prescaled, [&]<bool prescaled>() {
+        for (std::size_t i = 0; i < len; i += group * step) {
+          for (std::size_t j = 0; j < group; ++j) {
+            code8_step<V, T, symmetric, prescaled, direct>(a.in, at + i + j * step, out + i + j * step, bv);
+            if (has_next) {
+              for (std::size_t q = 0; q < keys_per_step; ++q) {
+                fold_keys<K, T, symmetric>(K::load(a.in, next + j * len + next_offset + q * K::lanes()), lo[j],
+                                           hi[j]);
+              }
             }
           }
+          next_offset += step;
         }
-        next_offset += step;
-      }
-      if (stream_buffer != nullptr && !direct) V::stream_bytes(codes, stream_buffer, len);
+      });
+      if (staging != nullptr) V::stream_bytes(codes, staging, len);
     }
     if (has_next) {
       for (std::size_t j = 0; j < group; ++j) keys[j] = {K::min_of_lanes(lo[j]), K::max_of_lanes(hi[j])};
@@ -302,19 +319,18 @@ void quantize_blocks_typed(const quant_args& a, std::size_t first_block, std::si
   constexpr std::size_t size = ::zoe::kernels::dtype_size(T);
   constexpr std::size_t segment = 512;  // int4 codes are staged as bytes, then packed
   alignas(64) std::uint8_t staged[segment];
-  // Long ranges of 8-bit codes are coded into an L1 buffer and streamed out: a normal store first
-  // reads each line it fills, 1 more byte per element on top of the 3 an fp16 element moves.
+  // Long ranges of 8-bit codes go out with streaming stores: a normal store first reads each line
+  // it fills, 1 more byte per element on top of the 3 an fp16 element moves. Straight from the
+  // registers where the output is aligned (code_groups), else staged per block in an L1 buffer and
+  // streamed from its first vector-aligned byte.
   constexpr std::size_t stream_block_limit = 4096;
   alignas(64) std::uint8_t stream_buffer[stream_block_limit];
   const bool stream = V::can_stream && l.bits == 8 && l.block <= stream_block_limit &&
                       (last_block - first_block) * l.block >= quant_stream_min;
   const auto code_block = [&](std::size_t blk, std::size_t src_base, std::size_t valid, const block_params& params,
                               const char* ahead) {
-    const block_lanes<V> bv(params);
-    const block_lanes<scalar_lanes> bs(params);
     std::uint8_t* out = stream ? stream_buffer : reinterpret_cast<std::uint8_t*>(a.codes + blk * l.block);
-    const std::size_t j = code8_lanes<V, T, symmetric>(a.in, src_base, out, 0, valid, bv, ahead);
-    code8_lanes<scalar_lanes, T, symmetric>(a.in, src_base, out, j, valid, bs);
+    code8_block<V, T, symmetric>(a.in, src_base, out, valid, params, ahead);
     for (std::size_t k = valid; k < l.block; ++k) out[k] = 0;
     if (stream) V::stream_bytes(reinterpret_cast<std::uint8_t*>(a.codes + blk * l.block), stream_buffer, l.block);
   };
@@ -329,7 +345,7 @@ void quantize_blocks_typed(const quant_args& a, std::size_t first_block, std::si
     whole = whole > first_block ? first_block + (whole - first_block) / group * group : first_block;
     const bool aligned = reinterpret_cast<std::uintptr_t>(a.codes + first_block * l.block) % (4 * V::lanes()) == 0;
     if (whole > first_block && stream && aligned) {
-      code_groups<V, T, symmetric, group, true>(a, first_block, whole, stream_buffer);
+      code_groups<V, T, symmetric, group, true>(a, first_block, whole, nullptr);
     } else if (whole > first_block) {
       code_groups<V, T, symmetric, group, false>(a, first_block, whole, stream ? stream_buffer : nullptr);
     }
@@ -339,20 +355,18 @@ void quantize_blocks_typed(const quant_args& a, std::size_t first_block, std::si
     const std::size_t begin = blk * l.block;
     const std::size_t valid = (a.count - begin < l.block ? a.count - begin : l.block);
     const std::size_t src_base = begin - a.in_base;
-    const block_params params = store_block_params<T>(a, blk, block_extremes<V, T, symmetric>(a.in, src_base, src_base + valid));
+    const block_params params =
+        store_block_params<T>(a, blk, block_extremes<V, T, symmetric>(a.in, src_base, src_base + valid));
     if (l.bits == 8) {
       code_block(blk, src_base, valid, params, blk + 1 < last_block ? in + (src_base + l.block) * size : nullptr);
       continue;
     }
-    const block_lanes<V> bv(params);
-    const block_lanes<scalar_lanes> bs(params);
     std::byte* out = a.codes + begin / 2;
     for (std::size_t s = 0; s < l.block; s += segment) {
       const std::size_t len = l.block - s < segment ? l.block - s : segment;
       const std::size_t live = valid > s ? (valid - s < len ? valid - s : len) : 0;
       // Staged as bytes: symmetric codes in two's complement, whose low nibble is the int4 code.
-      const std::size_t j = code8_lanes<V, T, symmetric>(a.in, src_base + s, staged, 0, live, bv);
-      code8_lanes<scalar_lanes, T, symmetric>(a.in, src_base + s, staged, j, live, bs);
+      code8_block<V, T, symmetric>(a.in, src_base + s, staged, live, params);
       for (std::size_t k = live; k < len; ++k) staged[k] = 0;
       for (std::size_t k = 0; k < len; k += 2) {
         out[(s + k) / 2] = static_cast<std::byte>(
@@ -398,8 +412,7 @@ void dequantize_blocks_typed(const dequant_args& a, std::size_t first_block, std
     const std::size_t begin = blk * l.block;
     const std::size_t valid = (a.count - begin < l.block ? a.count - begin : l.block);
     const std::size_t out_base = begin - a.out_base;
-    const block_params params{a.scales[blk], 0.0f, a.zero_points != nullptr ? a.zero_points[blk] : 0.0f, 0.0f,
-                              0.0f};
+    const block_params params = stored_block_params(a.scales[blk], a.zero_points != nullptr ? a.zero_points[blk] : 0.0f);
     const block_lanes<V> bv(params);
     const block_lanes<scalar_lanes> bs(params);
     if (l.bits == 8) {

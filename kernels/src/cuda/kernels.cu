@@ -111,9 +111,10 @@ __global__ void quantize_kernel(detail::quant_args a) {
   }
   const arith::block_lanes<scalar_lanes> b(params);
   const auto code = [&](std::size_t i) -> std::int32_t {
-    return i < valid ? arith::quantize_value<scalar_lanes, symmetric>(
-                           arith::load_as_float<scalar_lanes, T>(a.in, begin + i), b)
-                     : 0;  // padding
+    if (i >= valid) return 0;  // padding
+    const float x = arith::load_as_float<scalar_lanes, T>(a.in, begin + i);
+    return params.prescaled ? arith::quantize_value<scalar_lanes, symmetric, true>(x, b)
+                            : arith::quantize_value<scalar_lanes, symmetric, false>(x, b);
   };
   if (a.layout.bits == 8) {
     for (std::size_t i = threadIdx.x; i < a.layout.block; i += blockDim.x) {
@@ -133,7 +134,8 @@ __device__ float element_value(const std::byte* code_bytes, const float* scales,
                                const detail::quant_layout& l, std::size_t i) {
   const auto* codes = reinterpret_cast<const std::uint8_t*>(code_bytes);
   const std::size_t blk = i / l.block;
-  const arith::block_params params{scales[blk], 0.0f, zero_points != nullptr ? zero_points[blk] : 0.0f, 0.0f, 0.0f};
+  const arith::block_params params =
+      arith::stored_block_params(scales[blk], zero_points != nullptr ? zero_points[blk] : 0.0f);
   std::int32_t q = 0;
   if (l.bits == 8) {
     q = l.symmetric ? static_cast<std::int32_t>(static_cast<std::int8_t>(codes[i])) : codes[i];
