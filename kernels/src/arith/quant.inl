@@ -79,16 +79,6 @@ ZOE_ARITH typename P::I quantize_value(typename P::F x, const block_lanes<P>& b)
   return P::round_to_int(P::max(x * b.inv_scale, b.lowest));
 }
 
-// Calls fn.template operator()<flag>() with a run-time flag as a compile-time constant.
-template <class Fn>
-ZOE_ARITH void with_flag(bool flag, Fn&& fn) {
-  if (flag) {
-    fn.template operator()<true>();
-  } else {
-    fn.template operator()<false>();
-  }
-}
-
 template <class P>
 ZOE_ARITH typename P::F dequantize_value(typename P::I code, const block_lanes<P>& b) {
   return P::to_float(code) * b.scale + b.offset;
@@ -144,16 +134,22 @@ struct block_keys {
   std::int32_t hi;
 };
 
+// The keys of elements with raw bits `bits` in a symmetric block (magnitudes) or not (ordered).
+template <class K, ::zoe::kernels::dtype T, bool symmetric>
+ZOE_ARITH typename K::V key_of(typename K::V bits) {
+  if constexpr (symmetric) {
+    return magnitude_key<K, T>(bits);
+  } else {
+    return ordered_key<K, T>(bits);
+  }
+}
+
 // Folds key vector `bits` (the raw bits of some elements) into the running extremes.
 template <class K, ::zoe::kernels::dtype T, bool symmetric>
 ZOE_ARITH void fold_keys(typename K::V bits, typename K::V& lo, typename K::V& hi) {
-  if constexpr (symmetric) {
-    hi = K::max(hi, magnitude_key<K, T>(bits));
-  } else {
-    const typename K::V k = ordered_key<K, T>(bits);
-    lo = K::min(lo, k);
-    hi = K::max(hi, k);
-  }
+  const typename K::V k = key_of<K, T, symmetric>(bits);
+  if constexpr (!symmetric) lo = K::min(lo, k);
+  hi = K::max(hi, k);
 }
 
 // The block parameters from the extremes found as keys: symmetric blocks as the extremes -a and a.

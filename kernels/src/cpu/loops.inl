@@ -9,16 +9,6 @@ using ::zoe::kernels::detail::cast_args;
 using ::zoe::kernels::detail::dequant_args;
 using ::zoe::kernels::detail::quant_args;
 
-// Calls f.template operator()<T>() with T the run-time dtype as a compile-time constant.
-template <class Fn>
-ZOE_ARITH void with_dtype(dtype t, Fn&& fn) {
-  switch (t) {
-    case dtype::fp32: fn.template operator()<dtype::fp32>(); break;
-    case dtype::fp16: fn.template operator()<dtype::fp16>(); break;
-    case dtype::bf16: fn.template operator()<dtype::bf16>(); break;
-  }
-}
-
 // ---- Adam ----------------------------------------------------------------------------------------
 
 // Elements [i, end) in steps of P::lanes(); returns where it stopped (the tail is left).
@@ -173,7 +163,7 @@ ZOE_ARITH block_keys block_extremes(const void* src, std::size_t begin, std::siz
   using KS = scalar_keys<key_bits<T>>;
   const std::int32_t first = KS::load(src, begin);
   block_keys k{};
-  k.lo = symmetric ? magnitude_key<KS, T>(first) : ordered_key<KS, T>(first);
+  k.lo = key_of<KS, T, symmetric>(first);
   k.hi = k.lo;
   const std::size_t i = fold_key_lanes<typename P::template keys<key_bits<T>>, T, symmetric>(src, begin, end, k);
   fold_key_lanes<KS, T, symmetric>(src, i, end, k);
@@ -192,8 +182,7 @@ ZOE_ARITH void group_extremes(const void* src, std::size_t base, std::size_t len
   typename K::V lo[group];
   typename K::V hi[group];
   for (std::size_t j = 0; j < group; ++j) {
-    const auto bits = K::load(src, base + j * len);
-    lo[j] = symmetric ? magnitude_key<K, T>(bits) : ordered_key<K, T>(bits);
+    lo[j] = key_of<K, T, symmetric>(K::load(src, base + j * len));
     hi[j] = lo[j];
   }
   for (std::size_t i = n; i + n <= len; i += n) {
@@ -276,8 +265,7 @@ void code_groups(const quant_args& a, std::size_t blk, std::size_t end_blk, std:
     typename K::V lo[group];
     typename K::V hi[group];
     for (std::size_t j = 0; j < group; ++j) {  // (without a next group: this group, unused)
-      const auto bits = K::load(a.in, (has_next ? next : base) + j * len);
-      lo[j] = symmetric ? magnitude_key<K, T>(bits) : ordered_key<K, T>(bits);
+      lo[j] = key_of<K, T, symmetric>(K::load(a.in, (has_next ? next : base) + j * len));
       hi[j] = lo[j];
     }
     std::size_t next_offset = 0;  // of the next step to fold, in each of the next group's blocks

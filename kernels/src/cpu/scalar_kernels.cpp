@@ -2,6 +2,7 @@
 // the reference every SIMD path must match bit for bit.
 #include "arith/prelude.hpp"
 #include "cpu/kernel_table.hpp"
+#include "dispatch.hpp"
 #include "zoe/kernels/cast.hpp"
 
 namespace zoe::kernels::detail::scalar_path {

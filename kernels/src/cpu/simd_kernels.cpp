@@ -9,6 +9,7 @@
 
 #include "arith/prelude.hpp"
 #include "cpu/kernel_table.hpp"
+#include "dispatch.hpp"
 
 HWY_BEFORE_NAMESPACE();
 namespace zoe::kernels::detail::HWY_NAMESPACE {

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "arith/prelude.hpp"
+#include "dispatch.hpp"
 #include "zoe/core/check.hpp"
 #include "zoe/kernels/cuda.hpp"
 
@@ -19,6 +20,7 @@ namespace zoe::kernels::detail::cuda_path {
 namespace zoe::kernels::cuda {
 namespace {
 
+using detail::with_dtype;
 using detail::cuda_path::scalar_lanes;
 namespace arith = detail::cuda_path;
 
@@ -83,10 +85,7 @@ __global__ void quantize_kernel(detail::quant_args a) {
   const std::size_t blk = blockIdx.x;
   const std::size_t begin = blk * a.layout.block;
   const std::size_t valid = a.count - begin < a.layout.block ? a.count - begin : a.layout.block;
-  const auto key = [&](std::size_t i) {
-    const std::int32_t bits = K::load(a.in, begin + i);
-    return symmetric ? arith::magnitude_key<K, T>(bits) : arith::ordered_key<K, T>(bits);
-  };
+  const auto key = [&](std::size_t i) { return arith::key_of<K, T, symmetric>(K::load(a.in, begin + i)); };
   std::int32_t lo = key(0);
   std::int32_t hi = lo;
   for (std::size_t i = threadIdx.x; i < valid; i += blockDim.x) {
@@ -264,15 +263,6 @@ void copy_async(void* dst, const void* src, std::size_t bytes, cudaStream_t stre
 }
 
 // Calls fn.template operator()<T>() with the run-time dtype as a constant.
-template <class Fn>
-void with_dtype(dtype t, const Fn& fn) {
-  switch (t) {
-    case dtype::fp32: fn.template operator()<dtype::fp32>(); break;
-    case dtype::fp16: fn.template operator()<dtype::fp16>(); break;
-    case dtype::bf16: fn.template operator()<dtype::bf16>(); break;
-  }
-}
-
 // One thread block per quantization block of `a`.
 void launch_quantize(const detail::quant_args& a, std::size_t blocks, cudaStream_t stream) {
   with_dtype(a.in_type, [&]<dtype T>() {
