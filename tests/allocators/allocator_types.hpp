@@ -49,8 +49,10 @@ struct pool_type {
     allocators::buffer_pool pool{resource, {.buffer_count = units, .buffer_size = unit}};
   };
   using allocation = allocators::buffer_lease;
+  // A pool has fixed-size buffers and no zero-size request: zero bytes is an empty lease.
   static std::optional<allocation> try_allocate(rig& r, std::size_t bytes) {
     if (bytes > unit) return std::nullopt;
+    if (bytes == 0) return allocation{};
     return r.pool.try_acquire();
   }
   static std::span<std::byte> bytes(const allocation& a) { return a.span(); }

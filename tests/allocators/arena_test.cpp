@@ -49,13 +49,11 @@ TEST(arena, BestFitAndCoalescing) {
   auto z = a.allocate(50 * KiB);
   auto w = a.allocate(10 * KiB);
   const void* y_at = y.data();
-  const void* z_at = z.data();
   y.reset();
   z.reset();  // coalesces with y's hole: 60 KiB
   EXPECT_EQ(a.stats().largest_hole, 1 * MiB - 170 * KiB);
   auto fits = a.allocate(55 * KiB);
   EXPECT_EQ(fits.data(), y_at) << "best fit takes the coalesced 60 KiB hole, not the large tail";
-  (void)z_at;
   const auto s = a.stats();
   EXPECT_EQ(s.used, 100 * KiB + 55 * KiB + 10 * KiB);
   EXPECT_EQ(s.free, 1 * MiB - s.used);
@@ -77,8 +75,8 @@ TEST(arena, TheRegionComesFromTheDeviceBudget) {
   EXPECT_EQ(dev->usage().current_bytes, 0U);
 }
 
-// Three blocks, the first and last freed: a request larger than either hole but smaller than
-// both together.
+// Three blocks, the first freed: a request larger than its hole and larger than the free tail,
+// but smaller than both together.
 TEST(arena, CompactsWhenNoHoleFitsAndKeepsContents) {
   const auto dev = make_host_device(2 * MiB);
   arena a(*dev, 1 * MiB);

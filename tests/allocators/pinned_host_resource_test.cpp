@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <fstream>
+#include <string>
 
 #include "zoe/allocators/pinned_host_resource.hpp"
 #include "zoe/core/error.hpp"
@@ -10,7 +12,7 @@
 namespace zoe::allocators {
 namespace {
 
-TEST(pinned_host_resource, PlacesLocksAndReportsTheNode) {
+TEST(pinned_host_resource, PlacesAndReportsTheNodeAndTheBytesInUse) {
   const auto dev = make_host_device(1 * MiB);
   pinned_host_resource resource(*dev, {.placement = numa_placement::calling_thread});
   EXPECT_GE(resource.numa_nodes(), 1);
@@ -35,6 +37,12 @@ TEST(pinned_host_resource, AsksForHugePagesOnLargeMappingsOnly) {
   EXPECT_FALSE(small.huge_pages());
   const auto large = resource.allocate(8 * MiB);
   EXPECT_EQ(reinterpret_cast<std::uintptr_t>(large.data()) % (2 * MiB), 0U) << "huge pages need 2 MiB alignment";
+  std::ifstream thp_setting("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string thp;
+  std::getline(thp_setting, thp);
+  if (!thp.empty() && thp.find("[never]") == std::string::npos) {
+    EXPECT_TRUE(large.huge_pages()) << "transparent huge pages are '" << thp << "'";
+  }
   pinned_host_resource no_huge(*dev, {.huge_pages = false});
   EXPECT_FALSE(no_huge.allocate(8 * MiB).huge_pages());
 }
