@@ -59,7 +59,22 @@ buffer_lease buffer_pool::take_locked() {
   free_.pop_back();
   ++stats_.acquires;
   if (free_.size() < stats_.min_available) stats_.min_available = free_.size();
-  return {this, index, memory_.span().subspan(index * stride_, size_)};
+  return {this, index, buffer(index)};
+}
+
+std::span<std::byte> buffer_pool::buffer(std::size_t index) const noexcept {
+  return memory_.span().subspan(index * stride_, size_);
+}
+
+bool buffer_pool::wait_for_buffer_locked(std::unique_lock<std::mutex>& lock,
+                                         std::optional<std::chrono::nanoseconds> timeout) {
+  if (!free_.empty()) return true;
+  ++stats_.waits;
+  ++waiting_;
+  const auto any_free = [this] { return !free_.empty(); };
+  const bool got = timeout ? returned_.wait_for(lock, *timeout, any_free) : (returned_.wait(lock, any_free), true);
+  --waiting_;
+  return got;
 }
 
 void buffer_pool::give_back(std::size_t index) noexcept {
@@ -74,28 +89,17 @@ void buffer_pool::give_back(std::size_t index) noexcept {
 
 buffer_lease buffer_pool::acquire() {
   std::unique_lock lock(mutex_);
-  if (free_.empty()) {
-    ++stats_.waits;
-    ++waiting_;
-    returned_.wait(lock, [this] { return !free_.empty(); });
-    --waiting_;
-  }
+  (void)wait_for_buffer_locked(lock, std::nullopt);
   return take_locked();
 }
 
 buffer_lease buffer_pool::acquire(std::chrono::nanoseconds timeout) {
   std::unique_lock lock(mutex_);
-  if (free_.empty()) {
-    ++stats_.waits;
-    ++waiting_;
-    const bool got = returned_.wait_for(lock, timeout, [this] { return !free_.empty(); });
-    --waiting_;
-    if (!got) {
-      ++stats_.timeouts;
-      throw timeout_error(str(name_, ": no buffer came back within ",
-                              std::chrono::duration<double, std::milli>(timeout).count(), " ms (all ", count_,
-                              " buffers of ", format_bytes(size_), " are leased)"));
-    }
+  if (!wait_for_buffer_locked(lock, timeout)) {
+    ++stats_.timeouts;
+    throw timeout_error(str(name_, ": no buffer came back within ",
+                            std::chrono::duration<double, std::milli>(timeout).count(), " ms (all ", count_,
+                            " buffers of ", format_bytes(size_), " are leased)"));
   }
   return take_locked();
 }
@@ -130,7 +134,7 @@ bool buffer_pool::registered() const noexcept {
 std::vector<std::span<std::byte>> buffer_pool::buffers() const {
   std::vector<std::span<std::byte>> out;
   out.reserve(count_);
-  for (std::size_t i = 0; i < count_; ++i) out.push_back(memory_.span().subspan(i * stride_, size_));
+  for (std::size_t i = 0; i < count_; ++i) out.push_back(buffer(i));
   return out;
 }
 

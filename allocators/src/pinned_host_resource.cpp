@@ -8,9 +8,11 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <string>
 #include <utility>
 
+#include "zoe/core/byte_accounting.hpp"
 #include "zoe/core/check.hpp"
 #include "zoe/core/log.hpp"
 #include "zoe/core/units.hpp"
@@ -128,8 +130,6 @@ pinned_buffer::pinned_buffer(pinned_buffer&& o) noexcept
     : owner_(std::move(o.owner_)),
       data_(std::exchange(o.data_, nullptr)),
       size_(std::exchange(o.size_, 0)),
-      mapping_(std::exchange(o.mapping_, nullptr)),
-      mapped_(std::exchange(o.mapped_, 0)),
       locked_(std::exchange(o.locked_, false)),
       numa_node_(std::exchange(o.numa_node_, -1)),
       huge_pages_(std::exchange(o.huge_pages_, false)) {}
@@ -140,8 +140,6 @@ pinned_buffer& pinned_buffer::operator=(pinned_buffer&& o) noexcept {
     owner_ = std::move(o.owner_);
     data_ = std::exchange(o.data_, nullptr);
     size_ = std::exchange(o.size_, 0);
-    mapping_ = std::exchange(o.mapping_, nullptr);
-    mapped_ = std::exchange(o.mapped_, 0);
     locked_ = std::exchange(o.locked_, false);
     numa_node_ = std::exchange(o.numa_node_, -1);
     huge_pages_ = std::exchange(o.huge_pages_, false);
@@ -150,16 +148,17 @@ pinned_buffer& pinned_buffer::operator=(pinned_buffer&& o) noexcept {
 }
 
 void pinned_buffer::reset() noexcept {
-  if (mapping_ != nullptr) {
-    if (locked_) owner_->dev->unregister_host(data_, align_up(size_, page_size()));
-    ::munmap(mapping_, mapped_);
+  if (owner_ != nullptr) {
+    if (data_ != nullptr) {
+      const std::size_t mapped = align_up(size_, page_size());
+      if (locked_) owner_->dev->unregister_host(data_, mapped);
+      ::munmap(data_, mapped);
+    }
     owner_->in_use -= size_;
   }
   owner_.reset();
   data_ = nullptr;
-  mapping_ = nullptr;
   size_ = 0;
-  mapped_ = 0;
 }
 
 pinned_host_resource::pinned_host_resource(device& dev, pinned_options options)
@@ -170,6 +169,10 @@ pinned_host_resource::pinned_host_resource(device& dev, pinned_options options)
                                                         dev.pci_bus_id().has_value())),
       owner_(std::make_shared<pinned_buffer::owner>()) {
   owner_->dev = &dev;
+  // Searched once: the device does not move, and the search walks hwloc's I/O objects.
+  if (options_.placement == numa_placement::device) {
+    if (const auto bus = dev.pci_bus_id()) device_node_ = topology_->node_of_pci(*bus);
+  }
   if (options_.placement == numa_placement::explicit_node) {
     ZOE_EXPECTS(options_.numa_node >= 0 && options_.numa_node < topology_->nodes(), "pinned memory: NUMA node ",
                 options_.numa_node, " does not exist (this machine has ", topology_->nodes(), ")");
@@ -190,11 +193,7 @@ int pinned_host_resource::target_node() const {
   switch (options_.placement) {
     case numa_placement::none: return -1;
     case numa_placement::explicit_node: return options_.numa_node;
-    case numa_placement::device:
-      if (const auto bus = device_->pci_bus_id()) {
-        if (const int node = topology_->node_of_pci(*bus); node >= 0) return node;
-      }
-      return topology_->node_of_calling_thread();
+    case numa_placement::device: return device_node_ >= 0 ? device_node_ : topology_->node_of_calling_thread();
     case numa_placement::calling_thread: return topology_->node_of_calling_thread();
   }
   return -1;
@@ -204,19 +203,14 @@ pinned_buffer pinned_host_resource::allocate(std::size_t bytes) {
   pinned_buffer out;
   if (bytes == 0) return out;
   const std::size_t length = align_up(bytes, page_size());
-  if (options_.limit_bytes != 0) {
-    std::uint64_t now = owner_->in_use.load();
-    do {
-      if (now + bytes > options_.limit_bytes) {
-        throw memory_error(str("pinned host memory exhausted: cannot allocate ", format_bytes(bytes), " with ",
-                               format_bytes(now), " of its ", format_bytes(options_.limit_bytes), " limit in use"));
-      }
-    } while (!owner_->in_use.compare_exchange_weak(now, now + bytes));
-  } else {
-    owner_->in_use += bytes;
+  const std::uint64_t limit = options_.limit_bytes != 0 ? options_.limit_bytes
+                                                             : std::numeric_limits<std::uint64_t>::max() - bytes;
+  if (std::uint64_t now = 0; !::zoe::detail::try_reserve(owner_->in_use, bytes, limit, now)) {
+    throw memory_error(str("pinned host memory exhausted: cannot allocate ", format_bytes(bytes), " with ",
+                           format_bytes(now), " of its ", format_bytes(options_.limit_bytes), " limit in use"));
   }
   out.owner_ = owner_;
-  out.size_ = bytes;  // from here on, out.reset() undoes the accounting
+  out.size_ = bytes;  // from here on, out.reset() undoes the accounting (and, once data_ is set, the mapping)
 
   // Huge pages need 2 MiB-aligned virtual addresses: over-map and trim to an aligned window.
   const bool want_huge = options_.huge_pages && length >= huge_page && thp_available();
@@ -224,8 +218,6 @@ pinned_buffer pinned_host_resource::allocate(std::size_t bytes) {
   void* raw = ::mmap(nullptr, reserve, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (raw == MAP_FAILED) {
     const int err = errno;
-    out.owner_->in_use -= bytes;
-    out.owner_.reset();
     throw memory_error(str("pinned host memory: cannot map ", format_bytes(length), ": ", errno_text(err)));
   }
   auto* base = static_cast<std::byte*>(raw);
@@ -238,8 +230,6 @@ pinned_buffer pinned_host_resource::allocate(std::size_t bytes) {
     base = aligned;
     out.huge_pages_ = ::madvise(base, length, MADV_HUGEPAGE) == 0;
   }
-  out.mapping_ = base;
-  out.mapped_ = length;
   out.data_ = base;
 
   // Placement must precede the first touch: locking faults the pages in where the policy says.

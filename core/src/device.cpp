@@ -13,14 +13,6 @@
 
 namespace zoe {
 
-const char* device_kind_name(device_kind k) noexcept {
-  switch (k) {
-    case device_kind::host: return "host";
-    case device_kind::cuda: return "cuda";
-  }
-  return "unknown";
-}
-
 // ---- owners ---------------------------------------------------------------------------------
 
 device_stream::~device_stream() { reset(); }

@@ -24,7 +24,7 @@ constexpr std::size_t streaming_copy_threshold = 1 * MiB;
 // several DRAM streams in flight. A GPU copies device memory with DMA that bypasses the CPU caches
 // too, so it is also the closer model. Below its threshold glibc copies with `rep movsb` and plain
 // stores, 35-40% slower for multi-MiB copies on the benchmark machine. The ranges must not
-// overlap, or dst must lie at least 4 pages below src (each 4-page chunk is read before written).
+// overlap.
 constexpr std::size_t copy_page = 4096;
 constexpr std::size_t copy_chunk = 4 * copy_page;
 

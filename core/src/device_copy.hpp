@@ -6,8 +6,8 @@
 
 namespace zoe::detail {
 
-/// Copies `bytes` from `s` to `d`. The ranges must not overlap, or `d` must lie at least 16 KiB
-/// below `s` (the arena's compaction slides blocks down by at least that much per piece).
+/// Copies `bytes` from `s` to `d`. The ranges must not overlap (the host device's copy_async
+/// refuses overlapping ranges; the arena's compaction copies in pieces that never overlap).
 void copy_device_memory(std::byte* d, const std::byte* s, std::size_t bytes);
 
 }  // namespace zoe::detail

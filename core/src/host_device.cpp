@@ -25,6 +25,7 @@
 
 #include "device_copy.hpp"
 #include "zoe/core/check.hpp"
+#include "zoe/core/byte_accounting.hpp"
 #include "zoe/core/device.hpp"
 #include "zoe/core/log.hpp"
 #include "zoe/core/units.hpp"
@@ -172,22 +173,18 @@ class host_device final : public device {
   void* allocate(std::size_t bytes, stream_view /*stream*/) override {
     if (bytes == 0) return nullptr;
     const std::uint64_t rounded = align_up(bytes, device_alignment);
-    std::uint64_t now = current_.load();
-    do {
-      if (now + rounded > budget_) {
-        throw memory_error(str("host device out of memory: cannot allocate ", format_bytes(bytes), " with ",
-                               format_bytes(now), " of its ", format_bytes(budget_),
-                               " budget in use (zoe.device.budget_bytes / ZOE_DEVICE_BUDGET)"));
-      }
-    } while (!current_.compare_exchange_weak(now, now + rounded));
+    std::uint64_t now = 0;
+    if (!detail::try_reserve(current_, rounded, budget_, now)) {
+      throw memory_error(str("host device out of memory: cannot allocate ", format_bytes(bytes), " with ",
+                             format_bytes(now), " of its ", format_bytes(budget_),
+                             " budget in use (zoe.device.budget_bytes / ZOE_DEVICE_BUDGET)"));
+    }
     void* p = std::aligned_alloc(device_alignment, rounded);
     if (p == nullptr) {
       current_ -= rounded;
       throw memory_error(str("host device: the OS refused ", format_bytes(rounded), " within the budget"));
     }
-    std::uint64_t peak = peak_.load();
-    while (now + rounded > peak && !peak_.compare_exchange_weak(peak, now + rounded)) {
-    }
+    detail::raise_peak(peak_, now + rounded);
     const std::lock_guard lock(mutex_);
     live_.emplace(p, rounded);
     return p;
@@ -207,26 +204,6 @@ class host_device final : public device {
   }
 
   device_usage usage() const noexcept override { return {current_.load(), peak_.load(), budget_}; }
-
-  void* allocate_pinned(std::size_t bytes) override {
-    ZOE_EXPECTS(bytes > 0, "host device: pinned allocation of zero bytes");
-    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) {
-      throw memory_error(str("host device: cannot map ", format_bytes(bytes), " of pinned host memory: ",
-                             errno_text(errno)));
-    }
-    try {
-      lock_or_warn(p, bytes);
-    } catch (...) {
-      ::munmap(p, bytes);
-      throw;
-    }
-    return p;
-  }
-
-  void deallocate_pinned(void* p, std::size_t bytes) noexcept override {
-    if (p != nullptr) ::munmap(p, bytes);  // unmapping also unlocks
-  }
 
   bool register_host(void* p, std::size_t bytes) override {
     ZOE_EXPECTS(p != nullptr && bytes > 0, "host device: register_host needs memory, got ", p, " and ", bytes, " bytes");
@@ -278,14 +255,13 @@ class host_device final : public device {
   }
 
   void wait(stream_view stream, const device_event& event) override {
-    host_event_state& st0 = state_of(event);
+    std::shared_ptr<host_event_state> st = shared_state_of(event);
     std::uint64_t target = 0;
     {
-      const std::lock_guard lock(st0.mutex);
-      target = st0.recorded;
+      const std::lock_guard lock(st->mutex);
+      target = st->recorded;
     }
     if (target == 0) return;  // never recorded: nothing to wait for, as in CUDA
-    std::shared_ptr<host_event_state> st = shared_state_of(event);
     stream_of(stream).submit([st, target] {
       std::unique_lock lock(st->mutex);
       st->cv.wait(lock, [&] { return st->completed >= target; });
@@ -345,19 +321,14 @@ class host_device final : public device {
     {
       const std::lock_guard lock(mutex_);
       all.assign(streams_.begin(), streams_.end());
+      // The default stream is created under the same lock on first use (stream_of).
+      if (default_stream_) all.push_back(default_stream_.get());
     }
     // Every stream is drained even if an earlier one failed; the first failure is rethrown.
     std::exception_ptr first;
     for (host_stream* s : all) {
       try {
         s->synchronize();
-      } catch (...) {
-        if (!first) first = std::current_exception();
-      }
-    }
-    if (default_stream_) {
-      try {
-        default_stream_->synchronize();
       } catch (...) {
         if (!first) first = std::current_exception();
       }

@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "zoe/core/check.hpp"
+#include "zoe/core/byte_accounting.hpp"
 #include "zoe/core/device.hpp"
 #include "zoe/core/log.hpp"
 #include "zoe/core/units.hpp"
@@ -99,10 +100,7 @@ class cuda_device final : public device {
                              format_bytes(current_.load()), " allocated by zoe of ", format_bytes(budget_)));
     }
     ZOE_CUDA_CHECK(e, "cudaMallocAsync(", format_bytes(bytes), ") on ", name_);
-    const std::uint64_t now = current_ += bytes;
-    std::uint64_t peak = peak_.load();
-    while (now > peak && !peak_.compare_exchange_weak(peak, now)) {
-    }
+    detail::raise_peak(peak_, current_ += bytes);
     return p;
   }
 
@@ -117,17 +115,6 @@ class cuda_device final : public device {
   }
 
   device_usage usage() const noexcept override { return {current_.load(), peak_.load(), budget_}; }
-
-  void* allocate_pinned(std::size_t bytes) override {
-    ZOE_EXPECTS(bytes > 0, "cuda device: pinned allocation of zero bytes");
-    void* p = nullptr;
-    ZOE_CUDA_CHECK(cudaHostAlloc(&p, bytes, cudaHostAllocPortable), "cudaHostAlloc(", format_bytes(bytes), ")");
-    return p;
-  }
-
-  void deallocate_pinned(void* p, std::size_t /*bytes*/) noexcept override {
-    if (p != nullptr) ZOE_CUDA_LOG(cudaFreeHost(p), "cudaFreeHost");
-  }
 
   bool register_host(void* p, std::size_t bytes) override {
     ZOE_EXPECTS(p != nullptr && bytes > 0, "cuda device: register_host needs memory, got ", p, " and ", bytes,

@@ -96,12 +96,14 @@ class buffer_pool {
   [[nodiscard]] std::size_t buffer_size() const noexcept { return size_; }
   [[nodiscard]] std::size_t available() const;
   [[nodiscard]] buffer_pool_stats stats() const;
-  [[nodiscard]] const pinned_buffer& memory() const noexcept { return memory_; }
   [[nodiscard]] const std::string& name() const noexcept { return name_; }
 
  private:
   friend class buffer_lease;
   buffer_lease take_locked();
+  // Waits on `lock` until a buffer is free, at most `timeout` when given; false when it ran out.
+  bool wait_for_buffer_locked(std::unique_lock<std::mutex>& lock, std::optional<std::chrono::nanoseconds> timeout);
+  [[nodiscard]] std::span<std::byte> buffer(std::size_t index) const noexcept;
   void give_back(std::size_t index) noexcept;
 
   std::string name_;

@@ -61,8 +61,6 @@ class pinned_buffer {
   std::shared_ptr<owner> owner_;  // the resource's accounting; outlives the resource if need be
   std::byte* data_ = nullptr;
   std::size_t size_ = 0;
-  void* mapping_ = nullptr;
-  std::size_t mapped_ = 0;
   bool locked_ = false;
   int numa_node_ = -1;
   bool huge_pages_ = false;
@@ -94,6 +92,7 @@ class pinned_host_resource {
   device* device_;
   pinned_options options_;
   std::unique_ptr<detail::numa_topology> topology_;
+  int device_node_ = -1;  // the node of the device's PCI bus (numa_placement::device), -1 if unknown
   std::shared_ptr<pinned_buffer::owner> owner_;
 };
 

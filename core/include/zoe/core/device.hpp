@@ -25,9 +25,6 @@ class device;
 
 enum class device_kind : int { host = 0, cuda = 1 };
 
-/// "host" or "cuda". Never throws.
-[[nodiscard]] const char* device_kind_name(device_kind k) noexcept;
-
 /// Direction of an asynchronous copy.
 enum class copy_kind : int { host_to_device, device_to_host, device_to_device };
 
@@ -107,13 +104,7 @@ class device {
   /// Current and peak device memory in use, and the budget. Never throws.
   [[nodiscard]] virtual device_usage usage() const noexcept = 0;
 
-  // ---- pinned host memory ---------------------------------------------------------------------
-  /// Allocates `bytes` of page-aligned host memory locked for fast transfers. Where the OS refuses
-  /// to lock it (RLIMIT_MEMLOCK), the host device returns unlocked memory after one warning naming
-  /// the limit. Throws memory_error when no memory can be had at all.
-  [[nodiscard]] virtual void* allocate_pinned(std::size_t bytes) = 0;
-  /// Frees memory from allocate_pinned(). Never throws.
-  virtual void deallocate_pinned(void* p, std::size_t bytes) noexcept = 0;
+  // ---- pinned host memory (allocators/pinned_host_resource maps it and registers it here) ------
   /// Locks (host) or registers with the driver (CUDA) existing page-aligned host memory so the
   /// device copies it at full speed. Returns false when the host device fell back to unlocked
   /// memory (one warning naming RLIMIT_MEMLOCK). Throws device_error when the driver refuses.
