@@ -49,7 +49,14 @@ prepared_target prepare(std::unique_ptr<io_target> target, const io_settings& s,
             << target->where() << (target->direct() ? " (O_DIRECT)" : " (buffered)") << "\n";
   if (const std::string note = target->setup_note(); !note.empty()) std::cerr << "zoe-bench io: " << note << "\n";
   std::optional<std::uint64_t> seed = earlier_seed(*target, layout, memory);
-  if (!seed) {
+  if (!seed && s.op == "write" && target->holds_earlier_run()) {
+    // The file has its size but not our stamps (another tool, such as fio in compare_fio, wrote it
+    // last). Every timed pass overwrites each byte, so laying it out first would be wasted time;
+    // --verify then reads what the last timed pass wrote, all stamped with this seed.
+    seed = s.seed.value_or(std::random_device{}());
+    std::cerr << "zoe-bench io: " << target->where() << " already holds " << format_bytes(layout.size)
+              << " not written by zoe-bench; the timed writes overwrite all of it\n";
+  } else if (!seed) {
     // Reads and writes both run against data already written: a write into fresh space costs
     // the file system extra work (extent conversion) that a steady-state overwrite does not.
     seed = s.seed.value_or(std::random_device{}());
