@@ -90,22 +90,16 @@ void run_adam(const adam_settings& s) {
   // during a run, and the step and its limit should be measured under the same load.
   std::cerr << "zoe-bench adam: memcpy of 1 GiB on " << s.threads << " threads between the steps\n";
   memcpy_probe probe(GiB, s.threads);
-  (void)probe.run_once();
-  config.step = 1;
-  kernels::adam_step(config, shard);
-  std::vector<double> seconds, memcpy_seconds;
-  for (int step = 1; step <= s.steps; ++step) {
-    config.step = step + 1;
-    const auto start = bench_clock::now();
-    kernels::adam_step(config, shard);
-    seconds.push_back(seconds_since(start));
-    memcpy_seconds.push_back(probe.run_once());
-    std::cerr << "zoe-bench adam: step " << step << "/" << s.steps << ": " << std::fixed << std::setprecision(4)
-              << seconds.back() << " s, memcpy " << probe.gib_per_s(memcpy_seconds.back()) << " GiB/s\n";
-  }
-  const double med = median(seconds);
-  const double rate = static_cast<double>(n) * static_cast<double>(bytes_per_param) / med / static_cast<double>(GiB);
-  const double memcpy_rate = probe.gib_per_s(median(memcpy_seconds));
+  const auto [med, memcpy_rate] = alternate_with_memcpy(
+      probe, s.steps, [&](int step) {
+        config.step = step + 1;
+        kernels::adam_step(config, shard);
+      },
+      [&](int step, double seconds, double memcpy_gib_per_s) {
+        std::cerr << "zoe-bench adam: step " << step << "/" << s.steps << ": " << std::fixed << std::setprecision(4)
+                  << seconds << " s, memcpy " << memcpy_gib_per_s << " GiB/s\n";
+      });
+  const double rate = gib_per_s(std::uint64_t{n} * bytes_per_param, med);
   const std::string path(kernels::cpu_path_name(kernels::active_cpu_path()));
   if (s.json) {
     const nlohmann::json j{{"bench", "adam"},

@@ -203,8 +203,7 @@ bandwidth_comparison synthetic_compaction(device& dev, std::size_t bytes) {
     const auto after = arena.stats();
     ZOE_CHECK(moved == out.bytes_per_run, ::zoe::internal_error, "the synthetic compaction moved ", moved, " bytes, expected ",
                 out.bytes_per_run);
-    compaction_rates.push_back(2.0 * static_cast<double>(moved) /
-                               (after.seconds_compacting - before.seconds_compacting) / static_cast<double>(GiB));
+    compaction_rates.push_back(gib_per_s(2 * moved, after.seconds_compacting - before.seconds_compacting));
   }
   out.compaction_gib_per_s = median(compaction_rates);
   out.memcpy_gib_per_s = median(memcpy_rates);
@@ -225,8 +224,7 @@ std::optional<bandwidth_comparison> trace_compaction(device& dev, const std::vec
     const auto replayed = replay(dev, ops, capacity, true);
     const auto& st = replayed.stats;
     if (st.compactions == 0) return std::nullopt;
-    compaction_rates.push_back(2.0 * static_cast<double>(st.bytes_moved) / st.seconds_compacting /
-                               static_cast<double>(GiB));
+    compaction_rates.push_back(gib_per_s(2 * st.bytes_moved, st.seconds_compacting));
     if (!probe) {
       out.bytes_per_run = st.bytes_moved / st.compactions;
       probe = std::make_unique<memcpy_probe>(out.bytes_per_run, 1);

@@ -31,10 +31,6 @@ struct io_result {
   double best_gib_per_s = 0;
 };
 
-double gib_per_s(std::uint64_t bytes, double seconds) {
-  return static_cast<double>(bytes) / seconds / static_cast<double>(GiB);
-}
-
 // A target ready to time: its data written once and the stamps the timed writes will use.
 struct prepared_target {
   std::unique_ptr<io_target> target;

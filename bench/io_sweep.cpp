@@ -28,7 +28,7 @@ double median_rate(io_target& target, const pass_layout& layout, const host_buff
                    const stamped_data& data, int loops) {
   std::vector<double> seconds;
   for (int i = 0; i < loops; ++i) seconds.push_back(run_pass(target, layout, memory, op, &data, {}));
-  return static_cast<double>(layout.size) / median(seconds) / static_cast<double>(GiB);
+  return gib_per_s(layout.size, median(seconds));
 }
 
 nlohmann::json aio_block(const sweep_point& p) {

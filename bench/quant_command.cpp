@@ -99,18 +99,9 @@ void run_quant(const quant_settings& s) {
   // (~180 MiB) with streaming stores, 1.5-2x faster than a smaller copy, and that is what the
   // machine can move.
   memcpy_probe probe(std::max<std::size_t>(input.size(), GiB), s.threads);
-  kernels::quantize(in, config, {codes, scales, zero_points});
-  (void)probe.run_once();
-  std::vector<double> seconds, memcpy_seconds;
-  for (int loop = 1; loop <= s.loops; ++loop) {
-    const auto start = bench_clock::now();
-    kernels::quantize(in, config, {codes, scales, zero_points});
-    seconds.push_back(seconds_since(start));
-    memcpy_seconds.push_back(probe.run_once());
-  }
-  const double med = median(seconds);
-  const double rate = static_cast<double>(moved) / med / static_cast<double>(GiB);
-  const double memcpy_rate = probe.gib_per_s(median(memcpy_seconds));
+  const auto [med, memcpy_rate] =
+      alternate_with_memcpy(probe, s.loops, [&](int) { kernels::quantize(in, config, {codes, scales, zero_points}); });
+  const double rate = gib_per_s(moved, med);
 
   std::cerr << "zoe-bench quant: measuring the error with block and whole-tensor scales\n";
   const double rel_block = relative_error(exact, in, config);
