@@ -31,7 +31,6 @@ struct alloc_settings {
   int steps = 3;
   std::uint64_t seed = 1;
   double headroom = 1.1;
-  std::uint64_t dtype_bytes = 2;
   std::uint64_t pool_iterations = 1'000'000;
   std::string compaction_size_text = "512MiB";
   bool json = false;
@@ -54,7 +53,7 @@ class trace_builder {
 
   std::vector<trace_op> build() {
     const std::uint64_t h = s_.hidden;
-    const std::uint64_t b = s_.dtype_bytes;
+    constexpr std::uint64_t b = 2;  // bytes per element: fp16/bf16 parameters and activations
     const std::vector<std::uint64_t> layer_tensors{3 * h * h * b, h * h * b,     4 * h * h * b, h * 4 * h * b,
                                                    3 * h * b,     h * b,         4 * h * b,     h * b,
                                                    h * b,         h * b};

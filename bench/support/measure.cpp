@@ -53,11 +53,4 @@ alternating_medians alternate_with_memcpy(memcpy_probe& probe, int runs, const s
   return {median(seconds), probe.gib_per_s(median(memcpy_seconds))};
 }
 
-double memcpy_gib_per_s(std::size_t bytes, unsigned threads, int repeats) {
-  memcpy_probe probe(bytes, threads);
-  std::vector<double> seconds;
-  for (int r = 0; r < repeats; ++r) seconds.push_back(probe.run_once());
-  return probe.gib_per_s(median(seconds));
-}
-
 }  // namespace zoe::bench

@@ -35,7 +35,6 @@ class memcpy_probe {
   double run_once();
   /// GiB/s for a time `seconds` of run_once, counting bytes read plus written (X copied moves 2X).
   [[nodiscard]] double gib_per_s(double seconds) const;
-  [[nodiscard]] std::size_t bytes() const noexcept { return bytes_; }
 
  private:
   std::size_t bytes_;
@@ -55,9 +54,5 @@ struct alternating_medians {
 /// see the same load; `progress`, when given, hears each run's seconds and memcpy GiB/s.
 alternating_medians alternate_with_memcpy(memcpy_probe& probe, int runs, const std::function<void(int)>& work,
                                           const std::function<void(int, double, double)>& progress = {});
-
-/// The median rate of `repeats` memcpy runs of `bytes` on `threads` threads, in GiB/s counting
-/// bytes read plus written. For a benchmark that cannot interleave its runs with memcpy_probe.
-[[nodiscard]] double memcpy_gib_per_s(std::size_t bytes, unsigned threads, int repeats = 7);
 
 }  // namespace zoe::bench
