@@ -166,10 +166,14 @@ void io_settings::check() {
   block = static_cast<std::size_t>(parse_bytes(block_text, "--block-size"));
   ZOE_EXPECTS(size > 0 && size % sector_size == 0, "--size must be a positive multiple of 4 KiB, got ", size_text);
   check_bench_directory(path);
+  check_engine_options(block, queue_depth, "--block-size / --queue-depth");
+}
+
+void check_engine_options(std::size_t block, std::size_t queue_depth, std::string_view flags) {
   try {
     io::engine_options{.block_size = block, .queue_depth = queue_depth}.validate();
   } catch (const usage_error& e) {
-    throw usage_error(str("--block-size / --queue-depth: ", e.what()));
+    throw usage_error(str(flags, ": ", e.what()));
   }
 }
 
