@@ -208,17 +208,25 @@ void add_io_command(CLI::App& app) {
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
   cmd->add_option("--engine", s->engine, "I/O backend")->check(CLI::IsMember(engines))->capture_default_str();
-  cmd->add_option("--op", s->op, "what to time")->check(CLI::IsMember({"read", "write", "both"}))->capture_default_str();
+  CLI::Option* op = cmd->add_option("--op", s->op, "what to time")
+                         ->check(CLI::IsMember({"read", "write", "both"}))
+                         ->capture_default_str();
   cmd->add_flag("--buffered", s->buffered, "use the page cache instead of O_DIRECT (writes then end with fdatasync)");
-  cmd->add_flag("--store", s->store,
-                "also run the workload through the swap store (checksums on) and report \"mode\": \"store\"");
-  cmd->add_flag("--verify", s->verify,
-                "after timing, read everything back and check every sector; exit 1 naming the first bad offset");
+  CLI::Option* store = cmd->add_flag(
+      "--store", s->store,
+      "also run the workload through the swap store (checksums on) and report \"mode\": \"store\"");
+  CLI::Option* verify = cmd->add_flag(
+      "--verify", s->verify,
+      "after timing, read everything back and check every sector; exit 1 naming the first bad offset");
   cmd->add_option("--loops", s->loops, "timed passes per op and mode")->check(CLI::Range(1, 1000))->capture_default_str();
   cmd->add_option("--seed", s->seed, "seed of the data written (default: random, or the file's seed + 1)");
   cmd->add_flag("--json", s->json, "print one JSON object per result instead of the table");
+  // The sweep times raw reads and writes alike and verifies nothing: these flags would be ignored.
   cmd->add_flag("--sweep", s->sweep,
-                "try every combination of the --sweep-* lists, print the table and the best as a DeepSpeed aio block");
+                "try every combination of the --sweep-* lists, print the table and the best as a DeepSpeed aio block")
+      ->excludes(op)
+      ->excludes(store)
+      ->excludes(verify);
   cmd->add_option("--sweep-block-sizes", s->sweep_block_sizes, "block sizes to sweep")->delimiter(',')->capture_default_str();
   cmd->add_option("--sweep-queue-depths", s->sweep_queue_depths, "queue depths to sweep")
       ->delimiter(',')

@@ -69,6 +69,15 @@ TEST_F(io_command, BadValuesExitTwoNamingTheFlag) {
   }
 }
 
+TEST_F(io_command, SweepWithAFlagItWouldIgnoreExitsTwoNamingTheFlag) {
+  for (const auto& [args, flag] : std::vector<std::pair<std::string, std::string>>{
+           {" --sweep --verify", "--verify"}, {" --sweep --store", "--store"}, {" --sweep --op read", "--op"}}) {
+    const auto r = run(base() + args);
+    EXPECT_EQ(r.exit_code, 2) << args << ": " << r.output;
+    EXPECT_NE(r.output.find(flag), std::string::npos) << args << ": " << r.output;
+  }
+}
+
 TEST_F(io_command, MissingPathExitsTwoNamingIt) {
   const auto r = run("io --path /nonexistent/zoe --size 1MiB");
   EXPECT_EQ(r.exit_code, 2) << r.output;
