@@ -110,6 +110,19 @@ void print(const io_settings& s, const std::vector<prepared_target>& targets, co
   }
 }
 
+// Warns when `path` is on tmpfs or ramfs; throws usage_error naming --path when it is missing or
+// not a directory.
+void check_bench_directory(const std::string& path) {
+  std::error_code ec;
+  const auto status = std::filesystem::status(path, ec);
+  ZOE_EXPECTS(std::filesystem::exists(status), "--path '", path, "' does not exist");
+  ZOE_EXPECTS(std::filesystem::is_directory(status), "--path '", path, "' is not a directory");
+  if (const auto memory = io::memory_file_system(path)) {
+    log::warn("--path '", path, "' is on ", *memory,
+              ": this measures memory, not a drive");
+  }
+}
+
 void run_io(io_settings s) {
   s.check();
   if (s.sweep) {
@@ -174,17 +187,6 @@ void check_engine_options(std::size_t block, std::size_t queue_depth, std::strin
     io::engine_options{.block_size = block, .queue_depth = queue_depth}.validate();
   } catch (const usage_error& e) {
     throw usage_error(str(flags, ": ", e.what()));
-  }
-}
-
-void check_bench_directory(const std::string& path) {
-  std::error_code ec;
-  const auto status = std::filesystem::status(path, ec);
-  ZOE_EXPECTS(std::filesystem::exists(status), "--path '", path, "' does not exist");
-  ZOE_EXPECTS(std::filesystem::is_directory(status), "--path '", path, "' is not a directory");
-  if (const auto memory = io::memory_file_system(path)) {
-    log::warn("--path '", path, "' is on ", *memory,
-              ": this measures memory, not a drive");
   }
 }
 
