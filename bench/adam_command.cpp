@@ -105,8 +105,8 @@ void run_adam(const adam_settings& s) {
     const nlohmann::json j{{"bench", "adam"},
                            {"params", n},
                            {"threads", s.threads},
-                           {"grad_dtype", s.grad_dtype},
-                           {"param_dtype", s.param_dtype},
+                           {"grad_dtype", kernels::dtype_name(grad_type)},
+                           {"param_dtype", kernels::dtype_name(param_type)},
                            {"path", path},
                            {"steps", s.steps},
                            {"seconds", med},
@@ -118,8 +118,9 @@ void run_adam(const adam_settings& s) {
     std::cout << j.dump() << "\n";
     return;
   }
-  std::cout << std::fixed << std::setprecision(3) << "adam " << n << " params (" << s.grad_dtype << " grad, "
-            << s.param_dtype << " params) on " << s.threads << " threads, " << path << ": " << med << " s/step, "
+  std::cout << std::fixed << std::setprecision(3) << "adam " << n << " params (" << kernels::dtype_name(grad_type)
+            << " grad, " << kernels::dtype_name(param_type) << " params) on " << s.threads << " threads, " << path
+            << ": " << med << " s/step, "
             << static_cast<double>(n) / med / 1e9 << " Gparams/s, " << std::setprecision(2) << rate
             << " GiB/s; memcpy " << memcpy_rate << " GiB/s; fraction " << std::setprecision(3) << rate / memcpy_rate
             << "\n";
@@ -137,11 +138,10 @@ void add_adam_command(CLI::App& app) {
   cmd->add_option("--params", settings->params_text, "parameters in the shard (K, M, G count in powers of 1024)")
       ->capture_default_str();
   cmd->add_option("--threads", settings->threads, "threads")->check(CLI::Range(1u, 1024u))->capture_default_str();
-  cmd->add_option("--grad-dtype", settings->grad_dtype, "gradient type")
-      ->check(CLI::IsMember({"fp32", "fp16", "bf16"}))
-      ->capture_default_str();
-  cmd->add_option("--param-dtype", settings->param_dtype, "working copy type (fp32: none, the master is the weights)")
-      ->check(CLI::IsMember({"fp32", "fp16", "bf16"}))
+  // The type names are checked by kernels::parse_dtype, which also takes float32, float16, bfloat16.
+  cmd->add_option("--grad-dtype", settings->grad_dtype, "gradient type: fp32, fp16 or bf16")->capture_default_str();
+  cmd->add_option("--param-dtype", settings->param_dtype,
+                  "working copy type: fp32 (none, the master is the weights), fp16 or bf16")
       ->capture_default_str();
   cmd->add_option("--path", settings->path, "CPU path (auto, scalar, sse4, avx2, avx512)")->capture_default_str();
   cmd->add_option("--steps", settings->steps, "timed steps")->check(CLI::Range(1, 1000))->capture_default_str();

@@ -112,7 +112,7 @@ void run_quant(const quant_settings& s) {
                            {"elems", n},
                            {"bits", s.bits},
                            {"block", s.block},
-                           {"dtype", s.dtype},
+                           {"dtype", kernels::dtype_name(type)},
                            {"symmetric", !s.asymmetric},
                            {"seed", s.seed},
                            {"threads", s.threads},
@@ -127,8 +127,8 @@ void run_quant(const quant_settings& s) {
     std::cout << j.dump() << "\n";
     return;
   }
-  std::cout << std::fixed << std::setprecision(4) << "quant int" << s.bits << " " << s.dtype << " block " << s.block
-            << " x " << n << " on " << s.threads << " threads, " << path << ": " << med << " s, "
+  std::cout << std::fixed << std::setprecision(4) << "quant int" << s.bits << " " << kernels::dtype_name(type)
+            << " block " << s.block << " x " << n << " on " << s.threads << " threads, " << path << ": " << med << " s, "
             << std::setprecision(2) << rate << " GiB/s; memcpy " << memcpy_rate << " GiB/s; fraction "
             << std::setprecision(3) << rate / memcpy_rate << "; rel error block " << std::scientific
             << std::setprecision(3) << rel_block << ", tensor " << rel_tensor << "\n";
@@ -146,9 +146,8 @@ void add_quant_command(CLI::App& app) {
   cmd->add_option("--elems", settings->elems_text, "elements (K, M, G count in powers of 1024)")->capture_default_str();
   cmd->add_option("--bits", settings->bits, "code width")->check(CLI::IsMember({4, 8}))->capture_default_str();
   cmd->add_option("--block", settings->block, "elements per block (a multiple of 8)")->capture_default_str();
-  cmd->add_option("--dtype", settings->dtype, "input type")
-      ->check(CLI::IsMember({"fp32", "fp16", "bf16"}))
-      ->capture_default_str();
+  // The type name is checked by kernels::parse_dtype, which also takes float32, float16, bfloat16.
+  cmd->add_option("--dtype", settings->dtype, "input type: fp32, fp16 or bf16")->capture_default_str();
   cmd->add_flag("--asymmetric", settings->asymmetric, "zero point per block instead of symmetric codes");
   cmd->add_option("--seed", settings->seed, "seed of the data")->capture_default_str();
   cmd->add_option("--threads", settings->threads, "threads")->check(CLI::Range(1u, 1024u))->capture_default_str();
