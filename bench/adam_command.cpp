@@ -90,29 +90,23 @@ void run_adam(const adam_settings& s) {
   // during a run, and the step and its limit should be measured under the same load.
   std::cerr << "zoe-bench adam: memcpy of 1 GiB on " << s.threads << " threads between the steps\n";
   memcpy_probe probe(GiB, s.threads);
-  (void)probe.run_once();
-  config.step = 1;
-  kernels::adam_step(config, shard);
-  std::vector<double> seconds, memcpy_seconds;
-  for (int step = 1; step <= s.steps; ++step) {
-    config.step = step + 1;
-    const auto start = bench_clock::now();
-    kernels::adam_step(config, shard);
-    seconds.push_back(seconds_since(start));
-    memcpy_seconds.push_back(probe.run_once());
-    std::cerr << "zoe-bench adam: step " << step << "/" << s.steps << ": " << std::fixed << std::setprecision(4)
-              << seconds.back() << " s, memcpy " << probe.gib_per_s(memcpy_seconds.back()) << " GiB/s\n";
-  }
-  const double med = median(seconds);
-  const double rate = static_cast<double>(n) * static_cast<double>(bytes_per_param) / med / static_cast<double>(GiB);
-  const double memcpy_rate = probe.gib_per_s(median(memcpy_seconds));
+  const auto [med, memcpy_rate] = alternate_with_memcpy(
+      probe, s.steps, [&](int step) {
+        config.step = step + 1;
+        kernels::adam_step(config, shard);
+      },
+      [&](int step, double seconds, double memcpy_gib_per_s) {
+        std::cerr << "zoe-bench adam: step " << step << "/" << s.steps << ": " << std::fixed << std::setprecision(4)
+                  << seconds << " s, memcpy " << memcpy_gib_per_s << " GiB/s\n";
+      });
+  const double rate = gib_per_s(std::uint64_t{n} * bytes_per_param, med);
   const std::string path(kernels::cpu_path_name(kernels::active_cpu_path()));
   if (s.json) {
     const nlohmann::json j{{"bench", "adam"},
                            {"params", n},
                            {"threads", s.threads},
-                           {"grad_dtype", s.grad_dtype},
-                           {"param_dtype", s.param_dtype},
+                           {"grad_dtype", kernels::dtype_name(grad_type)},
+                           {"param_dtype", kernels::dtype_name(param_type)},
                            {"path", path},
                            {"steps", s.steps},
                            {"seconds", med},
@@ -124,8 +118,9 @@ void run_adam(const adam_settings& s) {
     std::cout << j.dump() << "\n";
     return;
   }
-  std::cout << std::fixed << std::setprecision(3) << "adam " << n << " params (" << s.grad_dtype << " grad, "
-            << s.param_dtype << " params) on " << s.threads << " threads, " << path << ": " << med << " s/step, "
+  std::cout << std::fixed << std::setprecision(3) << "adam " << n << " params (" << kernels::dtype_name(grad_type)
+            << " grad, " << kernels::dtype_name(param_type) << " params) on " << s.threads << " threads, " << path
+            << ": " << med << " s/step, "
             << static_cast<double>(n) / med / 1e9 << " Gparams/s, " << std::setprecision(2) << rate
             << " GiB/s; memcpy " << memcpy_rate << " GiB/s; fraction " << std::setprecision(3) << rate / memcpy_rate
             << "\n";
@@ -143,11 +138,10 @@ void add_adam_command(CLI::App& app) {
   cmd->add_option("--params", settings->params_text, "parameters in the shard (K, M, G count in powers of 1024)")
       ->capture_default_str();
   cmd->add_option("--threads", settings->threads, "threads")->check(CLI::Range(1u, 1024u))->capture_default_str();
-  cmd->add_option("--grad-dtype", settings->grad_dtype, "gradient type")
-      ->check(CLI::IsMember({"fp32", "fp16", "bf16"}))
-      ->capture_default_str();
-  cmd->add_option("--param-dtype", settings->param_dtype, "working copy type (fp32: none, the master is the weights)")
-      ->check(CLI::IsMember({"fp32", "fp16", "bf16"}))
+  // The type names are checked by kernels::parse_dtype, which also takes float32, float16, bfloat16.
+  cmd->add_option("--grad-dtype", settings->grad_dtype, "gradient type: fp32, fp16 or bf16")->capture_default_str();
+  cmd->add_option("--param-dtype", settings->param_dtype,
+                  "working copy type: fp32 (none, the master is the weights), fp16 or bf16")
       ->capture_default_str();
   cmd->add_option("--path", settings->path, "CPU path (auto, scalar, sse4, avx2, avx512)")->capture_default_str();
   cmd->add_option("--steps", settings->steps, "timed steps")->check(CLI::Range(1, 1000))->capture_default_str();

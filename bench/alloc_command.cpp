@@ -31,7 +31,6 @@ struct alloc_settings {
   int steps = 3;
   std::uint64_t seed = 1;
   double headroom = 1.1;
-  std::uint64_t dtype_bytes = 2;
   std::uint64_t pool_iterations = 1'000'000;
   std::string compaction_size_text = "512MiB";
   bool json = false;
@@ -54,7 +53,7 @@ class trace_builder {
 
   std::vector<trace_op> build() {
     const std::uint64_t h = s_.hidden;
-    const std::uint64_t b = s_.dtype_bytes;
+    constexpr std::uint64_t b = 2;  // bytes per element: fp16/bf16 parameters and activations
     const std::vector<std::uint64_t> layer_tensors{3 * h * h * b, h * h * b,     4 * h * h * b, h * 4 * h * b,
                                                    3 * h * b,     h * b,         4 * h * b,     h * b,
                                                    h * b,         h * b};
@@ -203,8 +202,7 @@ bandwidth_comparison synthetic_compaction(device& dev, std::size_t bytes) {
     const auto after = arena.stats();
     ZOE_CHECK(moved == out.bytes_per_run, ::zoe::internal_error, "the synthetic compaction moved ", moved, " bytes, expected ",
                 out.bytes_per_run);
-    compaction_rates.push_back(2.0 * static_cast<double>(moved) /
-                               (after.seconds_compacting - before.seconds_compacting) / static_cast<double>(GiB));
+    compaction_rates.push_back(gib_per_s(2 * moved, after.seconds_compacting - before.seconds_compacting));
   }
   out.compaction_gib_per_s = median(compaction_rates);
   out.memcpy_gib_per_s = median(memcpy_rates);
@@ -225,8 +223,7 @@ std::optional<bandwidth_comparison> trace_compaction(device& dev, const std::vec
     const auto replayed = replay(dev, ops, capacity, true);
     const auto& st = replayed.stats;
     if (st.compactions == 0) return std::nullopt;
-    compaction_rates.push_back(2.0 * static_cast<double>(st.bytes_moved) / st.seconds_compacting /
-                               static_cast<double>(GiB));
+    compaction_rates.push_back(gib_per_s(2 * st.bytes_moved, st.seconds_compacting));
     if (!probe) {
       out.bytes_per_run = st.bytes_moved / st.compactions;
       probe = std::make_unique<memcpy_probe>(out.bytes_per_run, 1);

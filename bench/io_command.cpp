@@ -31,10 +31,6 @@ struct io_result {
   double best_gib_per_s = 0;
 };
 
-double gib_per_s(std::uint64_t bytes, double seconds) {
-  return static_cast<double>(bytes) / seconds / static_cast<double>(GiB);
-}
-
 // A target ready to time: its data written once and the stamps the timed writes will use.
 struct prepared_target {
   std::unique_ptr<io_target> target;
@@ -49,7 +45,14 @@ prepared_target prepare(std::unique_ptr<io_target> target, const io_settings& s,
             << target->where() << (target->direct() ? " (O_DIRECT)" : " (buffered)") << "\n";
   if (const std::string note = target->setup_note(); !note.empty()) std::cerr << "zoe-bench io: " << note << "\n";
   std::optional<std::uint64_t> seed = earlier_seed(*target, layout, memory);
-  if (!seed) {
+  if (!seed && s.op == "write" && target->holds_earlier_run()) {
+    // The file has its size but not our stamps (another tool, such as fio in compare_fio, wrote it
+    // last). Every timed pass overwrites each byte, so laying it out first would be wasted time;
+    // --verify then reads what the last timed pass wrote, all stamped with this seed.
+    seed = s.seed.value_or(std::random_device{}());
+    std::cerr << "zoe-bench io: " << target->where() << " already holds " << format_bytes(layout.size)
+              << " not written by zoe-bench; the timed writes overwrite all of it\n";
+  } else if (!seed) {
     // Reads and writes both run against data already written: a write into fresh space costs
     // the file system extra work (extent conversion) that a steady-state overwrite does not.
     seed = s.seed.value_or(std::random_device{}());
@@ -104,6 +107,19 @@ void print(const io_settings& s, const std::vector<prepared_target>& targets, co
               << std::setw(8) << (t.direct() ? "yes" : "no") << std::setw(10) << format_bytes(s.block) << std::setw(6)
               << s.queue_depth << std::setw(9) << s.threads << std::setw(10) << format_bytes(s.size) << std::fixed
               << std::setprecision(2) << std::setw(14) << r.median_gib_per_s << r.best_gib_per_s << "\n";
+  }
+}
+
+// Warns when `path` is on tmpfs or ramfs; throws usage_error naming --path when it is missing or
+// not a directory.
+void check_bench_directory(const std::string& path) {
+  std::error_code ec;
+  const auto status = std::filesystem::status(path, ec);
+  ZOE_EXPECTS(std::filesystem::exists(status), "--path '", path, "' does not exist");
+  ZOE_EXPECTS(std::filesystem::is_directory(status), "--path '", path, "' is not a directory");
+  if (const auto memory = io::memory_file_system(path)) {
+    log::warn("--path '", path, "' is on ", *memory,
+              ": this measures memory, not a drive");
   }
 }
 
@@ -163,21 +179,14 @@ void io_settings::check() {
   block = static_cast<std::size_t>(parse_bytes(block_text, "--block-size"));
   ZOE_EXPECTS(size > 0 && size % sector_size == 0, "--size must be a positive multiple of 4 KiB, got ", size_text);
   check_bench_directory(path);
+  check_engine_options(block, queue_depth, "--block-size / --queue-depth");
+}
+
+void check_engine_options(std::size_t block, std::size_t queue_depth, std::string_view flags) {
   try {
     io::engine_options{.block_size = block, .queue_depth = queue_depth}.validate();
   } catch (const usage_error& e) {
-    throw usage_error(str("--block-size / --queue-depth: ", e.what()));
-  }
-}
-
-void check_bench_directory(const std::string& path) {
-  std::error_code ec;
-  const auto status = std::filesystem::status(path, ec);
-  ZOE_EXPECTS(std::filesystem::exists(status), "--path '", path, "' does not exist");
-  ZOE_EXPECTS(std::filesystem::is_directory(status), "--path '", path, "' is not a directory");
-  if (const auto memory = io::memory_file_system(path)) {
-    log::warn("--path '", path, "' is on ", *memory,
-              ": this measures memory, not a drive");
+    throw usage_error(str(flags, ": ", e.what()));
   }
 }
 
@@ -201,17 +210,25 @@ void add_io_command(CLI::App& app) {
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
   cmd->add_option("--engine", s->engine, "I/O backend")->check(CLI::IsMember(engines))->capture_default_str();
-  cmd->add_option("--op", s->op, "what to time")->check(CLI::IsMember({"read", "write", "both"}))->capture_default_str();
+  CLI::Option* op = cmd->add_option("--op", s->op, "what to time")
+                         ->check(CLI::IsMember({"read", "write", "both"}))
+                         ->capture_default_str();
   cmd->add_flag("--buffered", s->buffered, "use the page cache instead of O_DIRECT (writes then end with fdatasync)");
-  cmd->add_flag("--store", s->store,
-                "also run the workload through the swap store (checksums on) and report \"mode\": \"store\"");
-  cmd->add_flag("--verify", s->verify,
-                "after timing, read everything back and check every sector; exit 1 naming the first bad offset");
+  CLI::Option* store = cmd->add_flag(
+      "--store", s->store,
+      "also run the workload through the swap store (checksums on) and report \"mode\": \"store\"");
+  CLI::Option* verify = cmd->add_flag(
+      "--verify", s->verify,
+      "after timing, read everything back and check every sector; exit 1 naming the first bad offset");
   cmd->add_option("--loops", s->loops, "timed passes per op and mode")->check(CLI::Range(1, 1000))->capture_default_str();
   cmd->add_option("--seed", s->seed, "seed of the data written (default: random, or the file's seed + 1)");
   cmd->add_flag("--json", s->json, "print one JSON object per result instead of the table");
+  // The sweep times raw reads and writes alike and verifies nothing: these flags would be ignored.
   cmd->add_flag("--sweep", s->sweep,
-                "try every combination of the --sweep-* lists, print the table and the best as a DeepSpeed aio block");
+                "try every combination of the --sweep-* lists, print the table and the best as a DeepSpeed aio block")
+      ->excludes(op)
+      ->excludes(store)
+      ->excludes(verify);
   cmd->add_option("--sweep-block-sizes", s->sweep_block_sizes, "block sizes to sweep")->delimiter(',')->capture_default_str();
   cmd->add_option("--sweep-queue-depths", s->sweep_queue_depths, "queue depths to sweep")
       ->delimiter(',')

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace zoe::bench {
@@ -37,8 +38,8 @@ struct io_settings {
   void check();
 };
 
-/// Warns when `path` is on tmpfs or ramfs; throws usage_error naming --path when it is missing
-/// or not a directory.
-void check_bench_directory(const std::string& path);
+/// Checks block size and queue depth as the I/O engine will; throws usage_error starting with
+/// `flags` (the flags they came from) when either is out of range.
+void check_engine_options(std::size_t block, std::size_t queue_depth, std::string_view flags);
 
 }  // namespace zoe::bench

@@ -28,12 +28,27 @@ double median_rate(io_target& target, const pass_layout& layout, const host_buff
                    const stamped_data& data, int loops) {
   std::vector<double> seconds;
   for (int i = 0; i < loops; ++i) seconds.push_back(run_pass(target, layout, memory, op, &data, {}));
-  return static_cast<double>(layout.size) / median(seconds) / static_cast<double>(GiB);
+  return gib_per_s(layout.size, median(seconds));
 }
 
 nlohmann::json aio_block(const sweep_point& p) {
   return {{"block_size", p.block},         {"queue_depth", p.queue_depth}, {"intra_op_parallelism", p.threads},
           {"single_submit", false},        {"overlap_events", true},      {"use_gds", false}};
+}
+
+// Every backend of this build that the kernel accepts, each refused one skipped with a note.
+std::vector<std::string> accepted_backends(const io::engine_options& options) {
+  std::vector<std::string> out;
+  for (const auto& name : io::available_backends()) {
+    try {
+      (void)io::choose_backend(name, options);
+      out.push_back(name);
+    } catch (const io_error& e) {
+      std::cerr << "zoe-bench io --sweep: skipping engine " << name << ": " << e.what() << "\n";
+    }
+  }
+  if (out.empty()) throw io_error("zoe-bench io --sweep: the kernel refuses every engine of this build", 0);
+  return out;
 }
 
 }  // namespace
@@ -42,10 +57,15 @@ void run_sweep(const io_settings& s) {
   std::vector<std::size_t> blocks;
   for (const auto& text : s.sweep_block_sizes) {
     blocks.push_back(static_cast<std::size_t>(parse_bytes(text, "--sweep-block-sizes")));
-    ZOE_EXPECTS(blocks.back() >= 4096 && blocks.back() % 4096 == 0 && s.size % blocks.back() == 0,
-                "--sweep-block-sizes: ", text, " must be a multiple of 4 KiB that divides --size ", s.size_text);
+    for (const auto depth : s.sweep_queue_depths) {
+      check_engine_options(blocks.back(), depth, "--sweep-block-sizes / --sweep-queue-depths");
+    }
+    ZOE_EXPECTS(s.size % blocks.back() == 0, "--sweep-block-sizes: ", text, " must divide --size ", s.size_text);
   }
-  const std::vector<std::string> engines = s.sweep_engines.empty() ? io::available_backends() : s.sweep_engines;
+  // Named engines must work; of the default (every one in this build) the refused ones are skipped.
+  const std::vector<std::string> engines = s.sweep_engines.empty()
+                                               ? accepted_backends({.block_size = s.block, .queue_depth = s.queue_depth})
+                                               : s.sweep_engines;
   std::size_t most = 0;
   for (const auto b : blocks) {
     for (const auto q : s.sweep_queue_depths) {

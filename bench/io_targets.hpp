@@ -12,13 +12,6 @@
 #include "zoe/io/engine_options.hpp"
 #include "zoe/io/io_request.hpp"
 
-namespace zoe::io {
-class file;
-class io_engine;
-class swap_channel;
-class swap_store;
-}  // namespace zoe::io
-
 namespace zoe::bench {
 
 class io_target {

@@ -99,18 +99,9 @@ void run_quant(const quant_settings& s) {
   // (~180 MiB) with streaming stores, 1.5-2x faster than a smaller copy, and that is what the
   // machine can move.
   memcpy_probe probe(std::max<std::size_t>(input.size(), GiB), s.threads);
-  kernels::quantize(in, config, {codes, scales, zero_points});
-  (void)probe.run_once();
-  std::vector<double> seconds, memcpy_seconds;
-  for (int loop = 1; loop <= s.loops; ++loop) {
-    const auto start = bench_clock::now();
-    kernels::quantize(in, config, {codes, scales, zero_points});
-    seconds.push_back(seconds_since(start));
-    memcpy_seconds.push_back(probe.run_once());
-  }
-  const double med = median(seconds);
-  const double rate = static_cast<double>(moved) / med / static_cast<double>(GiB);
-  const double memcpy_rate = probe.gib_per_s(median(memcpy_seconds));
+  const auto [med, memcpy_rate] =
+      alternate_with_memcpy(probe, s.loops, [&](int) { kernels::quantize(in, config, {codes, scales, zero_points}); });
+  const double rate = gib_per_s(moved, med);
 
   std::cerr << "zoe-bench quant: measuring the error with block and whole-tensor scales\n";
   const double rel_block = relative_error(exact, in, config);
@@ -121,7 +112,7 @@ void run_quant(const quant_settings& s) {
                            {"elems", n},
                            {"bits", s.bits},
                            {"block", s.block},
-                           {"dtype", s.dtype},
+                           {"dtype", kernels::dtype_name(type)},
                            {"symmetric", !s.asymmetric},
                            {"seed", s.seed},
                            {"threads", s.threads},
@@ -136,8 +127,8 @@ void run_quant(const quant_settings& s) {
     std::cout << j.dump() << "\n";
     return;
   }
-  std::cout << std::fixed << std::setprecision(4) << "quant int" << s.bits << " " << s.dtype << " block " << s.block
-            << " x " << n << " on " << s.threads << " threads, " << path << ": " << med << " s, "
+  std::cout << std::fixed << std::setprecision(4) << "quant int" << s.bits << " " << kernels::dtype_name(type)
+            << " block " << s.block << " x " << n << " on " << s.threads << " threads, " << path << ": " << med << " s, "
             << std::setprecision(2) << rate << " GiB/s; memcpy " << memcpy_rate << " GiB/s; fraction "
             << std::setprecision(3) << rate / memcpy_rate << "; rel error block " << std::scientific
             << std::setprecision(3) << rel_block << ", tensor " << rel_tensor << "\n";
@@ -155,9 +146,8 @@ void add_quant_command(CLI::App& app) {
   cmd->add_option("--elems", settings->elems_text, "elements (K, M, G count in powers of 1024)")->capture_default_str();
   cmd->add_option("--bits", settings->bits, "code width")->check(CLI::IsMember({4, 8}))->capture_default_str();
   cmd->add_option("--block", settings->block, "elements per block (a multiple of 8)")->capture_default_str();
-  cmd->add_option("--dtype", settings->dtype, "input type")
-      ->check(CLI::IsMember({"fp32", "fp16", "bf16"}))
-      ->capture_default_str();
+  // The type name is checked by kernels::parse_dtype, which also takes float32, float16, bfloat16.
+  cmd->add_option("--dtype", settings->dtype, "input type: fp32, fp16 or bf16")->capture_default_str();
   cmd->add_flag("--asymmetric", settings->asymmetric, "zero point per block instead of symmetric codes");
   cmd->add_option("--seed", settings->seed, "seed of the data")->capture_default_str();
   cmd->add_option("--threads", settings->threads, "threads")->check(CLI::Range(1u, 1024u))->capture_default_str();

@@ -1,6 +1,6 @@
-// zoe-bench: the benchmarks users run on their own machines (I/O, and later allocators and
-// kernels). Each subcommand prints a readable table on stdout, progress on stderr, and with
-// --json one JSON object per result. Bad flags exit 2 naming the flag.
+// zoe-bench: the benchmarks users run on their own machines, one subcommand each (io, alloc,
+// adam, quant). Each prints a readable table or line on stdout, progress on stderr, and with --json
+// one JSON object per result. Bad flags exit 2 naming the flag.
 #include <csignal>
 #include <exception>
 #include <iostream>

@@ -36,15 +36,21 @@ double memcpy_probe::run_once() {
   return seconds_since(start);
 }
 
-double memcpy_probe::gib_per_s(double seconds) const {
-  return 2.0 * static_cast<double>(bytes_) / seconds / static_cast<double>(1ULL << 30);
-}
+double memcpy_probe::gib_per_s(double seconds) const { return bench::gib_per_s(2 * std::uint64_t{bytes_}, seconds); }
 
-double memcpy_gib_per_s(std::size_t bytes, unsigned threads, int repeats) {
-  memcpy_probe probe(bytes, threads);
-  std::vector<double> seconds;
-  for (int r = 0; r < repeats; ++r) seconds.push_back(probe.run_once());
-  return probe.gib_per_s(median(seconds));
+alternating_medians alternate_with_memcpy(memcpy_probe& probe, int runs, const std::function<void(int)>& work,
+                                          const std::function<void(int, double, double)>& progress) {
+  (void)probe.run_once();
+  work(0);
+  std::vector<double> seconds, memcpy_seconds;
+  for (int run = 1; run <= runs; ++run) {
+    const auto start = bench_clock::now();
+    work(run);
+    seconds.push_back(seconds_since(start));
+    memcpy_seconds.push_back(probe.run_once());
+    if (progress) progress(run, seconds.back(), probe.gib_per_s(memcpy_seconds.back()));
+  }
+  return {median(seconds), probe.gib_per_s(median(memcpy_seconds))};
 }
 
 }  // namespace zoe::bench

@@ -4,6 +4,8 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -18,6 +20,11 @@ using bench_clock = std::chrono::steady_clock;
 /// The median of the values (the mean of the middle two for an even count). Empty gives 0.
 [[nodiscard]] double median(std::vector<double> values);
 
+/// `bytes` moved in `seconds`, in GiB/s.
+[[nodiscard]] inline double gib_per_s(std::uint64_t bytes, double seconds) {
+  return static_cast<double>(bytes) / seconds / static_cast<double>(std::uint64_t{1} << 30);
+}
+
 /// A memcpy of `bytes` between two buffers faulted in up front, on `threads` threads, so a
 /// benchmark can time it between its own runs (alternating, on a shared, noisy machine) and
 /// compare medians with medians.
@@ -28,7 +35,6 @@ class memcpy_probe {
   double run_once();
   /// GiB/s for a time `seconds` of run_once, counting bytes read plus written (X copied moves 2X).
   [[nodiscard]] double gib_per_s(double seconds) const;
-  [[nodiscard]] std::size_t bytes() const noexcept { return bytes_; }
 
  private:
   std::size_t bytes_;
@@ -37,8 +43,16 @@ class memcpy_probe {
   std::unique_ptr<std::byte[]> dst_;
 };
 
-/// The median rate of `repeats` memcpy runs of `bytes` on `threads` threads, in GiB/s counting
-/// bytes read plus written. For a benchmark that cannot interleave its runs with memcpy_probe.
-[[nodiscard]] double memcpy_gib_per_s(std::size_t bytes, unsigned threads, int repeats = 7);
+/// Medians of a benchmark timed in alternation with its memcpy limit.
+struct alternating_medians {
+  double seconds = 0;           ///< the median time of one timed call of the work
+  double memcpy_gib_per_s = 0;  ///< the memcpy rate at the median memcpy time
+};
+
+/// Calls `work(0)` and the probe once untimed (thread start-up, first touches), then `runs` times
+/// `work(i)` (i = 1..runs) timed, each followed by one timed memcpy, so on a shared machine both
+/// see the same load; `progress`, when given, hears each run's seconds and memcpy GiB/s.
+alternating_medians alternate_with_memcpy(memcpy_probe& probe, int runs, const std::function<void(int)>& work,
+                                          const std::function<void(int, double, double)>& progress = {});
 
 }  // namespace zoe::bench

@@ -18,7 +18,6 @@ inline constexpr std::size_t sector_size = 4096;
 class stamped_data {
  public:
   explicit stamped_data(std::uint64_t seed);
-  [[nodiscard]] std::uint64_t seed() const noexcept { return seed_; }
 
   /// Fills every sector of `buffer` with the body (once per buffer: the body does not move).
   void fill_bodies(std::span<std::byte> buffer) const;
