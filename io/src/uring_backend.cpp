@@ -38,6 +38,10 @@ std::string io_uring_disabled_sysctl() {
   return value;
 }
 
+// EAGAIN / EBUSY / EINTR from a submit or wait leave the entries in the submission queue (or
+// return early); the next call carries on, so they are no failures.
+bool transient(int result) noexcept { return result == -EAGAIN || result == -EBUSY || result == -EINTR; }
+
 std::string memlock_limit() {
   rlimit limit{};
   if (::getrlimit(RLIMIT_MEMLOCK, &limit) != 0) return "unknown";
@@ -79,10 +83,6 @@ uring_backend::uring_backend(const engine_options& options)
 uring_backend::~uring_backend() {
   drain_before_close("uring");
   close_ring();
-}
-
-std::string uring_backend::describe(int negative_errno, std::string_view call) const {
-  return str(call, " failed: ", errno_text(-negative_errno));
 }
 
 void uring_backend::open_ring() {
@@ -148,8 +148,7 @@ bool uring_backend::register_buffers(std::span<const std::span<std::byte>> regio
   follow_driving_thread();
   ZOE_EXPECTS(unfinished() == 0, "register_buffers with ", unfinished(), " operations in flight");
   if (!buffers_.empty()) {
-    const int result = io_uring_unregister_buffers(&ring_);
-    if (result < 0) throw io_error(describe(result, "io_uring_unregister_buffers"), -result);
+    ZOE_CHECK_NEG_ERRNO(io_uring_unregister_buffers(&ring_), "io_uring_unregister_buffers failed");
     buffers_.clear();
   }
   regions_.assign(regions.begin(), regions.end());
@@ -214,8 +213,8 @@ void uring_backend::forget_closed_files() {
     if (open_file_identity(f.fd) == f.identity) return false;
     if (f.slot >= 0) {
       int none = -1;
-      const int result = io_uring_register_files_update(&ring_, static_cast<unsigned>(f.slot), &none, 1);
-      if (result < 0) throw io_error(describe(result, "io_uring_register_files_update (removing a closed file)"), -result);
+      ZOE_CHECK_NEG_ERRNO(io_uring_register_files_update(&ring_, static_cast<unsigned>(f.slot), &none, 1),
+                          "io_uring_register_files_update (removing a closed file) failed");
       free_file_slots_.push_back(f.slot);
     }
     return true;
@@ -279,10 +278,7 @@ std::size_t uring_backend::start(std::span<const std::uint32_t> slots) {
   // overlap_events: the same syscall also collects completions that are due, so the next reap
   // often finds them without entering the kernel again.
   const int result = overlap_events() ? io_uring_submit_and_get_events(&ring_) : io_uring_submit(&ring_);
-  // EAGAIN / EBUSY / EINTR leave the entries in the submission queue; the next wait submits them.
-  if (result < 0 && result != -EAGAIN && result != -EBUSY && result != -EINTR) {
-    throw io_error(describe(result, "io_uring_submit"), -result);
-  }
+  if (!transient(result)) ZOE_CHECK_NEG_ERRNO(result, "io_uring_submit failed");
   if (overlap_events()) deliver_completions();
   return slots.size();
 }
@@ -308,17 +304,13 @@ void uring_backend::wait(std::size_t min_completions) {
     // With DEFER_TASKRUN or COOP_TASKRUN finished requests are posted only once we enter the
     // kernel; this also sends entries an earlier submit left behind.
     const int result = io_uring_submit_and_get_events(&ring_);
-    if (result < 0 && result != -EAGAIN && result != -EBUSY && result != -EINTR) {
-      throw io_error(describe(result, "io_uring_enter (get events)"), -result);
-    }
+    if (!transient(result)) ZOE_CHECK_NEG_ERRNO(result, "io_uring_enter (get events) failed");
     deliver_completions();
     return;
   }
   while (got < min_completions) {
     const int result = io_uring_submit_and_wait(&ring_, static_cast<unsigned>(min_completions - got));
-    if (result < 0 && result != -EAGAIN && result != -EBUSY && result != -EINTR && result != -ETIME) {
-      throw io_error(describe(result, "io_uring_submit_and_wait"), -result);
-    }
+    if (!transient(result) && result != -ETIME) ZOE_CHECK_NEG_ERRNO(result, "io_uring_submit_and_wait failed");
     got += deliver_completions();
   }
 }

@@ -71,7 +71,6 @@ class uring_backend final : public async_backend {
   [[nodiscard]] int file_slot(int fd);
   [[nodiscard]] int buffer_index(const std::byte* buffer, std::size_t length) const;
   std::size_t deliver_completions();
-  [[nodiscard]] std::string describe(int negative_errno, std::string_view call) const;
 
   io_uring ring_{};
   bool ring_open_ = false;
