@@ -51,7 +51,7 @@ swap_channel::~swap_channel() {
 
 void swap_channel::submit(const swap_request& request) {
   detail::extent_record& rec = store_.record(request.extent);
-  const std::uint64_t chunk = store_.stripe_unit_;
+  const std::uint64_t chunk = store_.stripe_unit();
   const std::uint64_t length = request.buffer.size();
   ZOE_EXPECTS(request.offset <= rec.bytes && length <= rec.bytes - request.offset, op_name(request.op), " of ",
               length, " bytes at offset ", request.offset, " reaches past the end of swap extent ", rec.id, " (",
@@ -147,7 +147,7 @@ void swap_channel::on_piece(const io_completion& c, std::vector<io_completion>& 
 void swap_channel::finish(std::uint32_t slot_id, std::vector<io_completion>& out) {
   pending& p = *slots_[slot_id];
   detail::extent_record& rec = *p.record;
-  const std::uint64_t chunk = store_.stripe_unit_;
+  const std::uint64_t chunk = store_.stripe_unit();
   const bool checksums = store_.options().checksums;
   if (p.request.op == io_op::write && !p.result.failed) {
     for (std::uint64_t k = p.first_chunk; k < p.end_chunk; ++k) {

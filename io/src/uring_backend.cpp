@@ -75,8 +75,7 @@ std::string setup_flag_names(unsigned flags) {
 }
 
 uring_backend::uring_backend(const engine_options& options)
-    : async_backend(options, async_capacity(options, max_ring_entries, "io_uring ring")),
-      entries_(static_cast<unsigned>(capacity())) {
+    : async_backend(options, async_capacity(options, max_ring_entries, "io_uring ring")) {
   open_ring();
 }
 
@@ -90,7 +89,7 @@ void uring_backend::open_ring() {
   for (const unsigned flags : setup_choices) {
     io_uring_params params{};
     params.flags = flags;
-    result = io_uring_queue_init_params(entries_, &ring_, &params);
+    result = io_uring_queue_init_params(static_cast<unsigned>(capacity()), &ring_, &params);
     if (result == 0) {
       flags_ = flags;
       break;
@@ -107,12 +106,12 @@ void uring_backend::open_ring() {
     } else if (result == -ENOMEM) {
       why = str(" (locked-memory limit RLIMIT_MEMLOCK is ", memlock_limit(), ")");
     }
-    throw io_error(str("cannot set up an io_uring ring of ", entries_, " entries: ", errno_text(-result), why),
+    throw io_error(str("cannot set up an io_uring ring of ", capacity(), " entries: ", errno_text(-result), why),
                    -result);
   }
   ring_open_ = true;
   owner_ = this_thread_token();
-  log::debug("io_uring ring of ", entries_, " entries, setup flags ", setup_flag_names(flags_));
+  log::debug("io_uring ring of ", capacity(), " entries, setup flags ", setup_flag_names(flags_));
 
   files_.clear();
   free_file_slots_.clear();
@@ -248,7 +247,7 @@ std::size_t uring_backend::start(std::span<const std::uint32_t> slots) {
     const raw_op& op = op_in(slot);
     io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
     ZOE_CHECK(sqe != nullptr, internal_error, "io_uring submission queue full with ", in_kernel(), " in flight of ",
-              entries_);
+              capacity());
     int fd = op.fd;
     unsigned sqe_flags = 0;
     if (const int file = file_slot(op.fd); file >= 0) {

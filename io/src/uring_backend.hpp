@@ -74,7 +74,6 @@ class uring_backend final : public async_backend {
 
   io_uring ring_{};
   bool ring_open_ = false;
-  unsigned entries_ = 0;
   unsigned flags_ = 0;
   std::uint64_t owner_ = 0;  ///< the thread that is the ring's single issuer (SINGLE_ISSUER)
 

@@ -72,11 +72,13 @@ class swap_store {
  private:
   friend class swap_channel;
   [[nodiscard]] detail::extent_record& record(const swap_extent& extent) const;
+  /// The stripe unit, which is also the checksum chunk.
+  [[nodiscard]] std::uint64_t stripe_unit() const noexcept { return options_.io.block_size; }
+  /// Each swap file's share of the capacity.
+  [[nodiscard]] std::uint64_t file_bytes() const noexcept { return allocator_.capacity() / options_.paths.size(); }
   void prewrite();
 
   swap_store_options options_;
-  std::uint64_t stripe_unit_ = 0;
-  std::uint64_t file_bytes_ = 0;
   std::vector<std::unique_ptr<detail::swap_directory>> directories_;
   std::vector<std::unique_ptr<file>> files_;
   double prewrite_seconds_ = 0;
