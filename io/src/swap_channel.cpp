@@ -33,7 +33,7 @@ struct swap_channel::pending {
 
 swap_channel::swap_channel(swap_store& store) : store_(store) {
   for (std::size_t i = 0; i < store_.files_.size(); ++i) {
-    engines_.push_back(make_engine(store_.options().engine, store_.options().io));
+    engines_.push_back(make_engine(store_.backend_, store_.options().io));
   }
 }
 

@@ -27,6 +27,9 @@ swap_store::swap_store(swap_store_options options)
   ZOE_EXPECTS(!options_.paths.empty(), "swap store needs at least one path");
   ZOE_EXPECTS(options_.capacity > 0, "swap store capacity must be positive");
   options_.io.validate();
+  // "auto" probes the kernel and explains its choice: do that once, and build every engine of
+  // every channel from the name it settled on.
+  backend_ = make_backend(options_.engine, options_.io)->name();
 
   for (std::size_t i = 0; i < options_.paths.size(); ++i) {
     directories_.push_back(std::make_unique<detail::swap_directory>(options_.paths[i]));
@@ -54,7 +57,7 @@ void swap_store::prewrite() {
   ZOE_CHECK(zeros != nullptr, memory_error, "cannot allocate ", format_bytes(chunk), " to prepare the swap files");
   std::memset(zeros.get(), 0, chunk);
   std::vector<std::unique_ptr<io_engine>> engines;
-  for (std::size_t i = 0; i < files_.size(); ++i) engines.push_back(make_engine(options_.engine, options_.io));
+  for (std::size_t i = 0; i < files_.size(); ++i) engines.push_back(make_engine(backend_, options_.io));
   std::vector<io_completion> done;
   for (std::uint64_t at = 0; at < file_bytes(); at += chunk * depth) {
     for (std::size_t i = 0; i < files_.size(); ++i) {

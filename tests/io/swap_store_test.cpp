@@ -13,6 +13,7 @@
 
 #include "io_test_support.hpp"
 #include "zoe/core/error.hpp"
+#include "zoe/core/log.hpp"
 #include "zoe/core/units.hpp"
 #include "zoe/io/swap_channel.hpp"
 #include "zoe/io/swap_store.hpp"
@@ -80,6 +81,35 @@ TEST_F(swap_store_test, RoundTripsExtentsOfAnySizeWithPartialReads) {
       EXPECT_TRUE(std::equal(part.begin(), part.end(), data.begin() + 7)) << size;
     }
   }
+}
+
+TEST_F(swap_store_test, AutoChoosesTheBackendOnceForTheStore) {
+  auto options = options_for({dir_.path()}, 4 * chunk);
+  options.engine = "auto";
+  const auto saved = log::current_level();
+  log::set_level(log::level::info);
+  ::testing::internal::CaptureStderr();
+  std::string err;
+  std::string first;
+  std::string second;
+  try {
+    swap_store store(options);  // prewrite makes engines too
+    swap_channel a(store);
+    swap_channel b(store);
+    first = a.backend_name();
+    second = b.backend_name();
+  } catch (...) {
+    err = ::testing::internal::GetCapturedStderr();
+    log::set_level(saved);
+    throw;
+  }
+  err = ::testing::internal::GetCapturedStderr();
+  log::set_level(saved);
+  EXPECT_EQ(first, second);
+  std::size_t choices = 0;
+  for (auto at = err.find("I/O engine auto"); at != std::string::npos; at = err.find("I/O engine auto", at + 1)) ++choices;
+  EXPECT_EQ(choices, 1u) << err;
+  EXPECT_NE(err.find("took " + first), std::string::npos) << err;
 }
 
 TEST_F(swap_store_test, FreedSpaceIsReused) {

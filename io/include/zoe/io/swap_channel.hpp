@@ -26,7 +26,7 @@ struct swap_request {
 /// Driven by one thread at a time. The store must outlive the channel.
 class swap_channel {
  public:
-  /// Throws what make_engine throws for the store's engine.
+  /// Throws what make_engine throws for the store's backend.
   explicit swap_channel(swap_store& store);
   /// Waits for everything in flight; never throws.
   ~swap_channel();
