@@ -8,6 +8,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 
 #include "extent_record.hpp"
 #include "zoe/core/check.hpp"
@@ -61,10 +62,8 @@ swap_channel::swap_channel(swap_store& store) : store_(store) {
 swap_channel::~swap_channel() {
   std::vector<io_completion> discard;
   try {
-    while (outstanding_ > 0) {
-      discard.clear();
-      collect(discard, outstanding_, true);
-    }
+    // No count is ever reached: collect returns once nothing is outstanding.
+    collect(discard, std::numeric_limits<std::size_t>::max(), true);
   } catch (const std::exception& e) {
     log::error("swap channel shutting down with requests in flight: ", e.what());
   }
