@@ -58,6 +58,22 @@ std::filesystem::path only_swap_file(const swap_store& store, std::size_t index 
   return files[0];
 }
 
+// Allocates `bytes` in the store and writes random bytes from `seed` there; returns both.
+std::pair<swap_extent, std::vector<std::byte>> write_random(swap_store& store, swap_channel& ch, std::size_t bytes,
+                                                            std::uint64_t seed) {
+  const swap_extent e = store.allocate(bytes);
+  auto data = random_bytes(bytes, seed);
+  write(ch, e, 0, data);
+  return {e, std::move(data)};
+}
+
+// Damages one byte of a swap file behind the store's back, as a failing drive would.
+void flip_byte(const std::filesystem::path& file, std::uint64_t at) {
+  auto byte = peek_file(file, at, 1);
+  byte[0] = ~byte[0];
+  poke_file(file, at, byte);
+}
+
 class swap_store_test : public ::testing::Test {
  protected:
   scratch_dir dir_;
@@ -88,9 +104,7 @@ TEST_F(swap_store_test, PartialReadsAtUnalignedOffsetsSpanningOneToManyChunks) {
   swap_store store(options_for({dir_.path(), other.path()}, 16 * chunk));
   swap_channel ch(store);
   const std::size_t size = 5 * chunk + 123;  // the last chunk is short
-  const swap_extent e = store.allocate(size);
-  auto data = random_bytes(size, 11);
-  write(ch, e, 0, data);
+  const auto [e, data] = write_random(store, ch, size, 11);
   struct range {
     std::uint64_t offset;
     std::size_t length;
@@ -129,28 +143,21 @@ TEST_F(swap_store_test, PartialReadsAtUnalignedOffsetsSpanningOneToManyChunks) {
 TEST_F(swap_store_test, PartialReadsVerifyTheWholeChunksBetweenAndTheLastChunk) {
   swap_store store(options_for({dir_.path()}, 8 * chunk));
   swap_channel ch(store);
-  const swap_extent e = store.allocate(4 * chunk);
-  auto data = random_bytes(4 * chunk, 12);
-  write(ch, e, 0, data);
+  const auto [e, data] = write_random(store, ch, 4 * chunk, 12);
   const auto swap_file = only_swap_file(store);
-  const auto flip = [&](std::uint64_t at) {
-    auto byte = peek_file(swap_file, at, 1);
-    byte[0] = ~byte[0];
-    poke_file(swap_file, at, byte);
-  };
   // Chunk 1 is damaged: a read from inside chunk 0 to inside chunk 2 reads chunk 1 straight into
   // the caller's buffer and must still catch it there.
-  flip(chunk + 17);
+  flip_byte(swap_file, chunk + 17);
   std::vector<std::byte> part(2 * chunk);
   auto c = read(ch, e, chunk / 2, part);
   EXPECT_TRUE(c.corrupt) << c.message;
   EXPECT_NE(c.message.find("at offset " + std::to_string(chunk)), std::string::npos) << c.message;
-  flip(chunk + 17);
+  flip_byte(swap_file, chunk + 17);
   c = read(ch, e, chunk / 2, part);
   ASSERT_TRUE(c.ok()) << c.message;
   EXPECT_TRUE(same_bytes(part, std::span(data).subspan(chunk / 2, 2 * chunk)));
   // Chunk 3 is damaged, away from the part asked for: the partial last chunk is verified whole.
-  flip(3 * chunk + chunk - 1);
+  flip_byte(swap_file, 4 * chunk - 1);
   c = read(ch, e, 2 * chunk + 9, std::span(part).first(chunk + 10));
   EXPECT_TRUE(c.corrupt) << c.message;
   EXPECT_NE(c.message.find("at offset " + std::to_string(3 * chunk)), std::string::npos) << c.message;
@@ -215,13 +222,8 @@ TEST_F(swap_store_test, FullStoreErrorNamesTheSizes) {
 TEST_F(swap_store_test, FlippedByteOnTheDriveIsCaughtWithFileAndOffset) {
   swap_store store(options_for({dir_.path()}, 4 * chunk));
   swap_channel ch(store);
-  const swap_extent e = store.allocate(2 * chunk);
-  auto data = random_bytes(2 * chunk, 1);
-  write(ch, e, 0, data);
-  const auto swap_file = only_swap_file(store);
-  auto byte = peek_file(swap_file, chunk + 100, 1);
-  byte[0] = ~byte[0];
-  poke_file(swap_file, chunk + 100, byte);
+  const auto [e, data] = write_random(store, ch, 2 * chunk, 1);
+  flip_byte(only_swap_file(store), chunk + 100);
 
   std::vector<std::byte> back(2 * chunk);
   const auto c = read(ch, e, 0, back);
