@@ -109,7 +109,7 @@ arena::arena(device& dev, std::size_t capacity, arena_options options)
   // faulted in by the first compaction that moves a block onto them, on its stream's time.
   device_->memset_async(base_, 0, capacity_, stream_.view());
   device_->synchronize(stream_.view());
-  add_hole(0, capacity_);
+  ZOE_ASSERT(holes_.insert(0, capacity_));
   stats_.capacity = capacity_;
 }
 
@@ -129,9 +129,8 @@ arena::~arena() {
 arena_block arena::allocate(std::size_t bytes) {
   std::unique_lock lock(mutex_);
   if (auto b = allocate_locked(bytes, lock)) return std::move(*b);
-  const auto largest = largest_hole_locked();
-  throw memory_error(str(name_, ": cannot allocate ", format_bytes(bytes), ": ", format_bytes(stats_.free),
-                         " free of ", format_bytes(capacity_), ", largest hole ", format_bytes(largest),
+  throw memory_error(str(name_, ": cannot allocate ", format_bytes(bytes), ": ", format_bytes(holes_.free_bytes()),
+                         " free of ", format_bytes(capacity_), ", largest hole ", format_bytes(holes_.largest()),
                          compaction_ ? str(", ", stats_.pinned_blocks, " pinned blocks in the way")
                                      : std::string(", compaction off")));
 }
@@ -144,14 +143,14 @@ std::optional<arena_block> arena::try_allocate(std::size_t bytes) {
 std::optional<arena_block> arena::allocate_locked(std::size_t bytes, std::unique_lock<std::mutex>& /*lock*/) {
   if (bytes == 0) return arena_block(this, zero_size_id, 0);
   const std::uint64_t rounded = align_up(bytes, alignment_);
-  std::optional<std::uint64_t> offset = take_hole(rounded);
-  if (!offset && compaction_ && rounded <= stats_.free) {
+  std::optional<std::uint64_t> offset = holes_.take_best_fit(rounded);
+  if (!offset && compaction_ && rounded <= holes_.free_bytes()) {
     compact_locked(false);
-    offset = take_hole(rounded);
-    if (!offset && rounded <= stats_.free) {
+    offset = holes_.take_best_fit(rounded);
+    if (!offset && rounded <= holes_.free_bytes()) {
       // The quick pass left blocks behind small gaps; close those too before giving up.
       compact_locked(true);
-      offset = take_hole(rounded);
+      offset = holes_.take_best_fit(rounded);
     }
   }
   if (!offset) {
@@ -173,52 +172,9 @@ std::optional<arena_block> arena::allocate_locked(std::size_t bytes, std::unique
   b.live = true;
   live_by_offset_.emplace(b.offset, id);
   stats_.used += rounded;
-  stats_.free -= rounded;
   ++stats_.live_blocks;
   if (stats_.used > stats_.peak_used) stats_.peak_used = stats_.used;
   return arena_block(this, id, bytes);
-}
-
-std::optional<std::uint64_t> arena::take_hole(std::uint64_t bytes) {
-  const auto fit = holes_by_size_.lower_bound({bytes, 0});
-  if (fit == holes_by_size_.end()) return std::nullopt;
-  const auto [size, offset] = *fit;
-  holes_by_size_.erase(fit);
-  holes_.erase(offset);
-  if (size > bytes) {
-    // The rest keeps its place; its neighbours are live, so there is nothing to coalesce.
-    holes_.emplace(offset + bytes, size - bytes);
-    holes_by_size_.emplace(size - bytes, offset + bytes);
-  }
-  return offset;
-}
-
-void arena::remove_hole(std::map<std::uint64_t, std::uint64_t>::iterator it) {
-  holes_by_size_.erase({it->second, it->first});
-  holes_.erase(it);
-}
-
-void arena::add_hole(std::uint64_t offset, std::uint64_t size) {
-  stats_.free += size;
-  auto next = holes_.lower_bound(offset);
-  if (next != holes_.begin()) {
-    const auto prev = std::prev(next);
-    if (prev->first + prev->second == offset) {
-      offset = prev->first;
-      size += prev->second;
-      remove_hole(prev);
-    }
-  }
-  if (next != holes_.end() && offset + size == next->first) {
-    size += next->second;
-    remove_hole(next);
-  }
-  holes_.emplace(offset, size);
-  holes_by_size_.emplace(size, offset);
-}
-
-std::uint64_t arena::largest_hole_locked() const {
-  return holes_by_size_.empty() ? 0 : holes_by_size_.rbegin()->first;
 }
 
 device_event arena::take_event() {
@@ -262,7 +218,9 @@ void arena::free_block(std::uint32_t id) noexcept {
   live_by_offset_.erase(b.offset);
   stats_.used -= b.size;
   --stats_.live_blocks;
-  add_hole(b.offset, b.size);
+  if (!holes_.insert(b.offset, b.size)) {
+    log::error(name_, ": a freed block overlaps free space; the arena's bookkeeping is broken");
+  }
   free_ids_.push_back(id);
 }
 
@@ -334,14 +292,12 @@ std::uint64_t arena::compact_locked(bool thorough) {
     if (blocks_[id].live) live_by_offset_.emplace(blocks_[id].offset, id);
   }
   holes_.clear();
-  holes_by_size_.clear();
-  stats_.free = 0;
   std::uint64_t end = 0;
   for (const auto& [offset, id] : live_by_offset_) {
-    if (offset > end) add_hole(end, offset - end);
+    if (offset > end) ZOE_ASSERT(holes_.insert(end, offset - end));
     end = offset + blocks_[id].size;
   }
-  if (end < capacity_) add_hole(end, capacity_ - end);
+  if (end < capacity_) ZOE_ASSERT(holes_.insert(end, capacity_ - end));
 
   // Callers get new addresses on return, so the copies must be done by then.
   device_->synchronize(s);
@@ -354,7 +310,8 @@ std::uint64_t arena::compact_locked(bool thorough) {
 arena_stats arena::stats() const {
   const std::lock_guard lock(mutex_);
   arena_stats out = stats_;
-  out.largest_hole = largest_hole_locked();
+  out.free = holes_.free_bytes();
+  out.largest_hole = holes_.largest();
   out.fragmentation = out.free == 0 ? 0.0
                                     : 1.0 - static_cast<double>(out.largest_hole) / static_cast<double>(out.free);
   return out;

@@ -88,7 +88,7 @@ std::size_t aio_backend::deliver(int min_count) {
     const int n = io_getevents(context_, min_count, static_cast<long>(events_.size()), events_.data(),
                                min_count == 0 ? &no_wait : nullptr);
     if (n == -EINTR) continue;
-    if (n < 0) throw io_error(str("io_getevents failed: ", errno_text(-n)), -n);
+    ZOE_CHECK_NEG_ERRNO(n, "io_getevents failed");
     for (int i = 0; i < n; ++i) {
       const io_event& e = events_[static_cast<std::size_t>(i)];
       const auto slot = static_cast<std::uint32_t>(e.obj - iocbs_.data());

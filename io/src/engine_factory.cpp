@@ -1,7 +1,5 @@
 #include "zoe/io/engine_factory.hpp"
 
-#include <functional>
-
 #include "posix_backend.hpp"
 #include "zoe/core/check.hpp"
 #include "zoe/core/log.hpp"
@@ -17,20 +15,25 @@ namespace {
 
 struct backend_maker {
   std::string_view name;
-  std::function<std::unique_ptr<io_backend>(const engine_options&)> make;
+  std::unique_ptr<io_backend> (*make)(const engine_options&);
 };
+
+template <typename Backend>
+std::unique_ptr<io_backend> make_as(const engine_options& options) {
+  return std::make_unique<Backend>(options);
+}
 
 // In the order "auto" prefers them: io_uring does the most per syscall and registers buffers,
 // libaio is the DeepSpeed path, the thread pool works everywhere.
 const std::vector<backend_maker>& makers() {
   static const std::vector<backend_maker> list = {
 #ifdef ZOE_HAVE_URING
-      {"uring", [](const engine_options& o) { return std::make_unique<detail::uring_backend>(o); }},
+      {"uring", &make_as<detail::uring_backend>},
 #endif
 #ifdef ZOE_HAVE_AIO
-      {"aio", [](const engine_options& o) { return std::make_unique<detail::aio_backend>(o); }},
+      {"aio", &make_as<detail::aio_backend>},
 #endif
-      {"posix", [](const engine_options& o) { return std::make_unique<detail::posix_backend>(o); }},
+      {"posix", &make_as<detail::posix_backend>},
   };
   return list;
 }

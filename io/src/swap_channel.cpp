@@ -8,6 +8,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 
 #include "extent_record.hpp"
 #include "zoe/core/check.hpp"
@@ -17,6 +18,16 @@
 #include "zoe/io/file.hpp"
 
 namespace zoe::io {
+namespace {
+
+constexpr std::size_t scratch_alignment = 4096;  // what O_DIRECT asks of memory
+
+/// Where chunk k of the extent ends (the last chunk may be short).
+std::uint64_t chunk_end(const detail::extent_record& rec, std::uint64_t k, std::uint64_t chunk) {
+  return std::min((k + 1) * chunk, rec.bytes);
+}
+
+}  // namespace
 
 struct swap_channel::pending {
   swap_request request;
@@ -24,26 +35,35 @@ struct swap_channel::pending {
   std::uint64_t first_chunk = 0;
   std::uint64_t end_chunk = 0;
   std::vector<std::uint64_t> hashes;  ///< writes: checksums of the chunks being written
-  std::unique_ptr<std::byte, void (*)(void*)> scratch{nullptr, &std::free};
-  std::span<std::byte> io_buffer;     ///< what the engines read into / write from
-  std::uint64_t io_begin = 0;         ///< extent offset of io_buffer's first byte
+  scratch_memory scratch;             ///< partial reads: [0, chunk) the first chunk, [chunk, 2 chunk) the last
+  bool head_in_scratch = false;       ///< chunk first_chunk was read whole into scratch
+  bool tail_in_scratch = false;       ///< chunk end_chunk - 1 was read whole into scratch + chunk
   std::size_t pieces_left = 0;
   io_completion result;
+
+  /// Ready for the next request; keeps the capacity of hashes. The scratch went back in finish.
+  void reset() noexcept {
+    request = {};
+    record = nullptr;
+    first_chunk = end_chunk = 0;
+    hashes.clear();
+    head_in_scratch = tail_in_scratch = false;
+    pieces_left = 0;
+    result = {};
+  }
 };
 
 swap_channel::swap_channel(swap_store& store) : store_(store) {
   for (std::size_t i = 0; i < store_.files_.size(); ++i) {
-    engines_.push_back(make_engine(store_.options().engine, store_.options().io));
+    engines_.push_back(make_engine(store_.backend_, store_.options().io));
   }
 }
 
 swap_channel::~swap_channel() {
   std::vector<io_completion> discard;
   try {
-    while (outstanding_ > 0) {
-      discard.clear();
-      collect(discard, outstanding_, true);
-    }
+    // No count is ever reached: collect returns once nothing is outstanding.
+    collect(discard, std::numeric_limits<std::size_t>::max(), true);
   } catch (const std::exception& e) {
     log::error("swap channel shutting down with requests in flight: ", e.what());
   }
@@ -51,12 +71,13 @@ swap_channel::~swap_channel() {
 
 void swap_channel::submit(const swap_request& request) {
   detail::extent_record& rec = store_.record(request.extent);
-  const std::uint64_t chunk = store_.stripe_unit_;
+  const std::uint64_t chunk = store_.stripe_unit();
   const std::uint64_t length = request.buffer.size();
+  const std::uint64_t end = request.offset + length;
   ZOE_EXPECTS(request.offset <= rec.bytes && length <= rec.bytes - request.offset, op_name(request.op), " of ",
               length, " bytes at offset ", request.offset, " reaches past the end of swap extent ", rec.id, " (",
               rec.bytes, " bytes)");
-  const bool whole_chunks = request.offset % chunk == 0 && (length % chunk == 0 || request.offset + length == rec.bytes);
+  const bool whole_chunks = request.offset % chunk == 0 && (length % chunk == 0 || end == rec.bytes);
   ZOE_EXPECTS(request.op == io_op::read || whole_chunks, "a write into swap extent ", rec.id,
               " must start on a ", chunk, "-byte chunk boundary and cover whole chunks (or end at the extent's end); got ",
               length, " bytes at offset ", request.offset);
@@ -68,16 +89,15 @@ void swap_channel::submit(const swap_request& request) {
   } else {
     slot_id = free_slots_.back();
     free_slots_.pop_back();
-    *slots_[slot_id] = pending{};
+    slots_[slot_id]->reset();
   }
   pending& p = *slots_[slot_id];
   p.request = request;
   p.record = &rec;
   p.result.user_data = request.user_data;
   p.first_chunk = request.offset / chunk;
-  p.end_chunk = (request.offset + length + chunk - 1) / chunk;
-  p.io_buffer = request.buffer;
-  p.io_begin = request.offset;
+  p.end_chunk = (end + chunk - 1) / chunk;
+  const std::uint64_t last = p.end_chunk - 1;  // meaningless for an empty request, which ends here
   ++outstanding_;
   const bool checksums = store_.options().checksums;
 
@@ -106,28 +126,59 @@ void swap_channel::submit(const swap_request& request) {
       }
     }
     if (checksums && !whole_chunks) {
-      // A partial read still verifies: read the whole chunks around it into scratch memory.
-      p.io_begin = p.first_chunk * chunk;
-      const std::uint64_t end = std::min(p.end_chunk * chunk, rec.bytes);
-      const std::size_t bytes = static_cast<std::size_t>(end - p.io_begin);
-      p.scratch.reset(static_cast<std::byte*>(std::aligned_alloc(4096, align_up(bytes, 4096))));
-      if (p.scratch == nullptr) {
+      // A partial read still verifies: a first or last chunk it covers only in part is read whole
+      // into scratch memory. Only those two can be partial; the chunks between are whole.
+      p.head_in_scratch = request.offset > p.first_chunk * chunk || end < chunk_end(rec, p.first_chunk, chunk);
+      p.tail_in_scratch = last != p.first_chunk && end < chunk_end(rec, last, chunk);
+      if (!take_scratch(p)) {
         p.result.failed = true;
-        p.result.message = str("cannot allocate ", format_bytes(bytes), " to verify a partial read of swap extent ", rec.id);
+        p.result.message = str("cannot allocate ", format_bytes(2 * chunk), " to verify a partial read of swap extent ",
+                               rec.id);
         finish(slot_id, ready_);
         return;
       }
-      p.io_buffer = {p.scratch.get(), bytes};
     }
   }
 
   ++rec.in_flight;
-  const detail::stripe_map map{chunk, engines_.size()};
-  map.for_each(rec.offset + p.io_begin, p.io_buffer.size(), [&](const detail::stripe_map::piece& piece) {
+  // Whatever is not read into scratch goes straight between the caller's buffer and the files.
+  std::uint64_t direct_begin = request.offset;
+  std::uint64_t direct_end = end;
+  if (p.head_in_scratch) {
+    submit_range(slot_id, p.first_chunk * chunk,
+                 {p.scratch.get(), static_cast<std::size_t>(chunk_end(rec, p.first_chunk, chunk) - p.first_chunk * chunk)});
+    direct_begin = std::min(end, (p.first_chunk + 1) * chunk);
+  }
+  if (p.tail_in_scratch) {
+    submit_range(slot_id, last * chunk,
+                 {p.scratch.get() + chunk, static_cast<std::size_t>(chunk_end(rec, last, chunk) - last * chunk)});
+    direct_end = last * chunk;
+  }
+  if (direct_begin < direct_end) {
+    submit_range(slot_id, direct_begin,
+                 request.buffer.subspan(direct_begin - request.offset, direct_end - direct_begin));
+  }
+}
+
+void swap_channel::submit_range(std::uint32_t slot_id, std::uint64_t extent_offset, std::span<std::byte> buffer) {
+  pending& p = *slots_[slot_id];
+  const detail::stripe_map map{store_.stripe_unit(), engines_.size()};
+  map.for_each(p.record->offset + extent_offset, buffer.size(), [&](const detail::stripe_map::piece& piece) {
     ++p.pieces_left;
-    engines_[piece.file_index]->submit({request.op, store_.files_[piece.file_index].get(),
-                                        p.io_buffer.subspan(piece.skip, piece.length), piece.file_offset, slot_id});
+    engines_[piece.file_index]->submit({p.request.op, store_.files_[piece.file_index].get(),
+                                        buffer.subspan(piece.skip, piece.length), piece.file_offset, slot_id});
   });
+}
+
+bool swap_channel::take_scratch(pending& p) {
+  if (spare_scratch_) {
+    p.scratch = std::move(spare_scratch_);
+    return true;
+  }
+  // One spare is kept; only reads in flight together beyond the first need memory of their own.
+  const std::uint64_t bytes = align_up(2 * store_.stripe_unit(), scratch_alignment);
+  p.scratch.reset(static_cast<std::byte*>(std::aligned_alloc(scratch_alignment, bytes)));
+  return p.scratch != nullptr;
 }
 
 void swap_channel::on_piece(const io_completion& c, std::vector<io_completion>& out) {
@@ -147,8 +198,9 @@ void swap_channel::on_piece(const io_completion& c, std::vector<io_completion>& 
 void swap_channel::finish(std::uint32_t slot_id, std::vector<io_completion>& out) {
   pending& p = *slots_[slot_id];
   detail::extent_record& rec = *p.record;
-  const std::uint64_t chunk = store_.stripe_unit_;
+  const std::uint64_t chunk = store_.stripe_unit();
   const bool checksums = store_.options().checksums;
+  const std::uint64_t last = p.end_chunk - 1;
   if (p.request.op == io_op::write && !p.result.failed) {
     for (std::uint64_t k = p.first_chunk; k < p.end_chunk; ++k) {
       if (checksums) rec.checksums[k].store(p.hashes[k - p.first_chunk]);
@@ -157,9 +209,10 @@ void swap_channel::finish(std::uint32_t slot_id, std::vector<io_completion>& out
   }
   if (p.request.op == io_op::read && !p.result.failed && checksums) {
     for (std::uint64_t k = p.first_chunk; k < p.end_chunk; ++k) {
-      const std::uint64_t at = k * chunk - p.io_begin;
-      const std::uint64_t n = std::min(chunk, rec.bytes - k * chunk);
-      if (XXH3_64bits(p.io_buffer.data() + at, n) == rec.checksums[k].load()) continue;
+      const std::byte* bytes = k == p.first_chunk && p.head_in_scratch ? p.scratch.get()
+                               : k == last && p.tail_in_scratch        ? p.scratch.get() + chunk
+                                                                       : p.request.buffer.data() + (k * chunk - p.request.offset);
+      if (XXH3_64bits(bytes, chunk_end(rec, k, chunk) - k * chunk) == rec.checksums[k].load()) continue;
       std::uint64_t file_index = 0;
       std::uint64_t file_offset = 0;
       detail::stripe_map{chunk, engines_.size()}.for_each(rec.offset + k * chunk, 1, [&](const auto& piece) {
@@ -173,11 +226,22 @@ void swap_channel::finish(std::uint32_t slot_id, std::vector<io_completion>& out
       break;
     }
   }
-  if (p.request.op == io_op::read && !p.result.failed && p.scratch) {
-    std::memcpy(p.request.buffer.data(), p.io_buffer.data() + (p.request.offset - p.io_begin), p.request.buffer.size());
+  if (p.request.op == io_op::read && !p.result.failed) {
+    // Verified: hand the caller its part of the partial chunks.
+    const std::uint64_t end = p.request.offset + p.request.buffer.size();
+    if (p.head_in_scratch) {
+      const std::uint64_t head_end = std::min(end, (p.first_chunk + 1) * chunk);
+      std::memcpy(p.request.buffer.data(), p.scratch.get() + (p.request.offset - p.first_chunk * chunk),
+                  head_end - p.request.offset);
+    }
+    if (p.tail_in_scratch) {
+      std::memcpy(p.request.buffer.data() + (last * chunk - p.request.offset), p.scratch.get() + chunk,
+                  end - last * chunk);
+    }
   }
   p.result.bytes = p.result.failed ? 0 : p.request.buffer.size();
   out.push_back(std::move(p.result));
+  if (p.scratch && !spare_scratch_) spare_scratch_ = std::move(p.scratch);
   p.scratch.reset();
   free_slots_.push_back(slot_id);
   --outstanding_;

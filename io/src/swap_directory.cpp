@@ -47,10 +47,8 @@ int try_lock(const std::filesystem::path& lock_path, bool create) {
   return fd;
 }
 
-}  // namespace
-
-int swap_directory::reap_stale(const std::filesystem::path& parent) {
-  int reaped = 0;
+// Removes zoe-swap-* folders under `parent` whose lock no live process holds.
+void reap_stale(const std::filesystem::path& parent) {
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(parent, ec)) {
     const std::string name = entry.path().filename().string();
@@ -61,13 +59,11 @@ int swap_directory::reap_stale(const std::filesystem::path& parent) {
     if (fd < 0 && !lockless) continue;
     std::filesystem::remove_all(entry.path(), ec);
     if (fd >= 0) ::close(fd);
-    if (!ec) {
-      ++reaped;
-      log::info("reaped stale swap folder '", entry.path().string(), "'");
-    }
+    if (!ec) log::info("reaped stale swap folder '", entry.path().string(), "'");
   }
-  return reaped;
 }
+
+}  // namespace
 
 swap_directory::swap_directory(const std::filesystem::path& parent) {
   check_parent(parent);

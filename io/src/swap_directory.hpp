@@ -13,7 +13,8 @@ namespace zoe::io::detail {
 class swap_directory {
  public:
   /// Checks `parent` (exists, is a directory, is writable; warns if it is tmpfs or ramfs), reaps
-  /// stale zoe-swap-* folders there, then creates and locks a fresh one. Throws io_error naming
+  /// stale zoe-swap-* folders there (those whose lock no live process holds), then creates and
+  /// locks a fresh one. Throws io_error naming
   /// `parent` on any refusal.
   explicit swap_directory(const std::filesystem::path& parent);
   /// Removes the folder (its swap files are already unlinked). Never throws.
@@ -26,9 +27,6 @@ class swap_directory {
   /// Creates an unlinked swap file (O_TMPFILE where the file system has it, else created 0600
   /// with O_NOFOLLOW | O_EXCL and unlinked at once). `index` only names it in messages.
   [[nodiscard]] std::unique_ptr<file> create_swap_file(int index, bool direct) const;
-
-  /// Removes zoe-swap-* folders under `parent` whose lock no live process holds. Returns how many.
-  static int reap_stale(const std::filesystem::path& parent);
 
  private:
   std::filesystem::path path_;

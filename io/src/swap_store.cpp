@@ -27,16 +27,17 @@ swap_store::swap_store(swap_store_options options)
   ZOE_EXPECTS(!options_.paths.empty(), "swap store needs at least one path");
   ZOE_EXPECTS(options_.capacity > 0, "swap store capacity must be positive");
   options_.io.validate();
-  stripe_unit_ = options_.io.block_size;
-  file_bytes_ = allocator_.capacity() / options_.paths.size();
+  // "auto" probes the kernel and explains its choice: do that once, and build every engine of
+  // every channel from the name it settled on.
+  backend_ = make_backend(options_.engine, options_.io)->name();
 
   for (std::size_t i = 0; i < options_.paths.size(); ++i) {
     directories_.push_back(std::make_unique<detail::swap_directory>(options_.paths[i]));
     files_.push_back(directories_.back()->create_swap_file(static_cast<int>(i), options_.direct));
     try {
-      files_.back()->preallocate(file_bytes_);
+      files_.back()->preallocate(file_bytes());
     } catch (const io_error& e) {
-      throw io_error(str("swap path '", options_.paths[i].string(), "' cannot hold its ", format_bytes(file_bytes_),
+      throw io_error(str("swap path '", options_.paths[i].string(), "' cannot hold its ", format_bytes(file_bytes()),
                          " share of the swap store: ", e.what()),
                      e.os_errno());
     }
@@ -56,12 +57,12 @@ void swap_store::prewrite() {
   ZOE_CHECK(zeros != nullptr, memory_error, "cannot allocate ", format_bytes(chunk), " to prepare the swap files");
   std::memset(zeros.get(), 0, chunk);
   std::vector<std::unique_ptr<io_engine>> engines;
-  for (std::size_t i = 0; i < files_.size(); ++i) engines.push_back(make_engine(options_.engine, options_.io));
+  for (std::size_t i = 0; i < files_.size(); ++i) engines.push_back(make_engine(backend_, options_.io));
   std::vector<io_completion> done;
-  for (std::uint64_t at = 0; at < file_bytes_; at += chunk * depth) {
+  for (std::uint64_t at = 0; at < file_bytes(); at += chunk * depth) {
     for (std::size_t i = 0; i < files_.size(); ++i) {
-      for (std::uint64_t o = at; o < std::min(file_bytes_, at + chunk * depth); o += chunk) {
-        engines[i]->submit({io_op::write, files_[i].get(), {zeros.get(), static_cast<std::size_t>(std::min<std::uint64_t>(chunk, file_bytes_ - o))}, o, 0});
+      for (std::uint64_t o = at; o < std::min(file_bytes(), at + chunk * depth); o += chunk) {
+        engines[i]->submit({io_op::write, files_[i].get(), {zeros.get(), static_cast<std::size_t>(std::min<std::uint64_t>(chunk, file_bytes() - o))}, o, 0});
       }
     }
     for (auto& e : engines) {
@@ -73,7 +74,7 @@ void swap_store::prewrite() {
     }
   }
   prewrite_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  log::info("swap store: wrote ", format_bytes(file_bytes_ * files_.size()), " of swap files once in ",
+  log::info("swap store: wrote ", format_bytes(file_bytes() * files_.size()), " of swap files once in ",
             prewrite_seconds_, " s");
 }
 
@@ -81,7 +82,7 @@ swap_extent swap_store::allocate(std::uint64_t bytes) {
   ZOE_EXPECTS(bytes > 0, "cannot allocate an empty swap extent");
   const std::unique_lock lock(mutex_);
   // Extents of a chunk or more start on a chunk boundary, so each chunk is one request to one file.
-  const std::uint64_t alignment = bytes >= stripe_unit_ ? stripe_unit_ : extent_granularity;
+  const std::uint64_t alignment = bytes >= stripe_unit() ? stripe_unit() : extent_granularity;
   const auto offset = allocator_.allocate(bytes, alignment);
   if (!offset) {
     throw memory_error(str("swap store is full: cannot place ", format_bytes(bytes), " (free ",
@@ -89,7 +90,7 @@ swap_extent swap_store::allocate(std::uint64_t bytes) {
                            ", capacity ", format_bytes(allocator_.capacity()), ")"));
   }
   const std::uint64_t id = next_id_++;
-  extents_.emplace(id, std::make_unique<detail::extent_record>(id, *offset, bytes, stripe_unit_));
+  extents_.emplace(id, std::make_unique<detail::extent_record>(id, *offset, bytes, stripe_unit()));
   return {id, bytes};
 }
 

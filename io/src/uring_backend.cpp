@@ -38,6 +38,10 @@ std::string io_uring_disabled_sysctl() {
   return value;
 }
 
+// EAGAIN / EBUSY / EINTR from a submit or wait leave the entries in the submission queue (or
+// return early); the next call carries on, so they are no failures.
+bool transient(int result) noexcept { return result == -EAGAIN || result == -EBUSY || result == -EINTR; }
+
 std::string memlock_limit() {
   rlimit limit{};
   if (::getrlimit(RLIMIT_MEMLOCK, &limit) != 0) return "unknown";
@@ -71,8 +75,7 @@ std::string setup_flag_names(unsigned flags) {
 }
 
 uring_backend::uring_backend(const engine_options& options)
-    : async_backend(options, async_capacity(options, max_ring_entries, "io_uring ring")),
-      entries_(static_cast<unsigned>(capacity())) {
+    : async_backend(options, async_capacity(options, max_ring_entries, "io_uring ring")) {
   open_ring();
 }
 
@@ -81,16 +84,12 @@ uring_backend::~uring_backend() {
   close_ring();
 }
 
-std::string uring_backend::describe(int negative_errno, std::string_view call) const {
-  return str(call, " failed: ", errno_text(-negative_errno));
-}
-
 void uring_backend::open_ring() {
   int result = -EINVAL;
   for (const unsigned flags : setup_choices) {
     io_uring_params params{};
     params.flags = flags;
-    result = io_uring_queue_init_params(entries_, &ring_, &params);
+    result = io_uring_queue_init_params(static_cast<unsigned>(capacity()), &ring_, &params);
     if (result == 0) {
       flags_ = flags;
       break;
@@ -107,12 +106,12 @@ void uring_backend::open_ring() {
     } else if (result == -ENOMEM) {
       why = str(" (locked-memory limit RLIMIT_MEMLOCK is ", memlock_limit(), ")");
     }
-    throw io_error(str("cannot set up an io_uring ring of ", entries_, " entries: ", errno_text(-result), why),
+    throw io_error(str("cannot set up an io_uring ring of ", capacity(), " entries: ", errno_text(-result), why),
                    -result);
   }
   ring_open_ = true;
   owner_ = this_thread_token();
-  log::debug("io_uring ring of ", entries_, " entries, setup flags ", setup_flag_names(flags_));
+  log::debug("io_uring ring of ", capacity(), " entries, setup flags ", setup_flag_names(flags_));
 
   files_.clear();
   free_file_slots_.clear();
@@ -148,8 +147,7 @@ bool uring_backend::register_buffers(std::span<const std::span<std::byte>> regio
   follow_driving_thread();
   ZOE_EXPECTS(unfinished() == 0, "register_buffers with ", unfinished(), " operations in flight");
   if (!buffers_.empty()) {
-    const int result = io_uring_unregister_buffers(&ring_);
-    if (result < 0) throw io_error(describe(result, "io_uring_unregister_buffers"), -result);
+    ZOE_CHECK_NEG_ERRNO(io_uring_unregister_buffers(&ring_), "io_uring_unregister_buffers failed");
     buffers_.clear();
   }
   regions_.assign(regions.begin(), regions.end());
@@ -214,8 +212,8 @@ void uring_backend::forget_closed_files() {
     if (open_file_identity(f.fd) == f.identity) return false;
     if (f.slot >= 0) {
       int none = -1;
-      const int result = io_uring_register_files_update(&ring_, static_cast<unsigned>(f.slot), &none, 1);
-      if (result < 0) throw io_error(describe(result, "io_uring_register_files_update (removing a closed file)"), -result);
+      ZOE_CHECK_NEG_ERRNO(io_uring_register_files_update(&ring_, static_cast<unsigned>(f.slot), &none, 1),
+                          "io_uring_register_files_update (removing a closed file) failed");
       free_file_slots_.push_back(f.slot);
     }
     return true;
@@ -249,7 +247,7 @@ std::size_t uring_backend::start(std::span<const std::uint32_t> slots) {
     const raw_op& op = op_in(slot);
     io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
     ZOE_CHECK(sqe != nullptr, internal_error, "io_uring submission queue full with ", in_kernel(), " in flight of ",
-              entries_);
+              capacity());
     int fd = op.fd;
     unsigned sqe_flags = 0;
     if (const int file = file_slot(op.fd); file >= 0) {
@@ -279,10 +277,7 @@ std::size_t uring_backend::start(std::span<const std::uint32_t> slots) {
   // overlap_events: the same syscall also collects completions that are due, so the next reap
   // often finds them without entering the kernel again.
   const int result = overlap_events() ? io_uring_submit_and_get_events(&ring_) : io_uring_submit(&ring_);
-  // EAGAIN / EBUSY / EINTR leave the entries in the submission queue; the next wait submits them.
-  if (result < 0 && result != -EAGAIN && result != -EBUSY && result != -EINTR) {
-    throw io_error(describe(result, "io_uring_submit"), -result);
-  }
+  if (!transient(result)) ZOE_CHECK_NEG_ERRNO(result, "io_uring_submit failed");
   if (overlap_events()) deliver_completions();
   return slots.size();
 }
@@ -308,17 +303,13 @@ void uring_backend::wait(std::size_t min_completions) {
     // With DEFER_TASKRUN or COOP_TASKRUN finished requests are posted only once we enter the
     // kernel; this also sends entries an earlier submit left behind.
     const int result = io_uring_submit_and_get_events(&ring_);
-    if (result < 0 && result != -EAGAIN && result != -EBUSY && result != -EINTR) {
-      throw io_error(describe(result, "io_uring_enter (get events)"), -result);
-    }
+    if (!transient(result)) ZOE_CHECK_NEG_ERRNO(result, "io_uring_enter (get events) failed");
     deliver_completions();
     return;
   }
   while (got < min_completions) {
     const int result = io_uring_submit_and_wait(&ring_, static_cast<unsigned>(min_completions - got));
-    if (result < 0 && result != -EAGAIN && result != -EBUSY && result != -EINTR && result != -ETIME) {
-      throw io_error(describe(result, "io_uring_submit_and_wait"), -result);
-    }
+    if (!transient(result) && result != -ETIME) ZOE_CHECK_NEG_ERRNO(result, "io_uring_submit_and_wait failed");
     got += deliver_completions();
   }
 }

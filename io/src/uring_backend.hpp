@@ -71,11 +71,9 @@ class uring_backend final : public async_backend {
   [[nodiscard]] int file_slot(int fd);
   [[nodiscard]] int buffer_index(const std::byte* buffer, std::size_t length) const;
   std::size_t deliver_completions();
-  [[nodiscard]] std::string describe(int negative_errno, std::string_view call) const;
 
   io_uring ring_{};
   bool ring_open_ = false;
-  unsigned entries_ = 0;
   unsigned flags_ = 0;
   std::uint64_t owner_ = 0;  ///< the thread that is the ring's single issuer (SINGLE_ISSUER)
 

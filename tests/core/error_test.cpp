@@ -51,6 +51,28 @@ TEST(error, CheckErrnoKeepsTheErrnoAndItsText) {
   }
 }
 
+TEST(error, CheckNegErrnoTakesTheErrnoFromTheResultOnce) {
+  int calls = 0;
+  const auto returns = [&](int result) {
+    ++calls;
+    return result;
+  };
+  ZOE_CHECK_NEG_ERRNO(returns(0), "never built");
+  ZOE_CHECK_NEG_ERRNO(returns(4096), "never built");
+  EXPECT_EQ(calls, 2);
+  errno = 0;
+  try {
+    ZOE_CHECK_NEG_ERRNO(returns(-EBADF), "io_uring_submit failed");
+    FAIL();
+  } catch (const io_error& e) {
+    EXPECT_EQ(calls, 3);
+    EXPECT_EQ(e.os_errno(), EBADF);
+    const std::string what = e.what();
+    EXPECT_NE(what.find("io_uring_submit failed: Bad file descriptor"), std::string::npos) << what;
+    EXPECT_NE(what.find("error_test.cpp:"), std::string::npos) << what;
+  }
+}
+
 TEST(error, AllDeriveFromZoeError) {
   EXPECT_THROW(throw corruption_error("bad"), error);
   EXPECT_THROW(throw io_error("bad", 0), std::runtime_error);

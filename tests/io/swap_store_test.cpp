@@ -13,6 +13,7 @@
 
 #include "io_test_support.hpp"
 #include "zoe/core/error.hpp"
+#include "zoe/core/log.hpp"
 #include "zoe/core/units.hpp"
 #include "zoe/io/swap_channel.hpp"
 #include "zoe/io/swap_store.hpp"
@@ -57,6 +58,22 @@ std::filesystem::path only_swap_file(const swap_store& store, std::size_t index 
   return files[0];
 }
 
+// Allocates `bytes` in the store and writes random bytes from `seed` there; returns both.
+std::pair<swap_extent, std::vector<std::byte>> write_random(swap_store& store, swap_channel& ch, std::size_t bytes,
+                                                            std::uint64_t seed) {
+  const swap_extent e = store.allocate(bytes);
+  auto data = random_bytes(bytes, seed);
+  write(ch, e, 0, data);
+  return {e, std::move(data)};
+}
+
+// Damages one byte of a swap file behind the store's back, as a failing drive would.
+void flip_byte(const std::filesystem::path& file, std::uint64_t at) {
+  auto byte = peek_file(file, at, 1);
+  byte[0] = ~byte[0];
+  poke_file(file, at, byte);
+}
+
 class swap_store_test : public ::testing::Test {
  protected:
   scratch_dir dir_;
@@ -80,6 +97,99 @@ TEST_F(swap_store_test, RoundTripsExtentsOfAnySizeWithPartialReads) {
       EXPECT_TRUE(std::equal(part.begin(), part.end(), data.begin() + 7)) << size;
     }
   }
+}
+
+TEST_F(swap_store_test, PartialReadsAtUnalignedOffsetsSpanningOneToManyChunks) {
+  scratch_dir other;
+  swap_store store(options_for({dir_.path(), other.path()}, 16 * chunk));
+  swap_channel ch(store);
+  const std::size_t size = 5 * chunk + 123;  // the last chunk is short
+  const auto [e, data] = write_random(store, ch, size, 11);
+  struct range {
+    std::uint64_t offset;
+    std::size_t length;
+  };
+  const std::vector<range> ranges = {
+      {7, 100},                              // inside one chunk
+      {chunk - 3, 10},                       // two partial chunks
+      {chunk - 3, chunk + 3},                // a partial chunk, then a whole one
+      {chunk, chunk + 1},                    // a whole chunk, then a partial one
+      {100, 3 * chunk},                      // partial, two whole, partial
+      {chunk + 1, 3 * chunk + 100},          // partial, whole, whole, the short last chunk in part
+      {2 * chunk + 5, size - 2 * chunk - 5}, // partial, whole, then the short last chunk whole
+      {1, size - 2},                         // everything but the first and last byte
+  };
+  for (const range& r : ranges) {
+    std::vector<std::byte> part(r.length);
+    const auto c = read(ch, e, r.offset, part);
+    ASSERT_TRUE(c.ok()) << c.message;
+    EXPECT_EQ(c.bytes, r.length);
+    EXPECT_TRUE(same_bytes(part, std::span(data).subspan(r.offset, r.length))) << r.offset << " +" << r.length;
+  }
+  // All in flight together: each partial read needs scratch of its own while the others run.
+  std::vector<std::vector<std::byte>> parts;
+  for (const range& r : ranges) parts.emplace_back(r.length);
+  for (std::size_t i = 0; i < ranges.size(); ++i) ch.submit({io_op::read, e, ranges[i].offset, parts[i], i});
+  std::vector<io::io_completion> done;
+  ch.wait(done, ranges.size());
+  ASSERT_EQ(done.size(), ranges.size());
+  for (const auto& c : done) {
+    ASSERT_TRUE(c.ok()) << c.message;
+    const range& r = ranges.at(c.user_data);
+    EXPECT_TRUE(same_bytes(parts[c.user_data], std::span(data).subspan(r.offset, r.length))) << c.user_data;
+  }
+}
+
+TEST_F(swap_store_test, PartialReadsVerifyTheWholeChunksBetweenAndTheLastChunk) {
+  swap_store store(options_for({dir_.path()}, 8 * chunk));
+  swap_channel ch(store);
+  const auto [e, data] = write_random(store, ch, 4 * chunk, 12);
+  const auto swap_file = only_swap_file(store);
+  // Chunk 1 is damaged: a read from inside chunk 0 to inside chunk 2 reads chunk 1 straight into
+  // the caller's buffer and must still catch it there.
+  flip_byte(swap_file, chunk + 17);
+  std::vector<std::byte> part(2 * chunk);
+  auto c = read(ch, e, chunk / 2, part);
+  EXPECT_TRUE(c.corrupt) << c.message;
+  EXPECT_NE(c.message.find("at offset " + std::to_string(chunk)), std::string::npos) << c.message;
+  flip_byte(swap_file, chunk + 17);
+  c = read(ch, e, chunk / 2, part);
+  ASSERT_TRUE(c.ok()) << c.message;
+  EXPECT_TRUE(same_bytes(part, std::span(data).subspan(chunk / 2, 2 * chunk)));
+  // Chunk 3 is damaged, away from the part asked for: the partial last chunk is verified whole.
+  flip_byte(swap_file, 4 * chunk - 1);
+  c = read(ch, e, 2 * chunk + 9, std::span(part).first(chunk + 10));
+  EXPECT_TRUE(c.corrupt) << c.message;
+  EXPECT_NE(c.message.find("at offset " + std::to_string(3 * chunk)), std::string::npos) << c.message;
+}
+
+TEST_F(swap_store_test, AutoChoosesTheBackendOnceForTheStore) {
+  auto options = options_for({dir_.path()}, 4 * chunk);
+  options.engine = "auto";
+  const auto saved = log::current_level();
+  log::set_level(log::level::info);
+  ::testing::internal::CaptureStderr();
+  std::string err;
+  std::string first;
+  std::string second;
+  try {
+    swap_store store(options);  // prewrite makes engines too
+    swap_channel a(store);
+    swap_channel b(store);
+    first = a.backend_name();
+    second = b.backend_name();
+  } catch (...) {
+    err = ::testing::internal::GetCapturedStderr();
+    log::set_level(saved);
+    throw;
+  }
+  err = ::testing::internal::GetCapturedStderr();
+  log::set_level(saved);
+  EXPECT_EQ(first, second);
+  std::size_t choices = 0;
+  for (auto at = err.find("I/O engine auto"); at != std::string::npos; at = err.find("I/O engine auto", at + 1)) ++choices;
+  EXPECT_EQ(choices, 1u) << err;
+  EXPECT_NE(err.find("took " + first), std::string::npos) << err;
 }
 
 TEST_F(swap_store_test, FreedSpaceIsReused) {
@@ -112,13 +222,8 @@ TEST_F(swap_store_test, FullStoreErrorNamesTheSizes) {
 TEST_F(swap_store_test, FlippedByteOnTheDriveIsCaughtWithFileAndOffset) {
   swap_store store(options_for({dir_.path()}, 4 * chunk));
   swap_channel ch(store);
-  const swap_extent e = store.allocate(2 * chunk);
-  auto data = random_bytes(2 * chunk, 1);
-  write(ch, e, 0, data);
-  const auto swap_file = only_swap_file(store);
-  auto byte = peek_file(swap_file, chunk + 100, 1);
-  byte[0] = ~byte[0];
-  poke_file(swap_file, chunk + 100, byte);
+  const auto [e, data] = write_random(store, ch, 2 * chunk, 1);
+  flip_byte(only_swap_file(store), chunk + 100);
 
   std::vector<std::byte> back(2 * chunk);
   const auto c = read(ch, e, 0, back);
@@ -196,23 +301,27 @@ TEST_F(swap_store_test, WritesMustCoverWholeChunks) {
   EXPECT_EQ(ch.outstanding(), 0u);
 }
 
+void expect_refused(const std::filesystem::path& p, const std::string& why) {
+  try {
+    swap_store store(options_for({p}, MiB));
+    FAIL() << "accepted " << p;
+  } catch (const io_error& e) {
+    EXPECT_NE(std::string(e.what()).find(p.string()), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+  }
+}
+
 TEST_F(swap_store_test, RefusalsNameThePath) {
-  const auto expect_refused = [](const std::filesystem::path& p, const std::string& why) {
-    try {
-      swap_store store(options_for({p}, MiB));
-      FAIL() << "accepted " << p;
-    } catch (const io_error& e) {
-      EXPECT_NE(std::string(e.what()).find(p.string()), std::string::npos) << e.what();
-      EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
-    }
-  };
   expect_refused(dir_ / "missing", "does not exist");
   write_whole_file(dir_ / "plain", random_bytes(10, 1));
   expect_refused(dir_ / "plain", "not a directory");
+}
+
+TEST_F(swap_store_test, ReadOnlyPathIsRefusedNamingIt) {
   const auto ro = scoped_mount::ramfs();
-  if (ro && ro->remount_read_only()) {
-    expect_refused(ro->path(), "not writable");
-  }
+  if (!ro) GTEST_SKIP() << "mounting ramfs is refused here, so there is no read-only folder to offer";
+  if (!ro->remount_read_only()) GTEST_SKIP() << "remounting ramfs read-only is refused here";
+  expect_refused(ro->path(), "not writable");
 }
 
 TEST_F(swap_store_test, MemoryFileSystemGetsAWarning) {

@@ -16,11 +16,11 @@
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <set>
 #include <string>
 #include <vector>
 
 #include "zoe/core/device.hpp"
+#include "zoe/core/free_list.hpp"
 
 namespace zoe::allocators {
 
@@ -127,12 +127,8 @@ class arena {
   };
 
   std::optional<arena_block> allocate_locked(std::size_t bytes, std::unique_lock<std::mutex>& lock);
-  std::optional<std::uint64_t> take_hole(std::uint64_t bytes);
-  void add_hole(std::uint64_t offset, std::uint64_t size);
-  void remove_hole(std::map<std::uint64_t, std::uint64_t>::iterator it);
   std::uint64_t compact_locked(bool thorough);
   void free_block(std::uint32_t id) noexcept;
-  std::uint64_t largest_hole_locked() const;
   device_event take_event();
   block& live_block(std::uint32_t id);
 
@@ -148,8 +144,7 @@ class arena {
   std::vector<block> blocks_;              // by id
   std::vector<std::uint32_t> free_ids_;
   std::map<std::uint64_t, std::uint32_t> live_by_offset_;
-  std::map<std::uint64_t, std::uint64_t> holes_;                  // offset -> size
-  std::set<std::pair<std::uint64_t, std::uint64_t>> holes_by_size_;  // (size, offset): best fit
+  zoe::detail::coalescing_free_list holes_;
   std::vector<use> retired_uses_;          // recorded uses of freed blocks, until compaction
   std::vector<device_event> spare_events_;
   arena_stats stats_;

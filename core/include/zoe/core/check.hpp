@@ -37,3 +37,13 @@ namespace zoe::detail {
       ::zoe::detail::throw_errno(errno, ::zoe::str(__VA_ARGS__), __FILE__, __LINE__);     \
     }                                                                                     \
   } while (0)
+
+/// For calls that return -errno on failure (liburing, libaio): throws io_error with the errno
+/// text when `call` is negative. `call` is evaluated once.
+#define ZOE_CHECK_NEG_ERRNO(call, ...)                                                                   \
+  do {                                                                                                   \
+    if (const auto zoe_check_result_ = (call); zoe_check_result_ < 0) [[unlikely]] {                     \
+      ::zoe::detail::throw_errno(static_cast<int>(-zoe_check_result_), ::zoe::str(__VA_ARGS__), __FILE__, \
+                                 __LINE__);                                                              \
+    }                                                                                                    \
+  } while (0)

@@ -4,9 +4,9 @@
 // preallocated files; it knows nothing about files.
 
 #include <cstdint>
-#include <map>
 #include <optional>
-#include <set>
+
+#include "zoe/core/free_list.hpp"
 
 namespace zoe::io {
 
@@ -23,20 +23,15 @@ class extent_allocator {
   void free(std::uint64_t offset, std::uint64_t bytes);
 
   [[nodiscard]] std::uint64_t capacity() const noexcept { return capacity_; }
-  [[nodiscard]] std::uint64_t free_bytes() const noexcept { return free_bytes_; }
-  [[nodiscard]] std::uint64_t largest_hole() const noexcept;
-  [[nodiscard]] std::size_t hole_count() const noexcept { return by_offset_.size(); }
+  [[nodiscard]] std::uint64_t free_bytes() const noexcept { return holes_.free_bytes(); }
+  [[nodiscard]] std::uint64_t largest_hole() const noexcept { return holes_.largest(); }
+  [[nodiscard]] std::size_t hole_count() const noexcept { return holes_.hole_count(); }
   [[nodiscard]] std::uint64_t rounded(std::uint64_t bytes) const noexcept;
 
  private:
-  void insert_hole(std::uint64_t offset, std::uint64_t bytes);
-  void erase_hole(std::map<std::uint64_t, std::uint64_t>::iterator it);
-
   std::uint64_t capacity_;
   std::uint64_t granularity_;
-  std::uint64_t free_bytes_ = 0;
-  std::map<std::uint64_t, std::uint64_t> by_offset_;            ///< hole offset -> size
-  std::set<std::pair<std::uint64_t, std::uint64_t>> by_size_;   ///< (size, offset), for best fit
+  zoe::detail::coalescing_free_list holes_;
 };
 
 }  // namespace zoe::io

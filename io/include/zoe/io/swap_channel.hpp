@@ -4,6 +4,7 @@
 // reads verify every chunk they touch before reporting success.
 
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <span>
 #include <vector>
@@ -24,9 +25,14 @@ struct swap_request {
 };
 
 /// Driven by one thread at a time. The store must outlive the channel.
+///
+/// With checksums on, a read that starts or ends inside a chunk reads that chunk whole into
+/// scratch memory of the channel (at most two chunks per read: its first and its last), verifies
+/// it and copies out the part asked for; the whole chunks in between are read into the caller's
+/// buffer and verified there.
 class swap_channel {
  public:
-  /// Throws what make_engine throws for the store's engine.
+  /// Throws what make_engine throws for the store's backend.
   explicit swap_channel(swap_store& store);
   /// Waits for everything in flight; never throws.
   ~swap_channel();
@@ -51,6 +57,13 @@ class swap_channel {
 
  private:
   struct pending;
+  struct free_memory {
+    void operator()(std::byte* p) const noexcept { std::free(p); }
+  };
+  using scratch_memory = std::unique_ptr<std::byte, free_memory>;
+
+  void submit_range(std::uint32_t slot, std::uint64_t extent_offset, std::span<std::byte> buffer);
+  [[nodiscard]] bool take_scratch(pending& p);
   void on_piece(const io_completion& c, std::vector<io_completion>& out);
   void finish(std::uint32_t slot, std::vector<io_completion>& out);
   std::size_t collect(std::vector<io_completion>& out, std::size_t min_count, bool block);
@@ -61,6 +74,7 @@ class swap_channel {
   std::vector<std::uint32_t> free_slots_;
   std::vector<io_completion> ready_;
   std::vector<io_completion> scratch_completions_;
+  scratch_memory spare_scratch_;  ///< two chunks, kept for the next partial read
   std::size_t outstanding_ = 0;
 };
 

@@ -29,7 +29,7 @@ struct extent_record;
 struct swap_store_options {
   std::vector<std::filesystem::path> paths;  ///< one folder per drive; data is striped across them
   std::uint64_t capacity = 0;                ///< bytes in all (rounded up to whole stripes)
-  std::string engine = "auto";               ///< I/O backend for the channels
+  std::string engine = "auto";               ///< I/O backend for the channels ("auto": chosen once, by the store)
   engine_options io;                         ///< io.block_size is also the checksum chunk and stripe unit
   bool checksums = true;                     ///< XXH3 per chunk, verified on every read
   bool prewrite = true;                      ///< write the files once at creation (see prewrite_seconds)
@@ -46,9 +46,10 @@ struct swap_extent {
 /// one thread, like an io_engine.
 class swap_store {
  public:
-  /// Creates the folders and files. Throws io_error naming a path that does not exist, is not a
-  /// directory or is not writable, or cannot hold its share of the capacity; usage_error for bad
-  /// options.
+  /// Chooses the I/O backend (once, for every channel), then creates the folders and files.
+  /// Throws io_error naming a path that does not exist, is not a directory or is not writable, or
+  /// cannot hold its share of the capacity, or when no backend works; usage_error for bad options
+  /// or a backend not in this build.
   explicit swap_store(swap_store_options options);
   ~swap_store();
   swap_store(const swap_store&) = delete;
@@ -72,11 +73,14 @@ class swap_store {
  private:
   friend class swap_channel;
   [[nodiscard]] detail::extent_record& record(const swap_extent& extent) const;
+  /// The stripe unit, which is also the checksum chunk.
+  [[nodiscard]] std::uint64_t stripe_unit() const noexcept { return options_.io.block_size; }
+  /// Each swap file's share of the capacity.
+  [[nodiscard]] std::uint64_t file_bytes() const noexcept { return allocator_.capacity() / options_.paths.size(); }
   void prewrite();
 
   swap_store_options options_;
-  std::uint64_t stripe_unit_ = 0;
-  std::uint64_t file_bytes_ = 0;
+  std::string backend_;  ///< options_.engine, with "auto" resolved to the backend it took
   std::vector<std::unique_ptr<detail::swap_directory>> directories_;
   std::vector<std::unique_ptr<file>> files_;
   double prewrite_seconds_ = 0;
