@@ -62,8 +62,7 @@ swap_channel::swap_channel(swap_store& store) : store_(store) {
 swap_channel::~swap_channel() {
   std::vector<io_completion> discard;
   try {
-    // No count is ever reached: collect returns once nothing is outstanding.
-    collect(discard, std::numeric_limits<std::size_t>::max(), true);
+    collect_all(discard);
   } catch (const std::exception& e) {
     log::error("swap channel shutting down with requests in flight: ", e.what());
   }
@@ -291,8 +290,10 @@ std::size_t swap_channel::wait(std::vector<io_completion>& out, std::size_t min_
 
 void swap_channel::run(std::span<const swap_request> requests) {
   for (const auto& r : requests) submit(r);
+  // Not until some count: a request that failed or was empty completes inside submit(), and
+  // counting it would let run() return before the others finish.
   std::vector<io_completion> done;
-  collect(done, outstanding_, true);
+  collect_all(done);
   for (const auto& c : done) c.throw_if_failed();
 }
 

@@ -287,6 +287,21 @@ TEST_F(swap_store_test, ReadingNeverWrittenDataFails) {
   EXPECT_NE(c.message.find("never written"), std::string::npos) << c.message;
 }
 
+// A request that completes as it is submitted (here an empty one) must not let run() return
+// while the others are still in flight: their buffers would be reused under the drive.
+TEST_F(swap_store_test, RunWaitsForEveryRequestEvenWhenOneCompletesAtOnce) {
+  swap_store store(options_for({dir_.path()}, 64 * chunk));
+  swap_channel ch(store);
+  const swap_extent e = store.allocate(32 * chunk);
+  auto data = random_bytes(32 * chunk, 5);
+  const swap_request both[] = {{io_op::write, e, 0, std::span<std::byte>(), 1}, {io_op::write, e, 0, data, 2}};
+  ch.run(both);
+  EXPECT_EQ(ch.outstanding(), 0U) << "run() returned with requests still in flight";
+  std::vector<std::byte> back(data.size());
+  ASSERT_TRUE(read(ch, e, 0, back).ok());
+  EXPECT_TRUE(same_bytes(back, data));
+}
+
 TEST_F(swap_store_test, WritesMustCoverWholeChunks) {
   swap_store store(options_for({dir_.path()}, 4 * chunk));
   swap_channel ch(store);

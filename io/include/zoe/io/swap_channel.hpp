@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <limits>
 #include <memory>
 #include <span>
 #include <vector>
@@ -67,6 +68,8 @@ class swap_channel {
   void on_piece(const io_completion& c, std::vector<io_completion>& out);
   void finish(std::uint32_t slot, std::vector<io_completion>& out);
   std::size_t collect(std::vector<io_completion>& out, std::size_t min_count, bool block);
+  // Blocks until nothing is outstanding (no count: requests may complete inside submit()).
+  void collect_all(std::vector<io_completion>& out) { collect(out, std::numeric_limits<std::size_t>::max(), true); }
 
   swap_store& store_;
   std::vector<std::unique_ptr<io_engine>> engines_;
