@@ -110,7 +110,6 @@ arena::arena(device& dev, std::size_t capacity, arena_options options)
   device_->memset_async(base_, 0, capacity_, stream_.view());
   device_->synchronize(stream_.view());
   ZOE_ASSERT(holes_.insert(0, capacity_));
-  stats_.capacity = capacity_;
 }
 
 arena::~arena() {
@@ -127,8 +126,8 @@ arena::~arena() {
 }
 
 arena_block arena::allocate(std::size_t bytes) {
-  std::unique_lock lock(mutex_);
-  if (auto b = allocate_locked(bytes, lock)) return std::move(*b);
+  const std::lock_guard lock(mutex_);
+  if (auto b = allocate_locked(bytes)) return std::move(*b);
   throw memory_error(str(name_, ": cannot allocate ", format_bytes(bytes), ": ", format_bytes(holes_.free_bytes()),
                          " free of ", format_bytes(capacity_), ", largest hole ", format_bytes(holes_.largest()),
                          compaction_ ? str(", ", stats_.pinned_blocks, " pinned blocks in the way")
@@ -136,11 +135,11 @@ arena_block arena::allocate(std::size_t bytes) {
 }
 
 std::optional<arena_block> arena::try_allocate(std::size_t bytes) {
-  std::unique_lock lock(mutex_);
-  return allocate_locked(bytes, lock);
+  const std::lock_guard lock(mutex_);
+  return allocate_locked(bytes);
 }
 
-std::optional<arena_block> arena::allocate_locked(std::size_t bytes, std::unique_lock<std::mutex>& /*lock*/) {
+std::optional<arena_block> arena::allocate_locked(std::size_t bytes) {
   if (bytes == 0) return arena_block(this, zero_size_id, 0);
   const std::uint64_t rounded = align_up(bytes, alignment_);
   std::optional<std::uint64_t> offset = holes_.take_best_fit(rounded);
@@ -169,10 +168,8 @@ std::optional<arena_block> arena::allocate_locked(std::size_t bytes, std::unique
   b.offset = *offset;
   b.size = rounded;
   b.pins = 0;
-  b.live = true;
   live_by_offset_.emplace(b.offset, id);
   stats_.used += rounded;
-  ++stats_.live_blocks;
   if (stats_.used > stats_.peak_used) stats_.peak_used = stats_.used;
   return arena_block(this, id, bytes);
 }
@@ -214,10 +211,8 @@ void arena::free_block(std::uint32_t id) noexcept {
     log::error(name_, ": while freeing a block: ", e.what());
   }
   b.uses.clear();
-  b.live = false;
   live_by_offset_.erase(b.offset);
   stats_.used -= b.size;
-  --stats_.live_blocks;
   if (!holes_.insert(b.offset, b.size)) {
     log::error(name_, ": a freed block overlaps free space; the arena's bookkeeping is broken");
   }
@@ -247,6 +242,8 @@ std::uint64_t arena::compact_locked(bool thorough) {
   std::uint64_t run_from = 0;
   std::uint64_t run_to = 0;
   std::uint64_t run_bytes = 0;
+  // Blocks only slide down, so they keep their order: the new index is built as they are visited.
+  std::map<std::uint64_t, std::uint32_t> new_index;
   const auto move_run = [&] {
     if (run_bytes == 0) return;
     const std::uint64_t piece = std::min(run_from - run_to, run_bytes);
@@ -265,6 +262,7 @@ std::uint64_t arena::compact_locked(bool thorough) {
     if (stays) {
       move_run();
       cursor = b.offset + b.size;
+      new_index.emplace_hint(new_index.end(), b.offset, id);
       continue;
     }
     // Queued before the run's copies, so the copies of this block wait for its last use.
@@ -283,14 +281,12 @@ std::uint64_t arena::compact_locked(bool thorough) {
     b.offset = cursor;
     cursor += b.size;
     moved += b.size;
+    new_index.emplace_hint(new_index.end(), b.offset, id);
   }
   move_run();
 
-  // Offsets changed: rebuild the index and the holes from the blocks.
-  live_by_offset_.clear();
-  for (std::uint32_t id = 0; id < blocks_.size(); ++id) {
-    if (blocks_[id].live) live_by_offset_.emplace(blocks_[id].offset, id);
-  }
+  // Offsets changed: the new index, and the holes rebuilt from it.
+  live_by_offset_ = std::move(new_index);
   holes_.clear();
   std::uint64_t end = 0;
   for (const auto& [offset, id] : live_by_offset_) {
@@ -310,6 +306,8 @@ std::uint64_t arena::compact_locked(bool thorough) {
 arena_stats arena::stats() const {
   const std::lock_guard lock(mutex_);
   arena_stats out = stats_;
+  out.capacity = capacity_;
+  out.live_blocks = live_by_offset_.size();
   out.free = holes_.free_bytes();
   out.largest_hole = holes_.largest();
   out.fragmentation = out.free == 0 ? 0.0

@@ -122,15 +122,13 @@ class arena {
     std::uint64_t offset = 0;
     std::uint64_t size = 0;  // rounded to the alignment
     int pins = 0;
-    bool live = false;
     std::vector<use> uses;
   };
 
-  std::optional<arena_block> allocate_locked(std::size_t bytes, std::unique_lock<std::mutex>& lock);
+  std::optional<arena_block> allocate_locked(std::size_t bytes);
   std::uint64_t compact_locked(bool thorough);
   void free_block(std::uint32_t id) noexcept;
   device_event take_event();
-  block& live_block(std::uint32_t id);
 
   device* device_;
   std::string name_;
@@ -147,7 +145,7 @@ class arena {
   zoe::detail::coalescing_free_list holes_;
   std::vector<use> retired_uses_;          // recorded uses of freed blocks, until compaction
   std::vector<device_event> spare_events_;
-  arena_stats stats_;
+  arena_stats stats_;  // the counters; stats() adds capacity, free, live blocks and the holes
 };
 
 }  // namespace zoe::allocators
