@@ -214,6 +214,44 @@ TEST(host_device, DefaultStreamAndDeviceSynchronize) {
   EXPECT_EQ(done.load(), 2);
 }
 
+// The whole device is synchronized while the streams it is walking are destroyed by another
+// thread: a stream destroyed during the walk must not be touched once it is gone (ASan and TSan
+// report the use after free when it is). The walk is held on a blocked stream so the others are
+// destroyed while it waits.
+TEST(host_device, DeviceSynchronizeWhileStreamsAreDestroyed) {
+  const auto dev = make_host_device(1 * MiB);
+  for (int round = 0; round < 5; ++round) {
+    // Made first, so it is likely to come early in the walk, before the streams destroyed meanwhile.
+    const auto held = dev->create_stream();
+    std::atomic<bool> release{false};
+    dev->launch_host(held.view(), [&] {
+      while (!release.load()) std::this_thread::sleep_for(1ms);
+    });
+    std::vector<device_stream> others;
+    for (int i = 0; i < 16; ++i) {
+      others.push_back(dev->create_stream());
+      dev->launch_host(others.back().view(), [] {});
+    }
+    std::thread syncer([&] { dev->synchronize(); });
+    std::this_thread::sleep_for(20ms);  // lets the walk start; the test passes however long it takes
+    others.clear();
+    release = true;
+    syncer.join();
+  }
+  // Streams come and go while the device is synchronized over and over.
+  std::atomic<bool> stop{false};
+  std::thread syncer([&] {
+    while (!stop.load()) dev->synchronize();
+  });
+  for (int i = 0; i < 200; ++i) {
+    const auto s = dev->create_stream();
+    dev->launch_host(s.view(), [] {});
+  }
+  stop = true;
+  syncer.join();
+  EXPECT_NO_THROW(dev->synchronize());
+}
+
 TEST(host_device, RegisteredHostMemoryStaysUsableAndIsNotDeviceMemory) {
   const auto dev = make_host_device(1 * MiB);
   void* p = ::mmap(nullptr, 64 * KiB, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
