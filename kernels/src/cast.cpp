@@ -66,10 +66,15 @@ bool has_inf_nan(const_tensor_view x) {
 }
 
 double sum_of_squares(const_tensor_view x) {
+  std::vector<double> partials((x.count + detail::sum_chunk - 1) / detail::sum_chunk);
+  return sum_of_squares(x, std::as_writable_bytes(std::span<double>(partials)));
+}
+
+double sum_of_squares(const_tensor_view x, std::span<std::byte> workspace) {
   detail::expect_data(x, "sum_of_squares");
-  const detail::kernel_table& k = detail::active_table();
   const std::size_t chunks = (x.count + detail::sum_chunk - 1) / detail::sum_chunk;
-  std::vector<double> partial(chunks, 0.0);
+  double* const partial = detail::workspace_as<double>(workspace, sum_of_squares_workspace(x.count), "sum_of_squares");
+  const detail::kernel_table& k = detail::active_table();
   detail::parallel_ranges(chunks, 1, [&](std::size_t first, std::size_t last) {
     std::vector<float> staged(x.type == dtype::fp32 ? 0 : sum_stage);
     for (std::size_t c = first; c < last; ++c) {
@@ -91,7 +96,7 @@ double sum_of_squares(const_tensor_view x) {
     }
   });
   double total = 0.0;
-  for (const double p : partial) total += p;
+  for (std::size_t c = 0; c < chunks; ++c) total += partial[c];
   return total;
 }
 
