@@ -35,16 +35,17 @@ void stream_failures::record(const void* stream, std::exception_ptr failure) noe
   }
 }
 
+std::exception_ptr stream_failures::take(const void* stream) noexcept {
+  const std::lock_guard lock(mutex_);
+  const auto it = failures_.find(stream);
+  if (it == failures_.end()) return nullptr;
+  std::exception_ptr failure = std::move(it->second);
+  failures_.erase(it);
+  return failure;
+}
+
 void stream_failures::rethrow(const void* stream, const std::string& device_name) {
-  std::exception_ptr failure;
-  {
-    const std::lock_guard lock(mutex_);
-    const auto it = failures_.find(stream);
-    if (it == failures_.end()) return;
-    failure = std::move(it->second);
-    failures_.erase(it);
-  }
-  throw_failure(failure, device_name);
+  if (const std::exception_ptr failure = take(stream)) throw_failure(failure, device_name);
 }
 
 void stream_failures::rethrow_any(const std::string& device_name) {
@@ -63,15 +64,9 @@ void stream_failures::rethrow_any(const std::string& device_name) {
 }
 
 void stream_failures::forget(const void* stream, const std::string& device_name) noexcept {
-  std::exception_ptr failure;
-  {
-    const std::lock_guard lock(mutex_);
-    const auto it = failures_.find(stream);
-    if (it == failures_.end()) return;
-    failure = std::move(it->second);
-    failures_.erase(it);
+  if (const std::exception_ptr failure = take(stream)) {
+    log::error(device_name, ": stream destroyed with a host task failure never synchronized: ", describe(failure));
   }
-  log::error(device_name, ": stream destroyed with a host task failure never synchronized: ", describe(failure));
 }
 
 }  // namespace zoe::detail

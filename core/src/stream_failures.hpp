@@ -27,6 +27,9 @@ class stream_failures {
   void forget(const void* stream, const std::string& device_name) noexcept;
 
  private:
+  // Removes and returns the failure kept for `stream` (nullptr if none).
+  std::exception_ptr take(const void* stream) noexcept;
+
   std::mutex mutex_;
   std::unordered_map<const void*, std::exception_ptr> failures_;
 };
