@@ -12,12 +12,6 @@
 namespace zoe::kernels {
 namespace {
 
-bool overlap(const void* a, std::size_t a_bytes, const void* b, std::size_t b_bytes) {
-  const auto x = reinterpret_cast<std::uintptr_t>(a);
-  const auto y = reinterpret_cast<std::uintptr_t>(b);
-  return x < y + b_bytes && y < x + a_bytes;
-}
-
 // 16-bit input is widened this many elements at a time (a multiple of 8: it does not change which
 // fp64 lane an element goes to, so not the order of additions either).
 constexpr std::size_t sum_stage = 4096;
@@ -35,7 +29,7 @@ cast_args make_cast_args(const_tensor_view src, tensor_view dst) {
   expect_data(src, "cast: source");
   expect_data(dst, "cast: destination");
   ZOE_EXPECTS(src.count == dst.count, "cast: source has ", src.count, " elements, destination ", dst.count);
-  ZOE_EXPECTS(src.type == dst.type || !overlap(src.data, src.bytes(), dst.data, dst.bytes()), "cast: ",
+  ZOE_EXPECTS(src.type == dst.type || !ranges_overlap(src.data, src.bytes(), dst.data, dst.bytes()), "cast: ",
               dtype_name(src.type), " source and ", dtype_name(dst.type), " destination overlap");
   return {src.data, src.type, dst.data, dst.type};
 }

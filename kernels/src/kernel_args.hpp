@@ -80,6 +80,13 @@ struct dequant_args {
   bool accumulate;    // out (fp32) += value instead of out = value
 };
 
+/// Whether [a, a + a_bytes) and [b, b + b_bytes) share a byte.
+[[nodiscard]] inline bool ranges_overlap(const void* a, std::size_t a_bytes, const void* b, std::size_t b_bytes) noexcept {
+  const auto x = reinterpret_cast<std::uintptr_t>(a);
+  const auto y = reinterpret_cast<std::uintptr_t>(b);
+  return x < y + b_bytes && y < x + a_bytes;
+}
+
 // Argument checks shared by the CPU and CUDA entry points: each throws usage_error naming what is
 // wrong and otherwise returns the flattened arguments.
 [[nodiscard]] adam_args make_adam_args(const adam_config& config, const adam_shard& shard);

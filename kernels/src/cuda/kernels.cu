@@ -74,6 +74,33 @@ __global__ void nonfinite_kernel(const void* src, std::size_t n, std::uint32_t* 
   }
 }
 
+// A same-type cast between overlapping ranges, as the CPU's memmove does it (cudaMemcpyAsync
+// leaves overlap undefined): one thread block walks the range in tiles, away from the side being
+// overwritten (forward when dst lies below src, backward otherwise), reading each tile whole into
+// registers before writing any of it. A tile's writes then land only on source bytes already read.
+// One block is slow, but overlapping casts are rare; disjoint ones take the copy engine.
+constexpr unsigned move_bytes_per_thread = 16;
+
+__global__ void overlapping_move_kernel(std::byte* dst, const std::byte* src, std::size_t bytes) {
+  const std::size_t tile = static_cast<std::size_t>(blockDim.x) * move_bytes_per_thread;
+  const std::size_t tiles = (bytes + tile - 1) / tile;
+  const bool forward = dst < src;
+  for (std::size_t t = 0; t < tiles; ++t) {
+    const std::size_t base = (forward ? t : tiles - 1 - t) * tile;
+    std::byte held[move_bytes_per_thread];
+    for (unsigned k = 0; k < move_bytes_per_thread; ++k) {
+      const std::size_t i = base + static_cast<std::size_t>(k) * blockDim.x + threadIdx.x;
+      if (i < bytes) held[k] = src[i];
+    }
+    __syncthreads();
+    for (unsigned k = 0; k < move_bytes_per_thread; ++k) {
+      const std::size_t i = base + static_cast<std::size_t>(k) * blockDim.x + threadIdx.x;
+      if (i < bytes) dst[i] = held[k];
+    }
+    __syncthreads();
+  }
+}
+
 // One thread block per quantization block: a shared-memory reduction of the block's extreme keys
 // (integers: exact in any order, see quant.inl), the block parameters from the shared function,
 // then the codes.
@@ -268,8 +295,14 @@ void cast(const_tensor_view src, tensor_view dst, stream_view stream) {
   const detail::cast_args a = detail::make_cast_args(src, dst);
   if (src.count == 0) return;
   if (src.type == dst.type) {
-    const cudaError_t e = cudaMemcpyAsync(dst.data, src.data, src.bytes(), cudaMemcpyDeviceToDevice, native(stream));
-    ZOE_CHECK(e == cudaSuccess, ::zoe::device_error, "kernels::cuda::cast: copy failed: ", cudaGetErrorString(e));
+    if (src.data == dst.data) return;
+    if (!detail::ranges_overlap(src.data, src.bytes(), dst.data, dst.bytes())) {
+      copy_async(dst.data, src.data, src.bytes(), native(stream), "cast");
+      return;
+    }
+    overlapping_move_kernel<<<1, threads_per_block, 0, native(stream)>>>(
+        static_cast<std::byte*>(dst.data), static_cast<const std::byte*>(src.data), src.bytes());
+    check_launch("cast");
     return;
   }
   with_dtype(src.type, [&]<dtype S>() {

@@ -22,7 +22,8 @@ namespace zoe::kernels::cuda {
 /// adam_step on the device.
 void adam_step(const adam_config& config, const adam_shard& shard, stream_view stream);
 
-/// cast on the device.
+/// cast on the device. Views of one type may overlap, as on the CPU: they are moved as memmove
+/// would (a copy-engine copy when they do not overlap).
 void cast(const_tensor_view src, tensor_view dst, stream_view stream);
 
 /// quantize on the device.
