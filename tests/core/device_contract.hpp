@@ -7,6 +7,7 @@
 
 #include <functional>
 #include <memory>
+#include <ostream>
 #include <string>
 
 #include "zoe/core/device.hpp"
@@ -27,6 +28,9 @@ class device_contract : public ::testing::TestWithParam<device_maker> {
   }
   std::unique_ptr<device> dev_;
 };
+
+/// Test names and messages show the device by name (not the maker's bytes).
+inline void PrintTo(const device_maker& maker, std::ostream* out) { *out << maker.name; }
 
 /// For INSTANTIATE_TEST_SUITE_P's name generator.
 inline std::string device_maker_name(const ::testing::TestParamInfo<device_maker>& info) { return info.param.name; }
