@@ -44,7 +44,9 @@ void settle(bool explicit_setting) {
     try {
       apply(parse_cpu_path(text, environment_variable));
     } catch (const usage_error& e) {
-      environment_error = str(e.what(), "; this CPU and build have ", available_names(),
+      // The variable leads: an unavailable path's message from apply() does not name it.
+      environment_error = str(environment_variable, "='", text, "': ", e.what(), "; this CPU and build have ",
+                              available_names(),
                               " (unset the variable or use auto for the best of them)");
       error_pending.store(true, std::memory_order_release);
     }
