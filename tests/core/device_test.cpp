@@ -155,6 +155,26 @@ TEST(host_device, DeviceSynchronizeWhileStreamsAreDestroyed) {
   EXPECT_NO_THROW(dev->synchronize());
 }
 
+// Work held back on several streams (the fake device delays each task) is all done when the
+// device's synchronize() returns, and the frees queued behind it have happened.
+TEST(host_device, DeviceSynchronizeWaitsForDelayedWorkOnEveryStream) {
+  testing::fake_device dev(make_host_device(1 * MiB));
+  dev.delay_tasks(5ms);
+  std::vector<device_stream> streams;
+  std::atomic<int> done{0};
+  for (int i = 0; i < 3; ++i) {
+    streams.push_back(dev.create_stream());
+    void* p = dev.allocate(4096, streams.back().view());
+    dev.launch_host(streams.back().view(), [&] { ++done; });
+    dev.deallocate(p, 4096, streams.back().view());
+  }
+  dev.launch_host({}, [&] { ++done; });
+  dev.synchronize();
+  EXPECT_EQ(done.load(), 4);
+  EXPECT_EQ(dev.usage().current_bytes, 0U);
+  EXPECT_EQ(dev.calls().launch_host, 4);
+}
+
 TEST(host_device, RegisteredHostMemoryStaysUsableAndIsNotDeviceMemory) {
   const auto dev = make_host_device(1 * MiB);
   void* p = ::mmap(nullptr, 64 * KiB, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
