@@ -71,6 +71,8 @@ class fake_device final : public device {
 
  private:
   // An event handed out by this device wraps the inner device's event of the same native handle.
+  // The reference outlives the lock: map nodes do not move, and only destroying the caller's own
+  // event (which it holds for the call) erases this one.
   [[nodiscard]] const device_event& inner_event(const device_event& e) const;
 
   std::unique_ptr<device> inner_;
