@@ -17,13 +17,13 @@
 #include <deque>
 #include <exception>
 #include <mutex>
-#include <set>
 #include <stop_token>
 #include <thread>
 #include <unordered_map>
 #include <vector>
 
 #include "device_copy.hpp"
+#include "stream_failures.hpp"
 #include "zoe/core/check.hpp"
 #include "zoe/core/byte_accounting.hpp"
 #include "zoe/core/device.hpp"
@@ -41,7 +41,10 @@ constexpr std::size_t device_alignment = 256;
 
 class host_stream {
  public:
-  host_stream() = default;
+  // A task that throws leaves its failure in `failures` under the stream's key: its address as
+  // stream views carry it, or nullptr for the default stream.
+  host_stream(bool is_default, detail::stream_failures& failures)
+      : key_(is_default ? nullptr : this), failures_(failures) {}
   ~host_stream() {
     // Work already queued still runs, as cudaStreamDestroy lets it finish.
     wait_idle();
@@ -57,30 +60,12 @@ class host_stream {
     work_cv_.notify_one();
   }
 
-  // Waits for the queue to drain; rethrows (once) the first failure of a task since the last call.
-  void synchronize() {
-    wait_idle();
-    std::exception_ptr failure;
-    {
-      const std::lock_guard lock(mutex_);
-      failure = std::exchange(error_, nullptr);
-    }
-    if (!failure) return;
-    try {
-      std::rethrow_exception(failure);
-    } catch (const std::exception& e) {
-      throw device_error(str("host device: a task on the stream failed: ", e.what()));
-    } catch (...) {
-      throw device_error("host device: a task on the stream failed with a non-standard exception");
-    }
-  }
-
- private:
   void wait_idle() {
     std::unique_lock lock(mutex_);
     idle_cv_.wait(lock, [this] { return queue_.empty() && !busy_; });
   }
 
+ private:
   void run(const std::stop_token& stop) {
     std::unique_lock lock(mutex_);
     while (true) {
@@ -93,8 +78,7 @@ class host_stream {
       try {
         task();
       } catch (...) {
-        const std::lock_guard error_lock(mutex_);
-        if (!error_) error_ = std::current_exception();
+        failures_.record(key_, std::current_exception());
       }
       task = nullptr;  // release captures before reporting idle
       lock.lock();
@@ -103,12 +87,13 @@ class host_stream {
     }
   }
 
+  const void* const key_;
+  detail::stream_failures& failures_;
   std::mutex mutex_;
   std::condition_variable_any work_cv_;
   std::condition_variable_any idle_cv_;
   std::deque<std::function<void()>> queue_;
   bool busy_ = false;
-  std::exception_ptr error_;
   // Last member: the thread starts once everything it touches exists, and is joined first.
   std::jthread worker_{[this](const std::stop_token& stop) { run(stop); }};
 };
@@ -215,13 +200,12 @@ class host_device final : public device {
   }
 
   device_stream create_stream() override {
-    auto s = std::make_unique<host_stream>();
-    {
-      // Registered so synchronize() of the whole device finds it.
-      const std::lock_guard lock(mutex_);
-      streams_.insert(s.get());
-    }
-    return {*this, s.release()};
+    auto s = std::make_shared<host_stream>(false, failures_);
+    void* native = s.get();
+    // Registered so synchronize() of the whole device finds it.
+    const std::lock_guard lock(mutex_);
+    streams_.emplace(native, std::move(s));
+    return {*this, native};
   }
 
   device_event create_event() override {
@@ -313,37 +297,39 @@ class host_device final : public device {
     stream_of(stream).submit(std::move(task));
   }
 
-  void synchronize(stream_view stream) override { stream_of(stream).synchronize(); }
+  void synchronize(stream_view stream) override {
+    stream_of(stream).wait_idle();
+    failures_.rethrow(stream.native(), name());
+  }
 
-  // Streams must not be destroyed while the whole device is being synchronized.
   void synchronize() override {
-    std::vector<host_stream*> all;
+    // Shared owners, taken under the lock: a stream destroyed meanwhile by another thread lives on
+    // until this walk lets go of it.
+    std::vector<std::shared_ptr<host_stream>> all;
     {
       const std::lock_guard lock(mutex_);
-      all.assign(streams_.begin(), streams_.end());
+      all.reserve(streams_.size() + 1);
+      for (const auto& [native, s] : streams_) all.push_back(s);
       // The default stream is created under the same lock on first use (stream_of).
-      if (default_stream_) all.push_back(default_stream_.get());
+      if (default_stream_) all.push_back(default_stream_);
     }
-    // Every stream is drained even if an earlier one failed; the first failure is rethrown.
-    std::exception_ptr first;
-    for (host_stream* s : all) {
-      try {
-        s->synchronize();
-      } catch (...) {
-        if (!first) first = std::current_exception();
-      }
-    }
-    if (first) std::rethrow_exception(first);
+    for (const auto& s : all) s->wait_idle();
+    failures_.rethrow_any(name());
   }
 
  protected:
   void destroy_stream(void* native) noexcept override {
-    auto* s = static_cast<host_stream*>(native);
+    std::shared_ptr<host_stream> s;
     {
       const std::lock_guard lock(mutex_);
-      streams_.erase(s);
+      const auto it = streams_.find(native);
+      if (it == streams_.end()) return;
+      s = std::move(it->second);
+      streams_.erase(it);
     }
-    delete s;
+    // Destroying a stream waits for its work even when a device synchronize() still holds it.
+    s->wait_idle();
+    failures_.forget(native, name());
   }
 
   void destroy_event(void* native) noexcept override { delete static_cast<host_event*>(native); }
@@ -353,7 +339,7 @@ class host_device final : public device {
     if (!s.is_default()) return *static_cast<host_stream*>(s.native());
     // The default stream starts on first use: most users never touch it, and threads are scarce.
     const std::lock_guard lock(mutex_);
-    if (!default_stream_) default_stream_ = std::make_unique<host_stream>();
+    if (!default_stream_) default_stream_ = std::make_shared<host_stream>(true, failures_);
     return *default_stream_;
   }
 
@@ -381,8 +367,9 @@ class host_device final : public device {
   std::atomic<std::uint64_t> peak_{0};
   mutable std::mutex mutex_;
   std::unordered_map<void*, std::size_t> live_;
-  std::set<host_stream*> streams_;
-  std::unique_ptr<host_stream> default_stream_;
+  detail::stream_failures failures_;  // before the streams: their workers record into it
+  std::unordered_map<void*, std::shared_ptr<host_stream>> streams_;
+  std::shared_ptr<host_stream> default_stream_;
 };
 
 }  // namespace

@@ -12,12 +12,6 @@
 namespace zoe::kernels {
 namespace {
 
-bool overlap(const void* a, std::size_t a_bytes, const void* b, std::size_t b_bytes) {
-  const auto x = reinterpret_cast<std::uintptr_t>(a);
-  const auto y = reinterpret_cast<std::uintptr_t>(b);
-  return x < y + b_bytes && y < x + a_bytes;
-}
-
 // 16-bit input is widened this many elements at a time (a multiple of 8: it does not change which
 // fp64 lane an element goes to, so not the order of additions either).
 constexpr std::size_t sum_stage = 4096;
@@ -35,7 +29,7 @@ cast_args make_cast_args(const_tensor_view src, tensor_view dst) {
   expect_data(src, "cast: source");
   expect_data(dst, "cast: destination");
   ZOE_EXPECTS(src.count == dst.count, "cast: source has ", src.count, " elements, destination ", dst.count);
-  ZOE_EXPECTS(src.type == dst.type || !overlap(src.data, src.bytes(), dst.data, dst.bytes()), "cast: ",
+  ZOE_EXPECTS(src.type == dst.type || !ranges_overlap(src.data, src.bytes(), dst.data, dst.bytes()), "cast: ",
               dtype_name(src.type), " source and ", dtype_name(dst.type), " destination overlap");
   return {src.data, src.type, dst.data, dst.type};
 }
@@ -66,10 +60,15 @@ bool has_inf_nan(const_tensor_view x) {
 }
 
 double sum_of_squares(const_tensor_view x) {
+  std::vector<double> partials((x.count + detail::sum_chunk - 1) / detail::sum_chunk);
+  return sum_of_squares(x, std::as_writable_bytes(std::span<double>(partials)));
+}
+
+double sum_of_squares(const_tensor_view x, std::span<std::byte> workspace) {
   detail::expect_data(x, "sum_of_squares");
-  const detail::kernel_table& k = detail::active_table();
   const std::size_t chunks = (x.count + detail::sum_chunk - 1) / detail::sum_chunk;
-  std::vector<double> partial(chunks, 0.0);
+  double* const partial = detail::workspace_as<double>(workspace, sum_of_squares_workspace(x.count), "sum_of_squares");
+  const detail::kernel_table& k = detail::active_table();
   detail::parallel_ranges(chunks, 1, [&](std::size_t first, std::size_t last) {
     std::vector<float> staged(x.type == dtype::fp32 ? 0 : sum_stage);
     for (std::size_t c = first; c < last; ++c) {
@@ -91,7 +90,7 @@ double sum_of_squares(const_tensor_view x) {
     }
   });
   double total = 0.0;
-  for (const double p : partial) total += p;
+  for (std::size_t c = 0; c < chunks; ++c) total += partial[c];
   return total;
 }
 

@@ -80,6 +80,13 @@ struct dequant_args {
   bool accumulate;    // out (fp32) += value instead of out = value
 };
 
+/// Whether [a, a + a_bytes) and [b, b + b_bytes) share a byte.
+[[nodiscard]] inline bool ranges_overlap(const void* a, std::size_t a_bytes, const void* b, std::size_t b_bytes) noexcept {
+  const auto x = reinterpret_cast<std::uintptr_t>(a);
+  const auto y = reinterpret_cast<std::uintptr_t>(b);
+  return x < y + b_bytes && y < x + a_bytes;
+}
+
 // Argument checks shared by the CPU and CUDA entry points: each throws usage_error naming what is
 // wrong and otherwise returns the flattened arguments.
 [[nodiscard]] adam_args make_adam_args(const adam_config& config, const adam_shard& shard);
@@ -99,6 +106,19 @@ void expect_reduce_dequantize_args(std::span<const const_quantized_span> inputs,
 /// returns the blocks per partition.
 [[nodiscard]] std::size_t expect_permute_args(const_quantized_span in, const quant_config& config, topology topo,
                                               quantized_span out);
+
+/// Checks that `workspace` holds at least `bytes` aligned to `alignment` and returns its start.
+/// Throws usage_error naming `what`, the bytes needed and the bytes given (or the misalignment).
+[[nodiscard]] void* expect_workspace(std::span<std::byte> workspace, std::size_t bytes, std::size_t alignment,
+                                     const char* what);
+template <class T>
+[[nodiscard]] T* workspace_as(std::span<std::byte> workspace, std::size_t bytes, const char* what) {
+  return static_cast<T*>(expect_workspace(workspace, bytes, alignof(T), what));
+}
+
+/// How many quantized inputs the CUDA reduction takes per launch (they travel in the kernel
+/// parameters); more need an fp32 sum carried between launches in the workspace.
+inline constexpr std::size_t reduce_batch_max = 32;
 
 /// The fixed order of sum_of_squares, shared by the CPU and CUDA paths: chunks of sum_chunk
 /// elements; in a chunk, element i is squared in fp64 and added to lane i % sum_lanes, in element

@@ -154,7 +154,14 @@ void dequantize(const_quantized_span in, const quant_config& config, tensor_view
 
 void reduce_requantize(std::span<const const_quantized_span> inputs, const quant_config& config, std::size_t count,
                        float post_scale, const quant_config& out_config, quantized_span out) {
+  reduce_requantize(inputs, config, count, post_scale, out_config, out, {});
+}
+
+void reduce_requantize(std::span<const const_quantized_span> inputs, const quant_config& config, std::size_t count,
+                       float post_scale, const quant_config& out_config, quantized_span out,
+                       std::span<std::byte> workspace) {
   detail::expect_reduce_requantize_args(inputs, config, count, out_config, out);
+  (void)detail::expect_workspace(workspace, reduce_requantize_workspace(count), alignof(float), "reduce_requantize");
   const detail::kernel_table& k = detail::active_table();
   reduce_blocks(inputs, config, count, post_scale, [&](std::size_t b, const float* sum, std::size_t) {
     const detail::quant_args args{sum,
@@ -171,7 +178,14 @@ void reduce_requantize(std::span<const const_quantized_span> inputs, const quant
 
 void reduce_dequantize(std::span<const const_quantized_span> inputs, const quant_config& config, float post_scale,
                        tensor_view out) {
+  reduce_dequantize(inputs, config, post_scale, out, {});
+}
+
+void reduce_dequantize(std::span<const const_quantized_span> inputs, const quant_config& config, float post_scale,
+                       tensor_view out, std::span<std::byte> workspace) {
   detail::expect_reduce_dequantize_args(inputs, config, out);
+  (void)detail::expect_workspace(workspace, reduce_dequantize_workspace(inputs.size(), out.count), alignof(float),
+                                 "reduce_dequantize");
   const detail::kernel_table& k = detail::active_table();
   reduce_blocks(inputs, config, out.count, post_scale, [&](std::size_t b, const float* sum, std::size_t valid) {
     const detail::cast_args args{sum, dtype::fp32,

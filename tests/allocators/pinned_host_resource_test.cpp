@@ -5,6 +5,7 @@
 #include <fstream>
 #include <string>
 
+#include "fake_device.hpp"
 #include "zoe/allocators/pinned_host_resource.hpp"
 #include "zoe/core/error.hpp"
 #include "zoe/core/units.hpp"
@@ -68,6 +69,25 @@ TEST(pinned_host_resource, ExplicitNodeMustExist) {
   pinned_host_resource node0(*dev, {.placement = numa_placement::explicit_node, .numa_node = 0});
   EXPECT_EQ(node0.target_node(), 0);
   EXPECT_EQ(node0.allocate(64 * KiB).numa_node(), 0);
+}
+
+// A driver that refuses to register the memory (cudaHostRegister failing) fails the allocation with
+// its device_error and leaves nothing behind; memory it did register is unregistered exactly once.
+TEST(pinned_host_resource, ARefusedRegistrationFailsTheAllocationAndLeavesNothing) {
+  testing::fake_device dev(make_host_device(1 * MiB));
+  pinned_host_resource resource(dev);
+  dev.refuse_registration(true);
+  EXPECT_THROW((void)resource.allocate(64 * KiB), device_error);
+  EXPECT_EQ(resource.bytes_in_use(), 0U);
+  EXPECT_EQ(dev.calls().unregister_host, 0) << "nothing was registered, so nothing is unregistered";
+
+  dev.refuse_registration(false);
+  auto buf = resource.allocate(64 * KiB);
+  EXPECT_EQ(dev.calls().register_host, 2);
+  const bool locked = buf.locked();
+  buf = pinned_buffer();
+  EXPECT_EQ(dev.calls().unregister_host, locked ? 1 : 0);
+  EXPECT_EQ(resource.bytes_in_use(), 0U);
 }
 
 }  // namespace

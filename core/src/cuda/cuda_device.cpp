@@ -6,6 +6,7 @@
 #include <atomic>
 #include <memory>
 
+#include "../stream_failures.hpp"
 #include "zoe/core/check.hpp"
 #include "zoe/core/byte_accounting.hpp"
 #include "zoe/core/device.hpp"
@@ -56,16 +57,22 @@ cudaMemcpyKind native_kind(copy_kind k) noexcept {
   return cudaMemcpyDefault;
 }
 
-// cudaLaunchHostFunc passes one pointer; the task travels on the heap and is freed by the call.
+// cudaLaunchHostFunc passes one pointer: the task, and where its failure goes, travel on the heap
+// and are freed by the call.
+struct host_task {
+  std::function<void()> run;
+  detail::stream_failures* failures;
+  const void* stream;
+};
+
+// A host function cannot report into its stream: a failure is kept beside it for the stream's
+// next synchronize(), which throws it as a device_error.
 void CUDART_CB run_host_task(void* user) noexcept {
-  const std::unique_ptr<std::function<void()>> task(static_cast<std::function<void()>*>(user));
+  const std::unique_ptr<host_task> task(static_cast<host_task*>(user));
   try {
-    (*task)();
-  } catch (const std::exception& e) {
-    // A host function cannot report into the stream; say so loudly instead of losing it.
-    log::error("cuda device: a host task on a stream threw: ", e.what());
+    task->run();
   } catch (...) {
-    log::error("cuda device: a host task on a stream threw a non-standard exception");
+    task->failures->record(task->stream, std::current_exception());
   }
 }
 
@@ -84,6 +91,11 @@ class cuda_device final : public device {
     ZOE_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo on ", name_);
     budget_ = total_bytes;
   }
+
+  // Host tasks still queued point at failures_: they must have run before it goes.
+  ~cuda_device() override { ZOE_CUDA_LOG(cudaDeviceSynchronize(), "cudaDeviceSynchronize on destroying ", name_); }
+  cuda_device(const cuda_device&) = delete;
+  cuda_device& operator=(const cuda_device&) = delete;
 
   device_kind kind() const noexcept override { return device_kind::cuda; }
   std::string name() const override { return name_; }
@@ -189,23 +201,29 @@ class cuda_device final : public device {
 
   void launch_host(stream_view stream, std::function<void()> task) override {
     ZOE_EXPECTS(static_cast<bool>(task), "cuda device: launch_host of an empty task");
-    auto heap = std::make_unique<std::function<void()>>(std::move(task));
+    auto heap = std::make_unique<host_task>(host_task{std::move(task), &failures_, stream.native()});
     ZOE_CUDA_CHECK(cudaLaunchHostFunc(native_stream(stream), run_host_task, heap.get()), "cudaLaunchHostFunc");
     (void)heap.release();  // run_host_task owns it now
   }
 
   void synchronize(stream_view stream) override {
     ZOE_CUDA_CHECK(cudaStreamSynchronize(native_stream(stream)), "cudaStreamSynchronize on ", name_);
+    failures_.rethrow(stream.native(), name_);
   }
 
   void synchronize() override {
     select();
     ZOE_CUDA_CHECK(cudaDeviceSynchronize(), "cudaDeviceSynchronize on ", name_);
+    failures_.rethrow_any(name_);
   }
 
  protected:
   void destroy_stream(void* native) noexcept override {
+    // cudaStreamDestroy returns at once; device_stream promises to wait for the queued work, and a
+    // host task still queued may yet record a failure under this stream's handle.
+    ZOE_CUDA_LOG(cudaStreamSynchronize(static_cast<cudaStream_t>(native)), "cudaStreamSynchronize before destroy");
     ZOE_CUDA_LOG(cudaStreamDestroy(static_cast<cudaStream_t>(native)), "cudaStreamDestroy");
+    failures_.forget(native, name_);
   }
   void destroy_event(void* native) noexcept override {
     ZOE_CUDA_LOG(cudaEventDestroy(static_cast<cudaEvent_t>(native)), "cudaEventDestroy");
@@ -222,6 +240,7 @@ class cuda_device final : public device {
   std::uint64_t budget_ = 0;
   std::atomic<std::uint64_t> current_{0};
   std::atomic<std::uint64_t> peak_{0};
+  detail::stream_failures failures_;
 };
 
 }  // namespace

@@ -74,6 +74,33 @@ __global__ void nonfinite_kernel(const void* src, std::size_t n, std::uint32_t* 
   }
 }
 
+// A same-type cast between overlapping ranges, as the CPU's memmove does it (cudaMemcpyAsync
+// leaves overlap undefined): one thread block walks the range in tiles, away from the side being
+// overwritten (forward when dst lies below src, backward otherwise), reading each tile whole into
+// registers before writing any of it. A tile's writes then land only on source bytes already read.
+// One block is slow, but overlapping casts are rare; disjoint ones take the copy engine.
+constexpr unsigned move_bytes_per_thread = 16;
+
+__global__ void overlapping_move_kernel(std::byte* dst, const std::byte* src, std::size_t bytes) {
+  const std::size_t tile = static_cast<std::size_t>(blockDim.x) * move_bytes_per_thread;
+  const std::size_t tiles = (bytes + tile - 1) / tile;
+  const bool forward = dst < src;
+  for (std::size_t t = 0; t < tiles; ++t) {
+    const std::size_t base = (forward ? t : tiles - 1 - t) * tile;
+    std::byte held[move_bytes_per_thread];
+    for (unsigned k = 0; k < move_bytes_per_thread; ++k) {
+      const std::size_t i = base + static_cast<std::size_t>(k) * blockDim.x + threadIdx.x;
+      if (i < bytes) held[k] = src[i];
+    }
+    __syncthreads();
+    for (unsigned k = 0; k < move_bytes_per_thread; ++k) {
+      const std::size_t i = base + static_cast<std::size_t>(k) * blockDim.x + threadIdx.x;
+      if (i < bytes) dst[i] = held[k];
+    }
+    __syncthreads();
+  }
+}
+
 // One thread block per quantization block: a shared-memory reduction of the block's extreme keys
 // (integers: exact in any order, see quant.inl), the block parameters from the shared function,
 // then the codes.
@@ -155,7 +182,7 @@ __global__ void dequantize_kernel(detail::dequant_args a) {
 // parameters). Per element, the CPU's order: input 0's value, then sum = sum + value of input k for
 // k = 1..n-1 in order, then sum * post_scale. A sum carried from one batch to the next is stored
 // as fp32, as the CPU keeps it, so batching does not change a bit.
-constexpr std::size_t reduce_batch_max = 32;
+using detail::reduce_batch_max;
 
 struct quant_input {
   const std::byte* codes;
@@ -226,36 +253,6 @@ __global__ void sum_partials_kernel(const double* partials, std::size_t chunks, 
   *result = total;
 }
 
-// Device scratch from the stream-ordered allocator, freed on the same stream: release() checks the
-// free; if an exception leaves first, the destructor frees without checking (nothing to report to).
-class stream_scratch {
- public:
-  stream_scratch(std::size_t bytes, cudaStream_t stream, const char* kernel) : stream_(stream), kernel_(kernel) {
-    const cudaError_t e = cudaMallocAsync(&ptr_, bytes, stream);
-    ZOE_CHECK(e == cudaSuccess, ::zoe::device_error, "kernels::cuda::", kernel, ": cudaMallocAsync of ", bytes,
-              " bytes failed: ", cudaGetErrorString(e));
-  }
-  stream_scratch(const stream_scratch&) = delete;
-  stream_scratch& operator=(const stream_scratch&) = delete;
-  ~stream_scratch() {
-    if (ptr_ != nullptr) (void)cudaFreeAsync(ptr_, stream_);
-  }
-  template <class T>
-  [[nodiscard]] T* as() const noexcept {
-    return static_cast<T*>(ptr_);
-  }
-  void release() {
-    const cudaError_t e = cudaFreeAsync(std::exchange(ptr_, nullptr), stream_);
-    ZOE_CHECK(e == cudaSuccess, ::zoe::device_error, "kernels::cuda::", kernel_, ": cudaFreeAsync failed: ",
-              cudaGetErrorString(e));
-  }
-
- private:
-  void* ptr_ = nullptr;
-  cudaStream_t stream_;
-  const char* kernel_;
-};
-
 void copy_async(void* dst, const void* src, std::size_t bytes, cudaStream_t stream, const char* kernel) {
   if (bytes == 0) return;
   const cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream);
@@ -298,8 +295,14 @@ void cast(const_tensor_view src, tensor_view dst, stream_view stream) {
   const detail::cast_args a = detail::make_cast_args(src, dst);
   if (src.count == 0) return;
   if (src.type == dst.type) {
-    const cudaError_t e = cudaMemcpyAsync(dst.data, src.data, src.bytes(), cudaMemcpyDeviceToDevice, native(stream));
-    ZOE_CHECK(e == cudaSuccess, ::zoe::device_error, "kernels::cuda::cast: copy failed: ", cudaGetErrorString(e));
+    if (src.data == dst.data) return;
+    if (!detail::ranges_overlap(src.data, src.bytes(), dst.data, dst.bytes())) {
+      copy_async(dst.data, src.data, src.bytes(), native(stream), "cast");
+      return;
+    }
+    overlapping_move_kernel<<<1, threads_per_block, 0, native(stream)>>>(
+        static_cast<std::byte*>(dst.data), static_cast<const std::byte*>(src.data), src.bytes());
+    check_launch("cast");
     return;
   }
   with_dtype(src.type, [&]<dtype S>() {
@@ -391,15 +394,16 @@ void permute(const_quantized_span in, const quant_config& config, topology topo,
 }  // namespace
 
 void reduce_requantize(std::span<const const_quantized_span> inputs, const quant_config& config, std::size_t count,
-                       float post_scale, const quant_config& out_config, quantized_span out, stream_view stream) {
+                       float post_scale, const quant_config& out_config, quantized_span out,
+                       std::span<std::byte> workspace, stream_view stream) {
   detail::expect_reduce_requantize_args(inputs, config, count, out_config, out);
+  float* const sum = detail::workspace_as<float>(workspace, reduce_requantize_workspace(count),
+                                                 "kernels::cuda::reduce_requantize");
   if (count == 0) return;
   const std::size_t blocks = out_config.blocks(count);
   ZOE_EXPECTS(blocks <= 0x7fffffffu, "kernels::cuda::reduce_requantize: ", blocks, " blocks exceed the grid limit");
-  stream_scratch sum(count * sizeof(float), native(stream), "reduce_requantize");
-  launch_reduce(inputs, config, count, post_scale, dtype::fp32, sum.as<float>(), sum.as<float>(), native(stream),
-                "reduce_requantize");
-  const detail::quant_args a{sum.as<float>(),
+  launch_reduce(inputs, config, count, post_scale, dtype::fp32, sum, sum, native(stream), "reduce_requantize");
+  const detail::quant_args a{sum,
                              dtype::fp32,
                              count,
                              0,
@@ -409,22 +413,16 @@ void reduce_requantize(std::span<const const_quantized_span> inputs, const quant
                              out_config.symmetric ? nullptr : out.zero_points.data()};
   launch_quantize(a, blocks, native(stream));
   check_launch("reduce_requantize");
-  sum.release();
 }
 
 void reduce_dequantize(std::span<const const_quantized_span> inputs, const quant_config& config, float post_scale,
-                       tensor_view out, stream_view stream) {
+                       tensor_view out, std::span<std::byte> workspace, stream_view stream) {
   detail::expect_reduce_dequantize_args(inputs, config, out);
+  float* const partial = detail::workspace_as<float>(
+      workspace, reduce_dequantize_workspace(inputs.size(), out.count), "kernels::cuda::reduce_dequantize");
   if (out.count == 0) return;
-  if (inputs.size() <= reduce_batch_max) {
-    launch_reduce(inputs, config, out.count, post_scale, out.type, out.data, nullptr, native(stream),
-                  "reduce_dequantize");
-    return;
-  }
-  stream_scratch partial(out.count * sizeof(float), native(stream), "reduce_dequantize");
-  launch_reduce(inputs, config, out.count, post_scale, out.type, out.data, partial.as<float>(), native(stream),
+  launch_reduce(inputs, config, out.count, post_scale, out.type, out.data, partial, native(stream),
                 "reduce_dequantize");
-  partial.release();
 }
 
 void swizzle(const_quantized_span in, const quant_config& config, topology topo, quantized_span out,
@@ -437,9 +435,11 @@ void unswizzle(const_quantized_span in, const quant_config& config, topology top
   permute(in, config, topo, out, stream, true, "unswizzle");
 }
 
-void sum_of_squares(const_tensor_view x, double* result, stream_view stream) {
+void sum_of_squares(const_tensor_view x, double* result, std::span<std::byte> workspace, stream_view stream) {
   detail::expect_data(x, "kernels::cuda::sum_of_squares");
   ZOE_EXPECTS(result != nullptr, "kernels::cuda::sum_of_squares: result is null");
+  double* const partials =
+      detail::workspace_as<double>(workspace, sum_of_squares_workspace(x.count), "kernels::cuda::sum_of_squares");
   if (x.count == 0) {
     const cudaError_t e = cudaMemsetAsync(result, 0, sizeof(double), native(stream));  // +0.0, as on the CPU
     ZOE_CHECK(e == cudaSuccess, ::zoe::device_error, "kernels::cuda::sum_of_squares: memset failed: ",
@@ -449,15 +449,13 @@ void sum_of_squares(const_tensor_view x, double* result, stream_view stream) {
   const std::size_t chunks = (x.count + detail::sum_chunk - 1) / detail::sum_chunk;
   const std::size_t grid = (chunks + sum_chunks_per_block - 1) / sum_chunks_per_block;
   ZOE_EXPECTS(grid <= 0x7fffffffu, "kernels::cuda::sum_of_squares: ", grid, " blocks exceed the grid limit");
-  stream_scratch partials(chunks * sizeof(double), native(stream), "sum_of_squares");
   with_dtype(x.type, [&]<dtype T>() {
-    sum_chunks_kernel<T><<<static_cast<unsigned>(grid), threads_per_block, 0, native(stream)>>>(
-        x.data, x.count, chunks, partials.as<double>());
+    sum_chunks_kernel<T><<<static_cast<unsigned>(grid), threads_per_block, 0, native(stream)>>>(x.data, x.count,
+                                                                                                 chunks, partials);
   });
   check_launch("sum_of_squares");
-  sum_partials_kernel<<<1, 1, 0, native(stream)>>>(partials.as<double>(), chunks, result);
+  sum_partials_kernel<<<1, 1, 0, native(stream)>>>(partials, chunks, result);
   check_launch("sum_of_squares");
-  partials.release();
 }
 
 }  // namespace zoe::kernels::cuda

@@ -15,10 +15,11 @@ void cast(const_tensor_view, tensor_view, stream_view) { unavailable("cast"); }
 void quantize(const_tensor_view, const quant_config&, quantized_span, stream_view) { unavailable("quantize"); }
 void dequantize(const_quantized_span, const quant_config&, tensor_view, stream_view) { unavailable("dequantize"); }
 void reduce_requantize(std::span<const const_quantized_span>, const quant_config&, std::size_t, float,
-                       const quant_config&, quantized_span, stream_view) {
+                       const quant_config&, quantized_span, std::span<std::byte>, stream_view) {
   unavailable("reduce_requantize");
 }
-void reduce_dequantize(std::span<const const_quantized_span>, const quant_config&, float, tensor_view, stream_view) {
+void reduce_dequantize(std::span<const const_quantized_span>, const quant_config&, float, tensor_view,
+                       std::span<std::byte>, stream_view) {
   unavailable("reduce_dequantize");
 }
 void swizzle(const_quantized_span, const quant_config&, topology, quantized_span, stream_view) {
@@ -27,7 +28,7 @@ void swizzle(const_quantized_span, const quant_config&, topology, quantized_span
 void unswizzle(const_quantized_span, const quant_config&, topology, quantized_span, stream_view) {
   unavailable("unswizzle");
 }
-void sum_of_squares(const_tensor_view, double*, stream_view) { unavailable("sum_of_squares"); }
+void sum_of_squares(const_tensor_view, double*, std::span<std::byte>, stream_view) { unavailable("sum_of_squares"); }
 void has_inf_nan(const_tensor_view, std::uint32_t*, stream_view) { unavailable("has_inf_nan"); }
 
 }  // namespace zoe::kernels::cuda

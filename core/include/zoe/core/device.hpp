@@ -136,12 +136,16 @@ class device {
   /// Sets `bytes` of device memory at `dst` to `value` on `stream`.
   virtual void memset_async(void* dst, int value, std::size_t bytes, stream_view stream) = 0;
   /// Runs `task` on the host, in order with the work on `stream` (how CPU kernels run in stream
-  /// order). The task must not call into this device. If it throws, the exception is reported by
-  /// the next synchronize() of that stream (host device) as a device_error.
+  /// order). The task must not call into this device. If it throws, the work after it still runs
+  /// and the exception is reported once, as a device_error carrying its message, by the next
+  /// synchronize() of that stream or of the whole device (on every device; destroying the stream
+  /// first logs it instead).
   virtual void launch_host(stream_view stream, std::function<void()> task) = 0;
   /// Blocks until all work queued on `stream` has completed; rethrows a failure of that work.
   virtual void synchronize(stream_view stream) = 0;
-  /// Blocks until all work on every stream of the device has completed.
+  /// Blocks until all work on every stream of the device has completed; rethrows a failure of a
+  /// host task on any stream (the first; others are logged). Safe while other threads create and
+  /// destroy streams.
   virtual void synchronize() = 0;
 
  protected:

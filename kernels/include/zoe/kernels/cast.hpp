@@ -3,7 +3,9 @@
 // Every CPU function here is parallel (TBB, on the calling thread's arena) and gives the same bits
 // on every CPU path.
 
+#include <cstddef>
 #include <cstdint>
+#include <span>
 
 #include "zoe/kernels/dtype.hpp"
 
@@ -32,5 +34,12 @@ void cast(const_tensor_view src, tensor_view dst);
 /// chunk of 64 Ki elements, chunks added in order), so the result depends neither on the thread
 /// count nor on the CPU path. Throws usage_error on a null view with a nonzero count.
 [[nodiscard]] double sum_of_squares(const_tensor_view x);
+/// sum_of_squares keeping its per-chunk partials in `workspace`, at least
+/// sum_of_squares_workspace(x.count) bytes, 8-byte aligned (the CUDA launcher takes the same);
+/// throws usage_error when it is too small or misaligned.
+[[nodiscard]] double sum_of_squares(const_tensor_view x, std::span<std::byte> workspace);
+/// Bytes of workspace sum_of_squares needs for `count` elements: one fp64 per 64 Ki elements.
+/// Never throws.
+[[nodiscard]] std::size_t sum_of_squares_workspace(std::size_t count) noexcept;
 
 }  // namespace zoe::kernels

@@ -25,13 +25,19 @@ enum class cpu_path {
 /// Thread-safe.
 [[nodiscard]] std::vector<cpu_path> available_cpu_paths();
 
-/// Forces every later CPU kernel call onto `p` (`automatic` returns to the default). The initial
-/// setting comes from the environment variable ZOE_KERNELS_CPU_PATH when set. Throws usage_error
-/// when `p` is not available here. Not thread-safe against kernels running at the same time: meant
-/// for start-up, tests and benchmarks.
+/// Forces every later CPU kernel call onto `p` (`automatic` returns to the default). Throws
+/// usage_error when `p` is not available here. Not thread-safe against kernels running at the same
+/// time: meant for start-up, tests and benchmarks.
+///
+/// The initial setting comes from the environment variable ZOE_KERNELS_CPU_PATH, read once per
+/// process at the first kernel call or active_cpu_path(); a set_cpu_path() before that wins and the
+/// variable is never read. A value that names no path (or one this CPU lacks) makes that first call
+/// throw config_error naming the variable, the allowed values and the paths available here, once;
+/// later calls run on the default path.
 void set_cpu_path(cpu_path p);
 
-/// The path the next kernel call runs on (resolving `automatic`). Thread-safe.
+/// The path the next kernel call runs on (resolving `automatic`). Thread-safe. May throw the one
+/// config_error of a bad ZOE_KERNELS_CPU_PATH (see set_cpu_path).
 [[nodiscard]] cpu_path active_cpu_path();
 
 }  // namespace zoe::kernels
