@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstddef>
 #include <limits>
 #include <utility>
 
@@ -19,6 +20,19 @@ constexpr std::uint32_t zero_size_id = std::numeric_limits<std::uint32_t>::max()
 // overlap). Past this many pieces, the quick pass leaves the block where it is: the few bytes
 // gained are not worth the copies unless the request still does not fit.
 constexpr std::uint64_t max_pieces_per_move = 64;
+
+// Erases the entries `settled` takes care of (it returns true). One at a time rather than
+// std::erase_if, so a query that throws leaves every entry whole instead of some moved from.
+template <typename T, typename Settled>
+void erase_settled(std::vector<T>& entries, Settled&& settled) {
+  for (std::size_t i = 0; i < entries.size();) {
+    if (settled(entries[i])) {
+      entries.erase(entries.begin() + static_cast<std::ptrdiff_t>(i));
+    } else {
+      ++i;
+    }
+  }
+}
 
 }  // namespace
 
@@ -220,12 +234,12 @@ void arena::settle(pending_space& p) {
 }
 
 void arena::settle_completed() {
-  std::erase_if(pending_, [&](pending_space& p) {
+  erase_settled(pending_, [&](pending_space& p) {
     if (!device_->query(p.freed)) return false;
     settle(p);
     return true;
   });
-  std::erase_if(retiring_events_, [&](device_event& e) {
+  erase_settled(retiring_events_, [&](device_event& e) {
     if (!device_->query(e)) return false;
     spare_events_.push_back(std::move(e));
     return true;
