@@ -83,16 +83,7 @@ void arena_block::record_use(stream_view stream) {
   ZOE_EXPECTS(arena_ != nullptr, "record_use on an empty arena block");
   if (id_ == zero_size_id) return;
   const std::lock_guard lock(arena_->mutex_);
-  auto& uses = arena_->blocks_[id_].uses;
-  for (auto& u : uses) {
-    if (u.stream == stream) {
-      arena_->device_->record(u.event, stream);  // the newer record supersedes the older
-      return;
-    }
-  }
-  arena::use u{stream, arena_->take_event()};
-  arena_->device_->record(u.event, stream);
-  uses.push_back(std::move(u));
+  arena_->record_use(arena_->blocks_[id_], stream);
 }
 
 void arena_block::reset() noexcept {
@@ -268,6 +259,18 @@ std::uint64_t arena::largest_hole() const noexcept {
   return n;
 }
 
+void arena::record_use(block& b, stream_view stream) {
+  for (auto& u : b.uses) {
+    if (u.stream == stream) {
+      device_->record(u.event, stream);  // the newer record supersedes the older
+      return;
+    }
+  }
+  use u{stream, take_event()};
+  device_->record(u.event, stream);
+  b.uses.push_back(std::move(u));
+}
+
 device_event arena::take_event() {
   if (spare_events_.empty()) return device_->create_event();
   device_event e = std::move(spare_events_.back());
@@ -388,10 +391,13 @@ std::uint64_t arena::compact_locked(bool thorough) {
       new_index.emplace_hint(new_index.end(), b.offset, id);
       continue;
     }
-    // Queued before the run's copies, so the copies of this block wait for its last use.
+    // Queued before the run's copies, so the copies of this block wait for its last use: those
+    // recorded, and the work queued so far on the stream it belongs to. The events are retired, not
+    // made spare: re-recorded before the waits pass, they could release them early.
+    if (!b.stream.is_default()) record_use(b, b.stream);
     for (auto& u : b.uses) {
       device_->wait(s, u.event);
-      spare_events_.push_back(std::move(u.event));
+      retiring_events_.push_back(std::move(u.event));
     }
     b.uses.clear();
     if (run_bytes == 0 || run_from + run_bytes != b.offset) {

@@ -219,6 +219,27 @@ TEST(arena, CompactionWaitsForTheLastRecordedUse) {
   for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(bytes[i], 0x6b) << "byte " << i;
 }
 
+// The same for work on the stream the block was allocated on, which needs no record.
+TEST(arena, CompactionWaitsForWorkOnTheBlocksOwnStream) {
+  const auto dev = make_host_device(2 * MiB);
+  arena a(*dev, 1 * MiB);
+  const auto user = dev->create_stream();
+  auto first = a.allocate(256 * KiB);
+  auto middle = a.allocate(256 * KiB, user.view());
+  auto last = a.allocate(256 * KiB);
+  void* target = middle.data();
+  const std::size_t n = middle.size();
+  dev->launch_host(user.view(), [target, n] {
+    std::this_thread::sleep_for(30ms);
+    std::memset(target, 0x6b, n);
+  });
+  first.reset();
+  auto big = a.allocate(400 * KiB);
+  ASSERT_NE(middle.data(), target) << "the block should have moved";
+  const auto* bytes = static_cast<const unsigned char*>(middle.data());
+  for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(bytes[i], 0x6b) << "byte " << i;
+}
+
 TEST(arena, ZeroSizeBlocksTakeNoSpace) {
   const auto dev = make_host_device(2 * MiB);
   arena a(*dev, 1 * MiB);

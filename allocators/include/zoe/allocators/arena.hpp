@@ -2,8 +2,8 @@
 // A defragmenting arena: one preallocated region of device memory, handed out best-fit with
 // coalescing of freed neighbours. When a request fits the total free space but no single hole,
 // the arena compacts: it slides live, unpinned blocks down with device-to-device copies on its
-// own stream, each after the last use recorded on the block has completed, and updates the
-// blocks' addresses. Holders keep arena_block handles and ask them for the current address.
+// own stream, each after the work queued so far on the block's stream and its last recorded
+// uses have completed, and updates the blocks' addresses. Holders keep arena_block handles and ask them for the current address.
 //
 // Pinned blocks (in use, e.g. a parameter being computed on) are never moved. When compaction
 // cannot make room without moving a pinned block, the request fails: allocate() throws
@@ -90,7 +90,7 @@ class arena_block {
   [[nodiscard]] bool pinned() const;
   /// Records that work now queued on `stream` uses the block: compaction waits for that work
   /// before moving the block, and once the block is freed its space is reused only in order after
-  /// it. Work on the stream the block was allocated on needs no record.
+  /// it. Work on the stream the block was allocated on needs no record: the arena treats it so.
   void record_use(stream_view stream);
   /// Frees the block now; its space stays pending until the work recorded on it has completed
   /// (see arena). Never throws.
@@ -161,6 +161,7 @@ class arena {
   std::uint64_t compact_locked(bool thorough);
   void free_block(std::uint32_t id) noexcept;
   void free_pending(block& b);
+  void record_use(block& b, stream_view stream);
   pending_space& pending_on(stream_view stream);
   void settle_completed();
   void settle_all();
