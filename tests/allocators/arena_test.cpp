@@ -527,5 +527,63 @@ TEST(arena, PendingSpaceCoalescesOnceItsWorkCompletes) {
   EXPECT_EQ(a.stats().host_waits, 0U) << "completed work needs no wait";
 }
 
+// Random schedules over two streams and the host: every block is written and checked by tasks on
+// its stream (or on a recorded one) while the test thread frees and allocates ahead of them, so
+// space is reused and blocks are moved with work pending. A task that finds a byte other than its
+// block's value saw a block written or moved under it.
+TEST(arena, RandomStreamSchedulesNeverShowABlockAnotherBlocksBytes) {
+  const auto dev = make_host_device(4 * MiB);
+  const auto stream_a = dev->create_stream();
+  const auto stream_b = dev->create_stream();
+  const stream_view streams[] = {stream_a.view(), stream_b.view(), stream_view{}};
+  for (std::uint64_t seed = 1; seed <= 3; ++seed) {
+    std::atomic<int> mismatches{0};
+    arena a(*dev, 2 * MiB);
+    std::mt19937_64 rng(seed);
+    struct live {
+      arena_block block;
+      stream_view stream;  // where its tasks run
+      bool recorded;       // allocated on no stream, so its tasks' stream is recorded
+      unsigned char value;
+    };
+    std::vector<live> blocks;
+    // Queues a task on the block's stream, recorded when the block lives on no stream.
+    const auto on_stream = [&](live& b, bool write) {
+      void* const p = b.block.data();
+      const std::size_t n = b.block.size();
+      const unsigned char v = b.value;
+      dev->launch_host(b.stream, [p, n, v, write, &mismatches] {
+        auto* bytes = static_cast<unsigned char*>(p);
+        if (write) {
+          std::memset(bytes, v, n);
+        } else if (!std::all_of(bytes, bytes + n, [v](unsigned char c) { return c == v; })) {
+          ++mismatches;
+        }
+      });
+      if (b.recorded) b.block.record_use(b.stream);
+    };
+    for (int op = 0; op < 400; ++op) {
+      const auto dice = rng() % 10;
+      if (dice < 5 || blocks.empty()) {
+        const stream_view s = streams[rng() % 3];
+        const std::size_t n = 1 + rng() % (160 * KiB);
+        if (auto b = a.try_allocate(n, s)) {
+          live& l = blocks.emplace_back(live{std::move(*b), s.is_default() ? stream_a.view() : s, s.is_default(),
+                                             static_cast<unsigned char>(1 + op % 251)});
+          on_stream(l, true);
+        }
+      } else if (dice < 8) {
+        on_stream(blocks[rng() % blocks.size()], false);
+      } else {
+        blocks.erase(blocks.begin() + static_cast<std::ptrdiff_t>(rng() % blocks.size()));
+      }
+    }
+    for (auto& b : blocks) on_stream(b, false);
+    dev->synchronize();
+    EXPECT_EQ(mismatches.load(), 0) << "seed " << seed;
+    blocks.clear();
+  }
+}
+
 }  // namespace
 }  // namespace zoe::allocators
