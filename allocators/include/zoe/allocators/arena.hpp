@@ -3,7 +3,8 @@
 // coalescing of freed neighbours. When a request fits the total free space but no single hole,
 // the arena compacts: it slides live, unpinned blocks down with device-to-device copies on its
 // own stream, each after the work queued so far on the block's stream and its last recorded
-// uses have completed, and updates the blocks' addresses. Holders keep arena_block handles and ask them for the current address.
+// uses have completed, and updates the blocks' addresses. Holders keep arena_block handles and
+// ask them for the current address.
 //
 // Pinned blocks (in use, e.g. a parameter being computed on) are never moved. When compaction
 // cannot make room without moving a pinned block, the request fails: allocate() throws
@@ -18,9 +19,11 @@
 // no stream (the default) is used at once from anywhere, so it takes only space whose work has
 // completed. Pending space whose work has completed is settled and coalesces with its neighbours.
 //
-// Back-pressure: when no hole fits but the pending space would, the arena blocks the calling thread
-// (holding its lock) until the work on the freed space completes, coalesces it, and only then
-// compacts or fails. So the work using a freed block must not wait for a thread that allocates.
+// Back-pressure: when nothing can be handed out at once but the free space, pending included,
+// covers the request, the arena blocks the calling thread (holding its lock) until the work on
+// all pending space completes, coalesces it, and only then compacts or fails; so the work using a
+// freed block must not wait for a thread that allocates. A request larger than all free space
+// fails at once.
 
 #include <cstddef>
 #include <cstdint>
@@ -184,8 +187,9 @@ class arena {
   std::map<std::uint64_t, std::uint32_t> live_by_offset_;
   zoe::detail::coalescing_free_list holes_;  // settled free space
   std::vector<pending_space> pending_;       // one per stream with pending space
-  // Recorded uses of freed blocks, until they complete: re-recording an event a wait was queued
-  // on could release that wait early on the host device.
+  // Events a wait was queued on (uses of moved blocks, the streams joined for a block used on
+  // several), kept until they complete: re-recorded earlier, they could release that wait early on
+  // the host device, whose waits are released by any later completion.
   std::vector<device_event> retiring_events_;
   std::vector<device_event> spare_events_;
   arena_stats stats_;  // the counters; stats() adds capacity, free, live blocks and the holes
