@@ -1,6 +1,8 @@
 #include "zoe/allocators/arena.hpp"
 
+#include <algorithm>
 #include <chrono>
+#include <cstddef>
 #include <limits>
 #include <utility>
 
@@ -19,9 +21,18 @@ constexpr std::uint32_t zero_size_id = std::numeric_limits<std::uint32_t>::max()
 // gained are not worth the copies unless the request still does not fit.
 constexpr std::uint64_t max_pieces_per_move = 64;
 
-// Recorded uses of freed blocks are kept until compaction waits on them; above this many, the
-// completed ones are dropped so a long run without compaction does not accumulate events.
-constexpr std::size_t retired_uses_pruning = 256;
+// Erases the entries `settled` takes care of (it returns true). One at a time rather than
+// std::erase_if, so a query that throws leaves every entry whole instead of some moved from.
+template <typename T, typename Settled>
+void erase_settled(std::vector<T>& entries, Settled&& settled) {
+  for (std::size_t i = 0; i < entries.size();) {
+    if (settled(entries[i])) {
+      entries.erase(entries.begin() + static_cast<std::ptrdiff_t>(i));
+    } else {
+      ++i;
+    }
+  }
+}
 
 }  // namespace
 
@@ -72,16 +83,7 @@ void arena_block::record_use(stream_view stream) {
   ZOE_EXPECTS(arena_ != nullptr, "record_use on an empty arena block");
   if (id_ == zero_size_id) return;
   const std::lock_guard lock(arena_->mutex_);
-  auto& uses = arena_->blocks_[id_].uses;
-  for (auto& u : uses) {
-    if (u.stream == stream) {
-      arena_->device_->record(u.event, stream);  // the newer record supersedes the older
-      return;
-    }
-  }
-  arena::use u{stream, arena_->take_event()};
-  arena_->device_->record(u.event, stream);
-  uses.push_back(std::move(u));
+  arena_->record_use(arena_->blocks_[id_], stream);
 }
 
 void arena_block::reset() noexcept {
@@ -118,6 +120,8 @@ arena::~arena() {
     log::error(name_, ": destroyed with ", live_by_offset_.size(), " live blocks; their handles now dangle");
   }
   try {
+    // Work still reading freed blocks must not outlive the region.
+    settle_all();
     device_->synchronize(stream_.view());
   } catch (const std::exception& e) {
     log::error(name_, ": compaction stream failed at destruction: ", e.what());
@@ -125,24 +129,25 @@ arena::~arena() {
   device_->deallocate(base_, capacity_);
 }
 
-arena_block arena::allocate(std::size_t bytes) {
+arena_block arena::allocate(std::size_t bytes, stream_view stream) {
   const std::lock_guard lock(mutex_);
-  if (auto b = allocate_locked(bytes)) return std::move(*b);
-  throw memory_error(str(name_, ": cannot allocate ", format_bytes(bytes), ": ", format_bytes(holes_.free_bytes()),
-                         " free of ", format_bytes(capacity_), ", largest hole ", format_bytes(holes_.largest()),
+  if (auto b = allocate_locked(bytes, stream)) return std::move(*b);
+  throw memory_error(str(name_, ": cannot allocate ", format_bytes(bytes), ": ", format_bytes(free_bytes()),
+                         " free of ", format_bytes(capacity_), ", largest hole ", format_bytes(largest_hole()),
                          compaction_ ? str(", ", stats_.pinned_blocks, " pinned blocks in the way")
                                      : std::string(", compaction off")));
 }
 
-std::optional<arena_block> arena::try_allocate(std::size_t bytes) {
+std::optional<arena_block> arena::try_allocate(std::size_t bytes, stream_view stream) {
   const std::lock_guard lock(mutex_);
-  return allocate_locked(bytes);
+  return allocate_locked(bytes, stream);
 }
 
-std::optional<arena_block> arena::allocate_locked(std::size_t bytes) {
+std::optional<arena_block> arena::allocate_locked(std::size_t bytes, stream_view stream) {
   if (bytes == 0) return arena_block(this, zero_size_id, 0);
   const std::uint64_t rounded = align_up(bytes, alignment_);
-  std::optional<std::uint64_t> offset = holes_.take_best_fit(rounded);
+  std::optional<std::uint64_t> offset = take_space(rounded, stream);
+  // take_space() has settled all pending space when nothing fitted, so only holes remain.
   if (!offset && compaction_ && rounded <= holes_.free_bytes()) {
     compact_locked(false);
     offset = holes_.take_best_fit(rounded);
@@ -168,10 +173,102 @@ std::optional<arena_block> arena::allocate_locked(std::size_t bytes) {
   b.offset = *offset;
   b.size = rounded;
   b.pins = 0;
+  b.stream = stream;
   live_by_offset_.emplace(b.offset, id);
   stats_.used += rounded;
   if (stats_.used > stats_.peak_used) stats_.peak_used = stats_.used;
   return arena_block(this, id, bytes);
+}
+
+// The policy, in RMM's order: space pending on the allocating stream (reusable at once: stream
+// order protects it), settled holes, then space pending on another stream behind an event wait on
+// the allocating stream. When none fits, waits for all pending space and coalesces it.
+std::optional<std::uint64_t> arena::take_space(std::uint64_t bytes, stream_view stream) {
+  settle_completed();
+  if (!stream.is_default()) {
+    for (auto& p : pending_) {
+      if (p.stream == stream) {
+        if (auto at = p.space.take_best_fit(bytes)) return at;
+      }
+    }
+  }
+  if (auto at = holes_.take_best_fit(bytes)) return at;
+  if (!stream.is_default()) {
+    for (auto& p : pending_) {
+      if (p.stream == stream || p.space.largest() < bytes) continue;
+      device_->wait(stream, p.freed);  // before taking: if it throws, the space stays pending
+      ++stats_.cross_stream_reuses;
+      return p.space.take_best_fit(bytes);
+    }
+  }
+  if (pending_.empty() || bytes > free_bytes()) return std::nullopt;
+  settle_all();
+  return holes_.take_best_fit(bytes);
+}
+
+arena::pending_space& arena::pending_on(stream_view stream) {
+  for (auto& p : pending_) {
+    if (p.stream == stream) return p;
+  }
+  pending_.push_back({stream, {}, take_event()});
+  return pending_.back();
+}
+
+void arena::settle(pending_space& p) {
+  p.space.for_each([&](std::uint64_t offset, std::uint64_t size) {
+    if (!holes_.insert(offset, size)) {
+      log::error(name_, ": pending space overlaps free space; the arena's bookkeeping is broken");
+    }
+  });
+  p.space.clear();
+  spare_events_.push_back(std::move(p.freed));
+}
+
+void arena::settle_completed() {
+  erase_settled(pending_, [&](pending_space& p) {
+    if (!device_->query(p.freed)) return false;
+    settle(p);
+    return true;
+  });
+  erase_settled(retiring_events_, [&](device_event& e) {
+    if (!device_->query(e)) return false;
+    spare_events_.push_back(std::move(e));
+    return true;
+  });
+}
+
+void arena::settle_all() {
+  if (!pending_.empty()) ++stats_.host_waits;
+  // One at a time, so a failing wait leaves the rest pending rather than half settled.
+  while (!pending_.empty()) {
+    device_->synchronize(pending_.back().freed);
+    settle(pending_.back());
+    pending_.pop_back();
+  }
+}
+
+std::uint64_t arena::free_bytes() const noexcept {
+  std::uint64_t n = holes_.free_bytes();
+  for (const auto& p : pending_) n += p.space.free_bytes();
+  return n;
+}
+
+std::uint64_t arena::largest_hole() const noexcept {
+  std::uint64_t n = holes_.largest();
+  for (const auto& p : pending_) n = std::max(n, p.space.largest());
+  return n;
+}
+
+void arena::record_use(block& b, stream_view stream) {
+  for (auto& u : b.uses) {
+    if (u.stream == stream) {
+      device_->record(u.event, stream);  // the newer record supersedes the older
+      return;
+    }
+  }
+  use u{stream, take_event()};
+  device_->record(u.event, stream);
+  b.uses.push_back(std::move(u));
 }
 
 device_event arena::take_event() {
@@ -189,34 +286,67 @@ void arena::free_block(std::uint32_t id) noexcept {
     --stats_.pinned_blocks;
     b.pins = 0;
   }
-  try {
-    if (poisons_freed_memory()) {
-      // Debug builds: overwrite the block once the work using it is done, before anyone can
-      // be handed the space again.
-      for (auto& u : b.uses) device_->wait(stream_.view(), u.event);
-      device_->memset_async(base_ + b.offset, poison_byte, b.size, stream_.view());
-      device_->synchronize(stream_.view());
-      for (auto& u : b.uses) spare_events_.push_back(std::move(u.event));
-    } else {
-      for (auto& u : b.uses) retired_uses_.push_back(std::move(u));
-      if (retired_uses_.size() > retired_uses_pruning) {
-        std::erase_if(retired_uses_, [&](use& u) {
-          if (!device_->query(u.event)) return false;
-          spare_events_.push_back(std::move(u.event));
-          return true;
-        });
-      }
-    }
-  } catch (const std::exception& e) {
-    log::error(name_, ": while freeing a block: ", e.what());
-  }
-  b.uses.clear();
   live_by_offset_.erase(b.offset);
   stats_.used -= b.size;
-  if (!holes_.insert(b.offset, b.size)) {
-    log::error(name_, ": a freed block overlaps free space; the arena's bookkeeping is broken");
+  try {
+    free_pending(b);
+  } catch (const std::exception& e) {
+    // Without a record of where its work has got to, the space is safe only once the device is idle.
+    log::error(name_, ": while freeing a block: ", e.what(), "; waiting for the whole device");
+    try {
+      device_->synchronize();
+    } catch (const std::exception& again) {
+      log::error(name_, ": ", again.what());
+    }
+    if (!holes_.insert(b.offset, b.size)) {
+      log::error(name_, ": a freed block overlaps free space; the arena's bookkeeping is broken");
+    }
   }
+  b.uses.clear();
   free_ids_.push_back(id);
+}
+
+void arena::free_pending(block& b) {
+  // The streams whose work may still use the block: those with a use not yet complete, and the
+  // one it was allocated on (its work needs no record, so where it has got to is unknown).
+  std::vector<stream_view> streams;
+  if (!b.stream.is_default()) streams.push_back(b.stream);
+  for (auto& u : b.uses) {
+    const bool done = device_->query(u.event);
+    // Nothing waits on a use's event outside compaction, which synchronizes: reusable now.
+    spare_events_.push_back(std::move(u.event));
+    if (!done && std::find(streams.begin(), streams.end(), u.stream) == streams.end()) streams.push_back(u.stream);
+  }
+  const bool poison = poisons_freed_memory();
+  if (streams.empty()) {
+    if (poison) {
+      device_->memset_async(base_ + b.offset, poison_byte, b.size, stream_.view());
+      device_->synchronize(stream_.view());
+    }
+    if (!holes_.insert(b.offset, b.size)) {
+      log::error(name_, ": a freed block overlaps free space; the arena's bookkeeping is broken");
+    }
+    return;
+  }
+  stream_view owner = streams.front();
+  if (streams.size() > 1) {
+    // Used on several streams: the arena's own stream joins them, so the space waits on one stream
+    // without making a user's stream wait for another's work.
+    owner = stream_.view();
+    for (const stream_view s : streams) {
+      device_event e = take_event();
+      device_->record(e, s);
+      device_->wait(owner, e);
+      retiring_events_.push_back(std::move(e));
+    }
+  }
+  // Debug builds overwrite the block once the work using it is done, before anyone else gets it.
+  if (poison) device_->memset_async(base_ + b.offset, poison_byte, b.size, owner);
+  pending_space& p = pending_on(owner);
+  device_->record(p.freed, owner);
+  if (!p.space.insert(b.offset, b.size)) {
+    log::error(name_, ": a freed block overlaps pending space; the arena's bookkeeping is broken");
+  }
 }
 
 std::uint64_t arena::compact() {
@@ -228,11 +358,7 @@ std::uint64_t arena::compact_locked(bool thorough) {
   const auto start = std::chrono::steady_clock::now();
   const stream_view s = stream_.view();
   // Freed space becomes a destination: work still reading the freed blocks must finish first.
-  for (auto& u : retired_uses_) {
-    device_->wait(s, u.event);
-    spare_events_.push_back(std::move(u.event));
-  }
-  retired_uses_.clear();
+  settle_all();
 
   std::uint64_t moved = 0;
   std::uint64_t cursor = 0;
@@ -265,10 +391,13 @@ std::uint64_t arena::compact_locked(bool thorough) {
       new_index.emplace_hint(new_index.end(), b.offset, id);
       continue;
     }
-    // Queued before the run's copies, so the copies of this block wait for its last use.
+    // Queued before the run's copies, so the copies of this block wait for its last use: those
+    // recorded, and the work queued so far on the stream it belongs to. The events are retired, not
+    // made spare: re-recorded before the waits pass, they could release them early.
+    if (!b.stream.is_default()) record_use(b, b.stream);
     for (auto& u : b.uses) {
       device_->wait(s, u.event);
-      spare_events_.push_back(std::move(u.event));
+      retiring_events_.push_back(std::move(u.event));
     }
     b.uses.clear();
     if (run_bytes == 0 || run_from + run_bytes != b.offset) {
@@ -308,8 +437,9 @@ arena_stats arena::stats() const {
   arena_stats out = stats_;
   out.capacity = capacity_;
   out.live_blocks = live_by_offset_.size();
-  out.free = holes_.free_bytes();
-  out.largest_hole = holes_.largest();
+  out.free = free_bytes();
+  out.pending_free = out.free - holes_.free_bytes();
+  out.largest_hole = largest_hole();
   out.fragmentation = out.free == 0 ? 0.0
                                     : 1.0 - static_cast<double>(out.largest_hole) / static_cast<double>(out.free);
   return out;

@@ -1,10 +1,12 @@
 // The defragmenting arena: best fit, coalescing, compaction that keeps contents and honours pins
-// and recorded uses.
+// and recorded uses, and stream-ordered reuse of freed space.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
+#include <latch>
 #include <map>
 #include <random>
 #include <thread>
@@ -40,6 +42,33 @@ std::uint64_t checksum(const void* p, std::size_t n) {
   }
   return h;
 }
+
+// A "kernel" on `stream` that reads `n` bytes at `p` (expected to hold `value`) while held: it
+// starts, waits for release(), then checks every byte. The host device runs it on the stream's
+// worker thread, so the block it reads is in use until release() is called.
+class held_reader {
+ public:
+  held_reader(device& dev, stream_view stream, const void* p, std::size_t n, unsigned char value) {
+    dev.launch_host(stream, [this, p, n, value] {
+      started_.count_down();
+      release_.wait();
+      const auto* bytes = static_cast<const unsigned char*>(p);
+      intact_ = std::all_of(bytes, bytes + n, [value](unsigned char b) { return b == value; });
+      done_.store(true);
+    });
+    started_.wait();
+  }
+  void release() { release_.count_down(); }
+  [[nodiscard]] bool done() const { return done_.load(); }
+  /// Whether every byte still held its value when read; valid once the stream is synchronized.
+  [[nodiscard]] bool intact() const { return intact_; }
+
+ private:
+  std::latch started_{1};
+  std::latch release_{1};
+  std::atomic<bool> done_{false};
+  bool intact_ = false;
+};
 
 TEST(arena, BestFitAndCoalescing) {
   const auto dev = make_host_device(2 * MiB);
@@ -190,6 +219,27 @@ TEST(arena, CompactionWaitsForTheLastRecordedUse) {
   for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(bytes[i], 0x6b) << "byte " << i;
 }
 
+// The same for work on the stream the block was allocated on, which needs no record.
+TEST(arena, CompactionWaitsForWorkOnTheBlocksOwnStream) {
+  const auto dev = make_host_device(2 * MiB);
+  arena a(*dev, 1 * MiB);
+  const auto user = dev->create_stream();
+  auto first = a.allocate(256 * KiB);
+  auto middle = a.allocate(256 * KiB, user.view());
+  auto last = a.allocate(256 * KiB);
+  void* target = middle.data();
+  const std::size_t n = middle.size();
+  dev->launch_host(user.view(), [target, n] {
+    std::this_thread::sleep_for(30ms);
+    std::memset(target, 0x6b, n);
+  });
+  first.reset();
+  auto big = a.allocate(400 * KiB);
+  ASSERT_NE(middle.data(), target) << "the block should have moved";
+  const auto* bytes = static_cast<const unsigned char*>(middle.data());
+  for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(bytes[i], 0x6b) << "byte " << i;
+}
+
 TEST(arena, ZeroSizeBlocksTakeNoSpace) {
   const auto dev = make_host_device(2 * MiB);
   arena a(*dev, 1 * MiB);
@@ -259,6 +309,279 @@ TEST(arena, RandomSchedulesKeepEveryBlockIntact) {
     for (auto& [id, b] : blocks) {
       if (b.pinned_at != nullptr) b.block.unpin();
     }
+  }
+}
+
+// ---- stream-ordered reuse ---------------------------------------------------------------------
+
+// [x on A][y][free 512 KiB]: x is freed while a kernel on A still reads it. Best fit alone would
+// hand x's hole (the smaller) to the next 256 KiB request; on another stream that request must
+// take other space, or its writes land in the block A is reading.
+TEST(arena, SpaceFreedWithWorkPendingIsNotHandedToAnotherStream) {
+  const auto dev = make_host_device(2 * MiB);
+  arena a(*dev, 1 * MiB);
+  const auto stream_a = dev->create_stream();
+  const auto stream_b = dev->create_stream();
+  auto x = a.allocate(256 * KiB, stream_a.view());
+  auto y = a.allocate(256 * KiB);
+  void* const x_at = x.data();
+  std::memset(x_at, 0x5a, x.size());
+  held_reader reader(*dev, stream_a.view(), x_at, x.size(), 0x5a);
+  x.reset();
+  EXPECT_EQ(a.stats().pending_free, 256 * KiB);
+
+  auto on_b = a.allocate(256 * KiB, stream_b.view());
+  auto on_host = a.allocate(256 * KiB);
+  EXPECT_NE(on_b.data(), x_at) << "space still read on stream A went to stream B without a wait";
+  EXPECT_NE(on_host.data(), x_at) << "space still read on stream A went to a caller on no stream";
+  void* const b_at = on_b.data();
+  dev->launch_host(stream_b.view(), [b_at] { std::memset(b_at, 0xff, 256 * KiB); });
+  std::memset(on_host.data(), 0xee, on_host.size());
+  dev->synchronize(stream_b.view());
+
+  reader.release();
+  dev->synchronize(stream_a.view());
+  EXPECT_TRUE(reader.intact()) << "the block was overwritten while stream A read it";
+  EXPECT_EQ(a.stats().cross_stream_reuses, 0U);
+  EXPECT_EQ(a.stats().host_waits, 0U);
+}
+
+// The arena is full but for x, freed while A reads it: B gets x's space, behind a wait on A's work.
+TEST(arena, AnotherStreamReusesPendingSpaceOnlyAfterItsWork) {
+  const auto dev = make_host_device(2 * MiB);
+  arena a(*dev, 512 * KiB);
+  const auto stream_a = dev->create_stream();
+  const auto stream_b = dev->create_stream();
+  auto x = a.allocate(256 * KiB, stream_a.view());
+  auto y = a.allocate(256 * KiB);
+  void* const x_at = x.data();
+  std::memset(x_at, 0x5a, x.size());
+  held_reader reader(*dev, stream_a.view(), x_at, x.size(), 0x5a);
+  x.reset();
+
+  auto on_b = a.allocate(256 * KiB, stream_b.view());
+  ASSERT_EQ(on_b.data(), x_at) << "the only free space is x's";
+  EXPECT_EQ(a.stats().cross_stream_reuses, 1U);
+  bool b_ran_after_a = false;
+  dev->launch_host(stream_b.view(), [&, x_at] {
+    b_ran_after_a = reader.done();
+    std::memset(x_at, 0xff, 256 * KiB);
+  });
+  const auto b_done = dev->create_event();
+  dev->record(b_done, stream_b.view());
+  // A is held, so B's work, queued behind A's, cannot have run.
+  EXPECT_FALSE(dev->query(b_done));
+
+  reader.release();
+  dev->synchronize(stream_b.view());
+  dev->synchronize(stream_a.view());
+  EXPECT_TRUE(b_ran_after_a);
+  EXPECT_TRUE(reader.intact());
+}
+
+// Stream order already protects the freeing stream: its next allocation reuses the space at once,
+// in preference to settled space, and without waiting for anything.
+TEST(arena, TheFreeingStreamReusesPendingSpaceAtOnce) {
+  const auto dev = make_host_device(2 * MiB);
+  arena a(*dev, 1 * MiB);
+  const auto stream_a = dev->create_stream();
+  auto x = a.allocate(256 * KiB, stream_a.view());
+  auto y = a.allocate(256 * KiB);
+  void* const x_at = x.data();
+  std::memset(x_at, 0x5a, x.size());
+  held_reader reader(*dev, stream_a.view(), x_at, x.size(), 0x5a);
+  x.reset();
+
+  auto again = a.allocate(256 * KiB, stream_a.view());
+  EXPECT_EQ(again.data(), x_at);
+  EXPECT_EQ(a.stats().pending_free, 0U);
+  EXPECT_EQ(a.stats().cross_stream_reuses, 0U);
+  EXPECT_EQ(a.stats().host_waits, 0U);
+  dev->launch_host(stream_a.view(), [x_at] { std::memset(x_at, 0xff, 256 * KiB); });
+  EXPECT_FALSE(reader.done()) << "the allocation must not have waited for A's work";
+  reader.release();
+  dev->synchronize(stream_a.view());
+  EXPECT_TRUE(reader.intact());
+}
+
+// A block used on two streams: its space waits for both, and the stream it was allocated on is not
+// made to wait for the other stream's work (the arena's own stream joins them).
+TEST(arena, SpaceUsedOnTwoStreamsWaitsForBoth) {
+  const auto dev = make_host_device(2 * MiB);
+  arena a(*dev, 512 * KiB);
+  const auto stream_a = dev->create_stream();
+  const auto stream_b = dev->create_stream();
+  auto x = a.allocate(256 * KiB, stream_a.view());
+  auto y = a.allocate(256 * KiB);
+  void* const x_at = x.data();
+  std::memset(x_at, 0x5a, x.size());
+  held_reader on_b(*dev, stream_b.view(), x_at, x.size(), 0x5a);
+  x.record_use(stream_b.view());
+  x.reset();
+  const auto a_idle = dev->create_event();
+  dev->record(a_idle, stream_a.view());
+  dev->synchronize(a_idle);  // returns although B's reader is held
+
+  auto again = a.allocate(256 * KiB, stream_a.view());
+  ASSERT_EQ(again.data(), x_at);
+  EXPECT_EQ(a.stats().cross_stream_reuses, 1U);
+  bool a_ran_after_b = false;
+  dev->launch_host(stream_a.view(), [&, x_at] {
+    a_ran_after_b = on_b.done();
+    std::memset(x_at, 0xff, 256 * KiB);
+  });
+  on_b.release();
+  dev->synchronize(stream_a.view());
+  dev->synchronize(stream_b.view());
+  EXPECT_TRUE(a_ran_after_b);
+  EXPECT_TRUE(on_b.intact());
+}
+
+// Back-pressure: a caller on no stream that only pending space can serve blocks until that work
+// completes; a request that waiting could not serve fails at once (it would hang here otherwise).
+TEST(arena, AFullArenaWaitsForPendingSpaceOrFailsAtOnce) {
+  const auto dev = make_host_device(2 * MiB);
+  arena a(*dev, 512 * KiB, {.name = "activation arena"});
+  const auto stream_a = dev->create_stream();
+  auto x = a.allocate(256 * KiB, stream_a.view());
+  auto y = a.allocate(256 * KiB);
+  std::memset(x.data(), 0x5a, x.size());
+  held_reader reader(*dev, stream_a.view(), x.data(), x.size(), 0x5a);
+  x.reset();
+
+  EXPECT_FALSE(a.try_allocate(257 * KiB).has_value());
+  try {
+    (void)a.allocate(300 * KiB, stream_a.view());
+    FAIL() << "more than the free space must fail";
+  } catch (const memory_error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("activation arena"), std::string::npos) << what;
+    EXPECT_NE(what.find("256 KiB free"), std::string::npos) << what;
+  }
+  EXPECT_EQ(a.stats().failed_allocations, 2U);
+  EXPECT_FALSE(reader.done());
+
+  bool reader_done_first = false;
+  std::latch asking{1};
+  std::thread caller([&] {
+    asking.count_down();
+    auto b = a.allocate(256 * KiB);
+    reader_done_first = reader.done();
+  });
+  asking.wait();
+  reader.release();
+  caller.join();
+  dev->synchronize(stream_a.view());
+  EXPECT_TRUE(reader_done_first) << "the allocation returned while the freed block was still read";
+  EXPECT_TRUE(reader.intact());
+}
+
+// Compaction that needs space still read on a stream waits for that work before copying into it,
+// and keeps the contents of the blocks it moves.
+TEST(arena, CompactionWaitsForPendingFreesAndKeepsContents) {
+  const auto dev = make_host_device(2 * MiB);
+  arena a(*dev, 1 * MiB);
+  const auto stream_a = dev->create_stream();
+  auto p = a.allocate(256 * KiB, stream_a.view());
+  auto q = a.allocate(256 * KiB);
+  auto r = a.allocate(256 * KiB);
+  std::memset(p.data(), 0x5a, p.size());
+  fill(q.data(), q.size(), 3);
+  fill(r.data(), r.size(), 4);
+  const auto sq = checksum(q.data(), q.size());
+  const auto sr = checksum(r.data(), r.size());
+  held_reader reader(*dev, stream_a.view(), p.data(), p.size(), 0x5a);
+  p.reset();
+
+  // 512 KiB free, in p's pending 256 KiB and the 256 KiB tail: only compaction makes room.
+  std::uint64_t moved = 0;
+  std::thread compactor([&] { moved = a.compact(); });
+  reader.release();
+  compactor.join();
+  dev->synchronize(stream_a.view());
+  EXPECT_TRUE(reader.intact()) << "compaction copied into p's space while stream A read it";
+  EXPECT_EQ(moved, 512 * KiB);
+  EXPECT_EQ(q.data(), a.base());
+  EXPECT_EQ(checksum(q.data(), q.size()), sq);
+  EXPECT_EQ(checksum(r.data(), r.size()), sr);
+  EXPECT_EQ(a.stats().pending_free, 0U);
+  EXPECT_EQ(a.stats().largest_hole, 512 * KiB);
+  auto big = a.allocate(512 * KiB, stream_a.view());
+  EXPECT_EQ(static_cast<std::byte*>(big.data()), a.base() + 512 * KiB);
+}
+
+// Pending space settles, and coalesces with its neighbours, once its work has completed.
+TEST(arena, PendingSpaceCoalescesOnceItsWorkCompletes) {
+  const auto dev = make_host_device(2 * MiB);
+  arena a(*dev, 1 * MiB, {.compaction = false});
+  const auto stream_a = dev->create_stream();
+  auto x = a.allocate(256 * KiB, stream_a.view());
+  auto y = a.allocate(256 * KiB, stream_a.view());
+  auto z = a.allocate(256 * KiB);
+  x.reset();
+  y.reset();
+  dev->synchronize(stream_a.view());
+  z.reset();
+  auto whole = a.allocate(1 * MiB);
+  EXPECT_EQ(static_cast<std::byte*>(whole.data()), a.base());
+  EXPECT_EQ(a.stats().host_waits, 0U) << "completed work needs no wait";
+}
+
+// Random schedules over two streams and the host: every block is written and checked by tasks on
+// its stream (or on a recorded one) while the test thread frees and allocates ahead of them, so
+// space is reused and blocks are moved with work pending. A task that finds a byte other than its
+// block's value saw a block written or moved under it.
+TEST(arena, RandomStreamSchedulesNeverShowABlockAnotherBlocksBytes) {
+  const auto dev = make_host_device(4 * MiB);
+  const auto stream_a = dev->create_stream();
+  const auto stream_b = dev->create_stream();
+  const stream_view streams[] = {stream_a.view(), stream_b.view(), stream_view{}};
+  for (std::uint64_t seed = 1; seed <= 3; ++seed) {
+    std::atomic<int> mismatches{0};
+    arena a(*dev, 2 * MiB);
+    std::mt19937_64 rng(seed);
+    struct live {
+      arena_block block;
+      stream_view stream;  // where its tasks run
+      bool recorded;       // allocated on no stream, so its tasks' stream is recorded
+      unsigned char value;
+    };
+    std::vector<live> blocks;
+    // Queues a task on the block's stream, recorded when the block lives on no stream.
+    const auto on_stream = [&](live& b, bool write) {
+      void* const p = b.block.data();
+      const std::size_t n = b.block.size();
+      const unsigned char v = b.value;
+      dev->launch_host(b.stream, [p, n, v, write, &mismatches] {
+        auto* bytes = static_cast<unsigned char*>(p);
+        if (write) {
+          std::memset(bytes, v, n);
+        } else if (!std::all_of(bytes, bytes + n, [v](unsigned char c) { return c == v; })) {
+          ++mismatches;
+        }
+      });
+      if (b.recorded) b.block.record_use(b.stream);
+    };
+    for (int op = 0; op < 400; ++op) {
+      const auto dice = rng() % 10;
+      if (dice < 5 || blocks.empty()) {
+        const stream_view s = streams[rng() % 3];
+        const std::size_t n = 1 + rng() % (160 * KiB);
+        if (auto b = a.try_allocate(n, s)) {
+          live& l = blocks.emplace_back(live{std::move(*b), s.is_default() ? stream_a.view() : s, s.is_default(),
+                                             static_cast<unsigned char>(1 + op % 251)});
+          on_stream(l, true);
+        }
+      } else if (dice < 8) {
+        on_stream(blocks[rng() % blocks.size()], false);
+      } else {
+        blocks.erase(blocks.begin() + static_cast<std::ptrdiff_t>(rng() % blocks.size()));
+      }
+    }
+    for (auto& b : blocks) on_stream(b, false);
+    dev->synchronize();
+    EXPECT_EQ(mismatches.load(), 0) << "seed " << seed;
+    blocks.clear();
   }
 }
 

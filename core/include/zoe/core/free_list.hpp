@@ -40,6 +40,12 @@ class coalescing_free_list {
     return std::nullopt;
   }
 
+  /// Calls `visit(offset, size)` for every hole, in increasing offset (to move the holes elsewhere).
+  template <typename Visit>
+  void for_each(Visit&& visit) const {
+    for (const auto& [offset, size] : by_offset_) visit(offset, size);
+  }
+
   /// Forgets every hole.
   void clear() noexcept;
 
