@@ -1,0 +1,346 @@
+// The per-process swap folder: a folder is never reaped while its creator lives, not even between
+// its mkdir and its lock; many processes starting on one path at once each get their own; the
+// reaper follows no link, touches no other user's folder and takes only folders of dead
+// processes; a swap path anyone could tamper with is refused; swap files land in the folder the
+// directory holds, whatever is renamed or linked into its path.
+#include <gtest/gtest.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdio>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "io_test_support.hpp"
+#include "swap_directory.hpp"
+#include "zoe/core/error.hpp"
+
+// A seam between a creator's mkdir and whatever follows it: this binary's own mkdirat (and mkdir)
+// stand in for libc's, and once armed in a child they announce the new zoe-swap-* folder on a
+// pipe and wait for a byte on another before returning. Only this test binary has them.
+namespace {
+int announce_fd = -1;
+int resume_fd = -1;
+
+int pausing_mkdirat(int dir_fd, const char* path, mode_t mode) {
+  const auto r = static_cast<int>(::syscall(SYS_mkdirat, dir_fd, path, mode));
+  if (r == 0 && announce_fd >= 0 && std::string_view(path).find("zoe-swap-") != std::string_view::npos) {
+    const std::string name = std::filesystem::path(path).filename().string() + "\n";
+    char byte = 0;
+    if (::write(announce_fd, name.data(), name.size()) != static_cast<ssize_t>(name.size()) ||
+        ::read(resume_fd, &byte, 1) != 1) {
+      ::_exit(4);
+    }
+    announce_fd = resume_fd = -1;
+  }
+  return r;
+}
+}  // namespace
+
+extern "C" int mkdirat(int dir_fd, const char* path, mode_t mode) { return pausing_mkdirat(dir_fd, path, mode); }
+extern "C" int mkdir(const char* path, mode_t mode) { return pausing_mkdirat(AT_FDCWD, path, mode); }
+
+namespace zoe::testing {
+namespace {
+
+using io::detail::swap_directory;
+
+std::vector<std::string> names_in(const std::filesystem::path& folder) {
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(folder)) names.push_back(entry.path().filename());
+  return names;
+}
+
+struct pipe_pair {
+  std::array<int, 2> fds{-1, -1};
+  pipe_pair() {
+    if (::pipe(fds.data()) != 0) throw std::runtime_error("pipe failed");
+  }
+  ~pipe_pair() {
+    close_read();
+    close_write();
+  }
+  pipe_pair(const pipe_pair&) = delete;
+  pipe_pair& operator=(const pipe_pair&) = delete;
+  [[nodiscard]] int read_end() const { return fds[0]; }
+  [[nodiscard]] int write_end() const { return fds[1]; }
+  void close_read() {
+    if (fds[0] >= 0) ::close(std::exchange(fds[0], -1));
+  }
+  void close_write() {
+    if (fds[1] >= 0) ::close(std::exchange(fds[1], -1));
+  }
+};
+
+// One line from `fd` (without its newline); empty at end of file.
+std::string read_line(int fd) {
+  std::string line;
+  char c = 0;
+  while (::read(fd, &c, 1) == 1 && c != '\n') line.push_back(c);
+  return line;
+}
+
+bool write_line(int fd, const std::string& text) {
+  const std::string line = text + "\n";
+  return ::write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size());
+}
+
+int exit_code(pid_t child) {
+  int status = 0;
+  if (::waitpid(child, &status, 0) != child) return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+// Reports the child's folder (or "FAIL: why") on `report`, then holds it until `release` closes;
+// exits 0 only if the folder still existed then, and a swap file in it took a write.
+[[noreturn]] void hold_a_folder(const std::filesystem::path& parent, int report, int release) {
+  int code = 0;
+  try {
+    const swap_directory folder(parent);
+    const auto swap = folder.create_swap_file(0, false);
+    const std::string body = "swap data of " + std::to_string(::getpid());
+    if (::pwrite(swap->fd(), body.data(), body.size(), 0) != static_cast<ssize_t>(body.size())) code = 5;
+    if (!write_line(report, folder.path().string())) code = 6;
+    char byte = 0;
+    while (::read(release, &byte, 1) > 0) {
+    }
+    if (!std::filesystem::is_directory(folder.path())) code = 2;
+  } catch (const std::exception& e) {
+    write_line(report, std::string("FAIL: ") + e.what());
+    code = 1;
+  }
+  ::_exit(code);
+}
+
+class swap_directory_test : public ::testing::Test {
+ protected:
+  scratch_dir dir_;
+};
+
+TEST_F(swap_directory_test, AFolderBetweenItsMkdirAndItsLockIsNotReaped) {
+  pipe_pair announce;
+  pipe_pair resume;
+  pipe_pair report;
+  pipe_pair release;
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    announce_fd = announce.write_end();
+    resume_fd = resume.read_end();
+    release.close_write();
+    hold_a_folder(dir_.path(), report.write_end(), release.read_end());
+  }
+  release.close_read();
+  // The child now stands between its mkdir and its lock, for as long as we like.
+  const auto between = dir_ / read_line(announce.read_end());
+  ASSERT_TRUE(std::filesystem::is_directory(between)) << between;
+  {
+    const swap_directory other(dir_.path());
+    EXPECT_TRUE(std::filesystem::is_directory(between)) << "reaped the folder of a process still starting";
+    EXPECT_NE(other.path(), between);
+  }
+  ASSERT_EQ(::write(resume.write_end(), "x", 1), 1);
+  EXPECT_EQ(read_line(report.read_end()), between.string());
+  release.close_write();
+  EXPECT_EQ(exit_code(child), 0);
+}
+
+TEST_F(swap_directory_test, ManyProcessesStartingAtOnceEachGetTheirOwnFolder) {
+  // Stale folders to give every starting process's reaper something to do.
+  for (int i = 0; i < 8; ++i) std::filesystem::create_directory(dir_ / ("zoe-swap-999999-stale" + std::to_string(i)));
+  constexpr int processes = 16;
+  pipe_pair go;
+  pipe_pair report;
+  pipe_pair release;
+  std::vector<pid_t> children;
+  for (int i = 0; i < processes; ++i) {
+    const pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      go.close_write();
+      release.close_write();
+      char byte = 0;
+      while (::read(go.read_end(), &byte, 1) > 0) {
+      }
+      hold_a_folder(dir_.path(), report.write_end(), release.read_end());
+    }
+    children.push_back(child);
+  }
+  go.close_write();  // every child wakes at once
+  release.close_read();
+  std::set<std::string> folders;
+  for (int i = 0; i < processes; ++i) {
+    const std::string line = read_line(report.read_end());
+    EXPECT_FALSE(line.starts_with("FAIL")) << line;
+    folders.insert(line);
+  }
+  EXPECT_EQ(folders.size(), static_cast<std::size_t>(processes)) << "two processes share a folder";
+  // All are alive and hold their folders now; each checks that its own is still there.
+  release.close_write();
+  for (const pid_t child : children) EXPECT_EQ(exit_code(child), 0) << "child " << child;
+  EXPECT_EQ(names_in(dir_.path()), std::vector<std::string>{})
+      << "every process removes its folder, and the stale ones are reaped";
+}
+
+TEST_F(swap_directory_test, ALiveFolderIsNeverReaped) {
+  pipe_pair report;
+  pipe_pair release;
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    release.close_write();
+    hold_a_folder(dir_.path(), report.write_end(), release.read_end());
+  }
+  release.close_read();
+  const std::filesystem::path theirs = read_line(report.read_end());
+  {
+    const swap_directory first(dir_.path());
+    const swap_directory second(dir_.path());  // one process, two stores on one path
+    EXPECT_TRUE(std::filesystem::is_directory(first.path()));
+    EXPECT_TRUE(std::filesystem::is_directory(theirs));
+  }
+  release.close_write();
+  EXPECT_EQ(exit_code(child), 0);
+  EXPECT_EQ(names_in(dir_.path()), std::vector<std::string>{});
+}
+
+TEST_F(swap_directory_test, FoldersOfDeadProcessesAreReaped) {
+  pipe_pair report;
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    try {
+      // A crash: no destructor runs, the folder stays, its lock goes with the process.
+      const auto* leaked = new swap_directory(dir_.path());
+      write_line(report.write_end(), leaked->path().string());
+    } catch (...) {
+      ::_exit(1);
+    }
+    ::_exit(0);
+  }
+  const std::filesystem::path dead = read_line(report.read_end());
+  ASSERT_EQ(exit_code(child), 0);
+  ASSERT_TRUE(std::filesystem::is_directory(dead));
+  // One that a crash left with a named swap file (the create-and-unlink fallback, killed between).
+  const auto named = dir_ / "zoe-swap-999999-dead";
+  std::filesystem::create_directory(named);
+  write_whole_file(named / "swap-0", random_bytes(100, 1));
+
+  const swap_directory next(dir_.path());
+  EXPECT_FALSE(std::filesystem::exists(dead));
+  EXPECT_FALSE(std::filesystem::exists(named));
+  EXPECT_EQ(names_in(dir_.path()), std::vector<std::string>{next.path().filename()});
+}
+
+TEST_F(swap_directory_test, ALinkNamedLikeAFolderIsNeitherFollowedNorRemoved) {
+  const scratch_dir elsewhere;
+  write_whole_file(elsewhere / "precious", random_bytes(100, 2));
+  const auto link = dir_ / "zoe-swap-999999-link";
+  std::filesystem::create_directory_symlink(elsewhere.path(), link);
+  const swap_directory folder(dir_.path());
+  EXPECT_TRUE(std::filesystem::is_symlink(std::filesystem::symlink_status(link)));
+  EXPECT_EQ(names_in(elsewhere.path()), std::vector<std::string>{"precious"});
+}
+
+TEST_F(swap_directory_test, AFolderOfAnotherUserIsLeftAlone) {
+  if (::geteuid() != 0) GTEST_SKIP() << "only root can give a folder to another user";
+  const auto theirs = dir_ / "zoe-swap-999999-theirs";
+  std::filesystem::create_directory(theirs);
+  write_whole_file(theirs / "swap-0", random_bytes(100, 3));
+  constexpr uid_t other_user = 54321;
+  ASSERT_EQ(::chown(theirs.c_str(), other_user, other_user), 0);
+  const swap_directory folder(dir_.path());
+  EXPECT_EQ(names_in(theirs), std::vector<std::string>{"swap-0"}) << "its lock is free, but it is not ours to judge";
+}
+
+TEST_F(swap_directory_test, AParentAnyoneCanRenameInIsRefusedNamingIt) {
+  const auto open_to_all = dir_ / "open";
+  std::filesystem::create_directory(open_to_all);
+  ASSERT_EQ(::chmod(open_to_all.c_str(), 0777), 0);
+  try {
+    const swap_directory folder(open_to_all);
+    FAIL() << "accepted a world-writable parent without the sticky bit";
+  } catch (const io_error& e) {
+    EXPECT_NE(std::string(e.what()).find("'" + open_to_all.string() + "'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("sticky"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(names_in(open_to_all), std::vector<std::string>{}) << "refused before anything was created";
+  ASSERT_EQ(::chmod(open_to_all.c_str(), 01777), 0);  // as /tmp is: only owners rename their entries
+  EXPECT_NO_THROW(swap_directory{open_to_all});
+}
+
+// Swap files are opened through the folder's descriptor: renaming the folder away and putting a
+// link in its place sends nothing through the link.
+TEST_F(swap_directory_test, SwapFilesLandInTheHeldFolderWhateverTakesItsName) {
+  const scratch_dir elsewhere;
+  const swap_directory folder(dir_.path());
+  const auto moved = dir_ / "moved";
+  std::filesystem::rename(folder.path(), moved);
+  std::filesystem::create_directory_symlink(elsewhere.path(), folder.path());
+  const auto swap = folder.create_swap_file(0, true);
+  EXPECT_EQ(names_in(elsewhere.path()), std::vector<std::string>{});
+  const auto target = std::filesystem::read_symlink("/proc/self/fd/" + std::to_string(swap->fd()));
+  EXPECT_TRUE(target.string().starts_with(moved.string() + "/")) << target;
+  std::filesystem::remove(folder.path());
+  std::filesystem::rename(moved, folder.path());
+}
+
+// O_TMPFILE where the file system has it: the swap file never has a name, here on the disk, on
+// ramfs and on tmpfs.
+void expect_nameless_swap_files(const std::filesystem::path& parent) {
+  const swap_directory folder(parent);
+  const auto a = folder.create_swap_file(0, true);
+  const auto b = folder.create_swap_file(1, true);
+  EXPECT_EQ(names_in(folder.path()), std::vector<std::string>{}) << parent;
+  const auto data = random_bytes(4096, 4);
+  aligned_buffer buffer(4096);  // O_DIRECT where the file system takes it
+  std::copy(data.begin(), data.end(), buffer.data());
+  ASSERT_EQ(::pwrite(a->fd(), buffer.data(), buffer.size(), 0), 4096);
+  std::fill_n(buffer.data(), buffer.size(), std::byte{0});
+  ASSERT_EQ(::pread(a->fd(), buffer.data(), buffer.size(), 0), 4096);
+  EXPECT_TRUE(same_bytes(buffer.span(), data));
+  struct stat st {};
+  ASSERT_EQ(::fstat(b->fd(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  EXPECT_EQ(st.st_nlink, 0u);
+}
+
+TEST_F(swap_directory_test, SwapFilesHaveNoNameOnDiskRamfsAndTmpfs) {
+  expect_nameless_swap_files(dir_.path());
+  if (const auto ramfs = scoped_mount::ramfs()) {
+    expect_nameless_swap_files(ramfs->path());
+  }
+  const scratch_dir tmpfs;
+  if (::mount("tmpfs", tmpfs.path().c_str(), "tmpfs", 0, "size=1m") == 0) {
+    expect_nameless_swap_files(tmpfs.path());
+    ::umount2(tmpfs.path().c_str(), MNT_DETACH);
+  }
+}
+
+TEST_F(swap_directory_test, TheFolderGoesWithItsOwner) {
+  std::filesystem::path path;
+  {
+    const swap_directory folder(dir_.path());
+    path = folder.path();
+    EXPECT_EQ(path.parent_path(), dir_.path());
+    EXPECT_TRUE(path.filename().string().starts_with("zoe-swap-" + std::to_string(::getpid()) + "-")) << path;
+    struct stat st {};
+    ASSERT_EQ(::stat(path.c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 0777, 0700u);
+  }
+  EXPECT_FALSE(std::filesystem::exists(path));
+}
+
+}  // namespace
+}  // namespace zoe::testing
