@@ -156,41 +156,60 @@ TEST_F(swap_directory_test, AFolderBetweenItsMkdirAndItsLockIsNotReaped) {
   EXPECT_EQ(exit_code(child), 0);
 }
 
+// Sixteen processes start on one path: eight at once, all held between their mkdir and their
+// lock, then eight more at once while those wait. Every one gets its own folder and keeps it.
 TEST_F(swap_directory_test, ManyProcessesStartingAtOnceEachGetTheirOwnFolder) {
-  // Stale folders to give every starting process's reaper something to do.
-  for (int i = 0; i < 8; ++i) std::filesystem::create_directory(dir_ / ("zoe-swap-999999-stale" + std::to_string(i)));
-  constexpr int processes = 16;
-  pipe_pair go;
+  constexpr int per_group = 8;
+  for (int i = 0; i < 4; ++i) std::filesystem::create_directory(dir_ / ("zoe-swap-999999-stale" + std::to_string(i)));
+  pipe_pair go_first;
+  pipe_pair go_second;
+  pipe_pair announce;
+  pipe_pair resume;
   pipe_pair report;
   pipe_pair release;
   std::vector<pid_t> children;
-  for (int i = 0; i < processes; ++i) {
+  for (int i = 0; i < 2 * per_group; ++i) {
+    const bool first = i < per_group;
     const pid_t child = ::fork();
     ASSERT_GE(child, 0);
     if (child == 0) {
-      go.close_write();
+      go_first.close_write();
+      go_second.close_write();
       release.close_write();
       char byte = 0;
-      while (::read(go.read_end(), &byte, 1) > 0) {
+      while (::read((first ? go_first : go_second).read_end(), &byte, 1) > 0) {
+      }
+      if (first) {
+        announce_fd = announce.write_end();
+        resume_fd = resume.read_end();
       }
       hold_a_folder(dir_.path(), report.write_end(), release.read_end());
     }
     children.push_back(child);
   }
-  go.close_write();  // every child wakes at once
   release.close_read();
   std::set<std::string> folders;
-  for (int i = 0; i < processes; ++i) {
-    const std::string line = read_line(report.read_end());
-    EXPECT_FALSE(line.starts_with("FAIL")) << line;
-    folders.insert(line);
-  }
-  EXPECT_EQ(folders.size(), static_cast<std::size_t>(processes)) << "two processes share a folder";
+  const auto collect_reports = [&] {
+    for (int i = 0; i < per_group; ++i) {
+      const std::string line = read_line(report.read_end());
+      EXPECT_FALSE(line.empty() || line.starts_with("FAIL")) << line;
+      folders.insert(line);
+    }
+  };
+  go_first.close_write();
+  for (int i = 0; i < per_group; ++i) ASSERT_FALSE(read_line(announce.read_end()).empty());
+  go_second.close_write();
+  collect_reports();
+  const std::string bytes(per_group, 'x');
+  ASSERT_EQ(::write(resume.write_end(), bytes.data(), bytes.size()), per_group);
+  collect_reports();
+  EXPECT_EQ(folders.size(), 2u * per_group) << "two processes share a folder";
   // All are alive and hold their folders now; each checks that its own is still there.
   release.close_write();
   for (const pid_t child : children) EXPECT_EQ(exit_code(child), 0) << "child " << child;
-  EXPECT_EQ(names_in(dir_.path()), std::vector<std::string>{})
-      << "every process removes its folder, and the stale ones are reaped";
+  const swap_directory next(dir_.path());
+  EXPECT_EQ(names_in(dir_.path()), std::vector<std::string>{next.path().filename()})
+      << "every process removes its folder, and stale ones are reaped by a start that finds the path quiet";
 }
 
 TEST_F(swap_directory_test, ALiveFolderIsNeverReaped) {
