@@ -5,8 +5,12 @@
 // directory holds, whatever is renamed or linked into its path.
 #include <gtest/gtest.h>
 #include <fcntl.h>
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <sys/file.h>
 #include <sys/mount.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -14,6 +18,9 @@
 
 #include <algorithm>
 #include <array>
+#include <cerrno>
+#include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <set>
 #include <stdexcept>
@@ -299,53 +306,102 @@ TEST_F(swap_directory_test, AParentAnyoneCanRenameInIsRefusedNamingIt) {
   EXPECT_NO_THROW(swap_directory{open_to_all});
 }
 
-// Swap files are opened through the folder's descriptor: renaming the folder away and putting a
-// link in its place sends nothing through the link.
-TEST_F(swap_directory_test, SwapFilesLandInTheHeldFolderWhateverTakesItsName) {
-  const scratch_dir elsewhere;
-  const swap_directory folder(dir_.path());
-  const auto moved = dir_ / "moved";
+// What is wrong with the swap files `folder` creates, empty if nothing: each must have no name,
+// be 0600, give back what was written, and land in the folder the object holds even once that is
+// renamed away and a link to `elsewhere` takes its name (files are opened through the folder's
+// descriptor, never its path).
+std::string swap_file_faults(const swap_directory& folder, const std::filesystem::path& elsewhere) {
+  std::string faults;
+  const auto moved = folder.path().parent_path() / "moved";
   std::filesystem::rename(folder.path(), moved);
-  std::filesystem::create_directory_symlink(elsewhere.path(), folder.path());
-  const auto swap = folder.create_swap_file(0, true);
-  EXPECT_EQ(names_in(elsewhere.path()), std::vector<std::string>{});
-  const auto target = std::filesystem::read_symlink("/proc/self/fd/" + std::to_string(swap->fd()));
-  EXPECT_TRUE(target.string().starts_with(moved.string() + "/")) << target;
+  std::filesystem::create_directory_symlink(elsewhere, folder.path());
+  {
+    const auto direct = folder.create_swap_file(0, true);
+    const auto buffered = folder.create_swap_file(1, false);
+    for (const auto* swap : {direct.get(), buffered.get()}) {
+      struct stat st {};
+      const auto target = std::filesystem::read_symlink("/proc/self/fd/" + std::to_string(swap->fd()));
+      if (::fstat(swap->fd(), &st) != 0 || st.st_nlink != 0) faults += "a swap file has a name; ";
+      if ((st.st_mode & 0777) != 0600) faults += "a swap file is not 0600; ";
+      if (!target.string().starts_with(moved.string() + "/")) faults += "a swap file is at " + target.string() + "; ";
+    }
+    const auto data = random_bytes(4096, 4);
+    aligned_buffer buffer(4096);  // for O_DIRECT where the file system takes it
+    std::copy(data.begin(), data.end(), buffer.data());
+    const bool wrote = ::pwrite(direct->fd(), buffer.data(), buffer.size(), 0) == 4096;
+    std::fill_n(buffer.data(), buffer.size(), std::byte{0});
+    if (!wrote || ::pread(direct->fd(), buffer.data(), buffer.size(), 0) != 4096 ||
+        !std::equal(data.begin(), data.end(), buffer.data())) {
+      faults += "a swap file lost its data; ";
+    }
+  }
+  if (!names_in(moved).empty()) faults += "names were left in the folder; ";
+  if (!names_in(elsewhere).empty()) faults += "a file went through the link; ";
   std::filesystem::remove(folder.path());
   std::filesystem::rename(moved, folder.path());
+  return faults;
 }
 
-// O_TMPFILE where the file system has it: the swap file never has a name, here on the disk, on
-// ramfs and on tmpfs.
-void expect_nameless_swap_files(const std::filesystem::path& parent) {
-  const swap_directory folder(parent);
-  const auto a = folder.create_swap_file(0, true);
-  const auto b = folder.create_swap_file(1, true);
-  EXPECT_EQ(names_in(folder.path()), std::vector<std::string>{}) << parent;
-  const auto data = random_bytes(4096, 4);
-  aligned_buffer buffer(4096);  // O_DIRECT where the file system takes it
-  std::copy(data.begin(), data.end(), buffer.data());
-  ASSERT_EQ(::pwrite(a->fd(), buffer.data(), buffer.size(), 0), 4096);
-  std::fill_n(buffer.data(), buffer.size(), std::byte{0});
-  ASSERT_EQ(::pread(a->fd(), buffer.data(), buffer.size(), 0), 4096);
-  EXPECT_TRUE(same_bytes(buffer.span(), data));
-  struct stat st {};
-  ASSERT_EQ(::fstat(b->fd(), &st), 0);
-  EXPECT_EQ(st.st_mode & 0777, 0600u);
-  EXPECT_EQ(st.st_nlink, 0u);
-}
-
-TEST_F(swap_directory_test, SwapFilesHaveNoNameOnDiskRamfsAndTmpfs) {
-  expect_nameless_swap_files(dir_.path());
-  if (const auto ramfs = scoped_mount::ramfs()) {
-    expect_nameless_swap_files(ramfs->path());
-  }
+// O_TMPFILE where the file system has it: here on the disk, on ramfs and on tmpfs.
+TEST_F(swap_directory_test, SwapFilesAreNamelessAndLandInTheHeldFolderWhateverTakesItsName) {
+  const scratch_dir elsewhere;
+  std::vector<std::filesystem::path> parents{dir_.path()};
+  const auto ramfs = scoped_mount::ramfs();
+  if (ramfs) parents.push_back(ramfs->path());
   const scratch_dir tmpfs;
-  if (::mount("tmpfs", tmpfs.path().c_str(), "tmpfs", 0, "size=1m") == 0) {
-    expect_nameless_swap_files(tmpfs.path());
-    ::umount2(tmpfs.path().c_str(), MNT_DETACH);
+  const bool tmpfs_mounted = ::mount("tmpfs", tmpfs.path().c_str(), "tmpfs", 0, "size=1m") == 0;
+  if (tmpfs_mounted) parents.push_back(tmpfs.path());
+  for (const auto& parent : parents) {
+    const swap_directory folder(parent);
+    EXPECT_EQ(swap_file_faults(folder, elsewhere.path()), "") << parent;
   }
+  if (tmpfs_mounted) ::umount2(tmpfs.path().c_str(), MNT_DETACH);
 }
+
+#if defined(__x86_64__)
+// The fallback, where the file system has no O_TMPFILE: a child whose seccomp filter answers
+// every O_TMPFILE open with EOPNOTSUPP, as such a file system does. Its swap files are created
+// exclusively inside the held folder and unlinked at once.
+TEST_F(swap_directory_test, WithoutOTmpfileSwapFilesAreCreatedAndUnlinkedInsideTheHeldFolder) {
+  const scratch_dir elsewhere;
+  pipe_pair report;
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    constexpr std::uint32_t tmpfile_bit = O_TMPFILE & ~O_DIRECTORY;
+    sock_filter filter[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, arch)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_openat, 1, 0),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, args[2])),  // flags, low word
+        BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, tmpfile_bit, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EOPNOTSUPP & SECCOMP_RET_DATA)),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    sock_fprog program{static_cast<unsigned short>(std::size(filter)), filter};
+    if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 || ::prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &program) != 0) {
+      ::_exit(2);
+    }
+    std::string faults;
+    try {
+      if (::open(dir_.path().c_str(), O_TMPFILE | O_RDWR, 0600) >= 0 || errno != EOPNOTSUPP) {
+        faults = "the filter does not refuse O_TMPFILE";
+      } else {
+        const swap_directory folder(dir_.path());
+        faults = swap_file_faults(folder, elsewhere.path());
+      }
+    } catch (const std::exception& e) {
+      faults = e.what();
+    }
+    ::_exit(write_line(report.write_end(), faults) ? 0 : 3);
+  }
+  EXPECT_EQ(read_line(report.read_end()), "");
+  EXPECT_EQ(exit_code(child), 0);
+}
+#endif
 
 TEST_F(swap_directory_test, TheFolderGoesWithItsOwner) {
   std::filesystem::path path;
