@@ -73,6 +73,14 @@ int flock_retrying(int fd, int operation) {
   return r;
 }
 
+// Takes a flock on the swap path; false only when LOCK_NB finds it held. Throws io_error naming
+// the path on any other failure (a file system without flock).
+bool lock_parent(int parent_fd, int operation, const std::filesystem::path& parent) {
+  if (flock_retrying(parent_fd, operation) == 0) return true;
+  if (errno == EWOULDBLOCK && (operation & LOCK_NB) != 0) return false;
+  throw io_error(str("cannot lock swap path '", parent.string(), "': ", errno_text(errno)), errno);
+}
+
 // The names in the directory `fd`, "." and ".." left out. Reads through a descriptor of its own,
 // so the caller's descriptor (and any flock on it) is untouched.
 std::vector<std::string> entries_of(int fd) {
@@ -137,15 +145,13 @@ owned_fd::~owned_fd() {
 swap_directory::swap_directory(const std::filesystem::path& parent) : parent_(open_parent(parent)) {
   check_parent(parent_.get(), parent);
   const int p = parent_.get();
-  if (flock_retrying(p, LOCK_EX | LOCK_NB) == 0) {
-    reap_stale(p, parent);
-  } else if (errno != EWOULDBLOCK) {
-    throw io_error(str("cannot lock swap path '", parent.string(), "': ", errno_text(errno)), errno);
-  }
+  if (lock_parent(p, LOCK_EX | LOCK_NB, parent)) reap_stale(p, parent);
   // Shared from here until our folder is locked: the reaper cannot run meanwhile. (Converting
   // from exclusive may let another reaper in first; we then wait for it to finish.)
-  if (flock_retrying(p, LOCK_SH) != 0) {
-    throw io_error(str("cannot lock swap path '", parent.string(), "': ", errno_text(errno)), errno);
+  if (!lock_parent(p, LOCK_SH | LOCK_NB, parent)) {
+    // A reap takes milliseconds; should someone hold the lock for longer, the log says why we wait.
+    log::info("waiting for another process to finish reaping swap path '", parent.string(), "'");
+    lock_parent(p, LOCK_SH, parent);
   }
 
   std::random_device rd;

@@ -32,6 +32,7 @@
 #include "io_test_support.hpp"
 #include "swap_directory.hpp"
 #include "zoe/core/error.hpp"
+#include "zoe/core/log.hpp"
 
 // A seam between a creator's mkdir and whatever follows it: this binary's own mkdirat (and mkdir)
 // stand in for libc's, and once armed in a child they announce the new zoe-swap-* folder on a
@@ -159,6 +160,37 @@ TEST_F(swap_directory_test, AFolderBetweenItsMkdirAndItsLockIsNotReaped) {
   }
   ASSERT_EQ(::write(resume.write_end(), "x", 1), 1);
   EXPECT_EQ(read_line(report.read_end()), between.string());
+  release.close_write();
+  EXPECT_EQ(exit_code(child), 0);
+}
+
+// The other half of the protocol: while a reaper holds the swap path, a creator makes nothing
+// there; it says that it waits, and goes on once the reap is over.
+TEST_F(swap_directory_test, NoFolderIsMadeWhileAReaperHoldsThePath) {
+  const int reaper = ::open(dir_.path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  ASSERT_EQ(::flock(reaper, LOCK_EX), 0);
+  pipe_pair log;
+  pipe_pair report;
+  pipe_pair release;
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::close(reaper);  // the lock belongs to the open file, which the child's copy would keep alive
+    release.close_write();
+    if (::dup2(log.write_end(), STDERR_FILENO) < 0) ::_exit(2);
+    log::set_level(log::level::info);
+    hold_a_folder(dir_.path(), report.write_end(), release.read_end());
+  }
+  release.close_read();
+  std::string line;
+  do {
+    line = read_line(log.read_end());
+  } while (!line.empty() && line.find("waiting for another process to finish reaping") == std::string::npos);
+  ASSERT_NE(line.find(dir_.path().string()), std::string::npos) << "the child never said it waits";
+  EXPECT_EQ(names_in(dir_.path()), std::vector<std::string>{}) << "made a folder while the reaper looked";
+  ::close(reaper);
+  const std::filesystem::path made = read_line(report.read_end());
+  EXPECT_EQ(made.parent_path(), dir_.path());
   release.close_write();
   EXPECT_EQ(exit_code(child), 0);
 }
