@@ -131,6 +131,19 @@ int exit_code(pid_t child) {
   ::_exit(code);
 }
 
+// Forks a child that runs `prepare`, then holds a folder under `parent` (hold_a_folder); returns
+// its pid, or -1 where fork fails.
+template <typename Prepare>
+pid_t fork_holder(const std::filesystem::path& parent, pipe_pair& report, pipe_pair& release, Prepare prepare) {
+  const pid_t child = ::fork();
+  if (child == 0) {
+    release.close_write();
+    prepare();
+    hold_a_folder(parent, report.write_end(), release.read_end());
+  }
+  return child;
+}
+
 class swap_directory_test : public ::testing::Test {
  protected:
   scratch_dir dir_;
@@ -141,14 +154,11 @@ TEST_F(swap_directory_test, AFolderBetweenItsMkdirAndItsLockIsNotReaped) {
   pipe_pair resume;
   pipe_pair report;
   pipe_pair release;
-  const pid_t child = ::fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
+  const pid_t child = fork_holder(dir_.path(), report, release, [&] {
     announce_fd = announce.write_end();
     resume_fd = resume.read_end();
-    release.close_write();
-    hold_a_folder(dir_.path(), report.write_end(), release.read_end());
-  }
+  });
+  ASSERT_GE(child, 0);
   release.close_read();
   // The child now stands between its mkdir and its lock, for as long as we like.
   const auto between = dir_ / read_line(announce.read_end());
@@ -172,15 +182,12 @@ TEST_F(swap_directory_test, NoFolderIsMadeWhileAReaperHoldsThePath) {
   pipe_pair log;
   pipe_pair report;
   pipe_pair release;
-  const pid_t child = ::fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
+  const pid_t child = fork_holder(dir_.path(), report, release, [&] {
     ::close(reaper);  // the lock belongs to the open file, which the child's copy would keep alive
-    release.close_write();
     if (::dup2(log.write_end(), STDERR_FILENO) < 0) ::_exit(2);
     log::set_level(log::level::info);
-    hold_a_folder(dir_.path(), report.write_end(), release.read_end());
-  }
+  });
+  ASSERT_GE(child, 0);
   release.close_read();
   std::string line;
   do {
@@ -209,12 +216,9 @@ TEST_F(swap_directory_test, ManyProcessesStartingAtOnceEachGetTheirOwnFolder) {
   std::vector<pid_t> children;
   for (int i = 0; i < 2 * per_group; ++i) {
     const bool first = i < per_group;
-    const pid_t child = ::fork();
-    ASSERT_GE(child, 0);
-    if (child == 0) {
+    const pid_t child = fork_holder(dir_.path(), report, release, [&] {
       go_first.close_write();
       go_second.close_write();
-      release.close_write();
       char byte = 0;
       while (::read((first ? go_first : go_second).read_end(), &byte, 1) > 0) {
       }
@@ -222,8 +226,8 @@ TEST_F(swap_directory_test, ManyProcessesStartingAtOnceEachGetTheirOwnFolder) {
         announce_fd = announce.write_end();
         resume_fd = resume.read_end();
       }
-      hold_a_folder(dir_.path(), report.write_end(), release.read_end());
-    }
+    });
+    ASSERT_GE(child, 0);
     children.push_back(child);
   }
   release.close_read();
@@ -254,12 +258,8 @@ TEST_F(swap_directory_test, ManyProcessesStartingAtOnceEachGetTheirOwnFolder) {
 TEST_F(swap_directory_test, ALiveFolderIsNeverReaped) {
   pipe_pair report;
   pipe_pair release;
-  const pid_t child = ::fork();
+  const pid_t child = fork_holder(dir_.path(), report, release, [] {});
   ASSERT_GE(child, 0);
-  if (child == 0) {
-    release.close_write();
-    hold_a_folder(dir_.path(), report.write_end(), release.read_end());
-  }
   release.close_read();
   const std::filesystem::path theirs = read_line(report.read_end());
   {
