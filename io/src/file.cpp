@@ -35,17 +35,17 @@ struct opened {
 };
 
 // Opens with O_DIRECT when asked, and without it when the file system refuses (EINVAL).
-opened open_maybe_direct(const std::filesystem::path& path, const std::filesystem::path& named, int flags,
+opened open_maybe_direct(int at, const std::filesystem::path& path, const std::filesystem::path& named, int flags,
                          const file_options& o) {
   if (o.direct) {
-    const int fd = ::open(path.c_str(), flags | O_DIRECT, o.permissions);
+    const int fd = ::openat(at, path.c_str(), flags | O_DIRECT, o.permissions);
     if (fd >= 0) return {fd, true};
     if (errno != EINVAL) return {};
     // ramfs and some FUSE mounts refuse O_DIRECT at open; the data is still safe buffered.
     log::warn_once(str("o_direct:", named.parent_path().string()),
                    str("'", named.string(), "' refuses O_DIRECT; using buffered I/O there"));
   }
-  return {::open(path.c_str(), flags, o.permissions), false};
+  return {::openat(at, path.c_str(), flags, o.permissions), false};
 }
 
 }  // namespace
@@ -54,16 +54,21 @@ file::file(std::filesystem::path path, open_mode mode, file_options options)
     : path_(std::move(path)), mode_(mode) {
   ZOE_EXPECTS(!(mode == open_mode::read_only && (options.create || options.truncate || options.unlinked)),
               "cannot create or truncate '", path_.string(), "' when opening it read-only");
+  const bool inside = options.directory_fd >= 0;
+  const int at = inside ? options.directory_fd : AT_FDCWD;
+  const std::filesystem::path name = inside ? path_.filename() : path_;
   opened o;
   if (options.unlinked) {
-    o = open_maybe_direct(path_.parent_path(), path_, O_TMPFILE | O_RDWR | O_CLOEXEC, options);
+    // O_EXCL: the file can never be linked into a name later.
+    o = open_maybe_direct(at, inside ? std::filesystem::path(".") : path_.parent_path(), path_,
+                          O_TMPFILE | O_EXCL | O_RDWR | O_CLOEXEC, options);
     if (o.fd < 0 && (errno == EOPNOTSUPP || errno == EISDIR)) {
       options.create = options.exclusive = options.no_follow = true;
-      o = open_maybe_direct(path_, path_, open_flags(mode, options), options);
-      if (o.fd >= 0) ::unlink(path_.c_str());
+      o = open_maybe_direct(at, name, path_, open_flags(mode, options), options);
+      if (o.fd >= 0) ::unlinkat(at, name.c_str(), 0);
     }
   } else {
-    o = open_maybe_direct(path_, path_, open_flags(mode, options), options);
+    o = open_maybe_direct(at, name, path_, open_flags(mode, options), options);
   }
   fd_ = o.fd;
   direct_ = o.direct;

@@ -1,7 +1,7 @@
 #pragma once
 // The per-process folder a swap store keeps its files in: created inside a user's swap path,
-// locked for the life of the process, and reaped by a later process once that lock is free (its
-// owner died), so a killed run leaves nothing behind for long.
+// locked (flock on the folder itself) for the life of the process, and reaped by a later process
+// once that lock is free (its owner died), so a killed run leaves nothing behind for long.
 
 #include <filesystem>
 #include <memory>
@@ -10,27 +10,50 @@
 
 namespace zoe::io::detail {
 
+/// Owns a file descriptor; closing it drops any flock held through it. Move-only.
+class owned_fd {
+ public:
+  owned_fd() = default;
+  explicit owned_fd(int fd) noexcept : fd_(fd) {}
+  owned_fd(owned_fd&& other) noexcept;
+  owned_fd& operator=(owned_fd&& other) noexcept;
+  ~owned_fd();
+  owned_fd(const owned_fd&) = delete;
+  owned_fd& operator=(const owned_fd&) = delete;
+
+  [[nodiscard]] int get() const noexcept { return fd_; }
+  [[nodiscard]] bool valid() const noexcept { return fd_ >= 0; }
+
+ private:
+  int fd_ = -1;
+};
+
 class swap_directory {
  public:
-  /// Checks `parent` (exists, is a directory, is writable; warns if it is tmpfs or ramfs), reaps
-  /// stale zoe-swap-* folders there (those whose lock no live process holds), then creates and
-  /// locks a fresh one. Throws io_error naming
-  /// `parent` on any refusal.
+  /// Opens `parent` (it must exist, be a directory, readable and writable, and not be writable by
+  /// everyone without the sticky bit; warns if it is tmpfs or ramfs), reaps this user's stale
+  /// zoe-swap-* folders there (those whose lock no live process holds), then creates and locks a
+  /// fresh one. Safe against any number of processes doing the same on one path at once: a
+  /// folder is never reaped while its creator lives. Throws io_error naming `parent` (or the new
+  /// folder) on any refusal. Thread-safe (several may be constructed at once).
   explicit swap_directory(const std::filesystem::path& parent);
-  /// Removes the folder (its swap files are already unlinked). Never throws.
+  /// Removes the folder, then drops its lock. Never throws.
   ~swap_directory();
   swap_directory(const swap_directory&) = delete;
   swap_directory& operator=(const swap_directory&) = delete;
 
   [[nodiscard]] const std::filesystem::path& path() const noexcept { return path_; }
 
-  /// Creates an unlinked swap file (O_TMPFILE where the file system has it, else created 0600
-  /// with O_NOFOLLOW | O_EXCL and unlinked at once). `index` only names it in messages.
+  /// Creates an unlinked swap file inside the folder, resolved through the folder's descriptor
+  /// so that nothing renamed or linked into the path can redirect it (O_TMPFILE | O_EXCL where
+  /// the file system has it, else created 0600 with O_NOFOLLOW | O_EXCL and unlinked at once).
+  /// `index` only names it in messages. Throws io_error naming the file. Thread-safe.
   [[nodiscard]] std::unique_ptr<file> create_swap_file(int index, bool direct) const;
 
  private:
   std::filesystem::path path_;
-  int lock_fd_ = -1;
+  owned_fd parent_;  // held so the folder is removed by name inside the parent it was made in
+  owned_fd folder_;  // flocked exclusively: the mark of a live owner
 };
 
 }  // namespace zoe::io::detail

@@ -26,6 +26,10 @@ struct file_options {
   /// the file for messages only.
   bool unlinked = false;
   mode_t permissions = 0600;
+  /// When >= 0, a directory descriptor in which path's last component is opened (openat), so that
+  /// nothing renamed or linked into the path above it can redirect the file; path() still names
+  /// the whole path in messages. Only borrowed: it must stay open while the constructor runs.
+  int directory_fd = -1;
 };
 
 /// Move-only owner of a file descriptor. Thread-safe: several engines may use one file at once.
