@@ -1,38 +1,18 @@
 // zoe-bench io run as a separate process, as a user would: bad input exits 2 naming the flag,
 // and --verify in a later process finds changed, moved and torn data by file and offset.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
-#include <cstdio>
 #include <fstream>
 #include <map>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
+#include "bench_process.hpp"
 #include "io_test_support.hpp"
 
 namespace zoe::testing {
 namespace {
-
-struct run_result {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr together
-};
-
-// Runs a shell command line, capturing stdout and stderr together.
-run_result run_shell(const std::string& command) {
-  FILE* pipe = ::popen(command.c_str(), "r");
-  if (pipe == nullptr) return {};
-  run_result r;
-  char buf[4096];
-  while (const std::size_t n = std::fread(buf, 1, sizeof buf, pipe)) r.output.append(buf, n);
-  const int status = ::pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
-
-run_result run(const std::string& args) { return run_shell(std::string(ZOE_BENCH_BINARY) + " " + args + " 2>&1"); }
 
 class io_command : public ::testing::Test {
  protected:
@@ -119,15 +99,6 @@ TEST_F(io_command, JsonReportsEveryField) {
     EXPECT_NEAR(j.at("best_gib_per_s").get<double>(), rate, rate * 1e-9) << j.dump();
   }
   EXPECT_EQ(results, 2) << r.output;
-}
-
-std::vector<nlohmann::json> json_lines(const std::string& output) {
-  std::vector<nlohmann::json> out;
-  std::istringstream lines(output);
-  for (std::string line; std::getline(lines, line);) {
-    if (!line.empty() && line[0] == '{') out.push_back(nlohmann::json::parse(line));
-  }
-  return out;
 }
 
 TEST_F(io_command, StoreModeIsReportedBesideRawAndVerifies) {
