@@ -4,6 +4,7 @@
 
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -142,6 +143,28 @@ TEST_F(io_command, VerifyPassesOnAnIntactFileInALaterProcess) {
   const auto r = run(base() + " --op read --verify --threads 2");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("verified"), std::string::npos) << r.output;
+}
+
+// The bytes after each sector's 32-byte stamp, one string per sector.
+std::vector<std::string> sector_bodies(const std::vector<std::byte>& file) {
+  std::vector<std::string> bodies;
+  for (std::size_t at = 0; at + 4096 <= file.size(); at += 4096) {
+    bodies.emplace_back(reinterpret_cast<const char*>(file.data()) + at + 32, 4096 - 32);
+  }
+  return bodies;
+}
+
+TEST_F(io_command, EveryRunAndEverySectorWritesItsOwnBytesAndStillVerifies) {
+  ASSERT_EQ(run(base() + " --op write").exit_code, 0);
+  const auto first = sector_bodies(read_whole_file(data_file()));
+  ASSERT_EQ(run(base() + " --op write").exit_code, 0);
+  const auto second = sector_bodies(read_whole_file(data_file()));
+  ASSERT_EQ(first.size(), 256u);
+  ASSERT_EQ(second.size(), first.size());
+  EXPECT_EQ(std::set<std::string>(first.begin(), first.end()).size(), first.size()) << "a body repeats within a run";
+  for (std::size_t i = 0; i < first.size(); ++i) EXPECT_NE(first[i], second[i]) << "sector " << i << " kept its bytes";
+  const auto r = run(base() + " --op read --verify");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
 }
 
 TEST_F(io_command, VerifyFindsAChangedByte) {
