@@ -2,7 +2,6 @@
 // on the same threads, and the accuracy of block scales.
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <functional>
 #include <iomanip>
 #include <iostream>
