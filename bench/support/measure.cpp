@@ -1,5 +1,7 @@
 #include "measure.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
 #include <iostream>
@@ -9,6 +11,7 @@
 #include <tbb/partitioner.h>
 
 #include "cache_limits.hpp"
+#include "zoe/core/check.hpp"
 #include "zoe/core/units.hpp"
 
 namespace zoe::bench {
@@ -45,6 +48,15 @@ double memcpy_probe::gib_per_s(double seconds) const { return bench::gib_per_s(2
 
 memcpy_probe streaming_memcpy_probe(std::uint64_t bytes, unsigned threads) {
   const std::uint64_t piece = streaming_piece_bytes();
+  // Source and destination of one piece per thread: on many threads with an old glibc (whose
+  // threshold is 3/4 of the whole cache) that can outgrow the machine, and locking it would not end well.
+  const std::uint64_t needed = 2 * std::max<std::uint64_t>(bytes, std::uint64_t{threads} * piece);
+  const long pages = ::sysconf(_SC_PHYS_PAGES);
+  const long page_size = ::sysconf(_SC_PAGE_SIZE);
+  ZOE_EXPECTS(pages <= 0 || page_size <= 0 || needed <= static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page_size) / 2,
+              "--threads ", threads, ": the memcpy limit needs ", format_bytes(needed), " (a piece of ",
+              format_bytes(piece), " per thread, above glibc's streaming threshold, copied into another), more than "
+              "half of this machine's memory; give fewer threads");
   memcpy_probe probe(bytes, threads, piece);
   (void)check_working_set(2 * probe.bytes(), "the memcpy limit");
   std::cerr << "zoe-bench: memcpy limit: " << format_bytes(probe.bytes()) << " in " << probe.pieces() << " pieces of "

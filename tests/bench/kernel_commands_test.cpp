@@ -45,6 +45,16 @@ TEST(adam_command, JsonCarriesTheStreamingMemcpyLimitAndFlagsACacheSizedShard) {
   EXPECT_NE(r.output.find("fits the last-level cache"), std::string::npos) << r.output;
 }
 
+TEST(adam_command, AMemcpyLimitBeyondHalfTheMemoryExitsTwoNamingThreads) {
+  // 1024 pieces above glibc's streaming threshold (at least 16 KiB each, so 32 MiB or more in all,
+  // and hundreds of GiB on glibc versions whose threshold follows the whole cache).
+  const auto r = run("adam --params 1K --threads 1024 --steps 1 --json");
+  if (r.exit_code == 0) GTEST_SKIP() << "this machine has room for 1024 streaming pieces";
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--threads 1024"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("half of this machine's memory"), std::string::npos) << r.output;
+}
+
 TEST(quant_command, JsonTimesQuantizeDequantizeAndReduceRequantizeEachBesideMemcpy) {
   const auto r = run("quant --elems 64K --threads 1 --loops 1 --bits 8 --block 2048 --dtype fp16 --inputs 3" + small_limit);
   ASSERT_EQ(r.exit_code, 0) << r.output;
