@@ -11,6 +11,7 @@
 #include <tbb/parallel_for.h>
 
 #include "commands.hpp"
+#include "support/cache_limits.hpp"
 #include "support/host_buffer.hpp"
 #include "support/measure.hpp"
 #include "zoe/core/check.hpp"
@@ -29,6 +30,7 @@ struct adam_settings {
   std::string param_dtype = "fp16";
   std::string path = "auto";
   int steps = 7;
+  std::string memcpy_text = "1GiB";
   bool json = false;
 };
 
@@ -85,11 +87,11 @@ void run_adam(const adam_settings& s) {
   kernels::adam_config config;
   config.weight_decay = 0.01f;
   config.grad_scale = 1.0f / 1024.0f;
-  // Each Adam step is followed by a memcpy of 1 GiB on the same threads, after one untimed run of
-  // each (thread start-up), and the medians are compared: on a shared machine the load changes
-  // during a run, and the step and its limit should be measured under the same load.
-  std::cerr << "zoe-bench adam: memcpy of 1 GiB on " << s.threads << " threads between the steps\n";
-  memcpy_probe probe(GiB, s.threads);
+  // Each Adam step is followed by a memcpy of at least --memcpy-size on the same threads, after one untimed
+  // run of each (thread start-up), and the medians are compared: on a shared machine the load
+  // changes during a run, and the step and its limit should be measured under the same load.
+  const cache_fit fit = check_working_set(std::uint64_t{n} * (12 + grad_bytes + working_bytes), "zoe-bench adam");
+  memcpy_probe probe = streaming_memcpy_probe(parse_bytes(s.memcpy_text, "--memcpy-size"), s.threads);
   const auto [med, memcpy_rate] = alternate_with_memcpy(
       probe, s.steps, [&](int step) {
         config.step = step + 1;
@@ -102,7 +104,7 @@ void run_adam(const adam_settings& s) {
   const double rate = gib_per_s(std::uint64_t{n} * bytes_per_param, med);
   const std::string path(kernels::cpu_path_name(kernels::active_cpu_path()));
   if (s.json) {
-    const nlohmann::json j{{"bench", "adam"},
+    nlohmann::json j{{"bench", "adam"},
                            {"params", n},
                            {"threads", s.threads},
                            {"grad_dtype", kernels::dtype_name(grad_type)},
@@ -114,7 +116,9 @@ void run_adam(const adam_settings& s) {
                            {"bytes_per_param", bytes_per_param},
                            {"gib_per_s", rate},
                            {"memcpy_gib_per_s", memcpy_rate},
-                           {"fraction_of_memcpy", rate / memcpy_rate}};
+                           {"fraction_of_memcpy", rate / memcpy_rate},
+                           {"memcpy", to_json(probe)}};
+    j.update(to_json(fit));
     std::cout << j.dump() << "\n";
     return;
   }
@@ -123,7 +127,7 @@ void run_adam(const adam_settings& s) {
             << ": " << med << " s/step, "
             << static_cast<double>(n) / med / 1e9 << " Gparams/s, " << std::setprecision(2) << rate
             << " GiB/s; memcpy " << memcpy_rate << " GiB/s; fraction " << std::setprecision(3) << rate / memcpy_rate
-            << "\n";
+            << (fit.fits() ? " (the working set fits the last-level cache)" : "") << "\n";
 }
 
 }  // namespace
@@ -145,6 +149,9 @@ void add_adam_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--path", settings->path, "CPU path (auto, scalar, sse4, avx2, avx512)")->capture_default_str();
   cmd->add_option("--steps", settings->steps, "timed steps")->check(CLI::Range(1, 1000))->capture_default_str();
+  cmd->add_option("--memcpy-size", settings->memcpy_text,
+                  "bytes the memcpy limit copies at least (more where glibc's streaming threshold needs bigger pieces)")
+      ->capture_default_str();
   cmd->add_flag("--json", settings->json, "print one JSON object instead of the line");
   cmd->callback([settings] { run_adam(*settings); });
 }

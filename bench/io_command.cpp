@@ -58,7 +58,6 @@ prepared_target prepare(std::unique_ptr<io_target> target, const io_settings& s,
     seed = s.seed.value_or(std::random_device{}());
     std::cerr << "zoe-bench io: writing " << format_bytes(layout.size) << " once before timing\n";
     const stamped_data fill(*seed);
-    fill.fill_bodies(memory.span());
     run_pass(*target, layout, memory, io::io_op::write, &fill, {});
   } else if (s.op != "read") {
     seed = s.seed.value_or(*seed + 1);  // a new run's stamps, so torn blocks are visible
@@ -68,7 +67,6 @@ prepared_target prepare(std::unique_ptr<io_target> target, const io_settings& s,
 
 void verify(const prepared_target& p, const pass_layout& layout, const host_buffer& memory) {
   std::cerr << "zoe-bench io: verifying " << format_bytes(layout.size) << " of " << p.target->where() << "\n";
-  p.data->fill_bodies(memory.span());
   run_pass(*p.target, layout, memory, io::io_op::read, nullptr, [&](std::span<const std::byte> block, std::uint64_t offset) {
     if (auto bad = p.data->check(block, offset)) {
       throw corruption_error(str("verify failed in '", p.target->where(), "' ", *bad));
@@ -152,7 +150,6 @@ void run_io(io_settings s) {
     for (int loop = 1; loop <= s.loops; ++loop) {
       for (std::size_t i = 0; i < targets.size(); ++i) {
         const prepared_target& p = targets[i];
-        p.data->fill_bodies(memory.span());
         const double seconds = run_pass(*p.target, layout, memory, op, p.data.get(), {});
         results[first + i].seconds.push_back(seconds);
         std::cerr << "zoe-bench io: " << p.target->mode() << " " << io::op_name(op) << " loop " << loop << "/" << s.loops

@@ -27,7 +27,7 @@ double run_pass(io_target& target, const pass_layout& layout, const host_buffer&
           const std::uint64_t offset = next * layout.block;
           const auto length = static_cast<std::size_t>(std::min<std::uint64_t>(layout.block, layout.size - offset));
           const auto buffer = layout.slot(memory, t, slot_index).first(length);
-          if (op == io::io_op::write) data->stamp(buffer, offset);
+          if (op == io::io_op::write) data->fill(buffer, offset);
           // The tag carries the block offset and its buffer slot (queue depth is at most 4096).
           target.submit(t, op, buffer, offset, (offset << 16) | slot_index);
           ++next;

@@ -30,7 +30,8 @@ struct pass_layout {
 using block_visitor = std::function<void(std::span<const std::byte>, std::uint64_t)>;
 
 /// Runs one pass and returns the seconds from the first submit to the last completion. Writes
-/// stamp each block with `data` first. Throws the first failure of any thread.
+/// fill each block with `data` first (this run's bytes for that offset, made on the submitting
+/// thread while the requests before it are in flight). Throws the first failure of any thread.
 double run_pass(io_target& target, const pass_layout& layout, const host_buffer& memory, io::io_op op,
                 const stamped_data* data, const block_visitor& visit);
 

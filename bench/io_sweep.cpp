@@ -77,7 +77,6 @@ void run_sweep(const io_settings& s) {
             << " read and written, " << format_bytes(most) << " of locked buffers\n";
   const host_buffer memory(most);
   const stamped_data data(s.seed.value_or(std::random_device{}()));
-  data.fill_bodies(memory.span());
 
   std::vector<sweep_point> results;
   bool laid_out = false;

@@ -21,6 +21,10 @@ class host_buffer {
   explicit host_buffer(std::size_t bytes);
 
   [[nodiscard]] std::span<std::byte> span() const noexcept { return buffer_.span(); }
+  /// False when RLIMIT_MEMLOCK refused the lock and the memory is ordinary pageable memory.
+  [[nodiscard]] bool locked() const noexcept { return buffer_.locked(); }
+  /// True when transparent huge pages were asked for and the kernel has them enabled.
+  [[nodiscard]] bool huge_pages() const noexcept { return buffer_.huge_pages(); }
 
  private:
   allocators::pinned_buffer buffer_;

@@ -6,8 +6,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
-#include <memory>
 #include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "host_buffer.hpp"
 
 namespace zoe::bench {
 
@@ -25,23 +28,40 @@ using bench_clock = std::chrono::steady_clock;
   return static_cast<double>(bytes) / seconds / static_cast<double>(std::uint64_t{1} << 30);
 }
 
-/// A memcpy of `bytes` between two buffers faulted in up front, on `threads` threads, so a
-/// benchmark can time it between its own runs (alternating, on a shared, noisy machine) and
-/// compare medians with medians.
+/// The memcpy limit a benchmark reports beside its own figure: a copy between two host_buffers
+/// (the locked, huge-page memory the kernels' buffers come from), faulted in up front, split into
+/// equal pieces, one per thread, on TBB's threads (the ones the kernels run on; the first,
+/// untimed run starts them, so no thread start lands inside a timed run).
 class memcpy_probe {
  public:
-  memcpy_probe(std::size_t bytes, unsigned threads);
+  /// Copies max(bytes, threads × min_piece) bytes per run (rounded up to whole 64-byte lines per
+  /// piece). Throws memory_error naming the size when the buffers cannot be mapped.
+  memcpy_probe(std::uint64_t bytes, unsigned threads, std::uint64_t min_piece = 0);
   /// Copies once; returns the seconds taken.
   double run_once();
   /// GiB/s for a time `seconds` of run_once, counting bytes read plus written (X copied moves 2X).
   [[nodiscard]] double gib_per_s(double seconds) const;
+  [[nodiscard]] std::uint64_t bytes() const noexcept { return piece_ * pieces_; }
+  [[nodiscard]] std::uint64_t piece_bytes() const noexcept { return piece_; }
+  [[nodiscard]] unsigned pieces() const noexcept { return pieces_; }
+  /// What its buffers got: locked, and transparent huge pages.
+  [[nodiscard]] bool locked() const noexcept { return src_.locked() && dst_.locked(); }
+  [[nodiscard]] bool huge_pages() const noexcept { return src_.huge_pages() && dst_.huge_pages(); }
 
  private:
-  std::size_t bytes_;
-  unsigned threads_;
-  std::unique_ptr<std::byte[]> src_;
-  std::unique_ptr<std::byte[]> dst_;
+  unsigned pieces_;
+  std::uint64_t piece_;
+  host_buffer src_;
+  host_buffer dst_;
 };
+
+/// The memcpy limit of a kernel benchmark: at least `bytes`, on `threads` threads, in pieces above
+/// glibc's non-temporal threshold, so every call streams as one large copy would. Says on stderr
+/// what it allocates and why.
+[[nodiscard]] memcpy_probe streaming_memcpy_probe(std::uint64_t bytes, unsigned threads);
+
+/// The probe's shape for a benchmark's JSON: bytes, pieces, piece and threshold sizes, memory kind.
+[[nodiscard]] nlohmann::json to_json(const memcpy_probe& probe);
 
 /// Medians of a benchmark timed in alternation with its memcpy limit.
 struct alternating_medians {

@@ -1,38 +1,19 @@
 // zoe-bench io run as a separate process, as a user would: bad input exits 2 naming the flag,
 // and --verify in a later process finds changed, moved and torn data by file and offset.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
-#include <cstdio>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
+#include "bench_process.hpp"
 #include "io_test_support.hpp"
 
 namespace zoe::testing {
 namespace {
-
-struct run_result {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr together
-};
-
-// Runs a shell command line, capturing stdout and stderr together.
-run_result run_shell(const std::string& command) {
-  FILE* pipe = ::popen(command.c_str(), "r");
-  if (pipe == nullptr) return {};
-  run_result r;
-  char buf[4096];
-  while (const std::size_t n = std::fread(buf, 1, sizeof buf, pipe)) r.output.append(buf, n);
-  const int status = ::pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
-
-run_result run(const std::string& args) { return run_shell(std::string(ZOE_BENCH_BINARY) + " " + args + " 2>&1"); }
 
 class io_command : public ::testing::Test {
  protected:
@@ -121,15 +102,6 @@ TEST_F(io_command, JsonReportsEveryField) {
   EXPECT_EQ(results, 2) << r.output;
 }
 
-std::vector<nlohmann::json> json_lines(const std::string& output) {
-  std::vector<nlohmann::json> out;
-  std::istringstream lines(output);
-  for (std::string line; std::getline(lines, line);) {
-    if (!line.empty() && line[0] == '{') out.push_back(nlohmann::json::parse(line));
-  }
-  return out;
-}
-
 TEST_F(io_command, StoreModeIsReportedBesideRawAndVerifies) {
   const auto r = run(base() + " --store --verify --json");
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -171,6 +143,28 @@ TEST_F(io_command, VerifyPassesOnAnIntactFileInALaterProcess) {
   const auto r = run(base() + " --op read --verify --threads 2");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("verified"), std::string::npos) << r.output;
+}
+
+// The bytes after each sector's 32-byte stamp, one string per sector.
+std::vector<std::string> sector_bodies(const std::vector<std::byte>& file) {
+  std::vector<std::string> bodies;
+  for (std::size_t at = 0; at + 4096 <= file.size(); at += 4096) {
+    bodies.emplace_back(reinterpret_cast<const char*>(file.data()) + at + 32, 4096 - 32);
+  }
+  return bodies;
+}
+
+TEST_F(io_command, EveryRunAndEverySectorWritesItsOwnBytesAndStillVerifies) {
+  ASSERT_EQ(run(base() + " --op write").exit_code, 0);
+  const auto first = sector_bodies(read_whole_file(data_file()));
+  ASSERT_EQ(run(base() + " --op write").exit_code, 0);
+  const auto second = sector_bodies(read_whole_file(data_file()));
+  ASSERT_EQ(first.size(), 256u);
+  ASSERT_EQ(second.size(), first.size());
+  EXPECT_EQ(std::set<std::string>(first.begin(), first.end()).size(), first.size()) << "a body repeats within a run";
+  for (std::size_t i = 0; i < first.size(); ++i) EXPECT_NE(first[i], second[i]) << "sector " << i << " kept its bytes";
+  const auto r = run(base() + " --op read --verify");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
 }
 
 TEST_F(io_command, VerifyFindsAChangedByte) {
