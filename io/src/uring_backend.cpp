@@ -242,12 +242,15 @@ int uring_backend::file_slot(int fd) {
 }
 
 std::size_t uring_backend::start(std::span<const std::uint32_t> slots) {
+  // Everything that may throw comes before the first entry is filled: start() throws only
+  // having taken nothing (async_backend::start).
   forget_closed_files();
+  ZOE_CHECK(io_uring_sq_space_left(&ring_) >= slots.size(), internal_error, "io_uring submission queue has room for ",
+            io_uring_sq_space_left(&ring_), " of ", slots.size(), " entries with ", in_kernel(), " in flight of ",
+            capacity());
   for (const std::uint32_t slot : slots) {
     const raw_op& op = op_in(slot);
     io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
-    ZOE_CHECK(sqe != nullptr, internal_error, "io_uring submission queue full with ", in_kernel(), " in flight of ",
-              capacity());
     int fd = op.fd;
     unsigned sqe_flags = 0;
     if (const int file = file_slot(op.fd); file >= 0) {
@@ -276,8 +279,9 @@ std::size_t uring_backend::start(std::span<const std::uint32_t> slots) {
   }
   // overlap_events: the same syscall also collects completions that are due, so the next reap
   // often finds them without entering the kernel again.
-  const int result = overlap_events() ? io_uring_submit_and_get_events(&ring_) : io_uring_submit(&ring_);
-  if (!transient(result)) ZOE_CHECK_NEG_ERRNO(result, "io_uring_submit failed");
+  // The entries are in the submission queue now, so they are taken whatever this call says: a
+  // failure is reported by the next wait(), which enters the kernel with them again.
+  static_cast<void>(overlap_events() ? io_uring_submit_and_get_events(&ring_) : io_uring_submit(&ring_));
   if (overlap_events()) deliver_completions();
   return slots.size();
 }
