@@ -6,6 +6,7 @@
 #include <array>
 #include <atomic>
 #include <cerrno>
+#include <exception>
 #include <fstream>
 
 #include "fd_registry.hpp"
@@ -80,6 +81,18 @@ uring_backend::uring_backend(const engine_options& options)
 }
 
 uring_backend::~uring_backend() {
+  if (in_kernel() > 0 && (flags_ & IORING_SETUP_DEFER_TASKRUN) != 0 && this_thread_token() != owner_) {
+    // Only the issuer may wait on a DEFER_TASKRUN ring (the kernel says EEXIST to others). What
+    // the kernel has posted already can be taken without entering it.
+    deliver_completions();
+    if (in_kernel() > 0) {
+      log::error("an io_uring engine was destroyed by a thread that is not its issuer while ", in_kernel(),
+                 " operations were in flight: only the issuing thread can wait for them, and closing the ring "
+                 "would let the kernel write into memory its caller frees next; stopping the process. Destroy "
+                 "an engine on the thread that drives it, or once it is idle.");
+      std::terminate();
+    }
+  }
   drain_before_close("uring");
   close_ring();
 }

@@ -217,6 +217,27 @@ TEST_F(uring_test, ABusyEngineDrivenFromAnotherThreadIsAUsageError) {
   engine_->wait(done, 1);
   EXPECT_TRUE(done.at(0).ok());
 }
+
+// With SINGLE_ISSUER|DEFER_TASKRUN only the issuer thread can reap the ring. Another thread that
+// destroys a busy engine can neither wait for its operations nor close the ring under them (the
+// kernel would go on writing memory the caller frees next): it stops the process, naming why.
+TEST_F(uring_test, DestroyingABusyEngineFromAnotherThreadStopsTheProcessRatherThanCloseTheRing) {
+  if ((uring_->setup_flags() & IORING_SETUP_DEFER_TASKRUN) == 0) {
+    GTEST_SKIP() << "ring is not DEFER_TASKRUN (" << io::detail::setup_flag_names(uring_->setup_flags())
+                 << "): any thread can wait for it";
+  }
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        aligned_buffer memory(64 * MiB);
+        const auto f = open_rw(dir_ / "busy.dat");
+        engine_->submit({io_op::write, f.get(), memory.span(), 0, 1});
+        std::vector<io::io_completion> done;
+        engine_->poll(done);  // in the kernel now, issued by this thread
+        std::jthread([&] { engine_.reset(); }).join();
+      },
+      "destroyed by a thread that is not its issuer");
+}
 #endif
 
 TEST(backend_factory, ListsBackendsInTheOrderAutoPrefersThem) {
