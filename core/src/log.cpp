@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdlib>
 #include <mutex>
 #include <set>
@@ -51,6 +52,7 @@ void write(level l, std::string_view message) noexcept {
     std::size_t left = line.size();
     while (left > 0) {
       const ssize_t n = ::write(STDERR_FILENO, p, left);
+      if (n < 0 && errno == EINTR) continue;  // a signal came before anything was written
       if (n <= 0) break;
       p += n;
       left -= static_cast<std::size_t>(n);

@@ -77,31 +77,34 @@ std::size_t aio_backend::start(std::span<const std::uint32_t> slots) {
       ++taken;
     }
   }
-  if (overlap_events()) deliver(0);  // reap what is due while we are here (no syscall if none)
+  // Reap what is due while we are here (no syscall if none). Having taken the slots, start()
+  // may not throw: a failure here is the next wait()'s to report, which asks the same.
+  if (overlap_events()) static_cast<void>(deliver(0));
   return taken;
 }
 
-std::size_t aio_backend::deliver(int min_count) {
+int aio_backend::deliver(int min_count) {
   // A zero timeout lets libaio answer from the completion ring in user space when it is empty.
   timespec no_wait{};
   for (;;) {
     const int n = io_getevents(context_, min_count, static_cast<long>(events_.size()), events_.data(),
                                min_count == 0 ? &no_wait : nullptr);
     if (n == -EINTR) continue;
-    ZOE_CHECK_NEG_ERRNO(n, "io_getevents failed");
     for (int i = 0; i < n; ++i) {
       const io_event& e = events_[static_cast<std::size_t>(i)];
       const auto slot = static_cast<std::uint32_t>(e.obj - iocbs_.data());
       complete(slot, aio_event_result(e.res, e.res2));
     }
-    return static_cast<std::size_t>(n);
+    return n;
   }
 }
 
 void aio_backend::wait(std::size_t min_completions) {
   std::size_t got = 0;
   do {
-    got += deliver(static_cast<int>(min_completions - got));
+    const int n = deliver(static_cast<int>(min_completions - got));
+    ZOE_CHECK_NEG_ERRNO(n, "io_getevents failed");
+    got += static_cast<std::size_t>(n);
   } while (got < min_completions);
 }
 

@@ -35,7 +35,8 @@ class aio_backend final : public async_backend {
  private:
   std::size_t start(std::span<const std::uint32_t> slots) override;
   void wait(std::size_t min_completions) override;
-  std::size_t deliver(int count);
+  /// Hands finished events to complete(), blocking until `min_count`; returns how many, or -errno.
+  int deliver(int min_count);
 
   io_context_t context_ = nullptr;
   std::vector<iocb> iocbs_;  ///< one per slot, so the kernel's iocb pointer leads back to it

@@ -29,13 +29,20 @@ void async_backend::submit(std::span<const raw_op> ops) {
   on_calling_thread();
   ZOE_EXPECTS(ops.size() <= free_slots_.size(), "submit of ", ops.size(), " operations with only ",
               free_slots_.size(), " of ", slots_.size(), " slots free");
-  for (const raw_op& op : ops) {
-    const std::uint32_t slot = free_slots_.back();
-    free_slots_.pop_back();
-    slots_[slot] = op;
-    waiting_.push_back(slot);
+  // io_backend::submit: throw only having taken none (free_slots_ never reallocates: it was
+  // reserved for every slot).
+  const std::size_t waiting_before = waiting_.size();
+  try {
+    for (const raw_op& op : ops) {
+      waiting_.push_back(free_slots_.back());
+      free_slots_.pop_back();
+      slots_[waiting_.back()] = op;
+    }
+  } catch (...) {
+    for (; waiting_.size() > waiting_before; waiting_.pop_back()) free_slots_.push_back(waiting_.back());
+    throw;
   }
-  offer_waiting();
+  offer_waiting();  // never throws: from here on every op comes back from reap()
 }
 
 void async_backend::offer_waiting() {
@@ -45,7 +52,14 @@ void async_backend::offer_waiting() {
     const std::size_t n = single_submit_ ? 1 : waiting_.size();
     offer_.assign(waiting_.begin(), waiting_.begin() + static_cast<std::ptrdiff_t>(n));
     in_kernel_ += n;  // before start(): complete() of a slot that failed to start counts down
-    const std::size_t taken = start(offer_);
+    std::size_t taken = 0;
+    try {
+      taken = start(offer_);
+    } catch (const std::exception& e) {
+      in_kernel_ -= n;  // start() throws having taken none of the offer
+      fail_waiting(e);
+      return;
+    }
     ZOE_ASSERT(taken <= n);
     in_kernel_ -= n - taken;
     waiting_.erase(waiting_.begin(), waiting_.begin() + static_cast<std::ptrdiff_t>(taken));
@@ -61,6 +75,19 @@ void async_backend::offer_waiting() {
       }
       // Otherwise it took some and they all finished at once: offer the rest straight away.
     }
+  }
+}
+
+void async_backend::fail_waiting(const std::exception& e) {
+  // The ops were accepted, so they come back as results; the reason goes to the log because a
+  // result carries only an errno (the engine's message names the file and offset).
+  const auto* io = dynamic_cast<const io_error*>(&e);
+  const int os_errno = io != nullptr && io->os_errno() != 0 ? io->os_errno() : EIO;
+  log::error("the ", name(), " backend could not start ", waiting_.size(), " operations, which fail with ",
+             errno_text(os_errno), ": ", e.what());
+  for (; !waiting_.empty(); waiting_.pop_front()) {
+    ++in_kernel_;
+    complete(waiting_.front(), -os_errno);
   }
 }
 

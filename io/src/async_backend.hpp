@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <exception>
 #include <string_view>
 #include <vector>
 
@@ -34,7 +35,8 @@ class async_backend : public io_backend {
   /// Hands the slots to the kernel, in order, and returns how many it took (a prefix). A slot
   /// that failed to start (its -errno known at once) counts as taken and is reported through
   /// complete(). Returning fewer means "full for now"; the rest are offered again after a
-  /// completion. Throws io_error if the kernel interface itself broke.
+  /// completion. Throws io_error if the kernel interface itself broke, and then only having
+  /// taken none of the slots (the waiting operations then fail with its errno).
   virtual std::size_t start(std::span<const std::uint32_t> slots) = 0;
   /// Delivers finished operations through complete(): every one that is ready, and blocks until
   /// at least `min_completions` were delivered (0: never blocks). `min_completions` never exceeds
@@ -60,7 +62,9 @@ class async_backend : public io_backend {
   void drain_before_close(std::string_view backend) noexcept;
 
  private:
+  /// Offers waiting operations to the kernel; never throws.
   void offer_waiting();
+  void fail_waiting(const std::exception& e);
 
   std::vector<raw_op> slots_;
   std::vector<std::uint32_t> free_slots_;

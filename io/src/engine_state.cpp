@@ -5,16 +5,21 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <thread>
 
 #include "zoe/core/check.hpp"
+#include "zoe/core/log.hpp"
 #include "zoe/core/units.hpp"
 #include "zoe/io/file.hpp"
 
 namespace zoe::io::detail {
 namespace {
 
-// EAGAIN in a loop means the kernel keeps refusing; past this many in a row it is an error.
-constexpr unsigned max_eagain_retries = 1000;
+// EAGAIN means the kernel is busy now: retry after a pause that doubles from the first to the
+// longest, and past this many in a row report it (about a quarter of a second in all).
+constexpr unsigned max_eagain_retries = 32;
+constexpr std::chrono::microseconds first_eagain_pause{10};
+constexpr std::chrono::microseconds longest_eagain_pause{10'000};
 constexpr std::size_t bounce_alignment = 4096;
 
 }  // namespace
@@ -34,38 +39,65 @@ std::size_t engine_state::file_alignment(const piece& p) {
 }
 
 bool engine_state::register_buffers(std::span<const std::span<std::byte>> regions) {
-  ZOE_EXPECTS(outstanding_ == 0, "register_buffers while ", outstanding_, " requests are outstanding");
+  ZOE_EXPECTS(submitted_.outstanding + running_.outstanding == 0, "register_buffers while ",
+              submitted_.outstanding + running_.outstanding, " requests are outstanding");
   return backend_->register_buffers(regions);
 }
 
-void engine_state::submit(const io_request& request) {
+void engine_state::validate(const io_request& request) const {
   ZOE_EXPECTS(request.target != nullptr, "io_request has no file");
-  file& f = *request.target;
+  const file& f = *request.target;
   ZOE_EXPECTS(request.op == io_op::read || f.writable(), "cannot write to '", f.path().string(),
               "': it was opened read-only");
-  ZOE_EXPECTS(request.buffer.size() <= std::numeric_limits<std::int64_t>::max() - request.offset, op_name(request.op),
+  // Unsigned arithmetic: compare before subtracting, or an offset past the limit wraps around.
+  constexpr auto largest = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
+  ZOE_EXPECTS(request.offset <= largest && request.buffer.size() <= largest - request.offset, op_name(request.op),
               " of ", request.buffer.size(), " bytes at offset ", request.offset, " in '", f.path().string(),
               "' reaches past the largest file offset");
-
-  ++outstanding_;
-  if (request.buffer.empty()) {
-    io_completion c;
-    c.user_data = request.user_data;
-    done_.push_back(std::move(c));
-    return;
-  }
-  if (request.op == io_op::write) f.note_write_end(request.offset + request.buffer.size());
-
-  const bool direct = f.direct();
-  ZOE_EXPECTS(!direct || f.offset_alignment() <= options_.block_size, "block_size ", options_.block_size,
+  ZOE_EXPECTS(!f.direct() || f.offset_alignment() <= options_.block_size, "block_size ", options_.block_size,
               " is smaller than the O_DIRECT alignment ", f.offset_alignment(), " of '", f.path().string(), "'");
+}
+
+void engine_state::enqueue(std::span<const io_request> requests, completion_queue& queue) {
+  // All or nothing: every check first, then bookkeeping that is undone if it runs out of memory.
+  // No I/O starts here (only collect() starts it), so undoing is only bookkeeping.
+  for (const io_request& r : requests) validate(r);
+  const std::size_t planned_before = planned_.size();
+  const std::size_t done_before = queue.done.size();
+  std::vector<std::uint32_t> users;
+  try {
+    users.reserve(requests.size());
+    for (const io_request& r : requests) {
+      if (r.buffer.empty()) {
+        io_completion c;
+        c.user_data = r.user_data;
+        queue.done.push_back(std::move(c));
+        continue;
+      }
+      users.push_back(users_.add({r, 0, {}, &queue}));
+      add_pieces(r, users.back());
+    }
+  } catch (...) {
+    for (; planned_.size() > planned_before; planned_.pop_back()) pieces_.remove(planned_.back());
+    for (const std::uint32_t u : users) users_.remove(u);
+    queue.done.resize(done_before);
+    throw;
+  }
+  queue.outstanding += requests.size();
+  for (const io_request& r : requests) {
+    if (r.op == io_op::write && !r.buffer.empty()) r.target->note_write_end(r.offset + r.buffer.size());
+  }
+}
+
+void engine_state::add_pieces(const io_request& request, std::uint32_t user) {
+  const file& f = *request.target;
+  const bool direct = f.direct();
   const alignment_rule rule{direct ? f.offset_alignment() : 1, direct ? f.memory_alignment() : 1,
                             direct ? std::max<std::size_t>(align_down(options_.block_size, f.offset_alignment()),
                                                            f.offset_alignment())
                                    : options_.block_size};
   const auto plans = plan_request(reinterpret_cast<std::uintptr_t>(request.buffer.data()), request.offset,
                                   request.buffer.size(), rule);
-  const std::uint32_t user = users_.add({request, plans.size(), {}});
   for (const piece_plan& plan : plans) {
     piece p;
     p.user = user;
@@ -75,35 +107,81 @@ void engine_state::submit(const io_request& request) {
       p.cover_end = align_up(plan.file_offset + plan.length, rule.offset);
       p.at = request.op == io_op::read ? stage::bounce_read : stage::rmw_wait_lock;
     }
-    planned_.push_back(pieces_.add(std::move(p)));
+    const std::uint32_t id = pieces_.add(std::move(p));
+    try {
+      planned_.push_back(id);
+    } catch (...) {
+      pieces_.remove(id);
+      throw;
+    }
+    ++users_[user].pieces_left;
   }
 }
 
-std::size_t engine_state::collect(std::vector<io_completion>& out, std::size_t min_count, bool block) {
+void engine_state::run(std::span<const io_request> requests) {
+  std::vector<io_completion> done;
+  // Requests of an earlier run() that the backend broke off: their caller has had its exception.
+  if (running_.outstanding > 0) collect(running_, done, std::numeric_limits<std::size_t>::max(), true);
+  done.clear();
+  enqueue(requests, running_);
+  collect(running_, done, std::numeric_limits<std::size_t>::max(), true);
+  for (const io_completion& c : done) c.throw_if_failed();
+}
+
+void engine_state::drain() noexcept {
+  std::vector<io_completion> discard;
+  try {
+    while (submitted_.outstanding + running_.outstanding > 0) {
+      discard.clear();
+      collect(submitted_.outstanding > 0 ? submitted_ : running_, discard, std::numeric_limits<std::size_t>::max(),
+              true);
+    }
+  } catch (const std::exception& e) {
+    log::error("io_engine shutting down with ", submitted_.outstanding + running_.outstanding,
+               " requests in flight, whose buffers the backend may still use: ", e.what());
+  }
+}
+
+std::size_t engine_state::collect(completion_queue& queue, std::vector<io_completion>& out, std::size_t min_count,
+                                  bool block) {
   std::size_t moved = 0;
+  // A poll keeps the time it started with, so an operation that meets EAGAIN during it is not
+  // due again before the next call: a poll never spins on a busy kernel.
+  clock::time_point now = clock::now();
   for (;;) {
-    pump();
-    moved += done_.size();
-    outstanding_ -= done_.size();
-    std::move(done_.begin(), done_.end(), std::back_inserter(out));
-    done_.clear();
-    if (outstanding_ == 0 || (block && moved >= min_count)) return moved;
+    pump(now);
+    moved += queue.done.size();
+    queue.outstanding -= queue.done.size();
+    std::move(queue.done.begin(), queue.done.end(), std::back_inserter(out));
+    queue.done.clear();
+    if (queue.outstanding == 0 || (block && moved >= min_count)) return moved;
     if (raws_in_flight_ > 0) {
       results_.clear();
       backend_->reap(results_, block ? 1 : 0);
-      if (results_.empty()) return moved;  // only a non-blocking reap comes back empty
-      for (const raw_result& r : results_) on_result(r);
+      if (results_.empty()) {
+        ZOE_CHECK(!block, internal_error, "the ", backend_->name(), " backend returned from a blocking reap with ",
+                  raws_in_flight_, " operations in flight and none finished");
+        return moved;
+      }
+      if (block) now = clock::now();
+      for (const raw_result& r : results_) on_result(r, now);
     } else if (!lock_wait_.empty()) {
       if (!block) return moved;
       // Only another engine can hold the lock we wait for: all of ours would be in flight.
       target_of(pieces_[lock_wait_.front()]).wait_for_unlock();
+    } else if (!delayed_.empty()) {
+      if (!block) return moved;
+      std::this_thread::sleep_until(
+          std::min_element(delayed_.begin(), delayed_.end(), [](const auto& a, const auto& b) { return a.due < b.due; })
+              ->due);
+      now = clock::now();
     } else {
       throw internal_error("io_engine has outstanding requests but nothing in flight or waiting");
     }
   }
 }
 
-void engine_state::pump() {
+void engine_state::pump(clock::time_point now) {
   while (active_pieces_ < backend_->capacity() && !planned_.empty()) {
     const std::uint32_t id = planned_.front();
     planned_.pop_front();
@@ -121,6 +199,15 @@ void engine_state::pump() {
       lock_wait_.push_back(id);
     }
   }
+  std::erase_if(delayed_, [&](const delayed_raw& d) {
+    if (d.due > now) return false;
+    ready_.push_back(d.raw);
+    return true;
+  });
+  submit_ready();
+}
+
+void engine_state::submit_ready() {
   submit_batch_.clear();
   while (!ready_.empty() && raws_in_flight_ < backend_->capacity()) {
     raw_slot& r = raws_[static_cast<std::uint32_t>(ready_.front())];
@@ -132,7 +219,20 @@ void engine_state::pump() {
     submit_batch_.push_back(op);
     ++raws_in_flight_;
   }
-  if (!submit_batch_.empty()) backend_->submit(submit_batch_);
+  if (submit_batch_.empty()) return;
+  try {
+    backend_->submit(submit_batch_);
+  } catch (const std::exception& e) {
+    // The backend took none of them (io_backend::submit): they fail with its reason. Failing one
+    // may queue more work (never another submit from here), which the next pump offers again.
+    raws_in_flight_ -= submit_batch_.size();
+    const auto* io = dynamic_cast<const io_error*>(&e);
+    const int os_errno = io != nullptr ? io->os_errno() : 0;
+    for (const raw_op& op : submit_batch_) {
+      const auto raw_id = static_cast<std::uint32_t>(op.tag);
+      finish_raw(raw_id, failure_of(raws_[raw_id], os_errno, e.what()));
+    }
+  }
 }
 
 void engine_state::activate(std::uint32_t id) {
@@ -145,7 +245,14 @@ void engine_state::activate(std::uint32_t id) {
   }
   if (bounce_free_.empty()) {
     auto* memory = static_cast<std::byte*>(std::aligned_alloc(bounce_alignment, align_up(bounce_size_, bounce_alignment)));
-    if (memory == nullptr) throw memory_error(str("cannot allocate a ", bounce_size_, "-byte I/O bounce buffer"));
+    if (memory == nullptr) {
+      // A failed completion, not an exception: the piece is already counted as active.
+      p.error = {true, ENOMEM, p.plan.file_offset,
+                 str("cannot allocate a ", bounce_size_, "-byte I/O bounce buffer for the ", op_name(request.op),
+                     " at offset ", p.plan.file_offset, " in '", request.target->path().string(), "'")};
+      finish_piece(id);
+      return;
+    }
     bounce_owned_.emplace_back(memory, &std::free);
     bounce_free_.push_back(memory);
   }
@@ -197,19 +304,28 @@ void engine_state::queue_raw(std::uint32_t piece_id, io_op op, std::byte* buffer
 }
 
 engine_state::failure engine_state::os_failure(const raw_slot& r, int os_errno) {
+  return failure_of(r, os_errno, errno_text(os_errno));
+}
+
+engine_state::failure engine_state::failure_of(const raw_slot& r, int os_errno, std::string_view cause) {
   const file& f = target_of(pieces_[r.piece]);
   return {true, os_errno, r.op.offset + r.sub_start,
           str(op_name(r.op.op), " of ", r.op.length - r.sub_start, " bytes at offset ", r.op.offset + r.sub_start,
-              " in '", f.path().string(), "' failed: ", errno_text(os_errno))};
+              " in '", f.path().string(), "' failed: ", cause)};
 }
 
-void engine_state::on_result(const raw_result& result) {
+void engine_state::on_result(const raw_result& result, clock::time_point now) {
   const auto raw_id = static_cast<std::uint32_t>(result.tag);
   raw_slot& r = raws_[raw_id];
   --raws_in_flight_;
   const std::int64_t res = result.result;
-  if (res == -EINTR || (res == -EAGAIN && ++r.retries < max_eagain_retries)) {
+  if (res == -EINTR) {
     ready_.push_back(raw_id);
+    return;
+  }
+  if (res == -EAGAIN && ++r.retries < max_eagain_retries) {
+    const auto pause = std::min(longest_eagain_pause, first_eagain_pause * (1U << std::min(r.retries - 1, 10U)));
+    delayed_.push_back({now + pause, raw_id});
     return;
   }
   if (res < 0) {
@@ -333,7 +449,7 @@ void engine_state::finish_piece(std::uint32_t id) {
   c.os_errno = u.error.os_errno;
   c.message = std::move(u.error.message);
   c.bytes = c.failed ? 0 : u.request.buffer.size();
-  done_.push_back(std::move(c));
+  u.queue->done.push_back(std::move(c));
   users_.remove(user);
 }
 

@@ -2,12 +2,14 @@
 // The bookkeeping behind io_engine: user requests, the pieces they were cut into, the raw
 // operations in flight, and the state machine that moves a piece from planned to done.
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "request_planner.hpp"
@@ -23,6 +25,8 @@ class slab {
  public:
   std::uint32_t add(T value) {
     if (free_.empty()) {
+      // Room for every id to come back, so remove() never allocates (it undoes failed submits).
+      free_.reserve(items_.size() + 1);
       items_.push_back(std::move(value));
       return static_cast<std::uint32_t>(items_.size() - 1);
     }
@@ -31,7 +35,7 @@ class slab {
     items_[id] = std::move(value);
     return id;
   }
-  void remove(std::uint32_t id) { free_.push_back(id); }
+  void remove(std::uint32_t id) noexcept { free_.push_back(id); }
   T& operator[](std::uint32_t id) { return items_[id]; }
 
  private:
@@ -39,6 +43,9 @@ class slab {
   std::vector<std::uint32_t> free_;
 };
 
+/// The contract io_engine.hpp states is kept here: submit() is all or nothing and starts no I/O
+/// (only collecting does), run()'s requests complete into a queue of their own, and a backend
+/// that throws from submit() took none of the batch, whose requests then fail.
 class engine_state {
  public:
   engine_state(std::unique_ptr<io_backend> backend, engine_options options);
@@ -46,10 +53,15 @@ class engine_state {
   engine_state(const engine_state&) = delete;
   engine_state& operator=(const engine_state&) = delete;
 
-  void submit(const io_request& request);
-  std::size_t collect(std::vector<io_completion>& out, std::size_t min_count, bool block);
+  void submit(std::span<const io_request> requests) { enqueue(requests, submitted_); }
+  std::size_t collect(std::vector<io_completion>& out, std::size_t min_count, bool block) {
+    return collect(submitted_, out, min_count, block);
+  }
+  void run(std::span<const io_request> requests);
+  /// Waits for every request in flight, dropping the results. Logs (never throws) if it cannot.
+  void drain() noexcept;
   bool register_buffers(std::span<const std::span<std::byte>> regions);
-  [[nodiscard]] std::size_t outstanding() const noexcept { return outstanding_; }
+  [[nodiscard]] std::size_t outstanding() const noexcept { return submitted_.outstanding; }
   [[nodiscard]] const engine_options& options() const noexcept { return options_; }
   [[nodiscard]] std::string_view backend_name() const noexcept { return backend_->name(); }
 
@@ -60,10 +72,16 @@ class engine_state {
     std::uint64_t at = 0;  ///< file offset of the failure: the lowest one is reported
     std::string message;
   };
+  /// Where the completions of one kind of request go until they are handed out.
+  struct completion_queue {
+    std::vector<io_completion> done;
+    std::size_t outstanding = 0;  ///< queued and not yet handed out
+  };
   struct user_slot {
     io_request request;
     std::size_t pieces_left = 0;
     failure error;
+    completion_queue* queue = nullptr;
   };
   enum class stage : std::uint8_t { direct, bounce_read, rmw_wait_lock, rmw_fill, rmw_write };
   struct piece {
@@ -87,20 +105,31 @@ class engine_state {
     bool eof_ok = false;        ///< a read that may end at end of file (bounce fills)
     unsigned retries = 0;
   };
+  using clock = std::chrono::steady_clock;
+  struct delayed_raw {
+    clock::time_point due;
+    std::uint32_t raw = 0;
+  };
 
   [[nodiscard]] file& target_of(const piece& p) { return *users_[p.user].request.target; }
   [[nodiscard]] std::size_t file_alignment(const piece& p);
-  void pump();
+  void validate(const io_request& request) const;
+  void enqueue(std::span<const io_request> requests, completion_queue& queue);
+  void add_pieces(const io_request& request, std::uint32_t user);
+  std::size_t collect(completion_queue& queue, std::vector<io_completion>& out, std::size_t min_count, bool block);
+  void pump(clock::time_point now);
+  void submit_ready();
   void activate(std::uint32_t piece_id);
   void start_rmw(std::uint32_t piece_id);
   void queue_raw(std::uint32_t piece_id, io_op op, std::byte* buffer, std::size_t length, std::uint64_t offset,
                  bool eof_ok);
-  void on_result(const raw_result& result);
+  void on_result(const raw_result& result, clock::time_point now);
   void finish_raw(std::uint32_t raw_id, failure error);
   void advance(std::uint32_t piece_id);
   void finish_piece(std::uint32_t piece_id);
   void release_bounce(piece& p);
   [[nodiscard]] failure os_failure(const raw_slot& r, int os_errno);
+  [[nodiscard]] failure failure_of(const raw_slot& r, int os_errno, std::string_view cause);
 
   std::unique_ptr<io_backend> backend_;
   engine_options options_;
@@ -112,14 +141,15 @@ class engine_state {
   std::deque<std::uint32_t> planned_;    ///< pieces not started (bounded activation)
   std::deque<std::uint32_t> lock_wait_;  ///< read-modify-write pieces waiting for a block lock
   std::deque<std::uint32_t> ready_;      ///< raw ops to (re)submit
+  std::vector<delayed_raw> delayed_;     ///< raw ops that met EAGAIN, resubmitted once due
   std::vector<std::unique_ptr<std::byte, void (*)(void*)>> bounce_owned_;
   std::vector<std::byte*> bounce_free_;
-  std::vector<io_completion> done_;
+  completion_queue submitted_;  ///< requests from submit(), handed out by poll() and wait()
+  completion_queue running_;    ///< the requests of run()
   std::vector<raw_op> submit_batch_;
   std::vector<raw_result> results_;
   std::size_t active_pieces_ = 0;
   std::size_t raws_in_flight_ = 0;
-  std::size_t outstanding_ = 0;
 };
 
 }  // namespace zoe::io::detail

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <utility>
 
 #include "fd_registry.hpp"
 #include "zoe/core/check.hpp"
@@ -48,6 +49,22 @@ opened open_maybe_direct(int at, const std::filesystem::path& path, const std::f
   return {::openat(at, path.c_str(), flags, o.permissions), false};
 }
 
+// Closes a descriptor on every way out of the constructor but the one that keeps it.
+class descriptor_guard {
+ public:
+  explicit descriptor_guard(int fd) noexcept : fd_(fd) {}
+  ~descriptor_guard() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  descriptor_guard(const descriptor_guard&) = delete;
+  descriptor_guard& operator=(const descriptor_guard&) = delete;
+  [[nodiscard]] int get() const noexcept { return fd_; }
+  int release() noexcept { return std::exchange(fd_, -1); }
+
+ private:
+  int fd_;
+};
+
 }  // namespace
 
 file::file(std::filesystem::path path, open_mode mode, file_options options)
@@ -58,6 +75,7 @@ file::file(std::filesystem::path path, open_mode mode, file_options options)
   const int at = inside ? options.directory_fd : AT_FDCWD;
   const std::filesystem::path name = inside ? path_.filename() : path_;
   opened o;
+  bool named = false;  // created under path_ because the file system has no O_TMPFILE
   if (options.unlinked) {
     // O_EXCL: the file can never be linked into a name later.
     o = open_maybe_direct(at, inside ? std::filesystem::path(".") : path_.parent_path(), path_,
@@ -65,21 +83,22 @@ file::file(std::filesystem::path path, open_mode mode, file_options options)
     if (o.fd < 0 && (errno == EOPNOTSUPP || errno == EISDIR)) {
       options.create = options.exclusive = options.no_follow = true;
       o = open_maybe_direct(at, name, path_, open_flags(mode, options), options);
-      if (o.fd >= 0) ::unlinkat(at, name.c_str(), 0);
+      named = o.fd >= 0;
     }
   } else {
     o = open_maybe_direct(at, name, path_, open_flags(mode, options), options);
   }
-  fd_ = o.fd;
-  direct_ = o.direct;
-  ZOE_CHECK_ERRNO(fd_, "cannot open '", path_.string(), "' for ",
+  ZOE_CHECK_ERRNO(o.fd, "cannot open '", path_.string(), "' for ",
                   mode == open_mode::read_only ? "reading" : "reading and writing");
+  descriptor_guard fd(o.fd);
+  // The caller asked for a file that leaves no name behind: one that keeps its name is an error.
+  if (named) ZOE_CHECK_ERRNO(::unlinkat(at, name.c_str(), 0), "cannot unlink '", path_.string(), "' after creating it");
+  direct_ = o.direct;
 
   struct stat st {};
-  if (::fstat(fd_, &st) != 0 || !(S_ISREG(st.st_mode) || S_ISBLK(st.st_mode))) {
+  ZOE_CHECK_ERRNO(::fstat(fd.get(), &st), "cannot stat '", path_.string(), "'");
+  if (!(S_ISREG(st.st_mode) || S_ISBLK(st.st_mode))) {
     const bool is_dir = S_ISDIR(st.st_mode);
-    ::close(fd_);
-    fd_ = -1;
     throw io_error(str("'", path_.string(), "' is ", is_dir ? "a directory" : "not a regular file or block device"),
                    is_dir ? EISDIR : EINVAL);
   }
@@ -88,13 +107,14 @@ file::file(std::filesystem::path path, open_mode mode, file_options options)
   if (direct_) {
     offset_align_ = mem_align_ = fallback_alignment;
     struct statx sx {};
-    if (::statx(fd_, "", AT_EMPTY_PATH, STATX_DIOALIGN, &sx) == 0 && (sx.stx_mask & STATX_DIOALIGN) != 0 &&
+    if (::statx(fd.get(), "", AT_EMPTY_PATH, STATX_DIOALIGN, &sx) == 0 && (sx.stx_mask & STATX_DIOALIGN) != 0 &&
         sx.stx_dio_offset_align != 0) {
       offset_align_ = sx.stx_dio_offset_align;
       mem_align_ = std::max<std::size_t>(sx.stx_dio_mem_align, 1);
     }
   }
-  detail::note_file_opened(fd_);  // last: nothing above may throw once the fd is known to backends
+  detail::note_file_opened(fd.get());  // last: nothing after it may throw once backends know the fd
+  fd_ = fd.release();
 }
 
 file::~file() {

@@ -1,29 +1,15 @@
 #include "zoe/io/io_engine.hpp"
 
 #include "engine_state.hpp"
-#include "zoe/core/log.hpp"
 
 namespace zoe::io {
 
 io_engine::io_engine(std::unique_ptr<io_backend> backend, engine_options options)
     : state_(std::make_unique<detail::engine_state>(std::move(backend), options)) {}
 
-io_engine::~io_engine() {
-  // The backend may still be writing into or reading from caller buffers: drain before going.
-  std::vector<io_completion> discard;
-  try {
-    while (state_->outstanding() > 0) {
-      discard.clear();
-      state_->collect(discard, state_->outstanding(), true);
-    }
-  } catch (const std::exception& e) {
-    log::error("io_engine shutting down with requests in flight: ", e.what());
-  }
-}
+io_engine::~io_engine() { state_->drain(); }
 
-void io_engine::submit(std::span<const io_request> requests) {
-  for (const io_request& r : requests) state_->submit(r);
-}
+void io_engine::submit(std::span<const io_request> requests) { state_->submit(requests); }
 
 std::size_t io_engine::poll(std::vector<io_completion>& out) { return state_->collect(out, 0, false); }
 
@@ -31,13 +17,7 @@ std::size_t io_engine::wait(std::vector<io_completion>& out, std::size_t min_cou
   return state_->collect(out, min_count, true);
 }
 
-void io_engine::run(std::span<const io_request> requests) {
-  const std::size_t before = state_->outstanding();
-  submit(requests);
-  std::vector<io_completion> completions;
-  state_->collect(completions, before + requests.size(), true);
-  for (const io_completion& c : completions) c.throw_if_failed();
-}
+void io_engine::run(std::span<const io_request> requests) { state_->run(requests); }
 
 bool io_engine::register_buffers(std::span<const std::span<std::byte>> regions) {
   return state_->register_buffers(regions);

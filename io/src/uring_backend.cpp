@@ -6,6 +6,7 @@
 #include <array>
 #include <atomic>
 #include <cerrno>
+#include <exception>
 #include <fstream>
 
 #include "fd_registry.hpp"
@@ -80,6 +81,18 @@ uring_backend::uring_backend(const engine_options& options)
 }
 
 uring_backend::~uring_backend() {
+  if (in_kernel() > 0 && (flags_ & IORING_SETUP_DEFER_TASKRUN) != 0 && this_thread_token() != owner_) {
+    // Only the issuer may wait on a DEFER_TASKRUN ring (the kernel says EEXIST to others). What
+    // the kernel has posted already can be taken without entering it.
+    deliver_completions();
+    if (in_kernel() > 0) {
+      log::error("an io_uring engine was destroyed by a thread that is not its issuer while ", in_kernel(),
+                 " operations were in flight: only the issuing thread can wait for them, and closing the ring "
+                 "would let the kernel write into memory its caller frees next; stopping the process. Destroy "
+                 "an engine on the thread that drives it, or once it is idle.");
+      std::terminate();
+    }
+  }
   drain_before_close("uring");
   close_ring();
 }
@@ -242,12 +255,15 @@ int uring_backend::file_slot(int fd) {
 }
 
 std::size_t uring_backend::start(std::span<const std::uint32_t> slots) {
+  // Everything that may throw comes before the first entry is filled: start() throws only
+  // having taken nothing (async_backend::start).
   forget_closed_files();
+  ZOE_CHECK(io_uring_sq_space_left(&ring_) >= slots.size(), internal_error, "io_uring submission queue has room for ",
+            io_uring_sq_space_left(&ring_), " of ", slots.size(), " entries with ", in_kernel(), " in flight of ",
+            capacity());
   for (const std::uint32_t slot : slots) {
     const raw_op& op = op_in(slot);
     io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
-    ZOE_CHECK(sqe != nullptr, internal_error, "io_uring submission queue full with ", in_kernel(), " in flight of ",
-              capacity());
     int fd = op.fd;
     unsigned sqe_flags = 0;
     if (const int file = file_slot(op.fd); file >= 0) {
@@ -276,8 +292,9 @@ std::size_t uring_backend::start(std::span<const std::uint32_t> slots) {
   }
   // overlap_events: the same syscall also collects completions that are due, so the next reap
   // often finds them without entering the kernel again.
-  const int result = overlap_events() ? io_uring_submit_and_get_events(&ring_) : io_uring_submit(&ring_);
-  if (!transient(result)) ZOE_CHECK_NEG_ERRNO(result, "io_uring_submit failed");
+  // The entries are in the submission queue now, so they are taken whatever this call says: a
+  // failure is reported by the next wait(), which enters the kernel with them again.
+  static_cast<void>(overlap_events() ? io_uring_submit_and_get_events(&ring_) : io_uring_submit(&ring_));
   if (overlap_events()) deliver_completions();
   return slots.size();
 }

@@ -12,6 +12,11 @@
 // buffers when the caller registers them; operations inside a registered buffer use
 // READ_FIXED / WRITE_FIXED, all others plain READ / WRITE. Every CQE's res goes to the engine
 // unchanged.
+//
+// Thread-safety: the thread that last drove the ring is its issuer; with DEFER_TASKRUN only it
+// can wait for completions. An idle backend follows a new driving thread (a fresh ring); a busy
+// one refuses other threads (usage_error), and its destructor on another thread, unable to wait
+// and unwilling to close the ring under operations still writing caller memory, terminates.
 
 #include <liburing.h>
 

@@ -1,6 +1,10 @@
 #include "fault_injecting_backend.hpp"
 
 #include <algorithm>
+#include <cerrno>
+
+#include "zoe/core/error.hpp"
+#include "zoe/core/str.hpp"
 
 namespace zoe::testing {
 
@@ -28,30 +32,72 @@ int fault_plan::fired() const {
   return fired_;
 }
 
+void fault_plan::release_held() {
+  const std::lock_guard lock(mutex_);
+  release_ = true;
+}
+
+bool fault_plan::held_released() const {
+  const std::lock_guard lock(mutex_);
+  return release_;
+}
+
 fault_injecting_backend::fault_injecting_backend(std::unique_ptr<io::io_backend> inner,
                                                  std::shared_ptr<fault_plan> plan)
     : inner_(std::move(inner)), plan_(std::move(plan)) {}
 
 void fault_injecting_backend::submit(std::span<const io::raw_op> ops) {
+  start_released();
+  // Decide every operation first: a throwing submit must take none of them.
+  std::vector<std::pair<io::raw_op, std::optional<fault_rule>>> decided;
+  for (const io::raw_op& op : ops) decided.emplace_back(op, plan_->take(op));
+  for (const auto& [op, rule] : decided) {
+    if (rule && rule->throw_on_submit) {
+      const int e = rule->inject_errno != 0 ? rule->inject_errno : EIO;
+      throw io_error(str("injected: the backend refused a batch of ", ops.size(), " operations"), e);
+    }
+  }
   forward_.clear();
-  for (io::raw_op op : ops) {
-    const auto rule = plan_->take(op);
+  for (auto [op, rule] : decided) {
     if (rule && rule->inject_errno != 0) {
       injected_.push_back({op.tag, -std::int64_t{rule->inject_errno}});
-      continue;
+    } else if (rule && rule->hold) {
+      held_.push_back(op);
+    } else {
+      if (rule && rule->short_to > 0) op.length = std::min(op.length, rule->short_to);
+      forward_.push_back(op);
     }
-    if (rule && rule->short_to > 0) op.length = std::min(op.length, rule->short_to);
-    forward_.push_back(op);
   }
-  inner_in_flight_ += forward_.size();
-  if (!forward_.empty()) inner_->submit(forward_);
+  forward(forward_);
+}
+
+void fault_injecting_backend::forward(std::span<const io::raw_op> ops) {
+  if (ops.empty()) return;
+  inner_in_flight_ += ops.size();
+  inner_->submit(ops);
+}
+
+void fault_injecting_backend::start_released() {
+  if (held_.empty() || !plan_->held_released()) return;
+  const std::vector<io::raw_op> released = std::move(held_);
+  held_.clear();
+  forward(released);
 }
 
 std::size_t fault_injecting_backend::reap(std::vector<io::raw_result>& out, std::size_t min_results) {
+  start_released();
+  const std::size_t in_flight = injected_.size() + held_.size() + inner_in_flight_;
+  if (min_results > in_flight) {
+    throw internal_error(str("reap asked to block for ", min_results, " results with ", in_flight,
+                             " operations in flight"));
+  }
   std::size_t n = injected_.size();
   out.insert(out.end(), injected_.begin(), injected_.end());
   injected_.clear();
-  const std::size_t want = min_results > n ? std::min(min_results - n, inner_in_flight_) : 0;
+  const std::size_t want = min_results > n ? min_results - n : 0;
+  if (want > inner_in_flight_) {
+    throw internal_error(str("reap would block for ", want, " results of operations held back by the test"));
+  }
   const std::size_t got = inner_->reap(out, want);
   inner_in_flight_ -= got;
   return n + got;

@@ -1,7 +1,9 @@
 #pragma once
-// An io_backend that wraps another and injects failures: an errno (EIO, ENOSPC, EINTR, ...) or a
-// short transfer, for operations that touch a chosen file range. With no rules it is a plain
-// pass-through, so the typed backend suite runs on it unchanged.
+// An io_backend that wraps another and injects failures: an errno (EIO, ENOSPC, EINTR, ...), a
+// short transfer, a submit() that throws (a broken backend), or an operation held back until the
+// test releases it, for operations that touch a chosen file range. It also checks the engine
+// against the io_backend contract (reap never asks for more than is in flight). With no rules it
+// is a plain pass-through, so the typed backend suite runs on it unchanged.
 
 #include <cstdint>
 #include <limits>
@@ -20,6 +22,11 @@ struct fault_rule {
   std::uint64_t end = std::numeric_limits<std::uint64_t>::max();
   int inject_errno = 0;        ///< fail with -inject_errno without doing anything
   std::size_t short_to = 0;    ///< or: transfer only this many bytes (really) and report that
+  /// or: submit() throws io_error (with inject_errno, EIO if 0) and takes none of its batch, as
+  /// io_backend::submit says a broken backend does
+  bool throw_on_submit = false;
+  /// or: keep the operation back, in flight but not started, until fault_plan::release_held()
+  bool hold = false;
   int times = 1;               ///< how many operations it hits; -1 for all
 };
 
@@ -30,11 +37,15 @@ class fault_plan {
   /// The rule that applies to `op`, consuming one of its `times`, if any.
   [[nodiscard]] std::optional<fault_rule> take(const io::raw_op& op);
   [[nodiscard]] int fired() const;
+  /// Lets the held operations go on: the next submit() or reap() starts them.
+  void release_held();
+  [[nodiscard]] bool held_released() const;
 
  private:
   mutable std::mutex mutex_;
   std::vector<fault_rule> rules_;
   int fired_ = 0;
+  bool release_ = false;
 };
 
 class fault_injecting_backend final : public io::io_backend {
@@ -44,16 +55,25 @@ class fault_injecting_backend final : public io::io_backend {
   [[nodiscard]] std::string_view name() const noexcept override { return inner_->name(); }
   [[nodiscard]] std::size_t capacity() const noexcept override { return inner_->capacity(); }
   void submit(std::span<const io::raw_op> ops) override;
+  /// Throws internal_error if asked to block for more results than are in flight (the engine
+  /// broke the io_backend contract; the real backends would hang) or for held operations only.
   std::size_t reap(std::vector<io::raw_result>& out, std::size_t min_results) override;
   bool register_buffers(std::span<const std::span<std::byte>> regions) override {
     return inner_->register_buffers(regions);
   }
 
+  /// Operations held back by a `hold` rule right now.
+  [[nodiscard]] std::size_t held() const noexcept { return held_.size(); }
+
  private:
+  void forward(std::span<const io::raw_op> ops);
+  void start_released();
+
   std::unique_ptr<io::io_backend> inner_;
   std::shared_ptr<fault_plan> plan_;
   std::vector<io::raw_result> injected_;
   std::vector<io::raw_op> forward_;
+  std::vector<io::raw_op> held_;
   std::size_t inner_in_flight_ = 0;
 };
 

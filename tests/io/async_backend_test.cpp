@@ -8,6 +8,7 @@
 #include <random>
 
 #include "async_backend.hpp"
+#include "zoe/core/error.hpp"
 
 namespace zoe::testing {
 namespace {
@@ -23,11 +24,14 @@ class scripted_backend final : public io::detail::async_backend {
   [[nodiscard]] std::string_view name() const noexcept override { return "scripted"; }
 
   bool refuse_everything = false;
+  bool broken = false;  ///< start() throws, taking nothing, as a kernel interface that broke
   std::size_t largest_offer = 0;
+  [[nodiscard]] std::size_t held() const noexcept { return kernel_.size(); }
 
  private:
   std::size_t start(std::span<const std::uint32_t> slots) override {
     largest_offer = std::max(largest_offer, slots.size());
+    if (broken) throw io_error("scripted: the submission interface broke", ENOSPC);
     if (refuse_everything) return 0;
     std::size_t take = rng_() % (slots.size() + 1);
     // A real kernel that holds nothing takes something (refusing then is the EAGAIN case below).
@@ -132,6 +136,33 @@ TEST(async_backend, AKernelThatTakesNothingWithNothingInFlightYieldsEagain) {
   ASSERT_EQ(backend.reap(out, 1), 1u);
   EXPECT_EQ(out[0].tag, 42u);
   EXPECT_EQ(out[0].result, -EAGAIN);
+}
+
+// Once submit() returned the operations are the backend's: a kernel interface that breaks later
+// fails them through reap (each once, with its errno), and nothing stays counted as in the
+// kernel, so a reap or a drain does not wait for operations that were never started.
+TEST(async_backend, AStartThatThrowsFailsTheWaitingOperationsInsteadOfLosingThem) {
+  scripted_backend backend({.queue_depth = 8}, 8);
+  std::vector<raw_op> ops;
+  for (std::uint64_t i = 0; i < 4; ++i) ops.push_back({3, io::io_op::write, nullptr, 10, i * 4096, i});
+  backend.submit(std::span(ops).first(2));
+  backend.broken = true;
+  ::testing::internal::CaptureStderr();
+  EXPECT_NO_THROW(backend.submit(std::span(ops).subspan(2)));
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(log.find("the submission interface broke"), std::string::npos) << log;
+  std::vector<raw_result> out;
+  while (out.size() < 4) ASSERT_GT(backend.reap(out, 1), 0u);
+  std::vector<int> seen(4, 0);
+  for (const raw_result& r : out) {
+    ++seen.at(r.tag);
+    if (r.tag >= 2) {
+      EXPECT_EQ(r.result, -ENOSPC) << "operation " << r.tag;
+    }
+  }
+  EXPECT_EQ(seen, std::vector<int>(4, 1));
+  EXPECT_EQ(backend.held(), 0u);
+  EXPECT_EQ(backend.reap(out, 0), 0u);
 }
 
 TEST(async_backend, TooDeepAQueueIsAUsageErrorNamingTheKnobs) {

@@ -2,6 +2,9 @@
 // full disk surfaces as ENOSPC with the caller's data intact.
 #include <gtest/gtest.h>
 
+#include <sys/syscall.h>
+
+#include <cerrno>
 #include <cstring>
 
 #include "io_test_support.hpp"
@@ -39,6 +42,25 @@ TEST(file_test, DirectoryIsRefusedByName) {
     EXPECT_NE(std::string(e.what()).find(dir.path().string()), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("directory"), std::string::npos) << e.what();
   }
+}
+
+// A stat that fails keeps its own errno in the error (it used to become EINVAL, "not a regular
+// file", hiding the cause).
+TEST(file_test, AFailedStatReportsItsOwnErrno) {
+  scratch_dir dir;
+  write_whole_file(dir / "a.dat", random_bytes(10, 1));
+  const auto report = run_with_syscalls_failing({__NR_fstat, __NR_newfstatat}, EACCES, [&] {
+    try {
+      file f(dir / "a.dat", open_mode::read_only);
+      return std::string("opened");
+    } catch (const io_error& e) {
+      return std::to_string(e.os_errno()) + "\n" + e.what();
+    }
+  });
+  if (!report) GTEST_SKIP() << "seccomp filters are written for x86-64 only";
+  EXPECT_EQ(report->rfind(std::to_string(EACCES) + "\n", 0), 0u) << *report;
+  EXPECT_NE(report->find("cannot stat '" + (dir / "a.dat").string() + "'"), std::string::npos) << *report;
+  EXPECT_NE(report->find("Permission denied"), std::string::npos) << *report;
 }
 
 TEST(file_test, WriteToAReadOnlyFileIsAUsageError) {

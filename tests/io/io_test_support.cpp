@@ -1,8 +1,15 @@
 #include "io_test_support.hpp"
 
 #include <fcntl.h>
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <cstddef>
 
 #include <cstdlib>
 #include <cstring>
@@ -138,6 +145,61 @@ std::vector<std::byte> peek_file(const std::filesystem::path& path, std::uint64_
   ::close(fd);
   if (got != static_cast<ssize_t>(n)) throw std::runtime_error("short pread from " + path.string());
   return out;
+}
+
+std::optional<std::string> run_with_syscalls_failing(std::initializer_list<long> syscalls, int os_errno,
+                                                     const std::function<std::string()>& body) {
+#if defined(__x86_64__)
+  std::vector<sock_filter> filter = {
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, arch)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
+  };
+  // One test per call: equal jumps to the refusal at the end, the last miss falls to allow.
+  const auto n = static_cast<unsigned char>(syscalls.size());
+  unsigned char left = n;
+  for (const long nr : syscalls) {
+    filter.push_back(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, static_cast<unsigned>(nr), left, 0));
+    --left;
+  }
+  filter.push_back(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW));
+  filter.push_back(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (static_cast<unsigned>(os_errno) & SECCOMP_RET_DATA)));
+  int pipe_fds[2];
+  if (::pipe(pipe_fds) != 0) return "child failed: pipe";
+  const pid_t child = ::fork();
+  if (child < 0) return "child failed: fork";
+  if (child == 0) {
+    ::close(pipe_fds[0]);
+    sock_fprog program{static_cast<unsigned short>(filter.size()), filter.data()};
+    if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 || ::prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &program) != 0) {
+      ::_exit(2);
+    }
+    std::string report;
+    try {
+      report = body();
+    } catch (const std::exception& e) {
+      report = std::string("threw\n") + e.what();
+    }
+    const auto written = ::write(pipe_fds[1], report.data(), report.size());
+    ::_exit(written == static_cast<ssize_t>(report.size()) ? 0 : 3);
+  }
+  ::close(pipe_fds[1]);
+  std::string report;
+  char chunk[512];
+  for (ssize_t got; (got = ::read(pipe_fds[0], chunk, sizeof chunk)) > 0;) report.append(chunk, static_cast<std::size_t>(got));
+  ::close(pipe_fds[0]);
+  int status = 0;
+  if (::waitpid(child, &status, 0) != child || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    return "child failed: status " + std::to_string(status) + "\n" + report;
+  }
+  return report;
+#else
+  static_cast<void>(syscalls);
+  static_cast<void>(os_errno);
+  static_cast<void>(body);
+  return std::nullopt;
+#endif
 }
 
 void write_whole_file(const std::filesystem::path& path, std::span<const std::byte> bytes) {

@@ -7,6 +7,8 @@
 #include <filesystem>
 
 #include <gtest/gtest.h>
+#include <functional>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <span>
@@ -83,6 +85,13 @@ class aligned_buffer {
 /// pwrite / pread through a fresh buffered descriptor of `path`; throws on a short transfer.
 void poke_file(const std::filesystem::path& path, std::uint64_t offset, std::span<const std::byte> bytes);
 [[nodiscard]] std::vector<std::byte> peek_file(const std::filesystem::path& path, std::uint64_t offset, std::size_t n);
+
+/// Runs `body` in a forked child whose seccomp filter makes each system call in `syscalls` fail
+/// with `os_errno` (as a container runtime's filter does), and returns what `body` returned, or
+/// "child failed: ..." if the child died or could not install the filter. nullopt where such
+/// filters are not written for this architecture (x86-64 only), so the caller skips.
+[[nodiscard]] std::optional<std::string> run_with_syscalls_failing(std::initializer_list<long> syscalls, int os_errno,
+                                                                   const std::function<std::string()>& body);
 
 /// Writes `bytes` to `path` with plain buffered I/O, replacing it.
 void write_whole_file(const std::filesystem::path& path, std::span<const std::byte> bytes);

@@ -4,14 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <fcntl.h>
-#include <linux/audit.h>
-#include <linux/filter.h>
-#include <linux/seccomp.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/utsname.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -217,6 +212,27 @@ TEST_F(uring_test, ABusyEngineDrivenFromAnotherThreadIsAUsageError) {
   engine_->wait(done, 1);
   EXPECT_TRUE(done.at(0).ok());
 }
+
+// With SINGLE_ISSUER|DEFER_TASKRUN only the issuer thread can reap the ring. Another thread that
+// destroys a busy engine can neither wait for its operations nor close the ring under them (the
+// kernel would go on writing memory the caller frees next): it stops the process, naming why.
+TEST_F(uring_test, DestroyingABusyEngineFromAnotherThreadStopsTheProcessRatherThanCloseTheRing) {
+  if ((uring_->setup_flags() & IORING_SETUP_DEFER_TASKRUN) == 0) {
+    GTEST_SKIP() << "ring is not DEFER_TASKRUN (" << io::detail::setup_flag_names(uring_->setup_flags())
+                 << "): any thread can wait for it";
+  }
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        aligned_buffer memory(64 * MiB);
+        const auto f = open_rw(dir_ / "busy.dat");
+        engine_->submit({io_op::write, f.get(), memory.span(), 0, 1});
+        std::vector<io::io_completion> done;
+        engine_->poll(done);  // in the kernel now, issued by this thread
+        std::jthread([&] { engine_.reset(); }).join();
+      },
+      "destroyed by a thread that is not its issuer");
+}
 #endif
 
 TEST(backend_factory, ListsBackendsInTheOrderAutoPrefersThem) {
@@ -237,8 +253,18 @@ TEST(backend_factory, AutoSaysWhichBackendItTook) {
   ASSERT_NE(choice.backend, nullptr);
   EXPECT_EQ(choice.explanation.find("I/O engine auto: took " + std::string(choice.backend->name())), 0u)
       << choice.explanation;
-  EXPECT_EQ(choice.backend->name(), io::available_backends().front())
-      << "on this kernel the first preference should work: " << choice.explanation;
+  const std::string first = io::available_backends().front();
+  if (choice.backend->name() != first) {
+    // Auto may pass over its first preference only where that backend cannot start at all.
+    try {
+      static_cast<void>(io::make_backend(first, {}));
+    } catch (const std::exception& e) {
+      EXPECT_NE(choice.explanation.find(first + " skipped"), std::string::npos) << choice.explanation;
+      GTEST_SKIP() << "the kernel or sandbox refuses " << first << " here (" << e.what() << "); auto took "
+                   << choice.backend->name();
+    }
+    ADD_FAILURE() << first << " starts here, yet auto took " << choice.backend->name() << ": " << choice.explanation;
+  }
   EXPECT_TRUE(io::choose_backend("posix", {}).explanation.empty());
 }
 
@@ -252,53 +278,21 @@ TEST(backend_factory, UnknownEngineNamesWhatThisBuildHas) {
   }
 }
 
-#if defined(ZOE_HAVE_URING) && defined(__x86_64__)
-// A child process whose seccomp filter makes io_uring_setup fail with EPERM, as a container
-// runtime's does: "auto" must skip uring, take the next, and say why.
+#ifdef ZOE_HAVE_URING
+// io_uring_setup refused with EPERM, as a container runtime's seccomp filter does: "auto" must
+// skip uring, take the next, and say why.
 TEST(backend_factory, AutoSkipsIoUringBlockedBySeccompAndSaysWhy) {
-  int pipe_fds[2];
-  ASSERT_EQ(::pipe(pipe_fds), 0);
-  const pid_t child = ::fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    ::close(pipe_fds[0]);
-    sock_filter filter[] = {
-        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, arch)),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_setup, 0, 1),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-    };
-    sock_fprog program{static_cast<unsigned short>(std::size(filter)), filter};
-    if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 || ::prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &program) != 0) {
-      ::_exit(2);
-    }
-    std::string report;
-    try {
-      const auto choice = io::choose_backend("auto", {});
-      report = std::string(choice.backend->name()) + "\n" + choice.explanation;
-    } catch (const std::exception& e) {
-      report = std::string("threw\n") + e.what();
-    }
-    const auto written = ::write(pipe_fds[1], report.data(), report.size());
-    ::_exit(written == static_cast<ssize_t>(report.size()) ? 0 : 3);
-  }
-  ::close(pipe_fds[1]);
-  std::string report;
-  char chunk[512];
-  for (ssize_t n; (n = ::read(pipe_fds[0], chunk, sizeof chunk)) > 0;) report.append(chunk, static_cast<std::size_t>(n));
-  ::close(pipe_fds[0]);
-  int status = 0;
-  ASSERT_EQ(::waitpid(child, &status, 0), child);
-  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
+  const auto report = run_with_syscalls_failing({__NR_io_uring_setup}, EPERM, [] {
+    const auto choice = io::choose_backend("auto", {});
+    return std::string(choice.backend->name()) + "\n" + choice.explanation;
+  });
+  if (!report) GTEST_SKIP() << "seccomp filters are written for x86-64 only";
   const std::string second = io::available_backends().at(1);
-  EXPECT_EQ(report.rfind(second + "\n", 0), 0u) << report;
-  EXPECT_NE(report.find("took " + second), std::string::npos) << report;
-  EXPECT_NE(report.find("uring skipped"), std::string::npos) << report;
-  EXPECT_NE(report.find("Operation not permitted"), std::string::npos) << report;
-  EXPECT_NE(report.find("seccomp"), std::string::npos) << report;
+  EXPECT_EQ(report->rfind(second + "\n", 0), 0u) << *report;
+  EXPECT_NE(report->find("took " + second), std::string::npos) << *report;
+  EXPECT_NE(report->find("uring skipped"), std::string::npos) << *report;
+  EXPECT_NE(report->find("Operation not permitted"), std::string::npos) << *report;
+  EXPECT_NE(report->find("seccomp"), std::string::npos) << *report;
 }
 #endif
 

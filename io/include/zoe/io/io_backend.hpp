@@ -30,7 +30,8 @@ struct raw_result {
   std::int64_t result = 0;  ///< bytes transferred (possibly short), or -errno
 };
 
-/// Thread-safety: a backend is driven by one thread at a time (its io_engine's caller).
+/// Thread-safety: a backend is driven by one thread at a time (its io_engine's caller); it is
+/// destroyed only once nothing is in flight, or else it must wait for what it holds.
 class io_backend {
  public:
   virtual ~io_backend() = default;
@@ -43,7 +44,9 @@ class io_backend {
   /// How many raw operations may be in flight at once; submit() never gets more.
   [[nodiscard]] virtual std::size_t capacity() const noexcept = 0;
   /// Starts the operations. Failures to start are reported as results, not thrown, except a
-  /// broken backend (throws io_error).
+  /// broken backend (throws io_error). If it throws it took none of `ops`: none comes back from
+  /// reap(), and the engine fails their requests with its reason. Once it returns, every op
+  /// comes back from reap() exactly once.
   virtual void submit(std::span<const raw_op> ops) = 0;
   /// Appends finished results to `out`, blocking until at least `min_results` have finished.
   /// Returns how many were appended. `min_results` never exceeds the number in flight.

@@ -3,7 +3,7 @@
 // and address, with every result checked. It splits requests into block_size chunks, sends the
 // aligned middle straight to the backend and routes unaligned heads and tails through aligned
 // bounce buffers (read-modify-write under a block-range lock for writes), resubmits short
-// transfers, retries EINTR and EAGAIN, and turns every other error into a failed completion that
+// transfers, retries EINTR at once and EAGAIN after a pause that grows, and turns every other error into a failed completion that
 // names the file, offset, length and errno text.
 
 #include <cstddef>
@@ -24,27 +24,48 @@ class engine_state;
 
 /// Thread-safety: one thread drives an engine at a time (like a ring with a single issuer). Use
 /// one engine per thread; engines may share files. Progress on requests happens inside poll(),
-/// wait() and run().
+/// wait() and run(), never inside submit(). An engine may be handed to another thread only while
+/// it is idle (outstanding() == 0 and no run() under way); that includes destroying it: the
+/// io_uring backend's ring can be reaped only by the thread that issued into it, so a busy engine
+/// destroyed by another thread stops the process (std::terminate, after saying why) rather than
+/// return while the kernel may still write into buffers the caller frees next.
+///
+/// The contract for buffers, which swap_channel follows too:
+/// - A request's buffer is in use from the submit() that accepted it until its completion is
+///   handed out (by poll() or wait()), or until the run() that took it returns or throws.
+/// - A call that throws has started nothing it did not also finish: submit() and run() check
+///   every request before queuing any (all or nothing), and run() returns or throws only once
+///   each of its requests has completed.
+/// - run() answers for its own requests only. Completions of requests submitted earlier that
+///   arrive while it waits stay queued for poll() and wait(); their failures are not its own.
 class io_engine {
  public:
   /// Takes ownership of the backend. Throws usage_error if the options are invalid.
   io_engine(std::unique_ptr<io_backend> backend, engine_options options);
-  /// Waits for everything still in flight (buffers may be in use until then); never throws.
+  /// Waits for everything still in flight (buffers may be in use until then), the requests of
+  /// submit() and of a run() that the backend broke off alike; never throws. On a thread other
+  /// than the one driving a busy io_uring engine it terminates the process (see above).
   ~io_engine();
   io_engine(const io_engine&) = delete;
   io_engine& operator=(const io_engine&) = delete;
 
-  /// Queues requests. Throws usage_error for a request that cannot be started at all (no file, a
-  /// write to a read-only file, an offset that overflows); every other failure arrives as a
-  /// failed completion.
+  /// Queues requests; all or none. Throws usage_error, having queued none of them, when one
+  /// cannot be started at all (no file, a write to a read-only file, a range past the largest
+  /// file offset); every other failure arrives as a failed completion. Starts no I/O itself.
   void submit(std::span<const io_request> requests);
   void submit(const io_request& request) { submit(std::span(&request, 1)); }
 
-  /// Appends completions that are ready without blocking. Returns how many were appended.
+  /// Appends completions of submit()ted requests that are ready, without blocking. Returns how
+  /// many were appended.
   std::size_t poll(std::vector<io_completion>& out);
-  /// Appends completions, blocking until at least `min_count` arrived or none are outstanding.
+  /// Appends completions of submit()ted requests, blocking until at least `min_count` arrived or
+  /// none are outstanding.
   std::size_t wait(std::vector<io_completion>& out, std::size_t min_count = 1);
-  /// Submits the requests, waits for all of them, and throws io_error for the first that failed.
+  /// Starts the requests, waits for all of them, and throws io_error (or corruption_error) for
+  /// the first of them that failed. Throws usage_error as submit() does, having started none.
+  /// Requests submitted earlier go on and stay for poll() and wait(). If the backend itself
+  /// breaks (its reap throws) the exception comes out at once, and the destructor or the next
+  /// run() waits for this run's requests.
   void run(std::span<const io_request> requests);
 
   /// Registers the regions where the caller's I/O buffers live (pinned memory kept alive until
@@ -53,7 +74,7 @@ class io_engine {
   /// requests are outstanding.
   bool register_buffers(std::span<const std::span<std::byte>> regions);
 
-  /// Requests submitted and not yet returned as completions.
+  /// Requests submit()ted and not yet returned as completions (run()'s are not counted).
   [[nodiscard]] std::size_t outstanding() const noexcept;
   [[nodiscard]] std::string_view backend_name() const noexcept;
   [[nodiscard]] const engine_options& options() const noexcept;
