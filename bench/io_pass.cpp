@@ -45,6 +45,13 @@ double run_pass(io_target& target, const pass_layout& layout, const host_buffer&
         }
       } catch (...) {
         errors[t] = std::current_exception();
+        // Only this thread may wait on its engine (an io_uring ring has one issuer), and the
+        // buffers stay in use until their requests complete: drain before handing the error on.
+        try {
+          std::vector<io::io_completion> rest;
+          while (target.outstanding(t) > 0) target.wait(t, rest);
+        } catch (...) {  // the first error is the one to report
+        }
       }
     });
   }
