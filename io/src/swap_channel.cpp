@@ -8,6 +8,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <limits>
 
 #include "extent_record.hpp"
@@ -81,14 +82,14 @@ void swap_channel::run(std::span<const swap_request> requests) {
     // The requests before the one that threw may be in flight in the caller's buffers, which the
     // caller frees as the exception unwinds: wait for them first.
     try {
-      while (run_left_ > 0) progress(true);
+      run_until_done();
     } catch (const std::exception& e) {
       log::error("swap channel: waiting for a failed run's requests failed too: ", e.what());
     }
     run_done_.clear();
     throw;
   }
-  while (run_left_ > 0) progress(true);
+  run_until_done();
   std::vector<io_completion> done;
   done.swap(run_done_);
   for (const auto& c : done) c.throw_if_failed();
@@ -125,6 +126,10 @@ void swap_channel::start(const swap_request& request, bool in_run) {
   }
   try {
     issue(slot_id);
+    // Hand the pieces to the kernel now rather than at the next wait: the drive starts on this
+    // request while the caller prepares the next, and a write is hashed while it is in flight
+    // (its buffer stays untouched until its completion is returned).
+    progress(false);
   } catch (...) {
     // Some pieces may have reached the engines: the caller's buffer stays in use until they are
     // back, and the request must neither be reported nor leave its counts raised.
@@ -132,6 +137,14 @@ void swap_channel::start(const swap_request& request, bool in_run) {
     p.abandoned = true;
     drain_abandoned(slot_id);
     throw;
+  }
+  if (p.request.op == io_op::write && store_.options().checksums) {
+    const std::uint64_t chunk = store_.stripe_unit();
+    const std::uint64_t length = p.request.buffer.size();
+    for (std::uint64_t k = p.first_chunk; k < p.end_chunk; ++k) {
+      const std::uint64_t at = k * chunk - p.request.offset;
+      p.hashes.push_back(XXH3_64bits(p.request.buffer.data() + at, std::min(chunk, length - at)));
+    }
   }
 }
 
@@ -154,7 +167,6 @@ bool swap_channel::prepare(pending& p, const swap_request& request) {
   p.end_chunk = (end + chunk - 1) / chunk;
   if (length == 0) return false;
   const bool checksums = store_.options().checksums;
-
   if (request.op == io_op::write) {
     if (const auto busy = rec.claim_for_write(p.first_chunk, p.end_chunk, p.previous)) {
       throw usage_error(str("write of ", length, " bytes at offset ", request.offset, " of swap extent ", rec.id,
@@ -162,12 +174,8 @@ bool swap_channel::prepare(pending& p, const swap_request& request) {
                             "): two writers of one chunk", ZOE_WHERE));
     }
     p.claimed = true;
-    if (checksums) {
-      for (std::uint64_t k = p.first_chunk; k < p.end_chunk; ++k) {
-        const std::uint64_t at = k * chunk - request.offset;
-        p.hashes.push_back(XXH3_64bits(request.buffer.data() + at, std::min(chunk, length - at)));
-      }
-    }
+    // Hashed once the write is on its way (see start); room now, so that cannot throw.
+    if (checksums) p.hashes.reserve(p.end_chunk - p.first_chunk);
     return true;
   }
   for (std::uint64_t k = p.first_chunk; k < p.end_chunk; ++k) {
@@ -257,6 +265,16 @@ void swap_channel::on_piece(const io_completion& c) {
   if (p.abandoned) {
     retire(slot_id);
   } else {
+    // Verified later, one by one as completions are handed out, so that a caller who resubmits
+    // on each completion keeps the drive busy instead of waiting for a whole batch's hashing.
+    completed_.push_back(slot_id);
+  }
+}
+
+void swap_channel::finish_completed(std::size_t n) {
+  for (; n > 0 && !completed_.empty(); --n) {
+    const std::uint32_t slot_id = completed_.front();
+    completed_.pop_front();
     finish(slot_id);
   }
 }
@@ -357,9 +375,21 @@ bool swap_channel::progress(bool block) {
   throw internal_error("swap channel waits for requests, but none of its engines has anything in flight");
 }
 
+void swap_channel::run_until_done() {
+  while (run_left_ > 0) {
+    if (completed_.empty()) {
+      progress(true);
+    } else {
+      finish_completed(completed_.size());
+    }
+  }
+}
+
 void swap_channel::drain_abandoned(std::uint32_t slot_id) noexcept {
   pending& p = *slots_[slot_id];
   if (p.pieces_left == 0) {
+    // It may have come back whole before the step that threw, and be queued to finish.
+    std::erase(completed_, slot_id);
     retire(slot_id);
     return;
   }
@@ -378,7 +408,11 @@ std::size_t swap_channel::collect(std::vector<io_completion>& out, std::size_t m
     std::move(ready_.begin(), ready_.end(), std::back_inserter(out));
     ready_.clear();
     if (outstanding_ == 0 || (block && moved >= min_count)) return moved;
-    if (!progress(block) && ready_.empty()) return moved;
+    if (!completed_.empty()) {
+      finish_completed(block ? min_count - moved : completed_.size());
+      continue;
+    }
+    if (!progress(block) && completed_.empty()) return moved;
   }
 }
 

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <deque>
 #include <limits>
 #include <memory>
 #include <span>
@@ -91,6 +92,10 @@ class swap_channel {
   void submit_range(std::uint32_t slot, std::uint64_t extent_offset, std::span<std::byte> buffer);
   [[nodiscard]] bool take_scratch(pending& p);
   void on_piece(const io_completion& c);
+  /// Finishes up to `n` requests whose pieces all came back, oldest first.
+  void finish_completed(std::size_t n);
+  /// Progresses and finishes until every request of the run() in progress is done.
+  void run_until_done();
   /// Verifies, records checksums and hands the completion to poll/wait or run().
   void finish(std::uint32_t slot);
   /// Gives back what the request took and frees its slot.
@@ -111,6 +116,7 @@ class swap_channel {
   std::vector<io_completion> run_done_;  ///< completions of the run() in progress
   std::size_t run_left_ = 0;             ///< requests of the run() in progress not yet complete
   std::vector<io_completion> piece_completions_;
+  std::deque<std::uint32_t> completed_;  ///< slots whose pieces all came back, not yet finished
   scratch_memory spare_scratch_;  ///< two chunks, kept for the next partial read
   std::size_t outstanding_ = 0;
 };
