@@ -97,9 +97,9 @@ void swap_channel::run(std::span<const swap_request> requests) {
 
 std::uint32_t swap_channel::take_slot() {
   if (free_slots_.empty()) {
-    slots_.push_back(std::make_unique<pending>());
     // retire() must not allocate: room for every slot to be free at once.
-    free_slots_.reserve(slots_.size());
+    free_slots_.reserve(slots_.size() + 1);
+    slots_.push_back(std::make_unique<pending>());
     return static_cast<std::uint32_t>(slots_.size() - 1);
   }
   const std::uint32_t slot_id = free_slots_.back();

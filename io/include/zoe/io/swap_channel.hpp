@@ -51,7 +51,7 @@ class swap_channel {
   swap_channel(const swap_channel&) = delete;
   swap_channel& operator=(const swap_channel&) = delete;
 
-  /// Queues a request; its completion comes from a later poll or wait. Throws usage_error, with
+  /// Queues a request and hands it to the kernel; its completion comes from a later poll or wait. Throws usage_error, with
   /// nothing queued, when it cannot start: an unknown extent, a range outside it, a write that
   /// does not start on a chunk boundary of the extent and cover whole chunks (or end at the
   /// extent's end), or a write of a chunk another write holds. A read of never-written data, or of
