@@ -199,7 +199,7 @@ void add_io_command(CLI::App& app) {
   const auto engines = io::available_backends_and_auto();
   cmd->add_option("--path", s->path, "directory to measure in (a real drive, not tmpfs)")->required();
   cmd->add_option("--size", s->size_text, "bytes per pass (e.g. 1GiB; a multiple of 4 KiB)")->capture_default_str();
-  cmd->add_option("--block-size", s->block_text, "bytes per request (a multiple of 4 KiB)")->capture_default_str();
+  cmd->add_option("--block-size", s->block_text, "bytes per request (a power of two, 4 KiB to 1 GiB)")->capture_default_str();
   cmd->add_option("--queue-depth", s->queue_depth, "requests in flight per thread")
       ->check(CLI::Range(1, 4096))
       ->capture_default_str();

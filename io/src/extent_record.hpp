@@ -1,17 +1,21 @@
 #pragma once
 // What the swap store knows about one extent: where it lies in the striped space and the state
 // and checksum of each of its chunks. Channels on several threads update distinct chunks, hence
-// the atomics.
+// the atomics; a write claims its chunks first, so two writers of one chunk cannot both proceed.
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <vector>
 
 namespace zoe::io::detail {
 
 enum class chunk_state : std::uint8_t {
   unwritten,  ///< nothing written yet: reading it is a caller error
-  writing,    ///< a write is in flight, or one failed: contents unknown
+  writing,    ///< claimed by a write in flight: contents changing
+  unknown,    ///< the last write failed or was abandoned: contents unknown until rewritten
   valid,      ///< the checksum describes what is on the drive
 };
 
@@ -23,7 +27,40 @@ struct extent_record {
         chunks((bytes_ + chunk - 1) / chunk),
         checksums(std::make_unique<std::atomic<std::uint64_t>[]>(chunks)),
         states(std::make_unique<std::atomic<chunk_state>[]>(chunks)) {
-    for (std::uint64_t i = 0; i < chunks; ++i) states[i].store(chunk_state::unwritten);
+    for (std::uint64_t i = 0; i < chunks; ++i) states[i].store(chunk_state::unwritten, std::memory_order_relaxed);
+  }
+
+  /// Marks chunks [first, end) as being written. If another write holds one of them, gives back
+  /// what it took (restoring the states it kept in `previous`) and returns that chunk's index.
+  [[nodiscard]] std::optional<std::uint64_t> claim_for_write(std::uint64_t first, std::uint64_t end,
+                                                             std::vector<chunk_state>& previous) {
+    previous.clear();
+    for (std::uint64_t k = first; k < end; ++k) {
+      chunk_state before = states[k].load(std::memory_order_relaxed);
+      do {
+        if (before == chunk_state::writing) {
+          restore(first, first + previous.size(), previous);
+          return k;
+        }
+      } while (!states[k].compare_exchange_weak(before, chunk_state::writing, std::memory_order_acquire));
+      previous.push_back(before);
+    }
+    return std::nullopt;
+  }
+
+  /// Gives back a claim of [first, end) that never reached the drive, with the states it replaced.
+  void restore(std::uint64_t first, std::uint64_t end, const std::vector<chunk_state>& previous) {
+    for (std::uint64_t k = first; k < end; ++k) states[k].store(previous[k - first], std::memory_order_release);
+  }
+
+  /// Ends a claim: valid with the checksums written (`hashes[k - first]`, or none without
+  /// checksums) when the write succeeded, unknown otherwise.
+  void release_write(std::uint64_t first, std::uint64_t end, bool ok, const std::uint64_t* hashes) {
+    for (std::uint64_t k = first; k < end; ++k) {
+      if (ok && hashes != nullptr) checksums[k].store(hashes[k - first], std::memory_order_relaxed);
+      // Release: a reader that sees valid sees the checksum stored before it.
+      states[k].store(ok ? chunk_state::valid : chunk_state::unknown, std::memory_order_release);
+    }
   }
 
   std::uint64_t id;
@@ -32,6 +69,8 @@ struct extent_record {
   std::uint64_t chunks;
   std::unique_ptr<std::atomic<std::uint64_t>[]> checksums;
   std::unique_ptr<std::atomic<chunk_state>[]> states;
+  /// Requests of channels that hold this record and may still touch its space. Raised only under
+  /// the store's lock, so free() (which takes it exclusively) never frees space in use.
   std::atomic<int> in_flight{0};
 };
 

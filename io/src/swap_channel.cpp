@@ -8,6 +8,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <limits>
 
 #include "extent_record.hpp"
@@ -31,45 +32,125 @@ std::uint64_t chunk_end(const detail::extent_record& rec, std::uint64_t k, std::
 
 struct swap_channel::pending {
   swap_request request;
-  detail::extent_record* record = nullptr;
+  std::shared_ptr<detail::extent_record> record;  ///< pinned (in_flight raised) until retire
   std::uint64_t first_chunk = 0;
   std::uint64_t end_chunk = 0;
-  std::vector<std::uint64_t> hashes;  ///< writes: checksums of the chunks being written
-  scratch_memory scratch;             ///< partial reads: [0, chunk) the first chunk, [chunk, 2 chunk) the last
-  bool head_in_scratch = false;       ///< chunk first_chunk was read whole into scratch
-  bool tail_in_scratch = false;       ///< chunk end_chunk - 1 was read whole into scratch + chunk
+  std::vector<std::uint64_t> hashes;             ///< writes: checksums of the chunks being written
+  std::vector<detail::chunk_state> previous;     ///< writes: the chunk states the claim replaced
+  scratch_memory scratch;  ///< partial reads: [0, chunk) the first chunk, [chunk, 2 chunk) the last
+  bool head_in_scratch = false;  ///< chunk first_chunk was read whole into scratch
+  bool tail_in_scratch = false;  ///< chunk end_chunk - 1 was read whole into scratch + chunk
+  bool claimed = false;          ///< a write holding chunks [first_chunk, end_chunk)
+  bool in_run = false;           ///< run()'s own: its completion goes to run_done_
+  bool abandoned = false;        ///< its submit threw: drained, never reported
+  std::size_t pieces_issued = 0;
   std::size_t pieces_left = 0;
   io_completion result;
 
-  /// Ready for the next request; keeps the capacity of hashes. The scratch went back in finish.
+  /// Ready for the next request; keeps the capacity of the vectors. retire gave the rest back.
   void reset() noexcept {
     request = {};
-    record = nullptr;
     first_chunk = end_chunk = 0;
     hashes.clear();
-    head_in_scratch = tail_in_scratch = false;
-    pieces_left = 0;
+    previous.clear();
+    head_in_scratch = tail_in_scratch = claimed = in_run = abandoned = false;
+    pieces_issued = pieces_left = 0;
     result = {};
   }
 };
 
 swap_channel::swap_channel(swap_store& store) : store_(store) {
-  for (std::size_t i = 0; i < store_.files_.size(); ++i) {
-    engines_.push_back(make_engine(store_.backend_, store_.options().io));
-  }
+  for (std::size_t i = 0; i < store_.files_.size(); ++i) engines_.push_back(store_.make_engine());
 }
 
 swap_channel::~swap_channel() {
   std::vector<io_completion> discard;
   try {
-    collect_all(discard);
+    collect(discard, std::numeric_limits<std::size_t>::max(), true);
   } catch (const std::exception& e) {
     log::error("swap channel shutting down with requests in flight: ", e.what());
   }
 }
 
-void swap_channel::submit(const swap_request& request) {
-  detail::extent_record& rec = store_.record(request.extent);
+void swap_channel::submit(const swap_request& request) { start(request, false); }
+
+void swap_channel::run(std::span<const swap_request> requests) {
+  run_done_.clear();
+  try {
+    for (const auto& r : requests) start(r, true);
+  } catch (...) {
+    // The requests before the one that threw may be in flight in the caller's buffers, which the
+    // caller frees as the exception unwinds: wait for them first.
+    try {
+      run_until_done();
+    } catch (const std::exception& e) {
+      log::error("swap channel: waiting for a failed run's requests failed too: ", e.what());
+    }
+    run_done_.clear();
+    throw;
+  }
+  run_until_done();
+  std::vector<io_completion> done;
+  done.swap(run_done_);
+  for (const auto& c : done) c.throw_if_failed();
+}
+
+std::uint32_t swap_channel::take_slot() {
+  if (free_slots_.empty()) {
+    // retire() must not allocate: room for every slot to be free at once.
+    free_slots_.reserve(slots_.size() + 1);
+    slots_.push_back(std::make_unique<pending>());
+    return static_cast<std::uint32_t>(slots_.size() - 1);
+  }
+  const std::uint32_t slot_id = free_slots_.back();
+  free_slots_.pop_back();
+  slots_[slot_id]->reset();
+  return slot_id;
+}
+
+void swap_channel::start(const swap_request& request, bool in_run) {
+  const std::uint32_t slot_id = take_slot();
+  pending& p = *slots_[slot_id];
+  p.in_run = in_run;
+  bool needs_io = false;
+  try {
+    needs_io = prepare(p, request);
+  } catch (...) {
+    retire(slot_id);
+    throw;
+  }
+  ++(in_run ? run_left_ : outstanding_);
+  if (!needs_io) {
+    finish(slot_id);
+    return;
+  }
+  try {
+    issue(slot_id);
+    // Hand the pieces to the kernel now rather than at the next wait: the drive starts on this
+    // request while the caller prepares the next, and a write is hashed while it is in flight
+    // (its buffer stays untouched until its completion is returned).
+    progress(false);
+  } catch (...) {
+    // Some pieces may have reached the engines: the caller's buffer stays in use until they are
+    // back, and the request must neither be reported nor leave its counts raised.
+    --(in_run ? run_left_ : outstanding_);
+    p.abandoned = true;
+    drain_abandoned(slot_id);
+    throw;
+  }
+  if (p.request.op == io_op::write && store_.options().checksums) {
+    const std::uint64_t chunk = store_.stripe_unit();
+    const std::uint64_t length = p.request.buffer.size();
+    for (std::uint64_t k = p.first_chunk; k < p.end_chunk; ++k) {
+      const std::uint64_t at = k * chunk - p.request.offset;
+      p.hashes.push_back(XXH3_64bits(p.request.buffer.data() + at, std::min(chunk, length - at)));
+    }
+  }
+}
+
+bool swap_channel::prepare(pending& p, const swap_request& request) {
+  p.record = store_.pin(request.extent);
+  detail::extent_record& rec = *p.record;
   const std::uint64_t chunk = store_.stripe_unit();
   const std::uint64_t length = request.buffer.size();
   const std::uint64_t end = request.offset + length;
@@ -80,68 +161,58 @@ void swap_channel::submit(const swap_request& request) {
   ZOE_EXPECTS(request.op == io_op::read || whole_chunks, "a write into swap extent ", rec.id,
               " must start on a ", chunk, "-byte chunk boundary and cover whole chunks (or end at the extent's end); got ",
               length, " bytes at offset ", request.offset);
-
-  std::uint32_t slot_id = 0;
-  if (free_slots_.empty()) {
-    slots_.push_back(std::make_unique<pending>());
-    slot_id = static_cast<std::uint32_t>(slots_.size() - 1);
-  } else {
-    slot_id = free_slots_.back();
-    free_slots_.pop_back();
-    slots_[slot_id]->reset();
-  }
-  pending& p = *slots_[slot_id];
   p.request = request;
-  p.record = &rec;
   p.result.user_data = request.user_data;
   p.first_chunk = request.offset / chunk;
   p.end_chunk = (end + chunk - 1) / chunk;
-  const std::uint64_t last = p.end_chunk - 1;  // meaningless for an empty request, which ends here
-  ++outstanding_;
+  if (length == 0) return false;
   const bool checksums = store_.options().checksums;
-
-  if (length == 0) {
-    finish(slot_id, ready_);
-    return;
-  }
   if (request.op == io_op::write) {
-    for (std::uint64_t k = p.first_chunk; k < p.end_chunk; ++k) {
-      const std::uint64_t at = k * chunk - request.offset;
-      if (checksums) p.hashes.push_back(XXH3_64bits(request.buffer.data() + at, std::min(chunk, length - at)));
-      // Until this write is known good the chunk's contents are unknown.
-      rec.states[k].store(detail::chunk_state::writing);
+    if (const auto busy = rec.claim_for_write(p.first_chunk, p.end_chunk, p.previous)) {
+      throw usage_error(str("write of ", length, " bytes at offset ", request.offset, " of swap extent ", rec.id,
+                            " overlaps another write still in flight there (chunk ", *busy,
+                            "): two writers of one chunk", ZOE_WHERE));
     }
-  } else {
-    for (std::uint64_t k = p.first_chunk; k < p.end_chunk; ++k) {
-      const auto state = rec.states[k].load();
-      if (state != detail::chunk_state::valid) {
-        p.result.failed = true;
-        p.result.message = str("read of ", length, " bytes at offset ", request.offset, " of swap extent ", rec.id,
-                               " touches chunk ", k, state == detail::chunk_state::unwritten
-                                                          ? ", which was never written"
-                                                          : ", whose last write failed or is still in flight");
-        finish(slot_id, ready_);
-        return;
-      }
-    }
-    if (checksums && !whole_chunks) {
-      // A partial read still verifies: a first or last chunk it covers only in part is read whole
-      // into scratch memory. Only those two can be partial; the chunks between are whole.
-      p.head_in_scratch = request.offset > p.first_chunk * chunk || end < chunk_end(rec, p.first_chunk, chunk);
-      p.tail_in_scratch = last != p.first_chunk && end < chunk_end(rec, last, chunk);
-      if (!take_scratch(p)) {
-        p.result.failed = true;
-        p.result.message = str("cannot allocate ", format_bytes(2 * chunk), " to verify a partial read of swap extent ",
-                               rec.id);
-        finish(slot_id, ready_);
-        return;
-      }
+    p.claimed = true;
+    // Hashed once the write is on its way (see start); room now, so that cannot throw.
+    if (checksums) p.hashes.reserve(p.end_chunk - p.first_chunk);
+    return true;
+  }
+  for (std::uint64_t k = p.first_chunk; k < p.end_chunk; ++k) {
+    const auto state = rec.states[k].load(std::memory_order_acquire);
+    if (state == detail::chunk_state::valid) continue;
+    p.result.failed = true;
+    p.result.message = str("read of ", length, " bytes at offset ", request.offset, " of swap extent ", rec.id,
+                           " touches chunk ", k,
+                           state == detail::chunk_state::unwritten ? ", which was never written"
+                           : state == detail::chunk_state::writing ? ", whose write is still in flight"
+                                                                   : ", whose last write failed (contents unknown)");
+    return false;
+  }
+  if (checksums && !whole_chunks) {
+    // A partial read still verifies: a first or last chunk it covers only in part is read whole
+    // into scratch memory. Only those two can be partial; the chunks between are whole.
+    const std::uint64_t last = p.end_chunk - 1;
+    p.head_in_scratch = request.offset > p.first_chunk * chunk || end < chunk_end(rec, p.first_chunk, chunk);
+    p.tail_in_scratch = last != p.first_chunk && end < chunk_end(rec, last, chunk);
+    if (!take_scratch(p)) {
+      p.result.failed = true;
+      p.result.message = str("cannot allocate ", format_bytes(2 * chunk), " to verify a partial read of swap extent ",
+                             rec.id);
+      return false;
     }
   }
+  return true;
+}
 
-  ++rec.in_flight;
+void swap_channel::issue(std::uint32_t slot_id) {
+  pending& p = *slots_[slot_id];
+  const detail::extent_record& rec = *p.record;
+  const std::uint64_t chunk = store_.stripe_unit();
+  const std::uint64_t end = p.request.offset + p.request.buffer.size();
+  const std::uint64_t last = p.end_chunk - 1;
   // Whatever is not read into scratch goes straight between the caller's buffer and the files.
-  std::uint64_t direct_begin = request.offset;
+  std::uint64_t direct_begin = p.request.offset;
   std::uint64_t direct_end = end;
   if (p.head_in_scratch) {
     submit_range(slot_id, p.first_chunk * chunk,
@@ -155,7 +226,7 @@ void swap_channel::submit(const swap_request& request) {
   }
   if (direct_begin < direct_end) {
     submit_range(slot_id, direct_begin,
-                 request.buffer.subspan(direct_begin - request.offset, direct_end - direct_begin));
+                 p.request.buffer.subspan(direct_begin - p.request.offset, direct_end - direct_begin));
   }
 }
 
@@ -163,9 +234,11 @@ void swap_channel::submit_range(std::uint32_t slot_id, std::uint64_t extent_offs
   pending& p = *slots_[slot_id];
   const detail::stripe_map map{store_.stripe_unit(), engines_.size()};
   map.for_each(p.record->offset + extent_offset, buffer.size(), [&](const detail::stripe_map::piece& piece) {
-    ++p.pieces_left;
     engines_[piece.file_index]->submit({p.request.op, store_.files_[piece.file_index].get(),
                                         buffer.subspan(piece.skip, piece.length), piece.file_offset, slot_id});
+    // Counted once the engine took it: a piece whose submit threw never comes back.
+    ++p.pieces_issued;
+    ++p.pieces_left;
   });
 }
 
@@ -180,7 +253,7 @@ bool swap_channel::take_scratch(pending& p) {
   return p.scratch != nullptr;
 }
 
-void swap_channel::on_piece(const io_completion& c, std::vector<io_completion>& out) {
+void swap_channel::on_piece(const io_completion& c) {
   const auto slot_id = static_cast<std::uint32_t>(c.user_data);
   pending& p = *slots_[slot_id];
   if (c.failed && !p.result.failed) {
@@ -188,30 +261,42 @@ void swap_channel::on_piece(const io_completion& c, std::vector<io_completion>& 
     p.result.os_errno = c.os_errno;
     p.result.message = c.message;
   }
-  if (--p.pieces_left == 0) {
-    --p.record->in_flight;
-    finish(slot_id, out);
+  if (--p.pieces_left > 0) return;
+  if (p.abandoned) {
+    retire(slot_id);
+  } else {
+    // Verified later, one by one as completions are handed out, so that a caller who resubmits
+    // on each completion keeps the drive busy instead of waiting for a whole batch's hashing.
+    completed_.push_back(slot_id);
   }
 }
 
-void swap_channel::finish(std::uint32_t slot_id, std::vector<io_completion>& out) {
+void swap_channel::finish_completed(std::size_t n) {
+  for (; n > 0 && !completed_.empty(); --n) {
+    const std::uint32_t slot_id = completed_.front();
+    completed_.pop_front();
+    finish(slot_id);
+  }
+}
+
+void swap_channel::finish(std::uint32_t slot_id) {
   pending& p = *slots_[slot_id];
-  detail::extent_record& rec = *p.record;
+  const detail::extent_record& rec = *p.record;
   const std::uint64_t chunk = store_.stripe_unit();
   const bool checksums = store_.options().checksums;
   const std::uint64_t last = p.end_chunk - 1;
-  if (p.request.op == io_op::write && !p.result.failed) {
-    for (std::uint64_t k = p.first_chunk; k < p.end_chunk; ++k) {
-      if (checksums) rec.checksums[k].store(p.hashes[k - p.first_chunk]);
-      rec.states[k].store(detail::chunk_state::valid);
-    }
+  if (p.claimed) {
+    p.record->release_write(p.first_chunk, p.end_chunk, !p.result.failed, checksums ? p.hashes.data() : nullptr);
+    p.claimed = false;
   }
   if (p.request.op == io_op::read && !p.result.failed && checksums) {
     for (std::uint64_t k = p.first_chunk; k < p.end_chunk; ++k) {
       const std::byte* bytes = k == p.first_chunk && p.head_in_scratch ? p.scratch.get()
                                : k == last && p.tail_in_scratch        ? p.scratch.get() + chunk
                                                                        : p.request.buffer.data() + (k * chunk - p.request.offset);
-      if (XXH3_64bits(bytes, chunk_end(rec, k, chunk) - k * chunk) == rec.checksums[k].load()) continue;
+      if (XXH3_64bits(bytes, chunk_end(rec, k, chunk) - k * chunk) == rec.checksums[k].load(std::memory_order_relaxed)) {
+        continue;
+      }
       std::uint64_t file_index = 0;
       std::uint64_t file_offset = 0;
       detail::stripe_map{chunk, engines_.size()}.for_each(rec.offset + k * chunk, 1, [&](const auto& piece) {
@@ -239,38 +324,95 @@ void swap_channel::finish(std::uint32_t slot_id, std::vector<io_completion>& out
     }
   }
   p.result.bytes = p.result.failed ? 0 : p.request.buffer.size();
-  out.push_back(std::move(p.result));
+  if (p.in_run) {
+    run_done_.push_back(std::move(p.result));
+    --run_left_;
+  } else {
+    ready_.push_back(std::move(p.result));
+  }
+  retire(slot_id);
+}
+
+void swap_channel::retire(std::uint32_t slot_id) noexcept {
+  pending& p = *slots_[slot_id];
+  if (p.claimed) {
+    // Abandoned, or refused before it started: what reached the drive is unknown; if nothing
+    // did, the chunks still hold what they held.
+    if (p.pieces_issued == 0) {
+      p.record->restore(p.first_chunk, p.first_chunk + p.previous.size(), p.previous);
+    } else {
+      p.record->release_write(p.first_chunk, p.end_chunk, false, nullptr);
+    }
+    p.claimed = false;
+  }
+  if (p.record) {
+    p.record->in_flight.fetch_sub(1, std::memory_order_release);
+    p.record.reset();
+  }
   if (p.scratch && !spare_scratch_) spare_scratch_ = std::move(p.scratch);
   p.scratch.reset();
-  free_slots_.push_back(slot_id);
-  --outstanding_;
+  free_slots_.push_back(slot_id);  // capacity reserved in take_slot
+}
+
+bool swap_channel::progress(bool block) {
+  bool progressed = false;
+  for (auto& engine : engines_) {
+    if (engine->outstanding() == 0) continue;
+    piece_completions_.clear();
+    engine->poll(piece_completions_);
+    for (const auto& c : piece_completions_) on_piece(c);
+    progressed = progressed || !piece_completions_.empty();
+  }
+  if (progressed || !block) return progressed;
+  // Nothing ready anywhere: sleep on one busy queue; the others keep going in the kernel.
+  for (auto& engine : engines_) {
+    if (engine->outstanding() == 0) continue;
+    piece_completions_.clear();
+    engine->wait(piece_completions_, 1);
+    for (const auto& c : piece_completions_) on_piece(c);
+    return true;
+  }
+  throw internal_error("swap channel waits for requests, but none of its engines has anything in flight");
+}
+
+void swap_channel::run_until_done() {
+  while (run_left_ > 0) {
+    if (completed_.empty()) {
+      progress(true);
+    } else {
+      finish_completed(completed_.size());
+    }
+  }
+}
+
+void swap_channel::drain_abandoned(std::uint32_t slot_id) noexcept {
+  pending& p = *slots_[slot_id];
+  if (p.pieces_left == 0) {
+    // It may have come back whole before the step that threw, and be queued to finish.
+    std::erase(completed_, slot_id);
+    retire(slot_id);
+    return;
+  }
+  try {
+    while (p.pieces_left > 0) progress(true);
+  } catch (const std::exception& e) {
+    log::error("swap channel: waiting for the started part of a request whose submit failed: ", e.what());
+  }
 }
 
 std::size_t swap_channel::collect(std::vector<io_completion>& out, std::size_t min_count, bool block) {
   std::size_t moved = 0;
   for (;;) {
     moved += ready_.size();
+    outstanding_ -= ready_.size();
     std::move(ready_.begin(), ready_.end(), std::back_inserter(out));
     ready_.clear();
     if (outstanding_ == 0 || (block && moved >= min_count)) return moved;
-    bool progressed = false;
-    for (auto& engine : engines_) {
-      if (engine->outstanding() == 0) continue;
-      scratch_completions_.clear();
-      engine->poll(scratch_completions_);
-      for (const auto& c : scratch_completions_) on_piece(c, ready_);
-      progressed = progressed || !scratch_completions_.empty();
+    if (!completed_.empty()) {
+      finish_completed(block ? min_count - moved : completed_.size());
+      continue;
     }
-    if (progressed) continue;
-    if (!block) return moved;
-    // Nothing ready anywhere: sleep on one busy queue; the others keep going in the kernel.
-    for (auto& engine : engines_) {
-      if (engine->outstanding() == 0) continue;
-      scratch_completions_.clear();
-      engine->wait(scratch_completions_, 1);
-      for (const auto& c : scratch_completions_) on_piece(c, ready_);
-      break;
-    }
+    if (!progress(block) && completed_.empty()) return moved;
   }
 }
 
@@ -286,15 +428,6 @@ std::size_t swap_channel::poll(std::vector<io_completion>& out) { return collect
 
 std::size_t swap_channel::wait(std::vector<io_completion>& out, std::size_t min_count) {
   return collect(out, min_count, true);
-}
-
-void swap_channel::run(std::span<const swap_request> requests) {
-  for (const auto& r : requests) submit(r);
-  // Not until some count: a request that failed or was empty completes inside submit(), and
-  // counting it would let run() return before the others finish.
-  std::vector<io_completion> done;
-  collect_all(done);
-  for (const auto& c : done) c.throw_if_failed();
 }
 
 }  // namespace zoe::io

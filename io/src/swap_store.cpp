@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 
 #include "extent_record.hpp"
 #include "swap_directory.hpp"
@@ -16,17 +17,27 @@ namespace zoe::io {
 namespace {
 constexpr std::uint64_t extent_granularity = 4096;
 
+swap_store_options validated(swap_store_options o) {
+  ZOE_EXPECTS(!o.paths.empty(), "swap store needs at least one path");
+  ZOE_EXPECTS(o.capacity > 0, "swap store capacity must be positive");
+  // A power-of-two block_size (checked here) keeps every file's share of a whole number of
+  // stripes a multiple of 4 KiB, and extents of a chunk or more alignable to a chunk.
+  o.io.validate();
+  const std::uint64_t stripe = static_cast<std::uint64_t>(o.io.block_size) * o.paths.size();
+  ZOE_EXPECTS(o.capacity <= std::numeric_limits<std::uint64_t>::max() - stripe, "swap store capacity ", o.capacity,
+              " is too large");
+  return o;
+}
+
 std::uint64_t stripe_bytes(const swap_store_options& o) {
   return static_cast<std::uint64_t>(o.io.block_size) * o.paths.size();
 }
 }  // namespace
 
 swap_store::swap_store(swap_store_options options)
-    : options_(std::move(options)),
-      allocator_(align_up(options_.capacity, options_.paths.empty() ? 1 : stripe_bytes(options_)), extent_granularity) {
-  ZOE_EXPECTS(!options_.paths.empty(), "swap store needs at least one path");
-  ZOE_EXPECTS(options_.capacity > 0, "swap store capacity must be positive");
-  options_.io.validate();
+    : options_(validated(std::move(options))),
+      // Not a power of two on 3, 5, 6 or 7 paths: round_up, never a mask.
+      allocator_(round_up(options_.capacity, stripe_bytes(options_)), extent_granularity) {
   // "auto" probes the kernel and explains its choice: do that once, and build every engine of
   // every channel from the name it settled on.
   backend_ = make_backend(options_.engine, options_.io)->name();
@@ -57,7 +68,7 @@ void swap_store::prewrite() {
   ZOE_CHECK(zeros != nullptr, memory_error, "cannot allocate ", format_bytes(chunk), " to prepare the swap files");
   std::memset(zeros.get(), 0, chunk);
   std::vector<std::unique_ptr<io_engine>> engines;
-  for (std::size_t i = 0; i < files_.size(); ++i) engines.push_back(make_engine(backend_, options_.io));
+  for (std::size_t i = 0; i < files_.size(); ++i) engines.push_back(make_engine());
   std::vector<io_completion> done;
   for (std::uint64_t at = 0; at < file_bytes(); at += chunk * depth) {
     for (std::size_t i = 0; i < files_.size(); ++i) {
@@ -90,7 +101,7 @@ swap_extent swap_store::allocate(std::uint64_t bytes) {
                            ", capacity ", format_bytes(allocator_.capacity()), ")"));
   }
   const std::uint64_t id = next_id_++;
-  extents_.emplace(id, std::make_unique<detail::extent_record>(id, *offset, bytes, stripe_unit()));
+  extents_.emplace(id, std::make_shared<detail::extent_record>(id, *offset, bytes, stripe_unit()));
   return {id, bytes};
 }
 
@@ -98,16 +109,25 @@ void swap_store::free(const swap_extent& extent) {
   const std::unique_lock lock(mutex_);
   const auto it = extents_.find(extent.id);
   ZOE_EXPECTS(it != extents_.end(), "swap extent ", extent.id, " is not allocated in this store");
-  ZOE_EXPECTS(it->second->in_flight.load() == 0, "swap extent ", extent.id, " still has I/O in flight");
+  // Pins are raised under this lock's shared side, so none can appear while we hold it.
+  ZOE_EXPECTS(it->second->in_flight.load() == 0, "swap extent ", extent.id, " still has ", it->second->in_flight.load(),
+              " requests in flight");
   allocator_.free(it->second->offset, it->second->bytes);
   extents_.erase(it);
 }
 
-detail::extent_record& swap_store::record(const swap_extent& extent) const {
+std::shared_ptr<detail::extent_record> swap_store::pin(const swap_extent& extent) const {
   const std::shared_lock lock(mutex_);
   const auto it = extents_.find(extent.id);
   ZOE_EXPECTS(it != extents_.end(), "swap extent ", extent.id, " is not allocated in this store");
-  return *it->second;
+  it->second->in_flight.fetch_add(1, std::memory_order_relaxed);
+  return it->second;
+}
+
+std::unique_ptr<io_engine> swap_store::make_engine() const {
+  auto backend = make_backend(backend_, options_.io);
+  if (options_.wrap_backend) backend = options_.wrap_backend(std::move(backend));
+  return std::make_unique<io_engine>(std::move(backend), options_.io);
 }
 
 std::uint64_t swap_store::capacity() const noexcept { return allocator_.capacity(); }

@@ -45,5 +45,20 @@ TEST(units, AlignHelpers) {
   EXPECT_FALSE(is_pow2(12));
 }
 
+// A stripe over 3 files is not a power of two: a mask would not round to a multiple of it.
+TEST(units, RoundHelpersTakeAnyMultiple) {
+  constexpr std::uint64_t stripe = 3 * 64 * KiB;
+  EXPECT_EQ(round_up(8 * MiB, stripe), 43 * stripe);
+  EXPECT_EQ(round_up(43 * stripe, stripe), 43 * stripe);
+  EXPECT_EQ(round_down(8 * MiB, stripe), 42 * stripe);
+  EXPECT_EQ(round_up(0, stripe), 0u);
+  EXPECT_EQ(round_up(4097, 4096), align_up(4097, 4096));
+}
+
+TEST(units, AlignHelpersRefuseOtherThanPowersOfTwoInDebugBuilds) {
+  EXPECT_DEBUG_DEATH((void)align_up(8 * MiB, 3 * 64 * KiB), "power of two");
+  EXPECT_DEBUG_DEATH((void)align_down(8 * MiB, 3 * 64 * KiB), "power of two");
+}
+
 }  // namespace
 }  // namespace zoe

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <deque>
 #include <limits>
 #include <memory>
 #include <span>
@@ -31,6 +32,16 @@ struct swap_request {
 /// scratch memory of the channel (at most two chunks per read: its first and its last), verifies
 /// it and copies out the part asked for; the whole chunks in between are read into the caller's
 /// buffer and verified there.
+///
+/// A write claims the chunks it covers until its completion is returned: a second write of any of
+/// them meanwhile, from this channel or another, is refused with usage_error, and a read of them
+/// completes as failed (their contents are changing). A chunk whose write failed cannot be read
+/// until it is written again. Reading a chunk while a write of it is submitted is a caller error
+/// the store cannot always see; the read then reports a checksum mismatch or stale data.
+///
+/// Every submit and run either takes a request or throws with nothing of it in flight: a request
+/// the engines already started when a later step threw is waited for (and not reported) before
+/// the exception leaves, so the caller may free its buffer at once.
 class swap_channel {
  public:
   /// Throws what make_engine throws for the store's backend.
@@ -40,18 +51,26 @@ class swap_channel {
   swap_channel(const swap_channel&) = delete;
   swap_channel& operator=(const swap_channel&) = delete;
 
-  /// Queues a request. Throws usage_error when it cannot start: unknown extent, a range outside
-  /// it, or a write that does not start on a chunk boundary of the extent and cover whole chunks
-  /// (or end at the extent's end). A read of never-written data completes as failed.
+  /// Queues a request and hands it to the kernel; its completion comes from a later poll or wait. Throws usage_error, with
+  /// nothing queued, when it cannot start: an unknown extent, a range outside it, a write that
+  /// does not start on a chunk boundary of the extent and cover whole chunks (or end at the
+  /// extent's end), or a write of a chunk another write holds. A read of never-written data, or of
+  /// a chunk being written or whose write failed, completes as failed naming the extent and chunk.
   void submit(const swap_request& request);
-  /// Like io_engine::poll / wait. A completion that failed its checksum has corrupt == true.
+  /// Like io_engine::poll / wait, for the requests taken by submit(). A completion that failed its
+  /// checksum has corrupt == true.
   std::size_t poll(std::vector<io_completion>& out);
   std::size_t wait(std::vector<io_completion>& out, std::size_t min_count = 1);
-  /// Submits, waits for all, throws io_error or corruption_error for the first failure.
+  /// Submits the requests and waits for exactly these; throws io_error or corruption_error for
+  /// the first of them that failed. Requests queued earlier with submit() keep going, and their
+  /// completions stay for poll and wait. If submitting request k throws, requests 0..k-1 are
+  /// waited for before the exception leaves run().
   void run(std::span<const swap_request> requests);
+  /// Requests taken by submit() whose completions poll or wait have not yet returned.
   [[nodiscard]] std::size_t outstanding() const noexcept { return outstanding_; }
   /// Registers caller memory with every engine of the channel (io_engine::register_buffers), so
   /// requests from it use fixed buffers where the backend has them. Returns whether they do.
+  /// Throws usage_error while requests are outstanding.
   bool register_buffers(std::span<const std::span<std::byte>> regions);
   /// The I/O backend the channel's engines took ("posix", ...).
   [[nodiscard]] std::string_view backend_name() const noexcept;
@@ -63,20 +82,41 @@ class swap_channel {
   };
   using scratch_memory = std::unique_ptr<std::byte, free_memory>;
 
+  /// submit(), with the completion routed to run()'s list when `in_run`.
+  void start(const swap_request& request, bool in_run);
+  [[nodiscard]] std::uint32_t take_slot();
+  /// Validates the request and takes what it needs (pin, write claim, scratch); throws with
+  /// nothing taken. Returns false when it already completed (empty, or a read refused).
+  [[nodiscard]] bool prepare(pending& p, const swap_request& request);
+  void issue(std::uint32_t slot);
   void submit_range(std::uint32_t slot, std::uint64_t extent_offset, std::span<std::byte> buffer);
   [[nodiscard]] bool take_scratch(pending& p);
-  void on_piece(const io_completion& c, std::vector<io_completion>& out);
-  void finish(std::uint32_t slot, std::vector<io_completion>& out);
+  void on_piece(const io_completion& c);
+  /// Finishes up to `n` requests whose pieces all came back, oldest first.
+  void finish_completed(std::size_t n);
+  /// Progresses and finishes until every request of the run() in progress is done.
+  void run_until_done();
+  /// Verifies, records checksums and hands the completion to poll/wait or run().
+  void finish(std::uint32_t slot);
+  /// Gives back what the request took and frees its slot.
+  void retire(std::uint32_t slot) noexcept;
+  /// One round of progress on every engine; with `block`, sleeps on one busy engine if none had
+  /// anything ready. Returns whether any piece came back. Throws internal_error when asked to
+  /// block with nothing in flight (a request counted but never started would otherwise spin).
+  bool progress(bool block);
+  /// Progresses until the slot's pieces all came back (its submit threw: nothing is reported).
+  void drain_abandoned(std::uint32_t slot) noexcept;
   std::size_t collect(std::vector<io_completion>& out, std::size_t min_count, bool block);
-  // Blocks until nothing is outstanding (no count: requests may complete inside submit()).
-  void collect_all(std::vector<io_completion>& out) { collect(out, std::numeric_limits<std::size_t>::max(), true); }
 
   swap_store& store_;
   std::vector<std::unique_ptr<io_engine>> engines_;
   std::vector<std::unique_ptr<pending>> slots_;
   std::vector<std::uint32_t> free_slots_;
-  std::vector<io_completion> ready_;
-  std::vector<io_completion> scratch_completions_;
+  std::vector<io_completion> ready_;     ///< completions of submit()'s requests, for poll and wait
+  std::vector<io_completion> run_done_;  ///< completions of the run() in progress
+  std::size_t run_left_ = 0;             ///< requests of the run() in progress not yet complete
+  std::vector<io_completion> piece_completions_;
+  std::deque<std::uint32_t> completed_;  ///< slots whose pieces all came back, not yet finished
   scratch_memory spare_scratch_;  ///< two chunks, kept for the next partial read
   std::size_t outstanding_ = 0;
 };

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
@@ -16,10 +17,12 @@
 
 #include "zoe/io/engine_options.hpp"
 #include "zoe/io/extent_allocator.hpp"
+#include "zoe/io/io_backend.hpp"
 
 namespace zoe::io {
 
 class file;
+class io_engine;
 class swap_channel;
 namespace detail {
 class swap_directory;
@@ -34,6 +37,9 @@ struct swap_store_options {
   bool checksums = true;                     ///< XXH3 per chunk, verified on every read
   bool prewrite = true;                      ///< write the files once at creation (see prewrite_seconds)
   bool direct = true;                        ///< O_DIRECT (falls back to buffered where refused)
+  /// Optional: wraps every backend the store makes (for its channels and the prewrite), e.g. in a
+  /// fault-injecting backend for tests. Called from the thread that makes the engine.
+  std::function<std::unique_ptr<io_backend>(std::unique_ptr<io_backend>)> wrap_backend;
 };
 
 /// A handle to space in the store. Plain value; valid until swap_store::free.
@@ -46,10 +52,12 @@ struct swap_extent {
 /// one thread, like an io_engine.
 class swap_store {
  public:
-  /// Chooses the I/O backend (once, for every channel), then creates the folders and files.
+  /// Chooses the I/O backend (once, for every channel), then creates the folders and files. The
+  /// capacity is rounded up to whole stripes (block_size times the number of paths), so every
+  /// file holds a whole number of stripe units and all of it is preallocated now.
   /// Throws io_error naming a path that does not exist, is not a directory or is not writable, or
   /// cannot hold its share of the capacity, or when no backend works; usage_error for bad options
-  /// or a backend not in this build.
+  /// (naming the option and value) or a backend not in this build.
   explicit swap_store(swap_store_options options);
   ~swap_store();
   swap_store(const swap_store&) = delete;
@@ -57,7 +65,8 @@ class swap_store {
 
   /// Reserves `bytes`. Throws memory_error naming the sizes when no hole fits.
   [[nodiscard]] swap_extent allocate(std::uint64_t bytes);
-  /// Returns the space. Throws usage_error for an unknown extent or one with I/O in flight.
+  /// Returns the space. Throws usage_error naming the extent when it is unknown or a channel still
+  /// has a request on it (submitted and not yet returned as a completion).
   void free(const swap_extent& extent);
 
   [[nodiscard]] const swap_store_options& options() const noexcept { return options_; }
@@ -72,7 +81,12 @@ class swap_store {
 
  private:
   friend class swap_channel;
-  [[nodiscard]] detail::extent_record& record(const swap_extent& extent) const;
+  /// The record of `extent` with its in_flight count raised under the lock, so free() refuses it
+  /// until the caller lowers the count; the shared_ptr keeps the record alive past that. Throws
+  /// usage_error for an extent not allocated here.
+  [[nodiscard]] std::shared_ptr<detail::extent_record> pin(const swap_extent& extent) const;
+  /// An engine over the store's backend (wrapped by options().wrap_backend).
+  [[nodiscard]] std::unique_ptr<io_engine> make_engine() const;
   /// The stripe unit, which is also the checksum chunk.
   [[nodiscard]] std::uint64_t stripe_unit() const noexcept { return options_.io.block_size; }
   /// Each swap file's share of the capacity.
@@ -87,7 +101,7 @@ class swap_store {
 
   mutable std::shared_mutex mutex_;
   extent_allocator allocator_;
-  std::unordered_map<std::uint64_t, std::unique_ptr<detail::extent_record>> extents_;
+  std::unordered_map<std::uint64_t, std::shared_ptr<detail::extent_record>> extents_;
   std::uint64_t next_id_ = 1;
 };
 
