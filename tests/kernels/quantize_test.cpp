@@ -235,6 +235,25 @@ quantized_buffer quantize_on_every_path(const quant_case& c, const std::vector<s
   return expected;
 }
 
+// Dequantizes `q` (n elements) to fp32 on the scalar path, then on every SIMD path, and expects
+// the same bits from each; returns the scalar result.
+std::vector<float> dequantize_on_every_path(const quant_case& c, const quantized_buffer& q, std::size_t n) {
+  const quant_config config = config_of(c);
+  std::vector<float> expected(n);
+  {
+    const test::path_guard p(cpu_path::scalar);
+    dequantize(q.cspan(), config, view(std::span<float>(expected)));
+  }
+  for (const cpu_path path : test::simd_paths()) {
+    const test::path_guard p(path);
+    std::vector<float> got(n);
+    test::poison(got.data(), n * 4);
+    dequantize(q.cspan(), config, view(std::span<float>(got)));
+    EXPECT_EQ(test::first_difference(got.data(), expected.data(), n * 4), -1) << cpu_path_name(path);
+  }
+  return expected;
+}
+
 // Whole blocks of a test tensor: enough for two groups of four plus one (the grouped path reads a
 // group's extremes while coding the group before), and the block where the special ones start:
 // the second group.
@@ -335,6 +354,54 @@ TEST(quantize, TinyBlocksAreCodedLikeAnyOther) {
           ASSERT_GE(code_at(q, c, i), c.symmetric ? -levels_of(c) : 0.0f) << where << " " << i;
           ASSERT_LE(code_at(q, c, i), levels_of(c)) << where << " " << i;
           const double bound = 0.5 * step * (1 + 1e-5) + levels_of(c) * 0x1p-150;
+          ASSERT_LE(std::abs(static_cast<double>(back[i]) - x[i]), bound) << where << " element " << i;
+        }
+      }
+    }
+  }
+}
+
+// Huge finite blocks: values near +-FLT_MAX, where the range of an asymmetric block (hi - lo)
+// overflows to infinity and where code * scale may pass FLT_MAX before the zero point brings it
+// back. They are coded like any other block: the same bits on every path, codes in range, a finite
+// scale, and every element decoded finite (never NaN) within half a step of its value.
+TEST(quantize, HugeBlocksRoundTripWithinHalfAStep) {
+  auto rng = test::rng_for_test();
+  for (const dtype type : {dtype::fp32, dtype::bf16}) {
+    // The largest finite value of the type (values above bf16's would round to infinity).
+    const float max = type == dtype::bf16 ? test::float_of(0x7f7f0000u) : std::numeric_limits<float>::max();
+    for (const quant_case c : {quant_case{8, true, 256, type}, quant_case{8, false, 256, type},
+                               quant_case{4, true, 256, type}, quant_case{4, false, 256, type}}) {
+      const std::size_t n = grouped_blocks * c.block;
+      std::vector<float> values = test::normal_values(rng, n, 1.0f);
+      // (Scaled from a unit range: the distribution needs b - a to be finite.)
+      std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+      std::uniform_real_distribution<float> upper(0.5f, 1.0f);
+      const auto anywhere = [&] { return unit(rng) * max; };
+      const auto top = [&] { return upper(rng) * max; };
+      const std::size_t first = special_block * c.block;
+      for (std::size_t i = 0; i < c.block; ++i) {
+        values[first + i] = i % 2 == 0 ? 3e38f : -3e38f;                  // +-3e38, alternating
+        values[first + c.block + i] = anywhere();                      // mixed huge values
+        values[first + 2 * c.block + i] = top();                       // one sign, up to FLT_MAX
+        values[first + 3 * c.block + i] = i % 3 == 0 ? -top() : values[first + 2 * c.block + i];
+      }
+      values[first + 2 * c.block + 7] = max;  // the extremes themselves
+      values[first + 3 * c.block + 9] = -max;
+      const std::vector<std::byte> input = test::encode(values, c.type);
+      const std::vector<float> x = test::decode(input, c.type);
+      const quantized_buffer q = quantize_on_every_path(c, input, n);
+      const std::vector<float> back = dequantize_on_every_path(c, q, n);
+      const std::string where = case_name(c);
+      for (std::size_t b = special_block; b < special_block + 4; ++b) {
+        const float step = q.scales[b];
+        ASSERT_TRUE(std::isfinite(step)) << where << " block " << b;
+        ASSERT_GT(step, 0.0f) << where << " block " << b;
+        for (std::size_t i = b * c.block; i < (b + 1) * c.block; ++i) {
+          ASSERT_GE(code_at(q, c, i), c.symmetric ? -levels_of(c) : 0.0f) << where << " " << i;
+          ASSERT_LE(code_at(q, c, i), levels_of(c)) << where << " " << i;
+          ASSERT_TRUE(std::isfinite(back[i])) << where << " element " << i << " (" << x[i] << ") decodes to " << back[i];
+          const double bound = 0.5 * static_cast<double>(step) * (1 + 1e-5) + std::abs(x[i]) * 1e-6;
           ASSERT_LE(std::abs(static_cast<double>(back[i]) - x[i]), bound) << where << " element " << i;
         }
       }
