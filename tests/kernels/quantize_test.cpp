@@ -4,8 +4,6 @@
 #include <cmath>
 #include <limits>
 
-#include <tbb/global_control.h>
-
 #include "kernel_test_support.hpp"
 #include "zoe/core/error.hpp"
 #include "zoe/kernels/quantize.hpp"
@@ -145,39 +143,40 @@ TEST_P(quant_cases, EveryPathBitIdenticalToScalar) {
 TEST(quantize, LongInputsBitIdenticalToScalarWhateverTheCodeAlignment) {
   auto rng = test::rng_for_test();
   const std::size_t n = (std::size_t{3} << 19) + 13;  // pieces past the streaming threshold, ragged
-  // Two threads at most, whatever the machine: each piece stays long enough to be streamed.
-  const tbb::global_control two(tbb::global_control::max_allowed_parallelism, 2);
-  for (const quant_case c : {quant_case{8, true, 2048, dtype::fp16}, quant_case{8, false, 2048, dtype::bf16},
-                             quant_case{8, false, 64, dtype::fp32}}) {
-    const quant_config config = config_of(c);
-    const std::vector<std::byte> input = test::encode(test::normal_values(rng, n, 3.0f), c.type);
-    const std::size_t blocks = config.blocks(n);
-    for (const cpu_path path : test::simd_paths()) {
-      for (const std::size_t shift : {std::size_t{0}, std::size_t{1}, std::size_t{24}}) {
-        std::vector<std::byte> codes[2];
-        std::vector<float> scales[2], zero_points[2];
-        for (int run = 0; run < 2; ++run) {
-          const test::path_guard p(run == 0 ? cpu_path::scalar : path);
-          // `shift` bytes past a 64-byte boundary (0: the aligned output streamed straight out).
-          std::vector<std::byte> storage(config.code_bytes(n) + 64 + shift);
-          test::poison(storage.data(), storage.size());
-          scales[run].assign(blocks, 0.0f);
-          zero_points[run].assign(c.symmetric ? 0 : blocks, 0.0f);
-          const std::size_t to_boundary = (64 - reinterpret_cast<std::uintptr_t>(storage.data()) % 64) % 64;
-          const std::span<std::byte> out(storage.data() + to_boundary + shift, config.code_bytes(n));
-          quantize(const_tensor_view{c.type, input.data(), n}, config, {out, scales[run], zero_points[run]});
-          codes[run].assign(out.begin(), out.end());
+  // Two threads, whatever the machine: each piece stays long enough to be streamed.
+  test::on_threads(2, [&] {
+    for (const quant_case c : {quant_case{8, true, 2048, dtype::fp16}, quant_case{8, false, 2048, dtype::bf16},
+                               quant_case{8, false, 64, dtype::fp32}}) {
+      const quant_config config = config_of(c);
+      const std::vector<std::byte> input = test::encode(test::normal_values(rng, n, 3.0f), c.type);
+      const std::size_t blocks = config.blocks(n);
+      for (const cpu_path path : test::simd_paths()) {
+        for (const std::size_t shift : {std::size_t{0}, std::size_t{1}, std::size_t{24}}) {
+          std::vector<std::byte> codes[2];
+          std::vector<float> scales[2], zero_points[2];
+          for (int run = 0; run < 2; ++run) {
+            const test::path_guard p(run == 0 ? cpu_path::scalar : path);
+            // `shift` bytes past a 64-byte boundary (0: the aligned output streamed straight out).
+            std::vector<std::byte> storage(config.code_bytes(n) + 64 + shift);
+            test::poison(storage.data(), storage.size());
+            scales[run].assign(blocks, 0.0f);
+            zero_points[run].assign(c.symmetric ? 0 : blocks, 0.0f);
+            const std::size_t to_boundary = (64 - reinterpret_cast<std::uintptr_t>(storage.data()) % 64) % 64;
+            const std::span<std::byte> out(storage.data() + to_boundary + shift, config.code_bytes(n));
+            quantize(const_tensor_view{c.type, input.data(), n}, config, {out, scales[run], zero_points[run]});
+            codes[run].assign(out.begin(), out.end());
+          }
+          const std::string where =
+              case_name(c) + " " + std::string(cpu_path_name(path)) + " shift " + std::to_string(shift);
+          ASSERT_EQ(test::first_difference(codes[0].data(), codes[1].data(), codes[0].size()), -1) << where;
+          ASSERT_EQ(test::first_difference(scales[0].data(), scales[1].data(), blocks * 4), -1) << where;
+          ASSERT_EQ(test::first_difference(zero_points[0].data(), zero_points[1].data(), zero_points[0].size() * 4),
+                    -1)
+              << where;
         }
-        const std::string where =
-            case_name(c) + " " + std::string(cpu_path_name(path)) + " shift " + std::to_string(shift);
-        ASSERT_EQ(test::first_difference(codes[0].data(), codes[1].data(), codes[0].size()), -1) << where;
-        ASSERT_EQ(test::first_difference(scales[0].data(), scales[1].data(), blocks * 4), -1) << where;
-        ASSERT_EQ(test::first_difference(zero_points[0].data(), zero_points[1].data(), zero_points[0].size() * 4),
-                  -1)
-            << where;
       }
     }
-  }
+  });
 }
 
 // qgZ: the fused reduction equals dequantize, sum in input order, scale, quantize, done step by step.
@@ -400,7 +399,7 @@ TEST(quantize, HugeBlocksRoundTripWithinHalfAStep) {
         for (std::size_t i = b * c.block; i < (b + 1) * c.block; ++i) {
           ASSERT_GE(code_at(q, c, i), c.symmetric ? -levels_of(c) : 0.0f) << where << " " << i;
           ASSERT_LE(code_at(q, c, i), levels_of(c)) << where << " " << i;
-          ASSERT_TRUE(std::isfinite(back[i])) << where << " element " << i << " (" << x[i] << ") decodes to " << back[i];
+          ASSERT_TRUE(std::isfinite(back[i])) << where << " element " << i << " (" << x[i] << ") -> " << back[i];
           const double bound = 0.5 * static_cast<double>(step) * (1 + 1e-5) + std::abs(x[i]) * 1e-6;
           ASSERT_LE(std::abs(static_cast<double>(back[i]) - x[i]), bound) << where << " element " << i;
         }
