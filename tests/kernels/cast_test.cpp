@@ -241,6 +241,14 @@ TEST(cast, RejectsMismatchedCountsAndOverlap) {
   EXPECT_THROW(cast(const_tensor_view{dtype::fp32, a.data(), 8}, tensor_view{dtype::fp16, a.data(), 8}), usage_error);
 }
 
+// Automatic dispatch names the widest SIMD path available, whatever Highway target it picked (a
+// newer target than AVX3 is an AVX-512 one, not "scalar").
+TEST(cpu_path, AutomaticIsTheWidestAvailablePath) {
+  const std::vector<cpu_path> available = available_cpu_paths();
+  const test::path_guard automatic(cpu_path::automatic);
+  EXPECT_EQ(active_cpu_path(), available.back());
+}
+
 TEST(cpu_path, ParsesNamesAndRefusesUnknownOnes) {
   EXPECT_EQ(parse_cpu_path("avx2", "--path"), cpu_path::avx2);
   EXPECT_EQ(parse_cpu_path("auto", "--path"), cpu_path::automatic);

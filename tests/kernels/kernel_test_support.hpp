@@ -35,7 +35,7 @@ void on_threads(int threads, Fn&& fn) {
   arena.execute(fn);
 }
 
-/// The SIMD paths this machine has (every available path but scalar).
+/// The SIMD paths this machine has (every available path but scalar), then automatic dispatch.
 [[nodiscard]] std::vector<cpu_path> simd_paths();
 
 /// A generator seeded from the test's name, so every test gets its own fresh data.
