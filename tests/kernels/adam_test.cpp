@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <optional>
 
 #include "kernel_test_support.hpp"
@@ -109,37 +110,69 @@ TEST(adam, LongShardsBitIdenticalToScalarWhateverTheWorkingCopyAlignment) {
   auto rng = test::rng_for_test();
   const std::vector<float> initial = test::normal_values(rng, n, 0.5f);
   const std::vector<std::byte> grad = test::encode(test::normal_values(rng, n, 1.0f), dtype::fp32);
-  for (const cpu_path path : test::simd_paths()) {
-    for (const dtype w : {dtype::fp16, dtype::bf16}) {
-      for (const std::size_t shift : {std::size_t{0}, std::size_t{1}, std::size_t{7}}) {
-        std::vector<float> out_params[2], out_m[2], out_v[2];
-        std::vector<std::byte> out_working[2];
-        for (int run = 0; run < 2; ++run) {
-          const test::path_guard p(run == 0 ? cpu_path::scalar : path);
-          std::vector<float> params(initial), m(n, 0.0f), v(n, 0.0f);
-          std::vector<std::byte> working((n + shift) * 2);
-          for (int t = 1; t <= 2; ++t) {
-            test::poison(working.data(), working.size());
-            adam_shard shard{params, m, v, const_tensor_view{dtype::fp32, grad.data(), n},
-                             tensor_view{w, working.data() + shift * 2, n}};
-            adam_config config;
-            config.step = t;
-            config.weight_decay = 0.01f;
-            adam_step(config, shard);
+  // Two threads, whatever the machine: each piece stays long enough to be streamed.
+  test::on_threads(2, [&] {
+    for (const cpu_path path : test::simd_paths()) {
+      for (const dtype w : {dtype::fp16, dtype::bf16}) {
+        for (const std::size_t shift : {std::size_t{0}, std::size_t{1}, std::size_t{7}}) {
+          std::vector<float> out_params[2], out_m[2], out_v[2];
+          std::vector<std::byte> out_working[2];
+          for (int run = 0; run < 2; ++run) {
+            const test::path_guard p(run == 0 ? cpu_path::scalar : path);
+            std::vector<float> params(initial), m(n, 0.0f), v(n, 0.0f);
+            std::vector<std::byte> working((n + shift) * 2);
+            for (int t = 1; t <= 2; ++t) {
+              test::poison(working.data(), working.size());
+              adam_shard shard{params, m, v, const_tensor_view{dtype::fp32, grad.data(), n},
+                               tensor_view{w, working.data() + shift * 2, n}};
+              adam_config config;
+              config.step = t;
+              config.weight_decay = 0.01f;
+              adam_step(config, shard);
+            }
+            out_params[run] = params;
+            out_m[run] = m;
+            out_v[run] = v;
+            out_working[run].assign(working.begin() + static_cast<std::ptrdiff_t>(shift * 2), working.end());
           }
-          out_params[run] = params;
-          out_m[run] = m;
-          out_v[run] = v;
-          out_working[run].assign(working.begin() + static_cast<std::ptrdiff_t>(shift * 2), working.end());
+          const std::string where = std::string(cpu_path_name(path)) + " " + std::string(dtype_name(w)) + " shift " +
+                                    std::to_string(shift);
+          ASSERT_EQ(test::first_difference(out_params[0].data(), out_params[1].data(), n * 4), -1) << where;
+          ASSERT_EQ(test::first_difference(out_m[0].data(), out_m[1].data(), n * 4), -1) << where;
+          ASSERT_EQ(test::first_difference(out_v[0].data(), out_v[1].data(), n * 4), -1) << where;
+          ASSERT_EQ(test::first_difference(out_working[0].data(), out_working[1].data(), n * 2), -1) << where;
         }
-        const std::string where = std::string(cpu_path_name(path)) + " " + std::string(dtype_name(w)) + " shift " +
-                                  std::to_string(shift);
-        ASSERT_EQ(test::first_difference(out_params[0].data(), out_params[1].data(), n * 4), -1) << where;
-        ASSERT_EQ(test::first_difference(out_m[0].data(), out_m[1].data(), n * 4), -1) << where;
-        ASSERT_EQ(test::first_difference(out_v[0].data(), out_v[1].data(), n * 4), -1) << where;
-        ASSERT_EQ(test::first_difference(out_working[0].data(), out_working[1].data(), n * 2), -1) << where;
       }
     }
+  });
+}
+
+// Every binary16 value as a gradient, widened in the SIMD vector body (65536 elements, a multiple
+// of every vector width): infinities, NaNs of every payload and subnormals step the state to the
+// same bits as on the scalar path.
+TEST(adam, EveryHalfGradientStepsBitIdenticalToScalar) {
+  constexpr std::size_t n = 0x10000;
+  std::vector<std::uint16_t> halves(n);
+  for (std::size_t h = 0; h < n; ++h) halves[h] = static_cast<std::uint16_t>(h);
+  auto rng = test::rng_for_test();
+  const std::vector<float> initial = test::normal_values(rng, n, 0.5f);
+  const adam_case c{1e-3f, 0.01f, false, dtype::fp16, dtype::fp16};
+  std::vector<std::byte> grad(n * 2);
+  std::memcpy(grad.data(), halves.data(), grad.size());
+  shard_state expected(initial, c);
+  {
+    const test::path_guard p(cpu_path::scalar);
+    expected.step(config_for(c, 1), c, grad);
+  }
+  for (const cpu_path path : test::simd_paths()) {
+    const test::path_guard p(path);
+    shard_state got(initial, c);
+    got.step(config_for(c, 1), c, grad);
+    const std::string where(cpu_path_name(path));
+    EXPECT_EQ(test::first_difference(expected.params.data(), got.params.data(), n * 4), -1) << where;
+    EXPECT_EQ(test::first_difference(expected.exp_avg.data(), got.exp_avg.data(), n * 4), -1) << where;
+    EXPECT_EQ(test::first_difference(expected.exp_avg_sq.data(), got.exp_avg_sq.data(), n * 4), -1) << where;
+    EXPECT_EQ(test::first_difference(expected.working.data(), got.working.data(), n * 2), -1) << where;
   }
 }
 

@@ -167,6 +167,23 @@ TEST_P(cast_paths, EveryConversionIsBitIdenticalToScalar) {
   }
 }
 
+// Every binary16 value, widened by the SIMD path's vector body (65536 is a multiple of every
+// vector width, so no element falls to the scalar tail): the scalar path's bits, which are the
+// documented ones (exact; NaN quiet, its payload shifted up; see EveryHalfWidensExactlyAndNarrowsBack).
+TEST_P(cast_paths, EveryHalfWidensInVectorsToTheScalarBits) {
+  std::vector<std::uint16_t> halves(0x10000);
+  for (std::uint32_t h = 0; h < 0x10000; ++h) halves[h] = static_cast<std::uint16_t>(h);
+  std::vector<float> got(halves.size());
+  test::poison(got.data(), got.size() * 4);
+  {
+    const test::path_guard simd(GetParam());
+    cast(const_tensor_view{dtype::fp16, halves.data(), halves.size()}, view(std::span<float>(got)));
+  }
+  for (std::uint32_t h = 0; h < 0x10000; ++h) {
+    ASSERT_EQ(bits_of(got[h]), bits_of(float_from_fp16(halves[h]))) << std::hex << "half 0x" << h;
+  }
+}
+
 TEST_P(cast_paths, InfNanCheckFindsEachSpecialAnywhere) {
   auto rng = test::rng_for_test();
   const test::path_guard path(GetParam());
@@ -222,6 +239,14 @@ TEST(cast, RejectsMismatchedCountsAndOverlap) {
     EXPECT_NE(std::string(e.what()).find("16"), std::string::npos) << e.what();
   }
   EXPECT_THROW(cast(const_tensor_view{dtype::fp32, a.data(), 8}, tensor_view{dtype::fp16, a.data(), 8}), usage_error);
+}
+
+// Automatic dispatch names the widest SIMD path available, whatever Highway target it picked (a
+// newer target than AVX3 is an AVX-512 one, not "scalar").
+TEST(cpu_path, AutomaticIsTheWidestAvailablePath) {
+  const std::vector<cpu_path> available = available_cpu_paths();
+  const test::path_guard automatic(cpu_path::automatic);
+  EXPECT_EQ(active_cpu_path(), available.back());
 }
 
 TEST(cpu_path, ParsesNamesAndRefusesUnknownOnes) {

@@ -9,10 +9,13 @@
 namespace zoe::kernels::test {
 
 std::vector<cpu_path> simd_paths() {
+  // Automatic dispatch too: it picks the best target Highway compiled, which may be newer than
+  // any named path (AVX3_ZEN4, AVX3_SPR, ...) and must match the scalar path as they do.
   std::vector<cpu_path> v;
   for (const cpu_path p : available_cpu_paths()) {
     if (p != cpu_path::scalar) v.push_back(p);
   }
+  if (!v.empty()) v.push_back(cpu_path::automatic);
   return v;
 }
 

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include <tbb/task_arena.h>
+
 #include "zoe/kernels/cpu_path.hpp"
 #include "zoe/kernels/dtype.hpp"
 
@@ -22,7 +24,18 @@ class path_guard {
   path_guard& operator=(const path_guard&) = delete;
 };
 
-/// The SIMD paths this machine has (every available path but scalar).
+/// Runs `fn` with the kernels' parallel loops in an arena of `threads` threads, whatever the machine.
+/// The kernels split work with TBB's static partitioner, one piece per thread of the arena, so on a
+/// machine with many cores the pieces of a test-sized input fall below the length where a kernel
+/// switches to streaming stores. A global_control cap does not help: it limits the running threads
+/// but not the arena's concurrency, which is what sets the number of pieces.
+template <class Fn>
+void on_threads(int threads, Fn&& fn) {
+  tbb::task_arena arena(threads);
+  arena.execute(fn);
+}
+
+/// The SIMD paths this machine has (every available path but scalar), then automatic dispatch.
 [[nodiscard]] std::vector<cpu_path> simd_paths();
 
 /// A generator seeded from the test's name, so every test gets its own fresh data.

@@ -4,8 +4,6 @@
 #include <cmath>
 #include <limits>
 
-#include <tbb/global_control.h>
-
 #include "kernel_test_support.hpp"
 #include "zoe/core/error.hpp"
 #include "zoe/kernels/quantize.hpp"
@@ -145,39 +143,40 @@ TEST_P(quant_cases, EveryPathBitIdenticalToScalar) {
 TEST(quantize, LongInputsBitIdenticalToScalarWhateverTheCodeAlignment) {
   auto rng = test::rng_for_test();
   const std::size_t n = (std::size_t{3} << 19) + 13;  // pieces past the streaming threshold, ragged
-  // Two threads at most, whatever the machine: each piece stays long enough to be streamed.
-  const tbb::global_control two(tbb::global_control::max_allowed_parallelism, 2);
-  for (const quant_case c : {quant_case{8, true, 2048, dtype::fp16}, quant_case{8, false, 2048, dtype::bf16},
-                             quant_case{8, false, 64, dtype::fp32}}) {
-    const quant_config config = config_of(c);
-    const std::vector<std::byte> input = test::encode(test::normal_values(rng, n, 3.0f), c.type);
-    const std::size_t blocks = config.blocks(n);
-    for (const cpu_path path : test::simd_paths()) {
-      for (const std::size_t shift : {std::size_t{0}, std::size_t{1}, std::size_t{24}}) {
-        std::vector<std::byte> codes[2];
-        std::vector<float> scales[2], zero_points[2];
-        for (int run = 0; run < 2; ++run) {
-          const test::path_guard p(run == 0 ? cpu_path::scalar : path);
-          // `shift` bytes past a 64-byte boundary (0: the aligned output streamed straight out).
-          std::vector<std::byte> storage(config.code_bytes(n) + 64 + shift);
-          test::poison(storage.data(), storage.size());
-          scales[run].assign(blocks, 0.0f);
-          zero_points[run].assign(c.symmetric ? 0 : blocks, 0.0f);
-          const std::size_t to_boundary = (64 - reinterpret_cast<std::uintptr_t>(storage.data()) % 64) % 64;
-          const std::span<std::byte> out(storage.data() + to_boundary + shift, config.code_bytes(n));
-          quantize(const_tensor_view{c.type, input.data(), n}, config, {out, scales[run], zero_points[run]});
-          codes[run].assign(out.begin(), out.end());
+  // Two threads, whatever the machine: each piece stays long enough to be streamed.
+  test::on_threads(2, [&] {
+    for (const quant_case c : {quant_case{8, true, 2048, dtype::fp16}, quant_case{8, false, 2048, dtype::bf16},
+                               quant_case{8, false, 64, dtype::fp32}}) {
+      const quant_config config = config_of(c);
+      const std::vector<std::byte> input = test::encode(test::normal_values(rng, n, 3.0f), c.type);
+      const std::size_t blocks = config.blocks(n);
+      for (const cpu_path path : test::simd_paths()) {
+        for (const std::size_t shift : {std::size_t{0}, std::size_t{1}, std::size_t{24}}) {
+          std::vector<std::byte> codes[2];
+          std::vector<float> scales[2], zero_points[2];
+          for (int run = 0; run < 2; ++run) {
+            const test::path_guard p(run == 0 ? cpu_path::scalar : path);
+            // `shift` bytes past a 64-byte boundary (0: the aligned output streamed straight out).
+            std::vector<std::byte> storage(config.code_bytes(n) + 64 + shift);
+            test::poison(storage.data(), storage.size());
+            scales[run].assign(blocks, 0.0f);
+            zero_points[run].assign(c.symmetric ? 0 : blocks, 0.0f);
+            const std::size_t to_boundary = (64 - reinterpret_cast<std::uintptr_t>(storage.data()) % 64) % 64;
+            const std::span<std::byte> out(storage.data() + to_boundary + shift, config.code_bytes(n));
+            quantize(const_tensor_view{c.type, input.data(), n}, config, {out, scales[run], zero_points[run]});
+            codes[run].assign(out.begin(), out.end());
+          }
+          const std::string where =
+              case_name(c) + " " + std::string(cpu_path_name(path)) + " shift " + std::to_string(shift);
+          ASSERT_EQ(test::first_difference(codes[0].data(), codes[1].data(), codes[0].size()), -1) << where;
+          ASSERT_EQ(test::first_difference(scales[0].data(), scales[1].data(), blocks * 4), -1) << where;
+          ASSERT_EQ(test::first_difference(zero_points[0].data(), zero_points[1].data(), zero_points[0].size() * 4),
+                    -1)
+              << where;
         }
-        const std::string where =
-            case_name(c) + " " + std::string(cpu_path_name(path)) + " shift " + std::to_string(shift);
-        ASSERT_EQ(test::first_difference(codes[0].data(), codes[1].data(), codes[0].size()), -1) << where;
-        ASSERT_EQ(test::first_difference(scales[0].data(), scales[1].data(), blocks * 4), -1) << where;
-        ASSERT_EQ(test::first_difference(zero_points[0].data(), zero_points[1].data(), zero_points[0].size() * 4),
-                  -1)
-            << where;
       }
     }
-  }
+  });
 }
 
 // qgZ: the fused reduction equals dequantize, sum in input order, scale, quantize, done step by step.
@@ -231,6 +230,25 @@ quantized_buffer quantize_on_every_path(const quant_case& c, const std::vector<s
     quantized_buffer got(config, n);
     quantize(const_tensor_view{c.type, input.data(), n}, config, got.span());
     EXPECT_TRUE(got == expected) << cpu_path_name(path);
+  }
+  return expected;
+}
+
+// Dequantizes `q` (n elements) to fp32 on the scalar path, then on every SIMD path, and expects
+// the same bits from each; returns the scalar result.
+std::vector<float> dequantize_on_every_path(const quant_case& c, const quantized_buffer& q, std::size_t n) {
+  const quant_config config = config_of(c);
+  std::vector<float> expected(n);
+  {
+    const test::path_guard p(cpu_path::scalar);
+    dequantize(q.cspan(), config, view(std::span<float>(expected)));
+  }
+  for (const cpu_path path : test::simd_paths()) {
+    const test::path_guard p(path);
+    std::vector<float> got(n);
+    test::poison(got.data(), n * 4);
+    dequantize(q.cspan(), config, view(std::span<float>(got)));
+    EXPECT_EQ(test::first_difference(got.data(), expected.data(), n * 4), -1) << cpu_path_name(path);
   }
   return expected;
 }
@@ -335,6 +353,54 @@ TEST(quantize, TinyBlocksAreCodedLikeAnyOther) {
           ASSERT_GE(code_at(q, c, i), c.symmetric ? -levels_of(c) : 0.0f) << where << " " << i;
           ASSERT_LE(code_at(q, c, i), levels_of(c)) << where << " " << i;
           const double bound = 0.5 * step * (1 + 1e-5) + levels_of(c) * 0x1p-150;
+          ASSERT_LE(std::abs(static_cast<double>(back[i]) - x[i]), bound) << where << " element " << i;
+        }
+      }
+    }
+  }
+}
+
+// Huge finite blocks: values near +-FLT_MAX, where the range of an asymmetric block (hi - lo)
+// overflows to infinity and where code * scale may pass FLT_MAX before the zero point brings it
+// back. They are coded like any other block: the same bits on every path, codes in range, a finite
+// scale, and every element decoded finite (never NaN) within half a step of its value.
+TEST(quantize, HugeBlocksRoundTripWithinHalfAStep) {
+  auto rng = test::rng_for_test();
+  for (const dtype type : {dtype::fp32, dtype::bf16}) {
+    // The largest finite value of the type (values above bf16's would round to infinity).
+    const float max = type == dtype::bf16 ? test::float_of(0x7f7f0000u) : std::numeric_limits<float>::max();
+    for (const quant_case c : {quant_case{8, true, 256, type}, quant_case{8, false, 256, type},
+                               quant_case{4, true, 256, type}, quant_case{4, false, 256, type}}) {
+      const std::size_t n = grouped_blocks * c.block;
+      std::vector<float> values = test::normal_values(rng, n, 1.0f);
+      // (Scaled from a unit range: the distribution needs b - a to be finite.)
+      std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+      std::uniform_real_distribution<float> upper(0.5f, 1.0f);
+      const auto anywhere = [&] { return unit(rng) * max; };
+      const auto top = [&] { return upper(rng) * max; };
+      const std::size_t first = special_block * c.block;
+      for (std::size_t i = 0; i < c.block; ++i) {
+        values[first + i] = i % 2 == 0 ? 3e38f : -3e38f;                  // +-3e38, alternating
+        values[first + c.block + i] = anywhere();                      // mixed huge values
+        values[first + 2 * c.block + i] = top();                       // one sign, up to FLT_MAX
+        values[first + 3 * c.block + i] = i % 3 == 0 ? -top() : values[first + 2 * c.block + i];
+      }
+      values[first + 2 * c.block + 7] = max;  // the extremes themselves
+      values[first + 3 * c.block + 9] = -max;
+      const std::vector<std::byte> input = test::encode(values, c.type);
+      const std::vector<float> x = test::decode(input, c.type);
+      const quantized_buffer q = quantize_on_every_path(c, input, n);
+      const std::vector<float> back = dequantize_on_every_path(c, q, n);
+      const std::string where = case_name(c);
+      for (std::size_t b = special_block; b < special_block + 4; ++b) {
+        const float step = q.scales[b];
+        ASSERT_TRUE(std::isfinite(step)) << where << " block " << b;
+        ASSERT_GT(step, 0.0f) << where << " block " << b;
+        for (std::size_t i = b * c.block; i < (b + 1) * c.block; ++i) {
+          ASSERT_GE(code_at(q, c, i), c.symmetric ? -levels_of(c) : 0.0f) << where << " " << i;
+          ASSERT_LE(code_at(q, c, i), levels_of(c)) << where << " " << i;
+          ASSERT_TRUE(std::isfinite(back[i])) << where << " element " << i << " (" << x[i] << ") -> " << back[i];
+          const double bound = 0.5 * static_cast<double>(step) * (1 + 1e-5) + std::abs(x[i]) * 1e-6;
           ASSERT_LE(std::abs(static_cast<double>(back[i]) - x[i]), bound) << where << " element " << i;
         }
       }

@@ -4,23 +4,34 @@
 
 struct block_params {
   float scale;      // x ~= code * scale + offset
-  float inv_scale;  // levels / range (see `prescaled`): 0 for a constant block, so every code is 0
+  float inv_scale;  // levels / range, the range taken in the coding domain (see `prescaled`)
   float offset;     // 0 (symmetric) or the block minimum
   float lowest;     // smallest code
-  bool prescaled;   // code from (x - offset) * 2^64 (see make_block_params)
+  bool prescaled;   // code from x * prescale - offset * prescale (see make_block_params)
+  float prescale;   // the power of two of the coding domain: 1 unless `prescaled`
 };
 
-// A block whose range is so small that levels / range overflows to infinity (a range below about
-// levels * 2^-128, only fp32 or bf16 values near 1e-37 and below reach it) would code every nonzero
-// value as infinity. Such a block is coded from its values times 2^64 instead, which is exact (the
-// values are far below 2^-64), against levels / (range * 2^64), which is finite.
+// Two kinds of block have a range that float cannot code from directly, and both are coded in a
+// domain scaled by a power of two, x * prescale - offset * prescale, against
+// inv_scale = levels / (range * prescale); scaling by a power of two is exact, so the codes are
+// those the unscaled arithmetic would give if it had the exponent range:
+// - a range so small that levels / range overflows to infinity (below about levels * 2^-128; only
+//   fp32 or bf16 values near 1e-37 and below reach it) would code every nonzero value as infinity.
+//   Its values are far below 2^-64, so times 2^64 they are exact (subnormals included) and
+//   levels / (range * 2^64) is finite.
+// - an asymmetric block of huge values of both signs (near +-2^127, fp32 or bf16) has a range
+//   hi - lo that overflows to infinity, and so do some x - lo. Halved, every value and the range
+//   fit (|hi / 2 - lo / 2| < 2^128), and the extremes, at least 2^104 in magnitude, halve exactly.
 inline constexpr float tiny_block_prescale = 0x1p64f;
+inline constexpr float huge_block_prescale = 0x1p-1f;
+inline constexpr float float_max = 0x1.fffffep127f;
 
 // The multiplier for the codes: levels / range, or 0 for a range of 0, NaN or infinity (every code
 // 0), and the prescaled one for a tiny range.
 ZOE_ARITH void set_inv_scale(block_params& p, float levels, float range) {
   const float inv = range > 0.0f ? levels / range : 0.0f;
-  p.prescaled = inv > 0x1.fffffep127f;
+  p.prescaled = inv > float_max;
+  p.prescale = p.prescaled ? tiny_block_prescale : 1.0f;
   p.inv_scale = p.prescaled ? levels / (range * tiny_block_prescale) : inv;
 }
 
@@ -31,6 +42,7 @@ ZOE_ARITH block_params make_block_params(const ::zoe::kernels::detail::quant_lay
   hi = hi + 0.0f;
   block_params p{};
   if (layout.symmetric) {
+    // a <= FLT_MAX for finite values: no overflow to guard against.
     const float qmax = layout.bits == 8 ? 127.0f : 7.0f;
     const float a = -lo > hi ? -lo : hi;
     p.scale = a / qmax;
@@ -40,10 +52,20 @@ ZOE_ARITH block_params make_block_params(const ::zoe::kernels::detail::quant_lay
   } else {
     const float levels = layout.bits == 8 ? 255.0f : 15.0f;
     const float range = hi - lo;
-    p.scale = range / levels;
-    set_inv_scale(p, levels, range);
     p.offset = lo;
     p.lowest = 0.0f;
+    if (range > float_max && lo >= -float_max && hi <= float_max) {
+      // Finite extremes, overflowing range: coded halved (see huge_block_prescale). The scale, at
+      // most 2^128 / 15 / 2, stays finite.
+      const float half_range = hi * huge_block_prescale - lo * huge_block_prescale;
+      p.scale = half_range / levels / huge_block_prescale;
+      p.inv_scale = levels / half_range;
+      p.prescaled = true;
+      p.prescale = huge_block_prescale;
+    } else {
+      p.scale = range / levels;
+      set_inv_scale(p, levels, range);
+    }
   }
   return p;
 }
@@ -53,34 +75,58 @@ ZOE_ARITH block_params stored_block_params(float scale, float offset) {
   block_params p{};
   p.scale = scale;
   p.offset = offset;
+  p.prescale = 1.0f;
   return p;
 }
+
+// A block is decoded halved, (code * (scale / 2) + offset / 2) * 2, from this scale up: with |code|
+// <= 255 < 2^8, code * scale may then pass FLT_MAX (huge blocks, symmetric blocks near FLT_MAX)
+// before the offset brings it back, or the rounding of the scale carry code * scale + offset past
+// it when x is near FLT_MAX. Halving is exact at these magnitudes (except for a subnormal offset,
+// whose last bit is far below the step), so where the direct sum stays finite the halved one gives
+// its bits.
+inline constexpr float halved_decode_scale = 0x1p100f;
 
 // The parameters broadcast to P's lanes.
 template <class P>
 struct block_lanes {
-  typename P::F scale, inv_scale, offset, lowest;
+  typename P::F scale, inv_scale, offset, lowest, prescale, prescaled_offset, half_scale, half_offset;
+  bool halved;  // decode halved (see halved_decode_scale)
   ZOE_ARITH explicit block_lanes(const block_params& b)
-      : scale(P::f(b.scale)), inv_scale(P::f(b.inv_scale)), offset(P::f(b.offset)), lowest(P::f(b.lowest)) {}
+      : scale(P::f(b.scale)), inv_scale(P::f(b.inv_scale)), offset(P::f(b.offset)), lowest(P::f(b.lowest)),
+        prescale(P::f(b.prescale)), prescaled_offset(P::f(b.offset * b.prescale)), half_scale(P::f(b.scale * 0.5f)),
+        half_offset(P::f(b.offset * 0.5f)), halved(b.scale >= halved_decode_scale && b.scale <= float_max) {}
 };
 
 // The code of x: (x - offset) * inv_scale rounded to the nearest integer, ties to even (with
-// `prescaled`, (x - offset) * 2^64 * inv_scale, see block_params). Only the lower clamp is applied,
-// and only for NaN (max returns its second operand when unordered, so NaN gets the lowest code):
-// the block's lo and hi are its exact extremes (see the keys below), so with u = 2^-24,
-// (x - lo) <= range and |x| <= a hold after rounding too, inv_scale is finite, and the scaled value
-// lies within levels * (1 + u)^2 of the range, short of half a step past either end. Symmetric
-// blocks skip the subtraction: their offset is +0, and x - (+0) is x, bit for bit. P::round_to_int
-// rounds the way every path does (scalar_lanes: adding 1.5 * 2^23, see there; x86: cvtps2dq).
+// `prescaled`, (x * prescale - offset * prescale) * inv_scale, see block_params). Only the lower
+// clamp is applied, and only for NaN (max returns its second operand when unordered, so NaN gets
+// the lowest code): the block's lo and hi are its exact extremes (see the keys below), so with
+// u = 2^-24, (x - lo) <= range and |x| <= a hold after rounding too (rounding is monotonic, so
+// likewise in the scaled domain), inv_scale is finite, and the scaled value lies within
+// levels * (1 + u)^2 of the range, short of half a step past either end. Symmetric blocks skip the
+// subtraction: their offset is +0, and x - (+0) is x, bit for bit. P::round_to_int rounds the way
+// every path does (scalar_lanes: adding 1.5 * 2^23, see there; x86: cvtps2dq).
 template <class P, bool symmetric, bool prescaled>
 ZOE_ARITH typename P::I quantize_value(typename P::F x, const block_lanes<P>& b) {
-  if constexpr (!symmetric) x = x - b.offset;
-  if constexpr (prescaled) x = x * P::f(tiny_block_prescale);
+  if constexpr (prescaled) {
+    x = x * b.prescale;
+    if constexpr (!symmetric) x = x - b.prescaled_offset;
+  } else if constexpr (!symmetric) {
+    x = x - b.offset;
+  }
   return P::round_to_int(P::max(x * b.inv_scale, b.lowest));
 }
 
+// code * scale + offset; halved for a huge scale and clamped to +-FLT_MAX, where the decoded
+// value, within half a step of a finite x, may still round just past it (see halved_decode_scale).
+// The clamp keeps NaN: max and min return their second operand when unordered.
 template <class P>
 ZOE_ARITH typename P::F dequantize_value(typename P::I code, const block_lanes<P>& b) {
+  if (b.halved) {
+    const auto x = (P::to_float(code) * b.half_scale + b.half_offset) * P::f(2.0f);
+    return P::min(P::f(float_max), P::max(P::f(-float_max), x));
+  }
   return P::to_float(code) * b.scale + b.offset;
 }
 

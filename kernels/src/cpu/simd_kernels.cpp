@@ -1,5 +1,6 @@
 // The SIMD paths: the shared arithmetic instantiated on Highway vectors, once per target
-// (SSE4, AVX2, AVX-512), each in its own namespace, and dispatched at run time.
+// (SSE4, AVX2, AVX-512, and whatever newer targets the Highway in use compiles), each in its own
+// namespace, and dispatched at run time.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "cpu/simd_kernels.cpp"
 #include <hwy/foreach_target.h>  // re-includes this file once per target
@@ -10,6 +11,23 @@
 #include "arith/prelude.hpp"
 #include "cpu/kernel_table.hpp"
 #include "dispatch.hpp"
+
+// The few x86 fast paths below that Highway has no op for (or only a slower one) are chosen by
+// what the target can do, never by its name: a newer Highway's best target (AVX3_DL, AVX3_ZEN4,
+// AVX3_SPR, AVX10, ...) would otherwise silently fall back to the portable code. Every x86 target
+// has SSE2's packs and cvtps2dq, and the vector width says which register size they take: 64 bytes
+// is AVX-512 (F and BW, which Highway requires of every such target), 32 bytes AVX2 (with F16C,
+// which Highway's AVX2 and newer targets require). ZOE_X86_BITS is that width in bits on an x86
+// target, 0 on the others (Highway's portable emulations and other architectures).
+#undef ZOE_X86_BITS
+#if HWY_ARCH_X86 && HWY_TARGET <= (1LL << HWY_HIGHEST_TARGET_BIT_X86)
+#define ZOE_X86_BITS (HWY_MAX_BYTES * 8)
+#else
+#define ZOE_X86_BITS 0
+#endif
+// The guard: an x86 target of another width would have no fast path at all.
+static_assert(ZOE_X86_BITS == 0 || ZOE_X86_BITS == 128 || ZOE_X86_BITS == 256 || ZOE_X86_BITS == 512,
+              "an x86 Highway target of a vector width the fast paths below do not handle");
 
 HWY_BEFORE_NAMESPACE();
 namespace zoe::kernels::detail::HWY_NAMESPACE {
@@ -47,10 +65,10 @@ struct simd_lanes {
 
   static std::size_t lanes() { return hn::Lanes(DF()); }
 
-  // AVX2 and AVX-512 have vcvtph2ps (Highway's AVX2 target requires F16C). Highway's SSE4
+  // AVX2 and newer have vcvtph2ps (Highway's AVX2 and newer targets require F16C). Highway's SSE4
   // emulation of PromoteTo from float16_t mishandles infinities and NaNs, so SSE4 keeps
   // float_from_fp16.
-#if (HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL) && !defined(HWY_DISABLE_F16C)
+#if ZOE_X86_BITS >= 256 && !defined(HWY_DISABLE_F16C)
   static constexpr bool native_fp16 = true;
 #else
   static constexpr bool native_fp16 = false;
@@ -96,7 +114,7 @@ struct simd_lanes {
   // Non-temporal stores of the 16-bit lanes (Lanes() * 2 bytes, `p` aligned to that): the line is
   // written without first being read (no read-for-ownership). Only where that is at least 16
   // bytes: Highway's Stream of a smaller vector writes 16 bytes.
-#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+#if ZOE_X86_BITS >= 256
   static constexpr bool can_stream = true;
 #else
   static constexpr bool can_stream = false;
@@ -130,11 +148,11 @@ struct simd_lanes {
   // Round to nearest, ties to even (the MXCSR default), as scalar_lanes::round_to_int. x86 has it
   // in one instruction; Highway's NearestInt adds an overflow fix-up that codes never need.
   static I round_to_int(F x) {
-#if HWY_TARGET == HWY_AVX3
+#if ZOE_X86_BITS == 512
     return I{_mm512_cvtps_epi32(x.raw)};
-#elif HWY_TARGET == HWY_AVX2
+#elif ZOE_X86_BITS == 256
     return I{_mm256_cvtps_epi32(x.raw)};
-#elif HWY_TARGET == HWY_SSE4
+#elif ZOE_X86_BITS == 128
     return I{_mm_cvtps_epi32(x.raw)};
 #else
     return as_i(bits(x + f(0x1.8p23f)) - u(0x4b400000u));
@@ -153,7 +171,7 @@ struct simd_lanes {
   // With `stream` (only where can_stream), a streaming store to `p`, which is 4 * Lanes() aligned.
   template <bool is_signed, bool stream = false>
   static void store_codes4(I c0, I c1, I c2, I c3, std::uint8_t* p) {
-#if HWY_TARGET == HWY_AVX3
+#if ZOE_X86_BITS == 512
     const __m512i lo = _mm512_packs_epi32(c0.raw, c1.raw);
     const __m512i hi = _mm512_packs_epi32(c2.raw, c3.raw);
     const __m512i bytes = is_signed ? _mm512_packs_epi16(lo, hi) : _mm512_packus_epi16(lo, hi);
@@ -165,7 +183,7 @@ struct simd_lanes {
     } else {
       _mm512_storeu_si512(p, codes);
     }
-#elif HWY_TARGET == HWY_AVX2
+#elif ZOE_X86_BITS == 256
     const __m256i lo = _mm256_packs_epi32(c0.raw, c1.raw);
     const __m256i hi = _mm256_packs_epi32(c2.raw, c3.raw);
     const __m256i bytes = is_signed ? _mm256_packs_epi16(lo, hi) : _mm256_packus_epi16(lo, hi);
@@ -176,7 +194,7 @@ struct simd_lanes {
     } else {
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), codes);
     }
-#elif HWY_TARGET == HWY_SSE4
+#elif ZOE_X86_BITS == 128
     const __m128i lo = _mm_packs_epi32(c0.raw, c1.raw);
     const __m128i hi = _mm_packs_epi32(c2.raw, c3.raw);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(p), is_signed ? _mm_packs_epi16(lo, hi) : _mm_packus_epi16(lo, hi));
@@ -298,9 +316,11 @@ void simd_force_targets(long long target_bits) noexcept { hwy::SetSupportedTarge
 cpu_path simd_active_path() noexcept {
   const std::int64_t best = hwy::SupportedTargets() & HWY_TARGETS;
   const std::int64_t chosen = best & -best;  // lower bits are better targets
-  if (chosen == HWY_AVX3) return cpu_path::avx512;
-  if (chosen == HWY_AVX2) return cpu_path::avx2;
-  if (chosen == HWY_SSE4) return cpu_path::sse4;
+  // By range, as the fast paths are chosen: a newer target than AVX3 (AVX3_ZEN4, ...) is AVX-512.
+  if (chosen == 0) return cpu_path::scalar;
+  if (chosen <= HWY_AVX3) return cpu_path::avx512;
+  if (chosen <= HWY_AVX2) return cpu_path::avx2;
+  if (chosen <= HWY_SSE4) return cpu_path::sse4;
   return cpu_path::scalar;  // Highway's own portable fallback: the same arithmetic as scalar
 }
 
