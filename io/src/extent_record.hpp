@@ -35,6 +35,8 @@ struct extent_record {
   [[nodiscard]] std::optional<std::uint64_t> claim_for_write(std::uint64_t first, std::uint64_t end,
                                                              std::vector<chunk_state>& previous) {
     previous.clear();
+    // Reserve first: a push_back that threw after its chunk's CAS would leave that chunk claimed.
+    previous.reserve(end - first);
     for (std::uint64_t k = first; k < end; ++k) {
       chunk_state before = states[k].load(std::memory_order_relaxed);
       do {

@@ -9,6 +9,7 @@
 #include <xxh_x86dispatch.h>
 #endif
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -70,6 +71,8 @@ swap_channel::~swap_channel() {
   std::vector<io_completion> discard;
   try {
     collect(discard, std::numeric_limits<std::size_t>::max(), true);
+    // Pieces of abandoned requests may still be out: wait for them so their extents are unpinned.
+    while (std::ranges::any_of(engines_, [](const auto& e) { return e->outstanding() > 0; })) progress(true);
   } catch (const std::exception& e) {
     log::error("swap channel shutting down with requests in flight: ", e.what());
   }
@@ -88,11 +91,19 @@ void swap_channel::run(std::span<const swap_request> requests) {
       run_until_done();
     } catch (const std::exception& e) {
       log::error("swap channel: waiting for a failed run's requests failed too: ", e.what());
+      abandon_run();
     }
     run_done_.clear();
     throw;
   }
-  run_until_done();
+  try {
+    run_until_done();
+  } catch (...) {
+    // An engine failed under the wait: this run's requests must not be counted or reported by
+    // a later run().
+    abandon_run();
+    throw;
+  }
   std::vector<io_completion> done;
   done.swap(run_done_);
   for (const auto& c : done) c.throw_if_failed();
@@ -137,7 +148,6 @@ void swap_channel::start(const swap_request& request, bool in_run) {
     // Some pieces may have reached the engines: the caller's buffer stays in use until they are
     // back, and the request must neither be reported nor leave its counts raised.
     --(in_run ? run_left_ : outstanding_);
-    p.abandoned = true;
     drain_abandoned(slot_id);
     throw;
   }
@@ -388,14 +398,28 @@ void swap_channel::run_until_done() {
   }
 }
 
+bool swap_channel::abandon(std::uint32_t slot_id) noexcept {
+  pending& p = *slots_[slot_id];
+  p.abandoned = true;
+  p.in_run = false;
+  if (p.pieces_left > 0) return false;  // on_piece retires it when its last piece is back
+  // It may have come back whole before the step that threw, and be queued to finish.
+  std::erase(completed_, slot_id);
+  retire(slot_id);
+  return true;
+}
+
+void swap_channel::abandon_run() noexcept {
+  for (std::uint32_t slot_id = 0; slot_id < slots_.size(); ++slot_id) {
+    if (slots_[slot_id]->in_run && std::ranges::find(free_slots_, slot_id) == free_slots_.end()) abandon(slot_id);
+  }
+  run_left_ = 0;
+  run_done_.clear();
+}
+
 void swap_channel::drain_abandoned(std::uint32_t slot_id) noexcept {
   pending& p = *slots_[slot_id];
-  if (p.pieces_left == 0) {
-    // It may have come back whole before the step that threw, and be queued to finish.
-    std::erase(completed_, slot_id);
-    retire(slot_id);
-    return;
-  }
+  if (abandon(slot_id)) return;
   try {
     while (p.pieces_left > 0) progress(true);
   } catch (const std::exception& e) {

@@ -93,7 +93,11 @@ class cuda_device final : public device {
   }
 
   // Host tasks still queued point at failures_: they must have run before it goes.
-  ~cuda_device() override { ZOE_CUDA_LOG(cudaDeviceSynchronize(), "cudaDeviceSynchronize on destroying ", name_); }
+  // The destroying thread may have another GPU current: select this one first.
+  ~cuda_device() override {
+    ZOE_CUDA_LOG(cudaSetDevice(ordinal_), "cudaSetDevice on destroying ", name_);
+    ZOE_CUDA_LOG(cudaDeviceSynchronize(), "cudaDeviceSynchronize on destroying ", name_);
+  }
   cuda_device(const cuda_device&) = delete;
   cuda_device& operator=(const cuda_device&) = delete;
 
@@ -221,9 +225,11 @@ class cuda_device final : public device {
   void destroy_stream(void* native) noexcept override {
     // cudaStreamDestroy returns at once; device_stream promises to wait for the queued work, and a
     // host task still queued may yet record a failure under this stream's handle.
+    // Forget before destroying: a stream created next may get the same handle, and must not
+    // inherit this one's failure.
     ZOE_CUDA_LOG(cudaStreamSynchronize(static_cast<cudaStream_t>(native)), "cudaStreamSynchronize before destroy");
-    ZOE_CUDA_LOG(cudaStreamDestroy(static_cast<cudaStream_t>(native)), "cudaStreamDestroy");
     failures_.forget(native, name_);
+    ZOE_CUDA_LOG(cudaStreamDestroy(static_cast<cudaStream_t>(native)), "cudaStreamDestroy");
   }
   void destroy_event(void* native) noexcept override {
     ZOE_CUDA_LOG(cudaEventDestroy(static_cast<cudaEvent_t>(native)), "cudaEventDestroy");

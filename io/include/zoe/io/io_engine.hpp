@@ -35,7 +35,9 @@ class engine_state;
 ///   handed out (by poll() or wait()), or until the run() that took it returns or throws.
 /// - A call that throws has started nothing it did not also finish: submit() and run() check
 ///   every request before queuing any (all or nothing), and run() returns or throws only once
-///   each of its requests has completed.
+///   each of its requests has completed. The one exception is a backend that itself breaks while
+///   run() waits (see run()): keep that run's buffers until the engine is destroyed or the next
+///   run() returns.
 /// - run() answers for its own requests only. Completions of requests submitted earlier that
 ///   arrive while it waits stay queued for poll() and wait(); their failures are not its own.
 class io_engine {

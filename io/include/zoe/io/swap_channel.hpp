@@ -41,7 +41,13 @@ struct swap_request {
 ///
 /// Every submit and run either takes a request or throws with nothing of it in flight: a request
 /// the engines already started when a later step threw is waited for (and not reported) before
-/// the exception leaves, so the caller may free its buffer at once.
+/// the exception leaves, so the caller may free its buffer at once. The one exception is an
+/// engine that itself fails while run() waits: its requests may then still be in the kernel, so
+/// keep their buffers until the channel is destroyed.
+///
+/// A channel with requests in flight must be destroyed on the thread that drives it: an io_uring
+/// ring can be waited on only by its issuer, and its engine stops the process (std::terminate)
+/// rather than close the ring under the kernel's writes into buffers the caller would free next.
 class swap_channel {
  public:
   /// Throws what make_engine throws for the store's backend.
@@ -104,7 +110,12 @@ class swap_channel {
   /// anything ready. Returns whether any piece came back. Throws internal_error when asked to
   /// block with nothing in flight (a request counted but never started would otherwise spin).
   bool progress(bool block);
-  /// Progresses until the slot's pieces all came back (its submit threw: nothing is reported).
+  /// Marks the request as never to be reported (nor counted by run()); retires it at once when
+  /// none of its pieces is out, and returns whether it did.
+  bool abandon(std::uint32_t slot) noexcept;
+  /// After an engine failed under run(): abandons every request of that run still out.
+  void abandon_run() noexcept;
+  /// Abandons the slot and progresses until its pieces all came back (its submit threw).
   void drain_abandoned(std::uint32_t slot) noexcept;
   std::size_t collect(std::vector<io_completion>& out, std::size_t min_count, bool block);
 
