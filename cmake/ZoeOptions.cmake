@@ -1,6 +1,13 @@
 # Build options. CUDA is switched on by default exactly when a CUDA compiler is found, so the
 # same command line builds the CUDA targets here (compile only) and skips them where nvcc is absent.
+# ZOE_REQUIRE_CUDA turns that skip into an error: CI sets it, because a build that quietly drops
+# CUDA also hides every CUDA compile error.
 include(CheckLanguage)
+# check_language caches a miss as NOTFOUND and never looks again; look again on every configure, so
+# a build folder set up before the toolkit was installed (or put on PATH) finds it.
+if(NOT CMAKE_CUDA_COMPILER)
+  unset(CMAKE_CUDA_COMPILER CACHE)
+endif()
 check_language(CUDA)
 if(CMAKE_CUDA_COMPILER)
   set(zoe_cuda_default ON)
@@ -9,14 +16,27 @@ else()
 endif()
 
 option(ZOE_WITH_CUDA "Build the CUDA device and kernels (compile only without a GPU)" ${zoe_cuda_default})
-option(ZOE_WITH_NCCL "Build the NCCL communicator (needs ZOE_WITH_CUDA)" ${zoe_cuda_default})
-option(ZOE_WITH_MPI "Build the MPI communicator" ON)
+option(ZOE_REQUIRE_CUDA "Fail to configure unless the CUDA targets are built (CI)" OFF)
 option(ZOE_WITH_LIBURING "Build the io_uring I/O backend" ON)
 option(ZOE_WITH_LIBAIO "Build the libaio I/O backend" ON)
 option(ZOE_BUILD_TESTS "Build the GoogleTest suites" ON)
 option(ZOE_BUILD_BENCH "Build zoe-bench and the micro-benchmarks" ON)
 option(ZOE_WARNINGS_AS_ERRORS "Treat compiler warnings as errors (CI)" OFF)
 set(ZOE_SANITIZE "" CACHE STRING "Sanitizers to build with, e.g. address,undefined or thread")
+
+if(ZOE_REQUIRE_CUDA)
+  if(NOT CMAKE_CUDA_COMPILER)
+    message(FATAL_ERROR
+      "ZOE_REQUIRE_CUDA=ON but no CUDA compiler was found: nvcc is not on PATH and neither CUDACXX "
+      "nor CUDA_PATH names one. Put the toolkit's bin folder on PATH (e.g. /usr/local/cuda/bin) or set "
+      "CUDACXX=/path/to/nvcc. (Debian 12's own nvidia-cuda-toolkit is CUDA 11.8, too old for C++20 device "
+      "code; install NVIDIA's toolkit, 12 or later.)")
+  endif()
+  if(NOT ZOE_WITH_CUDA)
+    message(FATAL_ERROR "ZOE_REQUIRE_CUDA=ON contradicts ZOE_WITH_CUDA=OFF (the cache of ${CMAKE_BINARY_DIR} "
+                        "may hold OFF from an earlier configure): pass -DZOE_WITH_CUDA=ON")
+  endif()
+endif()
 
 if(ZOE_WITH_CUDA)
   enable_language(CUDA)
@@ -28,9 +48,11 @@ if(ZOE_WITH_CUDA)
   endif()
   set(CMAKE_CUDA_STANDARD 20)
   set(CMAKE_CUDA_STANDARD_REQUIRED ON)
-endif()
-if(ZOE_WITH_NCCL AND NOT ZOE_WITH_CUDA)
-  message(FATAL_ERROR "ZOE_WITH_NCCL=ON needs ZOE_WITH_CUDA=ON")
+  message(STATUS "zoe: CUDA compiler ${CMAKE_CUDA_COMPILER} (${CMAKE_CUDA_COMPILER_VERSION})")
+elseif(CMAKE_CUDA_COMPILER)
+  message(STATUS "zoe: CUDA targets skipped: ZOE_WITH_CUDA=OFF although ${CMAKE_CUDA_COMPILER} was found")
+else()
+  message(STATUS "zoe: CUDA targets skipped: no CUDA compiler (nvcc) on PATH")
 endif()
 message(STATUS "zoe: CUDA ${ZOE_WITH_CUDA} (architectures ${CMAKE_CUDA_ARCHITECTURES}), "
                "sanitizers '${ZOE_SANITIZE}', tests ${ZOE_BUILD_TESTS}, bench ${ZOE_BUILD_BENCH}")

@@ -1,7 +1,7 @@
 # zoe_add_test(NAME name SOURCES ... LIBS ... [LABELS label] [TIMEOUT seconds])
 # Labels: unit (the default), concurrency (unit tests whose subject is threads, also run under
-# TSan), gpu (tests/gpu: need a GPU, skip without one); slow and mpi are reserved for tests no
-# module has yet.
+# TSan; scripts/test adds kernels_tests there by name), gpu (tests/gpu: need a GPU, skip without
+# one); slow and mpi are reserved for tests no module has yet.
 # One GoogleTest binary per test file group; every test case becomes its own CTest entry,
 # discovered when ctest runs (so building never executes test binaries).
 enable_testing()

@@ -20,11 +20,11 @@ enum class chunk_state : std::uint8_t {
 };
 
 struct extent_record {
-  extent_record(std::uint64_t id_, std::uint64_t offset_, std::uint64_t bytes_, std::uint64_t chunk)
-      : id(id_),
-        offset(offset_),
-        bytes(bytes_),
-        chunks((bytes_ + chunk - 1) / chunk),
+  extent_record(std::uint64_t extent_id, std::uint64_t start, std::uint64_t length, std::uint64_t chunk)
+      : id(extent_id),
+        offset(start),
+        bytes(length),
+        chunks((length + chunk - 1) / chunk),
         checksums(std::make_unique<std::atomic<std::uint64_t>[]>(chunks)),
         states(std::make_unique<std::atomic<chunk_state>[]>(chunks)) {
     for (std::uint64_t i = 0; i < chunks; ++i) states[i].store(chunk_state::unwritten, std::memory_order_relaxed);

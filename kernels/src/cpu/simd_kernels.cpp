@@ -161,9 +161,9 @@ struct simd_lanes {
   // Quantization codes (-127..127 when `is_signed`, else 0..255; exact under saturation) as bytes.
   template <bool is_signed>
   static void store_code(I code, std::uint8_t* p) {
-    using Byte = std::conditional_t<is_signed, std::int8_t, std::uint8_t>;
-    const hn::Rebind<Byte, DI> d8;
-    hn::StoreU(hn::DemoteTo(d8, code), d8, reinterpret_cast<Byte*>(p));
+    using code_byte = std::conditional_t<is_signed, std::int8_t, std::uint8_t>;
+    const hn::Rebind<code_byte, DI> d8;
+    hn::StoreU(hn::DemoteTo(d8, code), d8, reinterpret_cast<code_byte*>(p));
   }
   // Four vectors of codes as 4 * Lanes() bytes, in order. On x86 two saturating packs to 16 bits
   // and one to 8 interleave the vectors per 128-bit block, and one dword permutation puts them
