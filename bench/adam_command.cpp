@@ -93,7 +93,8 @@ void run_adam(const adam_settings& s) {
   const cache_fit fit = check_working_set(std::uint64_t{n} * (12 + grad_bytes + working_bytes), "zoe-bench adam");
   memcpy_probe probe = streaming_memcpy_probe(parse_bytes(s.memcpy_text, "--memcpy-size"), s.threads);
   const auto [med, memcpy_rate] = alternate_with_memcpy(
-      probe, s.steps, [&](int step) {
+      probe, s.steps,
+      [&](int step) {
         config.step = step + 1;
         kernels::adam_step(config, shard);
       },
@@ -105,28 +106,28 @@ void run_adam(const adam_settings& s) {
   const std::string path(kernels::cpu_path_name(kernels::active_cpu_path()));
   if (s.json) {
     nlohmann::json j{{"bench", "adam"},
-                           {"params", n},
-                           {"threads", s.threads},
-                           {"grad_dtype", kernels::dtype_name(grad_type)},
-                           {"param_dtype", kernels::dtype_name(param_type)},
-                           {"path", path},
-                           {"steps", s.steps},
-                           {"seconds", med},
-                           {"params_per_s", static_cast<double>(n) / med},
-                           {"bytes_per_param", bytes_per_param},
-                           {"gib_per_s", rate},
-                           {"memcpy_gib_per_s", memcpy_rate},
-                           {"fraction_of_memcpy", rate / memcpy_rate},
-                           {"memcpy", to_json(probe)}};
+                     {"params", n},
+                     {"threads", s.threads},
+                     {"grad_dtype", kernels::dtype_name(grad_type)},
+                     {"param_dtype", kernels::dtype_name(param_type)},
+                     {"path", path},
+                     {"steps", s.steps},
+                     {"seconds", med},
+                     {"params_per_s", static_cast<double>(n) / med},
+                     {"bytes_per_param", bytes_per_param},
+                     {"gib_per_s", rate},
+                     {"memcpy_gib_per_s", memcpy_rate},
+                     {"fraction_of_memcpy", rate / memcpy_rate},
+                     {"memcpy", to_json(probe)}};
     j.update(to_json(fit));
     std::cout << j.dump() << "\n";
     return;
   }
   std::cout << std::fixed << std::setprecision(3) << "adam " << n << " params (" << kernels::dtype_name(grad_type)
             << " grad, " << kernels::dtype_name(param_type) << " params) on " << s.threads << " threads, " << path
-            << ": " << med << " s/step, "
-            << static_cast<double>(n) / med / 1e9 << " Gparams/s, " << std::setprecision(2) << rate
-            << " GiB/s; memcpy " << memcpy_rate << " GiB/s; fraction " << std::setprecision(3) << rate / memcpy_rate
+            << ": " << med << " s/step, " << static_cast<double>(n) / med / 1e9 << " Gparams/s, "
+            << std::setprecision(2) << rate << " GiB/s; memcpy " << memcpy_rate << " GiB/s; fraction "
+            << std::setprecision(3) << rate / memcpy_rate
             << (fit.fits() ? " (the working set fits the last-level cache)" : "") << "\n";
 }
 

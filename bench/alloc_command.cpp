@@ -54,9 +54,8 @@ class trace_builder {
   std::vector<trace_op> build() {
     const std::uint64_t h = s_.hidden;
     constexpr std::uint64_t b = 2;  // bytes per element: fp16/bf16 parameters and activations
-    const std::vector<std::uint64_t> layer_tensors{3 * h * h * b, h * h * b,     4 * h * h * b, h * 4 * h * b,
-                                                   3 * h * b,     h * b,         4 * h * b,     h * b,
-                                                   h * b,         h * b};
+    const std::vector<std::uint64_t> layer_tensors{3 * h * h * b, h * h * b, 4 * h * h * b, h * 4 * h * b, 3 * h * b,
+                                                   h * b,         4 * h * b, h * b,         h * b,         h * b};
     std::uint64_t layer_bytes = 0;
     for (const auto t : layer_tensors) layer_bytes += t;
     const auto layers = static_cast<std::size_t>(s_.layers);
@@ -200,8 +199,8 @@ bandwidth_comparison synthetic_compaction(device& dev, std::size_t bytes) {
     const auto before = arena.stats();
     const auto moved = arena.compact();
     const auto after = arena.stats();
-    ZOE_CHECK(moved == out.bytes_per_run, ::zoe::internal_error, "the synthetic compaction moved ", moved, " bytes, expected ",
-                out.bytes_per_run);
+    ZOE_CHECK(moved == out.bytes_per_run, ::zoe::internal_error, "the synthetic compaction moved ", moved,
+              " bytes, expected ", out.bytes_per_run);
     compaction_rates.push_back(gib_per_s(2 * moved, after.seconds_compacting - before.seconds_compacting));
   }
   out.compaction_gib_per_s = median(compaction_rates);
@@ -214,7 +213,8 @@ bandwidth_comparison synthetic_compaction(device& dev, std::size_t bytes) {
 // over all its time compacting, waits and bookkeeping included), alternating with memcpy runs of
 // the bytes one of its compactions moves on average, as many as it compacted. Nothing when the
 // trace (a small model, a generous headroom) never compacts.
-std::optional<bandwidth_comparison> trace_compaction(device& dev, const std::vector<trace_op>& ops, std::size_t capacity) {
+std::optional<bandwidth_comparison> trace_compaction(device& dev, const std::vector<trace_op>& ops,
+                                                     std::size_t capacity) {
   bandwidth_comparison out;
   std::unique_ptr<memcpy_probe> probe;
   std::vector<double> compaction_rates;
@@ -262,11 +262,11 @@ void run_alloc(const alloc_settings& s) {
   const auto ops = trace_builder(s).build();
   constexpr std::size_t alignment = 256;
   const std::uint64_t peak = peak_live_bytes(ops, alignment);
-  const auto capacity = static_cast<std::size_t>(
-      align_up(static_cast<std::uint64_t>(static_cast<double>(peak) * s.headroom), alignment));
+  const auto capacity =
+      static_cast<std::size_t>(align_up(static_cast<std::uint64_t>(static_cast<double>(peak) * s.headroom), alignment));
   const auto dev = make_host_device(std::max<std::uint64_t>(capacity, compaction_bytes) + 64 * MiB);
-  std::cerr << "zoe-bench alloc: " << ops.size() << " trace operations, peak live " << format_bytes(peak)
-            << ", arena " << format_bytes(capacity) << "\n";
+  std::cerr << "zoe-bench alloc: " << ops.size() << " trace operations, peak live " << format_bytes(peak) << ", arena "
+            << format_bytes(capacity) << "\n";
 
   std::vector<replay_result> results;
   results.push_back(replay(*dev, ops, capacity, true));
@@ -308,29 +308,27 @@ void run_alloc(const alloc_settings& s) {
     };
     bandwidth_line("synthetic", synthetic);
     if (traced) bandwidth_line("trace", *traced);
-    std::cout << nlohmann::json{{"bench", "alloc"}, {"measure", "pool_acquire_release"}, {"ns_per_pair", pool_ns}}
-                     .dump()
-              << "\n";
+    std::cout
+        << nlohmann::json{{"bench", "alloc"}, {"measure", "pool_acquire_release"}, {"ns_per_pair", pool_ns}}.dump()
+        << "\n";
     return;
   }
-  std::cout << "ZeRO-3-like trace: " << s.layers << " layers, hidden " << s.hidden << ", " << s.steps
-            << " steps, seed " << s.seed << "; peak live " << format_bytes(peak) << ", arena "
-            << format_bytes(capacity) << "\n";
+  std::cout << "ZeRO-3-like trace: " << s.layers << " layers, hidden " << s.hidden << ", " << s.steps << " steps, seed "
+            << s.seed << "; peak live " << format_bytes(peak) << ", arena " << format_bytes(capacity) << "\n";
   std::cout << std::left << std::setw(10) << "arena" << std::right << std::setw(8) << "allocs" << std::setw(8)
-            << "failed" << std::setw(13) << "compactions" << std::setw(14) << "moved" << std::setw(14)
-            << "compacting s" << "\n";
+            << "failed" << std::setw(13) << "compactions" << std::setw(14) << "moved" << std::setw(14) << "compacting s"
+            << "\n";
   for (const auto& r : results) {
     std::cout << std::left << std::setw(10) << r.arena << std::right << std::setw(8) << r.allocations << std::setw(8)
-              << r.failed << std::setw(13) << r.stats.compactions << std::setw(14)
-              << format_bytes(r.stats.bytes_moved) << std::setw(14) << std::fixed << std::setprecision(3)
-              << r.stats.seconds_compacting << "\n";
+              << r.failed << std::setw(13) << r.stats.compactions << std::setw(14) << format_bytes(r.stats.bytes_moved)
+              << std::setw(14) << std::fixed << std::setprecision(3) << r.stats.seconds_compacting << "\n";
   }
   std::vector<std::pair<const char*, bandwidth_comparison>> comparisons{{"synthetic", synthetic}};
   if (traced) comparisons.emplace_back("trace", *traced);
   for (const auto& [workload, c] : comparisons) {
     std::cout << std::setprecision(2) << "compaction (" << workload << ", median of " << c.runs << ") "
-              << c.compaction_gib_per_s << " GiB/s vs single-thread memcpy of " << format_bytes(c.bytes_per_run)
-              << " " << c.memcpy_gib_per_s << " GiB/s (ratio " << c.ratio() << ", target >= 0.7)\n";
+              << c.compaction_gib_per_s << " GiB/s vs single-thread memcpy of " << format_bytes(c.bytes_per_run) << " "
+              << c.memcpy_gib_per_s << " GiB/s (ratio " << c.ratio() << ", target >= 0.7)\n";
   }
   std::cout << std::setprecision(1) << "pool acquire+release " << pool_ns << " ns (target < 1000)\n";
 }
@@ -339,8 +337,8 @@ void run_alloc(const alloc_settings& s) {
 
 void add_alloc_command(CLI::App& app) {
   auto settings = std::make_shared<alloc_settings>();
-  CLI::App* cmd = app.add_subcommand(
-      "alloc", "defragmenting arena on a ZeRO-3-like trace, compaction bandwidth, pool cost");
+  CLI::App* cmd =
+      app.add_subcommand("alloc", "defragmenting arena on a ZeRO-3-like trace, compaction bandwidth, pool cost");
   cmd->add_option("--layers", settings->layers, "Transformer layers in the trace")->capture_default_str();
   cmd->add_option("--hidden", settings->hidden, "Hidden size h")->capture_default_str();
   cmd->add_option("--steps", settings->steps, "Training steps replayed")->capture_default_str();

@@ -67,11 +67,12 @@ prepared_target prepare(std::unique_ptr<io_target> target, const io_settings& s,
 
 void verify(const prepared_target& p, const pass_layout& layout, const host_buffer& memory) {
   std::cerr << "zoe-bench io: verifying " << format_bytes(layout.size) << " of " << p.target->where() << "\n";
-  run_pass(*p.target, layout, memory, io::io_op::read, nullptr, [&](std::span<const std::byte> block, std::uint64_t offset) {
-    if (auto bad = p.data->check(block, offset)) {
-      throw corruption_error(str("verify failed in '", p.target->where(), "' ", *bad));
-    }
-  });
+  run_pass(*p.target, layout, memory, io::io_op::read, nullptr,
+           [&](std::span<const std::byte> block, std::uint64_t offset) {
+             if (auto bad = p.data->check(block, offset)) {
+               throw corruption_error(str("verify failed in '", p.target->where(), "' ", *bad));
+             }
+           });
   std::cerr << "zoe-bench io: verified " << p.target->mode() << ", every sector is intact\n";
 }
 
@@ -85,20 +86,28 @@ void print(const io_settings& s, const std::vector<prepared_target>& targets, co
   if (s.json) {
     for (const io_result& r : results) {
       const io_target& t = target_of(r.mode);
-      const nlohmann::json j{{"bench", "io"},           {"mode", r.mode},
-                             {"engine", t.engine_name()}, {"op", r.op},
-                             {"direct", t.direct()},      {"path", t.where()},
-                             {"block_size", s.block},     {"queue_depth", s.queue_depth},
-                             {"threads", s.threads},      {"bytes", s.size},
-                             {"loops", s.loops},          {"seconds", r.median_seconds},
-                             {"gib_per_s", r.median_gib_per_s}, {"best_gib_per_s", r.best_gib_per_s}};
+      const nlohmann::json j{{"bench", "io"},
+                             {"mode", r.mode},
+                             {"engine", t.engine_name()},
+                             {"op", r.op},
+                             {"direct", t.direct()},
+                             {"path", t.where()},
+                             {"block_size", s.block},
+                             {"queue_depth", s.queue_depth},
+                             {"threads", s.threads},
+                             {"bytes", s.size},
+                             {"loops", s.loops},
+                             {"seconds", r.median_seconds},
+                             {"gib_per_s", r.median_gib_per_s},
+                             {"best_gib_per_s", r.best_gib_per_s}};
       std::cout << j.dump() << "\n";
     }
     return;
   }
   std::cout << std::left << std::setw(7) << "mode" << std::setw(7) << "op" << std::setw(8) << "engine" << std::setw(8)
             << "direct" << std::setw(10) << "block" << std::setw(6) << "qd" << std::setw(9) << "threads"
-            << std::setw(10) << "size" << std::setw(14) << "median GiB/s" << "best GiB/s\n";
+            << std::setw(10) << "size" << std::setw(14) << "median GiB/s"
+            << "best GiB/s\n";
   for (const io_result& r : results) {
     const io_target& t = target_of(r.mode);
     std::cout << std::left << std::setw(7) << r.mode << std::setw(7) << r.op << std::setw(8) << t.engine_name()
@@ -116,8 +125,7 @@ void check_bench_directory(const std::string& path) {
   ZOE_EXPECTS(std::filesystem::exists(status), "--path '", path, "' does not exist");
   ZOE_EXPECTS(std::filesystem::is_directory(status), "--path '", path, "' is not a directory");
   if (const auto memory = io::memory_file_system(path)) {
-    log::warn("--path '", path, "' is on ", *memory,
-              ": this measures memory, not a drive");
+    log::warn("--path '", path, "' is on ", *memory, ": this measures memory, not a drive");
   }
 }
 
@@ -133,7 +141,8 @@ void run_io(io_settings s) {
   const host_buffer memory(layout.buffer_bytes());
 
   std::vector<prepared_target> targets;
-  targets.push_back(prepare(make_raw_target(s.path, s.size, s.buffered, s.engine, options, s.threads), s, layout, memory));
+  targets.push_back(
+      prepare(make_raw_target(s.path, s.size, s.buffered, s.engine, options, s.threads), s, layout, memory));
   if (s.store) {
     targets.push_back(
         prepare(make_store_target(s.path, s.size, s.buffered, s.engine, options, s.threads), s, layout, memory));
@@ -152,9 +161,9 @@ void run_io(io_settings s) {
         const prepared_target& p = targets[i];
         const double seconds = run_pass(*p.target, layout, memory, op, p.data.get(), {});
         results[first + i].seconds.push_back(seconds);
-        std::cerr << "zoe-bench io: " << p.target->mode() << " " << io::op_name(op) << " loop " << loop << "/" << s.loops
-                  << ": " << format_bytes(s.size) << " in " << std::fixed << std::setprecision(3) << seconds << " s, "
-                  << std::setprecision(2) << gib_per_s(s.size, seconds) << " GiB/s\n";
+        std::cerr << "zoe-bench io: " << p.target->mode() << " " << io::op_name(op) << " loop " << loop << "/"
+                  << s.loops << ": " << format_bytes(s.size) << " in " << std::fixed << std::setprecision(3) << seconds
+                  << " s, " << std::setprecision(2) << gib_per_s(s.size, seconds) << " GiB/s\n";
       }
     }
   }
@@ -199,7 +208,8 @@ void add_io_command(CLI::App& app) {
   const auto engines = io::available_backends_and_auto();
   cmd->add_option("--path", s->path, "directory to measure in (a real drive, not tmpfs)")->required();
   cmd->add_option("--size", s->size_text, "bytes per pass (e.g. 1GiB; a multiple of 4 KiB)")->capture_default_str();
-  cmd->add_option("--block-size", s->block_text, "bytes per request (a power of two, 4 KiB to 1 GiB)")->capture_default_str();
+  cmd->add_option("--block-size", s->block_text, "bytes per request (a power of two, 4 KiB to 1 GiB)")
+      ->capture_default_str();
   cmd->add_option("--queue-depth", s->queue_depth, "requests in flight per thread")
       ->check(CLI::Range(1, 4096))
       ->capture_default_str();
@@ -208,16 +218,18 @@ void add_io_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--engine", s->engine, "I/O backend")->check(CLI::IsMember(engines))->capture_default_str();
   CLI::Option* op = cmd->add_option("--op", s->op, "what to time")
-                         ->check(CLI::IsMember({"read", "write", "both"}))
-                         ->capture_default_str();
+                        ->check(CLI::IsMember({"read", "write", "both"}))
+                        ->capture_default_str();
   cmd->add_flag("--buffered", s->buffered, "use the page cache instead of O_DIRECT (writes then end with fdatasync)");
-  CLI::Option* store = cmd->add_flag(
-      "--store", s->store,
-      "also run the workload through the swap store (checksums on) and report \"mode\": \"store\"");
-  CLI::Option* verify = cmd->add_flag(
-      "--verify", s->verify,
-      "after timing, read everything back and check every sector; exit 1 naming the first bad offset");
-  cmd->add_option("--loops", s->loops, "timed passes per op and mode")->check(CLI::Range(1, 1000))->capture_default_str();
+  CLI::Option* store =
+      cmd->add_flag("--store", s->store,
+                    "also run the workload through the swap store (checksums on) and report \"mode\": \"store\"");
+  CLI::Option* verify =
+      cmd->add_flag("--verify", s->verify,
+                    "after timing, read everything back and check every sector; exit 1 naming the first bad offset");
+  cmd->add_option("--loops", s->loops, "timed passes per op and mode")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
   cmd->add_option("--seed", s->seed, "seed of the data written (default: random, or the file's seed + 1)");
   cmd->add_flag("--json", s->json, "print one JSON object per result instead of the table");
   // The sweep times raw reads and writes alike and verifies nothing: these flags would be ignored.
@@ -226,7 +238,9 @@ void add_io_command(CLI::App& app) {
       ->excludes(op)
       ->excludes(store)
       ->excludes(verify);
-  cmd->add_option("--sweep-block-sizes", s->sweep_block_sizes, "block sizes to sweep")->delimiter(',')->capture_default_str();
+  cmd->add_option("--sweep-block-sizes", s->sweep_block_sizes, "block sizes to sweep")
+      ->delimiter(',')
+      ->capture_default_str();
   cmd->add_option("--sweep-queue-depths", s->sweep_queue_depths, "queue depths to sweep")
       ->delimiter(',')
       ->check(CLI::Range(1, 4096))

@@ -32,8 +32,8 @@ double median_rate(io_target& target, const pass_layout& layout, const host_buff
 }
 
 nlohmann::json aio_block(const sweep_point& p) {
-  return {{"block_size", p.block},         {"queue_depth", p.queue_depth}, {"intra_op_parallelism", p.threads},
-          {"single_submit", false},        {"overlap_events", true},      {"use_gds", false}};
+  return {{"block_size", p.block},  {"queue_depth", p.queue_depth}, {"intra_op_parallelism", p.threads},
+          {"single_submit", false}, {"overlap_events", true},       {"use_gds", false}};
 }
 
 // Every backend of this build that the kernel accepts, each refused one skipped with a note.
@@ -63,9 +63,9 @@ void run_sweep(const io_settings& s) {
     ZOE_EXPECTS(s.size % blocks.back() == 0, "--sweep-block-sizes: ", text, " must divide --size ", s.size_text);
   }
   // Named engines must work; of the default (every one in this build) the refused ones are skipped.
-  const std::vector<std::string> engines = s.sweep_engines.empty()
-                                               ? accepted_backends({.block_size = s.block, .queue_depth = s.queue_depth})
-                                               : s.sweep_engines;
+  const std::vector<std::string> engines =
+      s.sweep_engines.empty() ? accepted_backends({.block_size = s.block, .queue_depth = s.queue_depth})
+                              : s.sweep_engines;
   std::size_t most = 0;
   for (const auto b : blocks) {
     for (const auto q : s.sweep_queue_depths) {
@@ -111,7 +111,9 @@ void run_sweep(const io_settings& s) {
   }
   // The recommendation is the most balanced setting: the one whose worse side is closest to the
   // best seen for that side, since a swap store reads and writes alike.
-  const auto score = [&](const sweep_point& p) { return std::min(p.read_gib_per_s / best_read, p.write_gib_per_s / best_write); };
+  const auto score = [&](const sweep_point& p) {
+    return std::min(p.read_gib_per_s / best_read, p.write_gib_per_s / best_write);
+  };
   const sweep_point* best = &results.front();
   for (const auto& p : results) {
     if (score(p) > score(*best)) best = &p;
@@ -119,19 +121,30 @@ void run_sweep(const io_settings& s) {
 
   if (s.json) {
     for (const auto& p : results) {
-      std::cout << nlohmann::json{{"bench", "io"},          {"mode", "sweep"},           {"engine", p.engine},
-                                  {"block_size", p.block},   {"queue_depth", p.queue_depth}, {"threads", p.threads},
-                                  {"bytes", s.size},         {"loops", s.loops},          {"read_gib_per_s", p.read_gib_per_s},
+      std::cout << nlohmann::json{{"bench", "io"},
+                                  {"mode", "sweep"},
+                                  {"engine", p.engine},
+                                  {"block_size", p.block},
+                                  {"queue_depth", p.queue_depth},
+                                  {"threads", p.threads},
+                                  {"bytes", s.size},
+                                  {"loops", s.loops},
+                                  {"read_gib_per_s", p.read_gib_per_s},
                                   {"write_gib_per_s", p.write_gib_per_s}}
                        .dump()
                 << "\n";
     }
-    std::cout << nlohmann::json{{"bench", "io"}, {"mode", "sweep_best"}, {"engine", best->engine}, {"aio", aio_block(*best)}}.dump()
+    std::cout << nlohmann::json{{"bench", "io"},
+                                {"mode", "sweep_best"},
+                                {"engine", best->engine},
+                                {"aio", aio_block(*best)}}
+                     .dump()
               << "\n";
     return;
   }
   std::cout << std::left << std::setw(8) << "engine" << std::setw(10) << "block" << std::setw(6) << "qd" << std::setw(9)
-            << "threads" << std::setw(12) << "read GiB/s" << "write GiB/s\n";
+            << "threads" << std::setw(12) << "read GiB/s"
+            << "write GiB/s\n";
   for (const auto& p : results) {
     std::cout << std::left << std::setw(8) << p.engine << std::setw(10) << format_bytes(p.block) << std::setw(6)
               << p.queue_depth << std::setw(9) << p.threads << std::fixed << std::setprecision(2) << std::setw(12)

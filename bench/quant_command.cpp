@@ -51,13 +51,15 @@ std::vector<float> outlier_data(std::size_t n, std::uint64_t seed) {
     std::mt19937_64 rng(seed * 0x9e3779b97f4a7c15ULL + p);
     std::normal_distribution<float> normal;
     std::bernoulli_distribution outlier(1e-4);
-    for (std::size_t i = p * piece; i < std::min(n, (p + 1) * piece); ++i) x[i] = normal(rng) * (outlier(rng) ? 10.0f : 1.0f);
+    for (std::size_t i = p * piece; i < std::min(n, (p + 1) * piece); ++i)
+      x[i] = normal(rng) * (outlier(rng) ? 10.0f : 1.0f);
   });
   return x;
 }
 
 // ||x - deq(q(x))|| / ||x|| for one configuration, x given exactly as fp32 (the input's values).
-double relative_error(const std::vector<float>& exact, kernels::const_tensor_view input, const kernels::quant_config& c) {
+double relative_error(const std::vector<float>& exact, kernels::const_tensor_view input,
+                      const kernels::quant_config& c) {
   const std::size_t n = input.count;
   std::vector<std::byte> codes(c.code_bytes(n));
   std::vector<float> scales(c.blocks(n)), zero_points(c.symmetric ? 0 : c.blocks(n)), back(n);
@@ -76,9 +78,13 @@ double relative_error(const std::vector<float>& exact, kernels::const_tensor_vie
 class quantized_buffers {
  public:
   quantized_buffers(const kernels::quant_config& c, std::size_t n)
-      : codes_(c.code_bytes(n)), scales_(c.blocks(n) * sizeof(float)), zero_points_(c.symmetric ? 0 : c.blocks(n) * sizeof(float)) {}
+      : codes_(c.code_bytes(n)),
+        scales_(c.blocks(n) * sizeof(float)),
+        zero_points_(c.symmetric ? 0 : c.blocks(n) * sizeof(float)) {}
 
-  [[nodiscard]] kernels::quantized_span span() const noexcept { return {codes_.span(), floats(scales_), floats(zero_points_)}; }
+  [[nodiscard]] kernels::quantized_span span() const noexcept {
+    return {codes_.span(), floats(scales_), floats(zero_points_)};
+  }
   [[nodiscard]] std::uint64_t bytes() const noexcept {
     return codes_.span().size() + scales_.span().size() + zero_points_.span().size();
   }
@@ -143,7 +149,8 @@ void run_quant(const quant_settings& s) {
   std::cerr << "zoe-bench quant: generating " << n << " elements (seed " << s.seed << ")\n";
   const host_buffer input(n * kernels::dtype_size(type));
   const kernels::const_tensor_view in{type, input.span().data(), n};
-  kernels::cast(kernels::view(std::span<const float>(outlier_data(n, s.seed))), kernels::tensor_view{type, input.span().data(), n});
+  kernels::cast(kernels::view(std::span<const float>(outlier_data(n, s.seed))),
+                kernels::tensor_view{type, input.span().data(), n});
 
   // Every buffer a kernel touches is the locked, huge-page memory the memcpy limit copies; the
   // codes start page-aligned, as in a pinned host or device buffer, where the kernel streams them
@@ -171,9 +178,9 @@ void run_quant(const quant_settings& s) {
                                             [&] { kernels::quantize(in, config, quantized.span()); });
   const timed_kernel dequantize = time_kernel(probe, s.loops, q_bytes + dequantized.span().size(), "dequantize",
                                               [&] { kernels::dequantize(quantized.span(), config, deq_out); });
-  const timed_kernel reduce = time_kernel(probe, s.loops, (static_cast<std::uint64_t>(s.inputs) + 1) * q_bytes, "reduce_requantize", [&] {
-    kernels::reduce_requantize(rank_spans, config, n, post_scale, config, reduced.span());
-  });
+  const timed_kernel reduce =
+      time_kernel(probe, s.loops, (static_cast<std::uint64_t>(s.inputs) + 1) * q_bytes, "reduce_requantize",
+                  [&] { kernels::reduce_requantize(rank_spans, config, n, post_scale, config, reduced.span()); });
 
   std::cerr << "zoe-bench quant: measuring the error with block and whole-tensor scales\n";
   std::vector<float> exact(n);
@@ -208,9 +215,10 @@ void run_quant(const quant_settings& s) {
   for (const auto& [name, t] : {std::pair<const char*, const timed_kernel&>{"quantize", quantize},
                                 {"dequantize", dequantize},
                                 {"reduce_requantize", reduce}}) {
-    std::cout << "  " << name << ": " << std::fixed << std::setprecision(4) << t.seconds << " s, " << std::setprecision(2)
-              << t.gib_per_s() << " GiB/s; memcpy " << t.memcpy_gib_per_s << " GiB/s; fraction " << std::setprecision(3)
-              << t.fraction() << (t.fit.fits() ? " (the working set fits the last-level cache)" : "") << "\n";
+    std::cout << "  " << name << ": " << std::fixed << std::setprecision(4) << t.seconds << " s, "
+              << std::setprecision(2) << t.gib_per_s() << " GiB/s; memcpy " << t.memcpy_gib_per_s << " GiB/s; fraction "
+              << std::setprecision(3) << t.fraction()
+              << (t.fit.fits() ? " (the working set fits the last-level cache)" : "") << "\n";
   }
   std::cout << "  rel error block " << std::scientific << std::setprecision(3) << rel_block << ", tensor " << rel_tensor
             << "\n";

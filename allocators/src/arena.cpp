@@ -132,10 +132,10 @@ arena::~arena() {
 arena_block arena::allocate(std::size_t bytes, stream_view stream) {
   const std::lock_guard lock(mutex_);
   if (auto b = allocate_locked(bytes, stream)) return std::move(*b);
-  throw memory_error(str(name_, ": cannot allocate ", format_bytes(bytes), ": ", format_bytes(free_bytes()),
-                         " free of ", format_bytes(capacity_), ", largest hole ", format_bytes(largest_hole()),
-                         compaction_ ? str(", ", stats_.pinned_blocks, " pinned blocks in the way")
-                                     : std::string(", compaction off")));
+  throw memory_error(str(
+      name_, ": cannot allocate ", format_bytes(bytes), ": ", format_bytes(free_bytes()), " free of ",
+      format_bytes(capacity_), ", largest hole ", format_bytes(largest_hole()),
+      compaction_ ? str(", ", stats_.pinned_blocks, " pinned blocks in the way") : std::string(", compaction off")));
 }
 
 std::optional<arena_block> arena::try_allocate(std::size_t bytes, stream_view stream) {
@@ -383,8 +383,8 @@ std::uint64_t arena::compact_locked(bool thorough) {
   for (const auto& [offset, id] : live_by_offset_) {
     block& b = blocks_[id];
     const std::uint64_t gap = b.offset - cursor;
-    const bool stays = b.pins > 0 || gap == 0 ||
-                       (!thorough && gap < b.size && (b.size + gap - 1) / gap > max_pieces_per_move);
+    const bool stays =
+        b.pins > 0 || gap == 0 || (!thorough && gap < b.size && (b.size + gap - 1) / gap > max_pieces_per_move);
     if (stays) {
       move_run();
       cursor = b.offset + b.size;
@@ -440,8 +440,7 @@ arena_stats arena::stats() const {
   out.free = free_bytes();
   out.pending_free = out.free - holes_.free_bytes();
   out.largest_hole = largest_hole();
-  out.fragmentation = out.free == 0 ? 0.0
-                                    : 1.0 - static_cast<double>(out.largest_hole) / static_cast<double>(out.free);
+  out.fragmentation = out.free == 0 ? 0.0 : 1.0 - static_cast<double>(out.largest_hole) / static_cast<double>(out.free);
   return out;
 }
 

@@ -203,8 +203,8 @@ pinned_buffer pinned_host_resource::allocate(std::size_t bytes) {
   pinned_buffer out;
   if (bytes == 0) return out;
   const std::size_t length = align_up(bytes, page_size());
-  const std::uint64_t limit = options_.limit_bytes != 0 ? options_.limit_bytes
-                                                             : std::numeric_limits<std::uint64_t>::max() - bytes;
+  const std::uint64_t limit =
+      options_.limit_bytes != 0 ? options_.limit_bytes : std::numeric_limits<std::uint64_t>::max() - bytes;
   if (std::uint64_t now = 0; !::zoe::detail::try_reserve(owner_->in_use, bytes, limit, now)) {
     throw memory_error(str("pinned host memory exhausted: cannot allocate ", format_bytes(bytes), " with ",
                            format_bytes(now), " of its ", format_bytes(options_.limit_bytes), " limit in use"));

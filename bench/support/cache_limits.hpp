@@ -18,7 +18,9 @@ struct last_level_cache {
   std::uint64_t sysfs_bytes = 0;    ///< cpu0's highest data or unified cache in sysfs; 0 if unknown
   std::uint64_t sysconf_bytes = 0;  ///< sysconf(_SC_LEVEL3_CACHE_SIZE) (glibc reads cpuid); 0 if unknown
   /// The larger of the two: a working set below it may be served from cache. 0 when neither knows.
-  [[nodiscard]] std::uint64_t bytes() const noexcept { return sysfs_bytes > sysconf_bytes ? sysfs_bytes : sysconf_bytes; }
+  [[nodiscard]] std::uint64_t bytes() const noexcept {
+    return sysfs_bytes > sysconf_bytes ? sysfs_bytes : sysconf_bytes;
+  }
 };
 
 /// Reads the last-level cache sizes (once per process). Never throws: an unreadable source is 0.

@@ -53,29 +53,32 @@ memcpy_probe streaming_memcpy_probe(std::uint64_t bytes, unsigned threads) {
   const std::uint64_t needed = 2 * std::max<std::uint64_t>(bytes, std::uint64_t{threads} * piece);
   const long pages = ::sysconf(_SC_PHYS_PAGES);
   const long page_size = ::sysconf(_SC_PAGE_SIZE);
-  ZOE_EXPECTS(pages <= 0 || page_size <= 0 || needed <= static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page_size) / 2,
+  ZOE_EXPECTS(pages <= 0 || page_size <= 0 ||
+                  needed <= static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page_size) / 2,
               "--threads ", threads, ": the memcpy limit needs ", format_bytes(needed), " (a piece of ",
-              format_bytes(piece), " per thread, above glibc's streaming threshold, copied into another), more than "
+              format_bytes(piece),
+              " per thread, above glibc's streaming threshold, copied into another), more than "
               "half of this machine's memory; give fewer threads");
   memcpy_probe probe(bytes, threads, piece);
   (void)check_working_set(2 * probe.bytes(), "the memcpy limit");
   std::cerr << "zoe-bench: memcpy limit: " << format_bytes(probe.bytes()) << " in " << probe.pieces() << " pieces of "
             << format_bytes(probe.piece_bytes()) << " on " << threads << " threads (glibc streams copies of "
-            << format_bytes(glibc_non_temporal_threshold().bytes) << " and more: "
-            << glibc_non_temporal_threshold().source << "), " << (probe.locked() ? "locked" : "unlocked")
-            << (probe.huge_pages() ? ", huge pages" : ", 4 KiB pages") << "\n";
+            << format_bytes(glibc_non_temporal_threshold().bytes)
+            << " and more: " << glibc_non_temporal_threshold().source << "), "
+            << (probe.locked() ? "locked" : "unlocked") << (probe.huge_pages() ? ", huge pages" : ", 4 KiB pages")
+            << "\n";
   return probe;
 }
 
 nlohmann::json to_json(const memcpy_probe& probe) {
   nlohmann::json j = to_json(cache_fit{2 * probe.bytes(), llc().bytes()});
   j.update({{"bytes", probe.bytes()},
-          {"pieces", probe.pieces()},
-          {"piece_bytes", probe.piece_bytes()},
-          {"non_temporal_threshold_bytes", glibc_non_temporal_threshold().bytes},
-          {"non_temporal_threshold_source", glibc_non_temporal_threshold().source},
-          {"locked", probe.locked()},
-          {"huge_pages", probe.huge_pages()}});
+            {"pieces", probe.pieces()},
+            {"piece_bytes", probe.piece_bytes()},
+            {"non_temporal_threshold_bytes", glibc_non_temporal_threshold().bytes},
+            {"non_temporal_threshold_source", glibc_non_temporal_threshold().source},
+            {"locked", probe.locked()},
+            {"huge_pages", probe.huge_pages()}});
   return j;
 }
 

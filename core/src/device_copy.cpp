@@ -72,5 +72,4 @@ void copy_device_memory(std::byte* d, const std::byte* s, std::size_t bytes) {
   std::memcpy(d, s, bytes);
 }
 
-
 }  // namespace zoe::detail

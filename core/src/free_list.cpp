@@ -38,9 +38,7 @@ void coalescing_free_list::clear() noexcept {
   free_bytes_ = 0;
 }
 
-std::uint64_t coalescing_free_list::largest() const noexcept {
-  return by_size_.empty() ? 0 : by_size_.rbegin()->first;
-}
+std::uint64_t coalescing_free_list::largest() const noexcept { return by_size_.empty() ? 0 : by_size_.rbegin()->first; }
 
 void coalescing_free_list::add(std::uint64_t offset, std::uint64_t size) {
   by_offset_.emplace(offset, size);
@@ -56,8 +54,8 @@ void coalescing_free_list::erase(hole_iterator it) {
 
 void coalescing_free_list::carve(std::uint64_t hole_offset, std::uint64_t hole_size, std::uint64_t start,
                                  std::uint64_t size) {
-  ZOE_EXPECTS(start >= hole_offset && start + size <= hole_offset + hole_size, "placement [", start, ", ",
-              start + size, ") lies outside the hole [", hole_offset, ", ", hole_offset + hole_size, ")");
+  ZOE_EXPECTS(start >= hole_offset && start + size <= hole_offset + hole_size, "placement [", start, ", ", start + size,
+              ") lies outside the hole [", hole_offset, ", ", hole_offset + hole_size, ")");
   erase(by_offset_.find(hole_offset));
   // The pieces left keep their places; what borders them is in use, so nothing coalesces.
   if (start > hole_offset) add(hole_offset, start - hole_offset);

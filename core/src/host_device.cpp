@@ -30,7 +30,6 @@
 #include "zoe/core/log.hpp"
 #include "zoe/core/units.hpp"
 
-
 namespace zoe {
 namespace {
 
@@ -191,7 +190,8 @@ class host_device final : public device {
   device_usage usage() const noexcept override { return {current_.load(), peak_.load(), budget_}; }
 
   bool register_host(void* p, std::size_t bytes) override {
-    ZOE_EXPECTS(p != nullptr && bytes > 0, "host device: register_host needs memory, got ", p, " and ", bytes, " bytes");
+    ZOE_EXPECTS(p != nullptr && bytes > 0, "host device: register_host needs memory, got ", p, " and ", bytes,
+                " bytes");
     return lock_or_warn(p, bytes);
   }
 

@@ -17,11 +17,20 @@ struct suffix {
 };
 
 constexpr std::array<suffix, 14> suffixes{{
-    {"", 1},      {"b", 1},
-    {"k", KiB},   {"kib", KiB}, {"kb", 1000ULL},
-    {"m", MiB},   {"mib", MiB}, {"mb", 1000ULL * 1000},
-    {"g", GiB},   {"gib", GiB}, {"gb", 1000ULL * 1000 * 1000},
-    {"t", TiB},   {"tib", TiB}, {"tb", 1000ULL * 1000 * 1000 * 1000},
+    {"", 1},
+    {"b", 1},
+    {"k", KiB},
+    {"kib", KiB},
+    {"kb", 1000ULL},
+    {"m", MiB},
+    {"mib", MiB},
+    {"mb", 1000ULL * 1000},
+    {"g", GiB},
+    {"gib", GiB},
+    {"gb", 1000ULL * 1000 * 1000},
+    {"t", TiB},
+    {"tib", TiB},
+    {"tb", 1000ULL * 1000 * 1000 * 1000},
 }};
 
 bool iequals(std::string_view a, std::string_view b) noexcept {
@@ -45,13 +54,12 @@ std::uint64_t parse_bytes(std::string_view text, std::string_view what) {
   while (!unit.empty() && unit.front() == ' ') unit.remove_prefix(1);
   for (const auto& s : suffixes) {
     if (iequals(unit, s.text)) {
-      ZOE_EXPECTS(number <= std::numeric_limits<std::uint64_t>::max() / s.factor, what, ": '", text,
-                  "' is too large");
+      ZOE_EXPECTS(number <= std::numeric_limits<std::uint64_t>::max() / s.factor, what, ": '", text, "' is too large");
       return number * s.factor;
     }
   }
-  throw usage_error(str(what, ": '", text, "' has an unknown unit '", unit,
-                        "' (use B, KiB, MiB, GiB, TiB, or KB, MB, GB, TB)"));
+  throw usage_error(
+      str(what, ": '", text, "' has an unknown unit '", unit, "' (use B, KiB, MiB, GiB, TiB, or KB, MB, GB, TB)"));
 }
 
 std::string format_bytes(std::uint64_t bytes) {

@@ -11,8 +11,8 @@ std::size_t async_capacity(const engine_options& options, std::size_t kernel_lim
   options.validate();
   const std::size_t n = options.queue_depth * options.intra_op_parallelism;
   ZOE_EXPECTS(n <= kernel_limit, "queue_depth ", options.queue_depth, " x intra_op_parallelism ",
-              options.intra_op_parallelism, " = ", n, " requests in flight is more than one ", backend, " queue holds (",
-              kernel_limit, ")");
+              options.intra_op_parallelism, " = ", n, " requests in flight is more than one ", backend,
+              " queue holds (", kernel_limit, ")");
   return n;
 }
 
@@ -27,8 +27,8 @@ async_backend::async_backend(const engine_options& options, std::size_t capacity
 
 void async_backend::submit(std::span<const raw_op> ops) {
   on_calling_thread();
-  ZOE_EXPECTS(ops.size() <= free_slots_.size(), "submit of ", ops.size(), " operations with only ",
-              free_slots_.size(), " of ", slots_.size(), " slots free");
+  ZOE_EXPECTS(ops.size() <= free_slots_.size(), "submit of ", ops.size(), " operations with only ", free_slots_.size(),
+              " of ", slots_.size(), " slots free");
   // io_backend::submit: throw only having taken none (free_slots_ never reallocates: it was
   // reserved for every slot).
   const std::size_t waiting_before = waiting_.size();

@@ -92,10 +92,10 @@ void engine_state::enqueue(std::span<const io_request> requests, completion_queu
 void engine_state::add_pieces(const io_request& request, std::uint32_t user) {
   const file& f = *request.target;
   const bool direct = f.direct();
-  const alignment_rule rule{direct ? f.offset_alignment() : 1, direct ? f.memory_alignment() : 1,
-                            direct ? std::max<std::size_t>(align_down(options_.block_size, f.offset_alignment()),
-                                                           f.offset_alignment())
-                                   : options_.block_size};
+  const alignment_rule rule{
+      direct ? f.offset_alignment() : 1, direct ? f.memory_alignment() : 1,
+      direct ? std::max<std::size_t>(align_down(options_.block_size, f.offset_alignment()), f.offset_alignment())
+             : options_.block_size};
   const auto plans = plan_request(reinterpret_cast<std::uintptr_t>(request.buffer.data()), request.offset,
                                   request.buffer.size(), rule);
   for (const piece_plan& plan : plans) {
@@ -172,8 +172,9 @@ std::size_t engine_state::collect(completion_queue& queue, std::vector<io_comple
     } else if (!delayed_.empty()) {
       if (!block) return moved;
       std::this_thread::sleep_until(
-          std::min_element(delayed_.begin(), delayed_.end(), [](const auto& a, const auto& b) { return a.due < b.due; })
-              ->due);
+          std::min_element(delayed_.begin(), delayed_.end(), [](const auto& a, const auto& b) {
+            return a.due < b.due;
+          })->due);
       now = clock::now();
     } else {
       throw internal_error("io_engine has outstanding requests but nothing in flight or waiting");
@@ -239,12 +240,12 @@ void engine_state::activate(std::uint32_t id) {
   piece& p = pieces_[id];
   io_request& request = users_[p.user].request;
   if (p.at == stage::direct) {
-    queue_raw(id, request.op, request.buffer.data() + p.plan.buffer_offset, p.plan.length, p.plan.file_offset,
-              false);
+    queue_raw(id, request.op, request.buffer.data() + p.plan.buffer_offset, p.plan.length, p.plan.file_offset, false);
     return;
   }
   if (bounce_free_.empty()) {
-    auto* memory = static_cast<std::byte*>(std::aligned_alloc(bounce_alignment, align_up(bounce_size_, bounce_alignment)));
+    auto* memory =
+        static_cast<std::byte*>(std::aligned_alloc(bounce_alignment, align_up(bounce_size_, bounce_alignment)));
     if (memory == nullptr) {
       // A failed completion, not an exception: the piece is already counted as active.
       p.error = {true, ENOMEM, p.plan.file_offset,
@@ -382,8 +383,7 @@ void engine_state::advance(std::uint32_t id) {
   const io_request& request = users_[p.user].request;
   const std::size_t head = p.plan.file_offset - p.cover_begin;
   switch (p.at) {
-    case stage::direct:
-      break;
+    case stage::direct: break;
     case stage::bounce_read:
       if (p.bytes_read < head + p.plan.length) {
         p.error = {true, 0, p.cover_begin + p.bytes_read,
@@ -403,10 +403,8 @@ void engine_state::advance(std::uint32_t id) {
       }
       queue_raw(id, io_op::write, p.bounce, p.cover_end - p.cover_begin, p.cover_begin, false);
       return;
-    case stage::rmw_write:
-      break;
-    case stage::rmw_wait_lock:
-      ZOE_ASSERT(false);
+    case stage::rmw_write: break;
+    case stage::rmw_wait_lock: ZOE_ASSERT(false);
   }
   finish_piece(id);
 }

@@ -67,8 +67,7 @@ class descriptor_guard {
 
 }  // namespace
 
-file::file(std::filesystem::path path, open_mode mode, file_options options)
-    : path_(std::move(path)), mode_(mode) {
+file::file(std::filesystem::path path, open_mode mode, file_options options) : path_(std::move(path)), mode_(mode) {
   ZOE_EXPECTS(!(mode == open_mode::read_only && (options.create || options.truncate || options.unlinked)),
               "cannot create or truncate '", path_.string(), "' when opening it read-only");
   const bool inside = options.directory_fd >= 0;
@@ -155,23 +154,23 @@ void file::end_extension() {
   struct stat st {};
   ZOE_CHECK_ERRNO(::fstat(fd_, &st), "cannot stat '", path_.string(), "'");
   if (static_cast<std::uint64_t>(st.st_size) > logical_size_) {
-    ZOE_CHECK_ERRNO(::ftruncate(fd_, static_cast<off_t>(logical_size_)), "cannot truncate '", path_.string(),
-                    "' to ", logical_size_, " bytes");
+    ZOE_CHECK_ERRNO(::ftruncate(fd_, static_cast<off_t>(logical_size_)), "cannot truncate '", path_.string(), "' to ",
+                    logical_size_, " bytes");
   }
 }
 
 void file::resize(std::uint64_t length) {
   const std::lock_guard lock(mutex_);
-  ZOE_CHECK_ERRNO(::ftruncate(fd_, static_cast<off_t>(length)), "cannot resize '", path_.string(), "' to ",
-                  length, " bytes");
+  ZOE_CHECK_ERRNO(::ftruncate(fd_, static_cast<off_t>(length)), "cannot resize '", path_.string(), "' to ", length,
+                  " bytes");
   logical_size_ = length;
 }
 
 void file::preallocate(std::uint64_t length) {
   const std::lock_guard lock(mutex_);
   if (::fallocate(fd_, 0, 0, static_cast<off_t>(length)) != 0) {
-    ZOE_CHECK_ERRNO(errno == EOPNOTSUPP ? ::ftruncate(fd_, static_cast<off_t>(length)) : -1, "cannot reserve ",
-                    length, " bytes for '", path_.string(), "'");
+    ZOE_CHECK_ERRNO(errno == EOPNOTSUPP ? ::ftruncate(fd_, static_cast<off_t>(length)) : -1, "cannot reserve ", length,
+                    " bytes for '", path_.string(), "'");
   }
   logical_size_ = std::max(logical_size_, length);
 }

@@ -11,7 +11,8 @@ std::vector<piece_plan> plan_request(std::uintptr_t address, std::uint64_t file_
   std::vector<piece_plan> pieces;
   const std::uint64_t end = file_offset + length;
   const auto add = [&](bool direct, std::uint64_t begin, std::uint64_t stop) {
-    pieces.push_back({direct, static_cast<std::size_t>(begin - file_offset), begin, static_cast<std::size_t>(stop - begin)});
+    pieces.push_back(
+        {direct, static_cast<std::size_t>(begin - file_offset), begin, static_cast<std::size_t>(stop - begin)});
   };
 
   const std::uint64_t mid_begin = std::min(end, align_up(file_offset, rule.offset));

@@ -39,14 +39,14 @@ struct swap_channel::pending {
   std::shared_ptr<detail::extent_record> record;  ///< pinned (in_flight raised) until retire
   std::uint64_t first_chunk = 0;
   std::uint64_t end_chunk = 0;
-  std::vector<std::uint64_t> hashes;             ///< writes: checksums of the chunks being written
-  std::vector<detail::chunk_state> previous;     ///< writes: the chunk states the claim replaced
-  scratch_memory scratch;  ///< partial reads: [0, chunk) the first chunk, [chunk, 2 chunk) the last
-  bool head_in_scratch = false;  ///< chunk first_chunk was read whole into scratch
-  bool tail_in_scratch = false;  ///< chunk end_chunk - 1 was read whole into scratch + chunk
-  bool claimed = false;          ///< a write holding chunks [first_chunk, end_chunk)
-  bool in_run = false;           ///< run()'s own: its completion goes to run_done_
-  bool abandoned = false;        ///< its submit threw: drained, never reported
+  std::vector<std::uint64_t> hashes;          ///< writes: checksums of the chunks being written
+  std::vector<detail::chunk_state> previous;  ///< writes: the chunk states the claim replaced
+  scratch_memory scratch;                     ///< partial reads: [0, chunk) the first chunk, [chunk, 2 chunk) the last
+  bool head_in_scratch = false;               ///< chunk first_chunk was read whole into scratch
+  bool tail_in_scratch = false;               ///< chunk end_chunk - 1 was read whole into scratch + chunk
+  bool claimed = false;                       ///< a write holding chunks [first_chunk, end_chunk)
+  bool in_run = false;                        ///< run()'s own: its completion goes to run_done_
+  bool abandoned = false;                     ///< its submit threw: drained, never reported
   std::size_t pieces_issued = 0;
   std::size_t pieces_left = 0;
   io_completion result;
@@ -167,13 +167,13 @@ bool swap_channel::prepare(pending& p, const swap_request& request) {
   const std::uint64_t chunk = store_.stripe_unit();
   const std::uint64_t length = request.buffer.size();
   const std::uint64_t end = request.offset + length;
-  ZOE_EXPECTS(request.offset <= rec.bytes && length <= rec.bytes - request.offset, op_name(request.op), " of ",
-              length, " bytes at offset ", request.offset, " reaches past the end of swap extent ", rec.id, " (",
-              rec.bytes, " bytes)");
+  ZOE_EXPECTS(request.offset <= rec.bytes && length <= rec.bytes - request.offset, op_name(request.op), " of ", length,
+              " bytes at offset ", request.offset, " reaches past the end of swap extent ", rec.id, " (", rec.bytes,
+              " bytes)");
   const bool whole_chunks = request.offset % chunk == 0 && (length % chunk == 0 || end == rec.bytes);
-  ZOE_EXPECTS(request.op == io_op::read || whole_chunks, "a write into swap extent ", rec.id,
-              " must start on a ", chunk, "-byte chunk boundary and cover whole chunks (or end at the extent's end); got ",
-              length, " bytes at offset ", request.offset);
+  ZOE_EXPECTS(request.op == io_op::read || whole_chunks, "a write into swap extent ", rec.id, " must start on a ",
+              chunk, "-byte chunk boundary and cover whole chunks (or end at the extent's end); got ", length,
+              " bytes at offset ", request.offset);
   p.request = request;
   p.result.user_data = request.user_data;
   p.first_chunk = request.offset / chunk;
@@ -195,11 +195,11 @@ bool swap_channel::prepare(pending& p, const swap_request& request) {
     const auto state = rec.states[k].load(std::memory_order_acquire);
     if (state == detail::chunk_state::valid) continue;
     p.result.failed = true;
-    p.result.message = str("read of ", length, " bytes at offset ", request.offset, " of swap extent ", rec.id,
-                           " touches chunk ", k,
-                           state == detail::chunk_state::unwritten ? ", which was never written"
-                           : state == detail::chunk_state::writing ? ", whose write is still in flight"
-                                                                   : ", whose last write failed (contents unknown)");
+    p.result.message =
+        str("read of ", length, " bytes at offset ", request.offset, " of swap extent ", rec.id, " touches chunk ", k,
+            state == detail::chunk_state::unwritten ? ", which was never written"
+            : state == detail::chunk_state::writing ? ", whose write is still in flight"
+                                                    : ", whose last write failed (contents unknown)");
     return false;
   }
   if (checksums && !whole_chunks) {
@@ -210,8 +210,8 @@ bool swap_channel::prepare(pending& p, const swap_request& request) {
     p.tail_in_scratch = last != p.first_chunk && end < chunk_end(rec, last, chunk);
     if (!take_scratch(p)) {
       p.result.failed = true;
-      p.result.message = str("cannot allocate ", format_bytes(2 * chunk), " to verify a partial read of swap extent ",
-                             rec.id);
+      p.result.message =
+          str("cannot allocate ", format_bytes(2 * chunk), " to verify a partial read of swap extent ", rec.id);
       return false;
     }
   }
@@ -228,8 +228,9 @@ void swap_channel::issue(std::uint32_t slot_id) {
   std::uint64_t direct_begin = p.request.offset;
   std::uint64_t direct_end = end;
   if (p.head_in_scratch) {
-    submit_range(slot_id, p.first_chunk * chunk,
-                 {p.scratch.get(), static_cast<std::size_t>(chunk_end(rec, p.first_chunk, chunk) - p.first_chunk * chunk)});
+    submit_range(
+        slot_id, p.first_chunk * chunk,
+        {p.scratch.get(), static_cast<std::size_t>(chunk_end(rec, p.first_chunk, chunk) - p.first_chunk * chunk)});
     direct_begin = std::min(end, (p.first_chunk + 1) * chunk);
   }
   if (p.tail_in_scratch) {
@@ -305,9 +306,11 @@ void swap_channel::finish(std::uint32_t slot_id) {
   if (p.request.op == io_op::read && !p.result.failed && checksums) {
     for (std::uint64_t k = p.first_chunk; k < p.end_chunk; ++k) {
       const std::byte* bytes = k == p.first_chunk && p.head_in_scratch ? p.scratch.get()
-                               : k == last && p.tail_in_scratch        ? p.scratch.get() + chunk
-                                                                       : p.request.buffer.data() + (k * chunk - p.request.offset);
-      if (XXH3_64bits(bytes, chunk_end(rec, k, chunk) - k * chunk) == rec.checksums[k].load(std::memory_order_relaxed)) {
+                               : k == last && p.tail_in_scratch
+                                   ? p.scratch.get() + chunk
+                                   : p.request.buffer.data() + (k * chunk - p.request.offset);
+      if (XXH3_64bits(bytes, chunk_end(rec, k, chunk) - k * chunk) ==
+          rec.checksums[k].load(std::memory_order_relaxed)) {
         continue;
       }
       std::uint64_t file_index = 0;
@@ -317,9 +320,9 @@ void swap_channel::finish(std::uint32_t slot_id) {
         file_offset = piece.file_offset;
       });
       p.result.failed = p.result.corrupt = true;
-      p.result.message = str("checksum mismatch in '", store_.files_[file_index]->path().string(), "' at offset ",
-                             file_offset, " (chunk ", k, " of swap extent ", rec.id,
-                             "): the data read back is not what was written");
+      p.result.message =
+          str("checksum mismatch in '", store_.files_[file_index]->path().string(), "' at offset ", file_offset,
+              " (chunk ", k, " of swap extent ", rec.id, "): the data read back is not what was written");
       break;
     }
   }

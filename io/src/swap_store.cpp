@@ -64,7 +64,8 @@ void swap_store::prewrite() {
   const auto start = std::chrono::steady_clock::now();
   const std::size_t chunk = options_.io.block_size;
   const std::size_t depth = std::max<std::size_t>(1, std::min<std::size_t>(options_.io.queue_depth, 8));
-  std::unique_ptr<std::byte, void (*)(void*)> zeros(static_cast<std::byte*>(std::aligned_alloc(4096, chunk)), &std::free);
+  std::unique_ptr<std::byte, void (*)(void*)> zeros(static_cast<std::byte*>(std::aligned_alloc(4096, chunk)),
+                                                    &std::free);
   ZOE_CHECK(zeros != nullptr, memory_error, "cannot allocate ", format_bytes(chunk), " to prepare the swap files");
   std::memset(zeros.get(), 0, chunk);
   std::vector<std::unique_ptr<io_engine>> engines;
@@ -73,7 +74,11 @@ void swap_store::prewrite() {
   for (std::uint64_t at = 0; at < file_bytes(); at += chunk * depth) {
     for (std::size_t i = 0; i < files_.size(); ++i) {
       for (std::uint64_t o = at; o < std::min(file_bytes(), at + chunk * depth); o += chunk) {
-        engines[i]->submit({io_op::write, files_[i].get(), {zeros.get(), static_cast<std::size_t>(std::min<std::uint64_t>(chunk, file_bytes() - o))}, o, 0});
+        engines[i]->submit({io_op::write,
+                            files_[i].get(),
+                            {zeros.get(), static_cast<std::size_t>(std::min<std::uint64_t>(chunk, file_bytes() - o))},
+                            o,
+                            0});
       }
     }
     for (auto& e : engines) {
@@ -97,8 +102,9 @@ swap_extent swap_store::allocate(std::uint64_t bytes) {
   const auto offset = allocator_.allocate(bytes, alignment);
   if (!offset) {
     throw memory_error(str("swap store is full: cannot place ", format_bytes(bytes), " (free ",
-                           format_bytes(allocator_.free_bytes()), ", largest hole ", format_bytes(allocator_.largest_hole()),
-                           ", capacity ", format_bytes(allocator_.capacity()), ")"));
+                           format_bytes(allocator_.free_bytes()), ", largest hole ",
+                           format_bytes(allocator_.largest_hole()), ", capacity ", format_bytes(allocator_.capacity()),
+                           ")"));
   }
   const std::uint64_t id = next_id_++;
   extents_.emplace(id, std::make_shared<detail::extent_record>(id, *offset, bytes, stripe_unit()));

@@ -17,10 +17,10 @@
 namespace zoe::io::detail {
 namespace {
 
-constexpr std::size_t max_ring_entries = 32768;     // IORING_MAX_ENTRIES
-constexpr std::size_t max_fixed_buffer = GiB;       // the kernel refuses larger single buffers
-constexpr unsigned file_table_size = 64;            // files one engine works on at once
-constexpr std::size_t max_fixed_buffers = 16384;    // IORING_MAX_REG_BUFFERS
+constexpr std::size_t max_ring_entries = 32768;   // IORING_MAX_ENTRIES
+constexpr std::size_t max_fixed_buffer = GiB;     // the kernel refuses larger single buffers
+constexpr unsigned file_table_size = 64;          // files one engine works on at once
+constexpr std::size_t max_fixed_buffers = 16384;  // IORING_MAX_REG_BUFFERS
 
 // Most to least fitting for one issuer; each later set only if the kernel says EINVAL to the
 // one before (older kernels do not know the flag). DEFER_TASKRUN runs completion work only when
@@ -186,14 +186,14 @@ bool uring_backend::register_regions() {
   }
   const int result = io_uring_register_buffers(&ring_, pieces.data(), static_cast<unsigned>(pieces.size()));
   if (result < 0) {
-    log::warn_once("uring_register_buffers",
-                   str("io_uring: registering ", format_bytes(bytes), " of I/O buffers failed: ", errno_text(-result),
-                       result == -ENOMEM ? str(" (pinned memory counts against RLIMIT_MEMLOCK, which is ",
-                                               memlock_limit(), ")")
-                                         : std::string(result == -EFAULT || result == -EOPNOTSUPP
-                                                           ? " (only anonymous, shmem or hugetlb memory can be pinned)"
-                                                           : ""),
-                       "; using unregistered reads and writes"));
+    log::warn_once(
+        "uring_register_buffers",
+        str("io_uring: registering ", format_bytes(bytes), " of I/O buffers failed: ", errno_text(-result),
+            result == -ENOMEM ? str(" (pinned memory counts against RLIMIT_MEMLOCK, which is ", memlock_limit(), ")")
+                              : std::string(result == -EFAULT || result == -EOPNOTSUPP
+                                                ? " (only anonymous, shmem or hugetlb memory can be pinned)"
+                                                : ""),
+            "; using unregistered reads and writes"));
     return false;
   }
   buffers_.clear();

@@ -41,8 +41,7 @@ adam_scalars make_adam_scalars(const adam_config& c) {
 adam_args make_adam_args(const adam_config& config, const adam_shard& shard) {
   const std::size_t n = shard.params.size();
   ZOE_EXPECTS(shard.exp_avg.size() == n, "adam: exp_avg has ", shard.exp_avg.size(), " elements, params ", n);
-  ZOE_EXPECTS(shard.exp_avg_sq.size() == n, "adam: exp_avg_sq has ", shard.exp_avg_sq.size(), " elements, params ",
-              n);
+  ZOE_EXPECTS(shard.exp_avg_sq.size() == n, "adam: exp_avg_sq has ", shard.exp_avg_sq.size(), " elements, params ", n);
   ZOE_EXPECTS(shard.grad.count == n, "adam: grad has ", shard.grad.count, " elements, params ", n);
   ZOE_EXPECTS(n == 0 || shard.grad.data != nullptr, "adam: grad is null");
   if (shard.working) {

@@ -29,8 +29,8 @@ cast_args make_cast_args(const_tensor_view src, tensor_view dst) {
   expect_data(src, "cast: source");
   expect_data(dst, "cast: destination");
   ZOE_EXPECTS(src.count == dst.count, "cast: source has ", src.count, " elements, destination ", dst.count);
-  ZOE_EXPECTS(src.type == dst.type || !ranges_overlap(src.data, src.bytes(), dst.data, dst.bytes()), "cast: ",
-              dtype_name(src.type), " source and ", dtype_name(dst.type), " destination overlap");
+  ZOE_EXPECTS(src.type == dst.type || !ranges_overlap(src.data, src.bytes(), dst.data, dst.bytes()),
+              "cast: ", dtype_name(src.type), " source and ", dtype_name(dst.type), " destination overlap");
   return {src.data, src.type, dst.data, dst.type};
 }
 

@@ -46,8 +46,7 @@ void settle(bool explicit_setting) {
     } catch (const usage_error& e) {
       // The variable leads: an unavailable path's message from apply() does not name it.
       environment_error = str(environment_variable, "='", text, "': ", e.what(), "; this CPU and build have ",
-                              available_names(),
-                              " (unset the variable or use auto for the best of them)");
+                              available_names(), " (unset the variable or use auto for the best of them)");
       error_pending.store(true, std::memory_order_release);
     }
   });

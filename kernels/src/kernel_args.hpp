@@ -16,16 +16,16 @@ namespace zoe::kernels::detail {
 
 /// The per-step constants of Adam, rounded to float once.
 struct adam_scalars {
-  float grad_scale;       // 1/loss_scale times the clip factor
-  float l2;               // weight decay added to the gradient (Adam), else 0
+  float grad_scale;  // 1/loss_scale times the clip factor
+  float l2;          // weight decay added to the gradient (Adam), else 0
   float beta1;
   float one_minus_beta1;
   float beta2;
   float one_minus_beta2;
-  float inv_sqrt_bc2;     // 1/sqrt(1 - beta2^t), or 1 without bias correction
+  float inv_sqrt_bc2;  // 1/sqrt(1 - beta2^t), or 1 without bias correction
   float eps;
-  float lr_wd;            // lr * weight decay (AdamW), else 0
-  float step_size;        // lr / (1 - beta1^t), or lr
+  float lr_wd;      // lr * weight decay (AdamW), else 0
+  float step_size;  // lr / (1 - beta1^t), or lr
 };
 
 /// Computes the constants in double and rounds each to float once. Throws usage_error on bad
@@ -77,11 +77,12 @@ struct dequant_args {
   dtype out_type;
   std::size_t count;     // valid elements, counted from the tensor start
   std::size_t out_base;  // element index `out` points at
-  bool accumulate;    // out (fp32) += value instead of out = value
+  bool accumulate;       // out (fp32) += value instead of out = value
 };
 
 /// Whether [a, a + a_bytes) and [b, b + b_bytes) share a byte.
-[[nodiscard]] inline bool ranges_overlap(const void* a, std::size_t a_bytes, const void* b, std::size_t b_bytes) noexcept {
+[[nodiscard]] inline bool ranges_overlap(const void* a, std::size_t a_bytes, const void* b,
+                                         std::size_t b_bytes) noexcept {
   const auto x = reinterpret_cast<std::uintptr_t>(a);
   const auto y = reinterpret_cast<std::uintptr_t>(b);
   return x < y + b_bytes && y < x + a_bytes;
@@ -129,7 +130,8 @@ inline constexpr std::size_t sum_lanes = 8;
 #if defined(__CUDACC__)
 __host__ __device__
 #endif
-[[nodiscard]] constexpr double combine_sum_lanes(const double* l) noexcept {
+    [[nodiscard]] constexpr double
+    combine_sum_lanes(const double* l) noexcept {
   return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
 }
 

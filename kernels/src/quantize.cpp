@@ -29,8 +29,15 @@ void expect_layout(const_quantized_span q, const quant_config& c, std::size_t bl
 
 detail::dequant_args dequant_args_of(const_quantized_span in, const quant_config& c, void* out, dtype out_type,
                                      std::size_t count, std::size_t out_base, bool accumulate) {
-  return {in.codes.data(), in.scales.data(), c.symmetric ? nullptr : in.zero_points.data(), layout_of(c), out,
-          out_type,        count,            out_base,    accumulate};
+  return {in.codes.data(),
+          in.scales.data(),
+          c.symmetric ? nullptr : in.zero_points.data(),
+          layout_of(c),
+          out,
+          out_type,
+          count,
+          out_base,
+          accumulate};
 }
 
 // Sums the dequantized inputs of each block, scaled, into a per-task fp32 buffer, then hands the
@@ -92,9 +99,8 @@ quant_args make_quant_args(const_tensor_view in, const quant_config& config, qua
   config.validate();
   expect_data(in, "quantize: input");
   expect_layout(out, config, config.blocks(in.count), "quantize: output");
-  return {in.data,          in.type,           in.count,
-          0,                layout_of(config), out.codes.data(),
-          out.scales.data(), config.symmetric ? nullptr : out.zero_points.data()};
+  return {in.data,           in.type,          in.count,          0,
+          layout_of(config), out.codes.data(), out.scales.data(), config.symmetric ? nullptr : out.zero_points.data()};
 }
 
 dequant_args make_dequant_args(const_quantized_span in, const quant_config& config, tensor_view out) {
@@ -124,8 +130,10 @@ void expect_reduce_dequantize_args(std::span<const const_quantized_span> inputs,
 std::size_t expect_permute_args(const_quantized_span in, const quant_config& config, topology topo,
                                 quantized_span out) {
   config.validate();
-  ZOE_EXPECTS(topo.nodes >= 1 && topo.ranks_per_node >= 1, "swizzle: topology needs at least one node and one rank "
-              "per node, got ", topo.nodes, " x ", topo.ranks_per_node);
+  ZOE_EXPECTS(topo.nodes >= 1 && topo.ranks_per_node >= 1,
+              "swizzle: topology needs at least one node and one rank "
+              "per node, got ",
+              topo.nodes, " x ", topo.ranks_per_node);
   const std::size_t blocks = in.scales.size();
   expect_layout(in, config, blocks, "swizzle: input");
   expect_layout(out, config, blocks, "swizzle: output");

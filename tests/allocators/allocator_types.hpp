@@ -66,7 +66,7 @@ struct arena_type {
   static constexpr bool keeps_freed_memory = true;
   struct rig {
     std::unique_ptr<device> dev = make_host_device(4 * MiB);
-    allocators::arena arena{*dev, units * unit};
+    allocators::arena arena{*dev, units* unit};
   };
   struct allocation {
     explicit allocation(allocators::arena_block b) : block(std::move(b)) {

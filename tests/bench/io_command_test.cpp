@@ -36,14 +36,14 @@ class io_command : public ::testing::Test {
 };
 
 TEST_F(io_command, BadValuesExitTwoNamingTheFlag) {
-  for (const auto& [args, flag] : std::vector<std::pair<std::string, std::string>>{
-           {" --queue-depth 0", "--queue-depth"},
-           {" --size 12parsecs", "--size"},
-           {" --size 1000", "--size"},
-           {" --block-size 1000", "--block-size"},
-           {" --op sideways", "--op"},
-           {" --engine warp", "--engine"},
-           {" --threads 0", "--threads"}}) {
+  for (const auto& [args, flag] :
+       std::vector<std::pair<std::string, std::string>>{{" --queue-depth 0", "--queue-depth"},
+                                                        {" --size 12parsecs", "--size"},
+                                                        {" --size 1000", "--size"},
+                                                        {" --block-size 1000", "--block-size"},
+                                                        {" --op sideways", "--op"},
+                                                        {" --engine warp", "--engine"},
+                                                        {" --threads 0", "--threads"}}) {
     const auto r = run(base_without_sizes() + args);
     EXPECT_EQ(r.exit_code, 2) << args << ": " << r.output;
     EXPECT_NE(r.output.find(flag), std::string::npos) << args << ": " << r.output;
@@ -67,8 +67,8 @@ TEST_F(io_command, MissingPathExitsTwoNamingIt) {
 
 TEST_F(io_command, FileSizeLimitIsAnErrorNamingTheFileNotACrash) {
   // ulimit -f counts 1 KiB blocks here: 512 KiB, less than the 1 MiB file.
-  const std::string command = "sh -c 'ulimit -f 512 && exec " + std::string(ZOE_BENCH_BINARY) + " " + base() +
-                              " --op write' 2>&1";
+  const std::string command =
+      "sh -c 'ulimit -f 512 && exec " + std::string(ZOE_BENCH_BINARY) + " " + base() + " --op write' 2>&1";
   const auto r = run_shell(command);
   EXPECT_EQ(r.exit_code, 1) << "exit 1, not a signal: " << r.output;
   EXPECT_NE(r.output.find("File too large"), std::string::npos) << r.output;
@@ -110,7 +110,8 @@ TEST_F(io_command, StoreModeIsReportedBesideRawAndVerifies) {
     ++modes[j.at("mode").get<std::string>() + "/" + j.at("op").get<std::string>()];
     EXPECT_GT(j.at("gib_per_s").get<double>(), 0.0);
   }
-  EXPECT_EQ(modes, (std::map<std::string, int>{{"raw/read", 1}, {"raw/write", 1}, {"store/read", 1}, {"store/write", 1}}));
+  EXPECT_EQ(modes,
+            (std::map<std::string, int>{{"raw/read", 1}, {"raw/write", 1}, {"store/read", 1}, {"store/write", 1}}));
   EXPECT_NE(r.output.find("verified store"), std::string::npos) << r.output;
   std::size_t left = 0;
   for (const auto& entry : std::filesystem::directory_iterator(dir_.path())) {

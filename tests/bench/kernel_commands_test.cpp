@@ -18,7 +18,8 @@ nlohmann::json only_json(const run_result& r) {
 
 void expect_streaming_limit(const nlohmann::json& memcpy, unsigned threads) {
   EXPECT_EQ(memcpy.at("pieces"), threads) << memcpy.dump();
-  EXPECT_GT(memcpy.at("piece_bytes").get<std::uint64_t>(), memcpy.at("non_temporal_threshold_bytes").get<std::uint64_t>())
+  EXPECT_GT(memcpy.at("piece_bytes").get<std::uint64_t>(),
+            memcpy.at("non_temporal_threshold_bytes").get<std::uint64_t>())
       << memcpy.dump();
   EXPECT_EQ(memcpy.at("bytes").get<std::uint64_t>(), threads * memcpy.at("piece_bytes").get<std::uint64_t>());
   EXPECT_TRUE(memcpy.at("huge_pages").is_boolean()) << memcpy.dump();
@@ -31,7 +32,8 @@ void expect_rates(const nlohmann::json& t) {
   EXPECT_GT(t.at("memcpy_gib_per_s").get<double>(), 0.0) << t.dump();
   const double rate = t.at("gib_per_s").get<double>();
   EXPECT_NEAR(rate, t.at("bytes").get<double>() / t.at("seconds").get<double>() / (1 << 30), rate * 1e-9) << t.dump();
-  EXPECT_NEAR(t.at("fraction_of_memcpy").get<double>(), rate / t.at("memcpy_gib_per_s").get<double>(), 1e-9) << t.dump();
+  EXPECT_NEAR(t.at("fraction_of_memcpy").get<double>(), rate / t.at("memcpy_gib_per_s").get<double>(), 1e-9)
+      << t.dump();
 }
 
 TEST(adam_command, JsonCarriesTheStreamingMemcpyLimitAndFlagsACacheSizedShard) {
@@ -56,7 +58,8 @@ TEST(adam_command, AMemcpyLimitBeyondHalfTheMemoryExitsTwoNamingThreads) {
 }
 
 TEST(quant_command, JsonTimesQuantizeDequantizeAndReduceRequantizeEachBesideMemcpy) {
-  const auto r = run("quant --elems 64K --threads 1 --loops 1 --bits 8 --block 2048 --dtype fp16 --inputs 3" + small_limit);
+  const auto r =
+      run("quant --elems 64K --threads 1 --loops 1 --bits 8 --block 2048 --dtype fp16 --inputs 3" + small_limit);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const auto j = only_json(r);
   expect_streaming_limit(j.at("memcpy"), 1);

@@ -35,7 +35,8 @@ TEST(stamped_data, EverySectorOfARunHasItsOwnBody) {
 TEST(stamped_data, TwoRunsWriteDifferentBytesAtTheSameOffset) {
   const auto first = filled(1, block, block);
   const auto second = filled(2, block, block);
-  for (std::size_t s = 0; s < block / sector_size; ++s) EXPECT_NE(body_of(first, s), body_of(second, s)) << "sector " << s;
+  for (std::size_t s = 0; s < block / sector_size; ++s)
+    EXPECT_NE(body_of(first, s), body_of(second, s)) << "sector " << s;
 }
 
 TEST(stamped_data, BodiesAreNotMostlyZeroOrRepeatedWords) {

@@ -88,8 +88,7 @@ TEST(host_device, CopiesBetweenOverlappingRangesAreRefused) {
   const auto dev = make_host_device(1 * MiB);
   const auto s = dev->create_stream();
   void* d = dev->allocate(4096, s.view());
-  EXPECT_THROW(dev->copy_async(d, static_cast<char*>(d) + 10, 100, copy_kind::device_to_device, s.view()),
-               usage_error);
+  EXPECT_THROW(dev->copy_async(d, static_cast<char*>(d) + 10, 100, copy_kind::device_to_device, s.view()), usage_error);
   EXPECT_THROW(dev->copy_async(nullptr, d, 100, copy_kind::device_to_host, s.view()), usage_error);
   dev->deallocate(d, 4096);
 }
@@ -204,13 +203,14 @@ TEST(select_device, HonoursTheKindAndSaysWhichItTook) {
 }
 
 using testing::device_contract;
-INSTANTIATE_TEST_SUITE_P(
-    devices, device_contract,
-    ::testing::Values(testing::device_maker{"host", [] { return make_host_device(64 * MiB); }},
-                      testing::device_maker{"fake", []() -> std::unique_ptr<device> {
-                                              return std::make_unique<testing::fake_device>(make_host_device(64 * MiB));
-                                            }}),
-    testing::device_maker_name);
+INSTANTIATE_TEST_SUITE_P(devices, device_contract,
+                         ::testing::Values(testing::device_maker{"host", [] { return make_host_device(64 * MiB); }},
+                                           testing::device_maker{"fake",
+                                                                 []() -> std::unique_ptr<device> {
+                                                                   return std::make_unique<testing::fake_device>(
+                                                                       make_host_device(64 * MiB));
+                                                                 }}),
+                         testing::device_maker_name);
 
 }  // namespace
 }  // namespace zoe

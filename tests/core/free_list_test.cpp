@@ -56,8 +56,8 @@ TEST(coalescing_free_list, BestFitTakesTheSmallestHoleThatFitsAndKeepsTheRest) {
 
 TEST(coalescing_free_list, PlacementRuleSkipsHolesItRefusesAndSplitsTheOneItTakes) {
   coalescing_free_list holes;
-  ASSERT_TRUE(holes.insert(10, 20));    // [10, 30): smallest, but no 16-aligned 16 bytes
-  ASSERT_TRUE(holes.insert(100, 40));   // [100, 140): 112 is 16-aligned
+  ASSERT_TRUE(holes.insert(10, 20));   // [10, 30): smallest, but no 16-aligned 16 bytes
+  ASSERT_TRUE(holes.insert(100, 40));  // [100, 140): 112 is 16-aligned
   const auto aligned16 = [](std::uint64_t offset, std::uint64_t size) -> std::optional<std::uint64_t> {
     const std::uint64_t start = (offset + 15) / 16 * 16;
     if (start + 16 > offset + size) return std::nullopt;

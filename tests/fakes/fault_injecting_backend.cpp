@@ -88,8 +88,8 @@ std::size_t fault_injecting_backend::reap(std::vector<io::raw_result>& out, std:
   start_released();
   const std::size_t in_flight = injected_.size() + held_.size() + inner_in_flight_;
   if (min_results > in_flight) {
-    throw internal_error(str("reap asked to block for ", min_results, " results with ", in_flight,
-                             " operations in flight"));
+    throw internal_error(
+        str("reap asked to block for ", min_results, " results with ", in_flight, " operations in flight"));
   }
   std::size_t n = injected_.size();
   out.insert(out.end(), injected_.begin(), injected_.end());

@@ -17,17 +17,17 @@
 namespace zoe::testing {
 
 struct fault_rule {
-  std::optional<io::io_op> op;                                   ///< only this kind (both if empty)
-  std::uint64_t begin = 0;                                       ///< file range the operation must touch
+  std::optional<io::io_op> op;  ///< only this kind (both if empty)
+  std::uint64_t begin = 0;      ///< file range the operation must touch
   std::uint64_t end = std::numeric_limits<std::uint64_t>::max();
-  int inject_errno = 0;        ///< fail with -inject_errno without doing anything
-  std::size_t short_to = 0;    ///< or: transfer only this many bytes (really) and report that
+  int inject_errno = 0;      ///< fail with -inject_errno without doing anything
+  std::size_t short_to = 0;  ///< or: transfer only this many bytes (really) and report that
   /// or: submit() throws io_error (with inject_errno, EIO if 0) and takes none of its batch, as
   /// io_backend::submit says a broken backend does
   bool throw_on_submit = false;
   /// or: keep the operation back, in flight but not started, until fault_plan::release_held()
   bool hold = false;
-  int times = 1;               ///< how many operations it hits; -1 for all
+  int times = 1;  ///< how many operations it hits; -1 for all
 };
 
 /// Rules shared between the test and the backend it handed to an engine. Thread-safe.

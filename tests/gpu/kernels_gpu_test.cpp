@@ -104,9 +104,24 @@ std::vector<std::byte> encode(const std::vector<float>& values, dtype t) {
 // Every value class a cast meets: zeros, subnormals of each type, the largest finite values,
 // values that overflow fp16 and bf16, infinities, NaNs with payloads, and random normal values.
 std::vector<float> cast_inputs(std::mt19937_64& rng) {
-  std::vector<float> v = {0.0f,     -0.0f,    1e-45f,   -1e-45f,  1e-40f,   6e-8f,    3e-5f,    65504.0f,
-                          65520.0f, 7e4f,     3.4e38f,  -3.4e38f, 1e38f,    1.0f / 3, -2.5f,    1.0009765625f,
-                          std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity()};
+  std::vector<float> v = {0.0f,
+                          -0.0f,
+                          1e-45f,
+                          -1e-45f,
+                          1e-40f,
+                          6e-8f,
+                          3e-5f,
+                          65504.0f,
+                          65520.0f,
+                          7e4f,
+                          3.4e38f,
+                          -3.4e38f,
+                          1e38f,
+                          1.0f / 3,
+                          -2.5f,
+                          1.0009765625f,
+                          std::numeric_limits<float>::infinity(),
+                          -std::numeric_limits<float>::infinity()};
   std::uint32_t nan_bits = 0x7fc01234u;
   float nan = 0.0f;
   std::memcpy(&nan, &nan_bits, 4);
@@ -143,10 +158,11 @@ TEST_F(cuda_kernels, AdamMatchesTheScalarPathForEveryGradientAndWorkingType) {
       adam_step(config, {params, m, v, const_tensor_view{g, grad.data(), n},
                          working < 0 ? std::nullopt : std::optional<tensor_view>(tensor_view{wt, work.data(), n})});
       cuda::adam_step(config,
-                      {{d_params->as<float>(), n}, {d_m->as<float>(), n}, {d_v->as<float>(), n},
+                      {{d_params->as<float>(), n},
+                       {d_m->as<float>(), n},
+                       {d_v->as<float>(), n},
                        const_tensor_view{g, d_grad->data(), n},
-                       working < 0 ? std::nullopt
-                                   : std::optional<tensor_view>(tensor_view{wt, d_work->data(), n})},
+                       working < 0 ? std::nullopt : std::optional<tensor_view>(tensor_view{wt, d_work->data(), n})},
                       stream_.view());
       SCOPED_TRACE(::testing::Message() << "grad " << dtype_name(g) << ", working " << working);
       EXPECT_EQ(download<float>(*d_params, n), params);
@@ -335,8 +351,7 @@ TEST_F(cuda_kernels, SumOfSquaresAndTheOverflowFlagMatchTheScalarPath) {
     const auto d_x = upload(x);
     const auto d_result = workspace(sizeof(double));
     const auto ws = workspace(cuda::sum_of_squares_workspace(n));
-    cuda::sum_of_squares(const_tensor_view{t, d_x->data(), n}, d_result->as<double>(), ws->bytes(),
-                         stream_.view());
+    cuda::sum_of_squares(const_tensor_view{t, d_x->data(), n}, d_result->as<double>(), ws->bytes(), stream_.view());
     const double got = download<double>(*d_result, 1)[0];
     EXPECT_EQ(std::memcmp(&got, &want, sizeof got), 0) << got << " vs " << want;
 

@@ -56,9 +56,9 @@ int main() {
     std::string backend;
     const bool io_ok = io_round_trip(pinned, backend);
     const bool cast_ok = cast_round_trip();
-    std::cout << "zoe consumer: I/O backend " << backend << (io_ok ? ", round trip intact" : ", round trip CHANGED DATA")
-              << "; fp16 cast " << (cast_ok ? "exact" : "CHANGED VALUES") << "; GPU: " << zoe::probe_gpu().reason
-              << "\n";
+    std::cout << "zoe consumer: I/O backend " << backend
+              << (io_ok ? ", round trip intact" : ", round trip CHANGED DATA") << "; fp16 cast "
+              << (cast_ok ? "exact" : "CHANGED VALUES") << "; GPU: " << zoe::probe_gpu().reason << "\n";
     return io_ok && cast_ok ? 0 : 1;
   } catch (const std::exception& e) {
     std::cerr << "zoe consumer: " << e.what() << "\n";

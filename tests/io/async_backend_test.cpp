@@ -79,7 +79,8 @@ void drive(scripted_backend& backend, std::size_t operations, std::uint64_t seed
     if (!ops.empty()) backend.submit(ops);
     in_flight += ops.size();
     out.clear();
-    const std::size_t min = in_flight == backend.capacity() || next == operations ? std::min<std::size_t>(in_flight, 1) : 0;
+    const std::size_t min =
+        in_flight == backend.capacity() || next == operations ? std::min<std::size_t>(in_flight, 1) : 0;
     const std::size_t got = backend.reap(out, min);
     ASSERT_EQ(got, out.size());
     ASSERT_GE(got, min);

@@ -36,9 +36,9 @@ struct fault_wrapper_type {
   }
 };
 
-using backend_types = ::testing::Types<posix_backend_type, uring_backend_type, aio_backend_type,
-                                       fault_wrapper_type<posix_backend_type>, fault_wrapper_type<uring_backend_type>,
-                                       fault_wrapper_type<aio_backend_type>>;
+using backend_types =
+    ::testing::Types<posix_backend_type, uring_backend_type, aio_backend_type, fault_wrapper_type<posix_backend_type>,
+                     fault_wrapper_type<uring_backend_type>, fault_wrapper_type<aio_backend_type>>;
 
 /// The raw backends alone, for suites that wrap them themselves.
 using raw_backend_types = ::testing::Types<posix_backend_type, uring_backend_type, aio_backend_type>;

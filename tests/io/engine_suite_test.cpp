@@ -86,7 +86,8 @@ TYPED_TEST(engine_suite, RoundTripAtAlignedOffsets) {
 
 TYPED_TEST(engine_suite, RoundTripAtUnalignedOffsets) {
   for (const std::size_t size : sizes) {
-    for (const std::uint64_t offset : {std::uint64_t{1}, std::uint64_t{4095}, std::uint64_t{4097}, std::uint64_t{MiB + 333}}) {
+    for (const std::uint64_t offset :
+         {std::uint64_t{1}, std::uint64_t{4095}, std::uint64_t{4097}, std::uint64_t{MiB + 333}}) {
       this->round_trip(size, offset, 0);
       std::filesystem::remove(this->dir_ / "rt.dat");
     }
@@ -155,7 +156,8 @@ TYPED_TEST(engine_suite, UnalignedWritesFromTwoThreadsIntoOneBlockBothLand) {
       for (int i = 0; i < writes_each; ++i) {
         // Thread t owns the 16-byte slots t, t+2, t+4, ... of block 0: disjoint bytes, one block.
         const std::size_t slot = static_cast<std::size_t>(2 * (i % 120) + t);
-        const io_request w{io_op::write, f.get(), std::span(data[static_cast<std::size_t>(t)]).subspan(16 * static_cast<std::size_t>(i), 16),
+        const io_request w{io_op::write, f.get(),
+                           std::span(data[static_cast<std::size_t>(t)]).subspan(16 * static_cast<std::size_t>(i), 16),
                            slot * 16, 0};
         engine->run(std::span(&w, 1));
       }
@@ -166,7 +168,8 @@ TYPED_TEST(engine_suite, UnalignedWritesFromTwoThreadsIntoOneBlockBothLand) {
   for (int t = 0; t < writers; ++t) {
     for (int i = writes_each - 120; i < writes_each; ++i) {
       const std::size_t slot = static_cast<std::size_t>(2 * (i % 120) + t);
-      std::memcpy(base.data() + slot * 16, data[static_cast<std::size_t>(t)].data() + 16 * static_cast<std::size_t>(i), 16);
+      std::memcpy(base.data() + slot * 16, data[static_cast<std::size_t>(t)].data() + 16 * static_cast<std::size_t>(i),
+                  16);
     }
   }
   EXPECT_TRUE(same_bytes(read_whole_file(this->dir_ / "threads.dat"), base));
@@ -193,7 +196,8 @@ TYPED_TEST(engine_suite, ReadPastEndOfFileIsAnErrorNamingTheOffset) {
   if (!engine) GTEST_SKIP() << this->skip_reason_;
   write_whole_file(this->dir_ / "short.dat", random_bytes(10000, 5));
   const auto f = this->open_file("short.dat");
-  for (const std::uint64_t offset : {std::uint64_t{2000}, std::uint64_t{4096}, std::uint64_t{9000}, std::uint64_t{12288}}) {
+  for (const std::uint64_t offset :
+       {std::uint64_t{2000}, std::uint64_t{4096}, std::uint64_t{9000}, std::uint64_t{12288}}) {
     aligned_buffer in(8192);
     engine->submit({io_op::read, f.get(), in.span(), offset, offset});
     std::vector<io_completion> done;
@@ -216,8 +220,8 @@ TYPED_TEST(engine_suite, ManySmallRequestsInFlightAllComplete) {
   const auto data = random_bytes(n * stride, 11);
   std::vector<io_request> reqs;
   for (std::size_t i = 0; i < n; ++i) {
-    reqs.push_back({io_op::write, f.get(),
-                    std::span(const_cast<std::byte*>(data.data()) + i * stride, stride), i * stride, i});
+    reqs.push_back(
+        {io_op::write, f.get(), std::span(const_cast<std::byte*>(data.data()) + i * stride, stride), i * stride, i});
   }
   engine->submit(reqs);
   std::vector<io_completion> done;
@@ -326,7 +330,8 @@ TYPED_TEST(engine_suite, RequestReachingPastTheLargestFileOffsetIsRefused) {
   const auto f = this->open_file("far.dat");
   std::vector<std::byte> buffer(100);
   constexpr std::uint64_t largest = std::numeric_limits<std::int64_t>::max();
-  for (const std::uint64_t offset : {largest - 10, largest + 1, largest + 5, std::numeric_limits<std::uint64_t>::max() - 10}) {
+  for (const std::uint64_t offset :
+       {largest - 10, largest + 1, largest + 5, std::numeric_limits<std::uint64_t>::max() - 10}) {
     EXPECT_THROW(engine->submit({io_op::read, f.get(), buffer, offset, 0}), usage_error) << "offset " << offset;
     EXPECT_EQ(engine->outstanding(), 0u) << "offset " << offset;
   }

@@ -173,8 +173,7 @@ TYPED_TEST(fault_test, RunReportsOnlyItsOwnRequestsAndLeavesEarlierOnesToWait) {
 // free their buffers as it unwinds, so none of them may be queued or in flight.
 TYPED_TEST(fault_test, RunThatRefusesRequestKStartsNoneOfTheOthers) {
   auto data = random_bytes(MiB, 11);
-  const io_request reqs[] = {{io_op::write, this->file_.get(), data, 0, 1},
-                             {io_op::write, nullptr, data, 0, 2}};
+  const io_request reqs[] = {{io_op::write, this->file_.get(), data, 0, 1}, {io_op::write, nullptr, data, 0, 2}};
   EXPECT_THROW(this->engine_->run(reqs), usage_error);
   EXPECT_EQ(this->engine_->outstanding(), 0u);
   EXPECT_THROW(this->engine_->submit(reqs), usage_error);
@@ -188,8 +187,8 @@ TYPED_TEST(fault_test, RunThatRefusesRequestKStartsNoneOfTheOthers) {
 // reason, nothing stays counted as in flight, and the engine goes on working and closes.
 TYPED_TEST(fault_test, BackendThatThrowsOnSubmitFailsTheRequestsAndTheEngineGoesOn) {
   auto data = random_bytes(MiB, 12);
-  this->plan_->add({.op = io_op::write, .begin = 512 * KiB, .end = 512 * KiB + 1, .inject_errno = ENOSPC,
-                    .throw_on_submit = true});
+  this->plan_->add(
+      {.op = io_op::write, .begin = 512 * KiB, .end = 512 * KiB + 1, .inject_errno = ENOSPC, .throw_on_submit = true});
   const io_request w{io_op::write, this->file_.get(), data, 0, 1};
   try {
     this->engine_->run(std::span(&w, 1));

@@ -187,7 +187,8 @@ std::optional<std::string> run_with_syscalls_failing(std::initializer_list<long>
   ::close(pipe_fds[1]);
   std::string report;
   char chunk[512];
-  for (ssize_t got; (got = ::read(pipe_fds[0], chunk, sizeof chunk)) > 0;) report.append(chunk, static_cast<std::size_t>(got));
+  for (ssize_t got; (got = ::read(pipe_fds[0], chunk, sizeof chunk)) > 0;)
+    report.append(chunk, static_cast<std::size_t>(got));
   ::close(pipe_fds[0]);
   int status = 0;
   if (::waitpid(child, &status, 0) != child || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {

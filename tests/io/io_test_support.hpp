@@ -58,7 +58,8 @@ class scoped_mount {
 
 /// Compares byte ranges and, on a mismatch, says where the first difference is and the sizes
 /// (gtest's own vector printout is unreadable for megabytes).
-[[nodiscard]] ::testing::AssertionResult same_bytes(std::span<const std::byte> actual, std::span<const std::byte> expected);
+[[nodiscard]] ::testing::AssertionResult same_bytes(std::span<const std::byte> actual,
+                                                    std::span<const std::byte> expected);
 
 /// A 4 KiB-aligned heap buffer.
 class aligned_buffer {

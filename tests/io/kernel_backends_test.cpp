@@ -99,8 +99,7 @@ TEST_F(uring_test, ChoosesSetupFlagsForOneIssuer) {
   // must get the whole first choice: a fallback there means the ring was set up wrongly.
   if (kernel_version() < 6001) {
     GTEST_SKIP() << "kernel " << kernel_version() / 1000 << "." << kernel_version() % 1000
-                 << " predates IORING_SETUP_DEFER_TASKRUN (6.1); the ring took "
-                 << io::detail::setup_flag_names(flags);
+                 << " predates IORING_SETUP_DEFER_TASKRUN (6.1); the ring took " << io::detail::setup_flag_names(flags);
   }
   EXPECT_EQ(flags, IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_SUBMIT_ALL)
       << io::detail::setup_flag_names(flags);

@@ -55,7 +55,8 @@ TEST_F(swap_channel_contract_test, RunThatThrowsHasWaitedForItsEarlierRequests) 
   const swap_extent e = store.allocate(32 * store_chunk);
   auto data = random_bytes(e.bytes, 3);
   auto odd = random_bytes(100, 4);
-  const swap_request requests[] = {{io_op::write, e, 0, data, 1}, {io_op::write, e, 10, odd, 2}};  // 2: not whole chunks
+  const swap_request requests[] = {{io_op::write, e, 0, data, 1},
+                                   {io_op::write, e, 10, odd, 2}};  // 2: not whole chunks
   EXPECT_THROW(ch.run(requests), usage_error);
   EXPECT_NO_THROW(store.free(e)) << "the first write was still in flight after run() threw";
 }

@@ -29,16 +29,13 @@ struct store_variant {
   static constexpr variant kind = V;
 };
 
-using store_variants =
-    ::testing::Types<store_variant<posix_backend_type, variant::plain>, store_variant<posix_backend_type, variant::registered>,
-                     store_variant<posix_backend_type, variant::no_checksums>,
-                     store_variant<posix_backend_type, variant::three_paths>,
-                     store_variant<uring_backend_type, variant::plain>, store_variant<uring_backend_type, variant::registered>,
-                     store_variant<uring_backend_type, variant::no_checksums>,
-                     store_variant<uring_backend_type, variant::three_paths>,
-                     store_variant<aio_backend_type, variant::plain>, store_variant<aio_backend_type, variant::registered>,
-                     store_variant<aio_backend_type, variant::no_checksums>,
-                     store_variant<aio_backend_type, variant::three_paths>>;
+using store_variants = ::testing::Types<
+    store_variant<posix_backend_type, variant::plain>, store_variant<posix_backend_type, variant::registered>,
+    store_variant<posix_backend_type, variant::no_checksums>, store_variant<posix_backend_type, variant::three_paths>,
+    store_variant<uring_backend_type, variant::plain>, store_variant<uring_backend_type, variant::registered>,
+    store_variant<uring_backend_type, variant::no_checksums>, store_variant<uring_backend_type, variant::three_paths>,
+    store_variant<aio_backend_type, variant::plain>, store_variant<aio_backend_type, variant::registered>,
+    store_variant<aio_backend_type, variant::no_checksums>, store_variant<aio_backend_type, variant::three_paths>>;
 
 class store_variant_names {
  public:

@@ -51,7 +51,8 @@ TEST_F(swap_store_test, AutoChoosesTheBackendOnceForTheStore) {
   log::set_level(saved);
   EXPECT_EQ(first, second);
   std::size_t choices = 0;
-  for (auto at = err.find("I/O engine auto"); at != std::string::npos; at = err.find("I/O engine auto", at + 1)) ++choices;
+  for (auto at = err.find("I/O engine auto"); at != std::string::npos; at = err.find("I/O engine auto", at + 1))
+    ++choices;
   EXPECT_EQ(choices, 1u) << err;
   EXPECT_NE(err.find("took " + first), std::string::npos) << err;
 }

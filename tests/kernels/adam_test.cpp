@@ -90,14 +90,15 @@ TEST_P(adam_paths, HundredStepsBitIdenticalToScalar) {
 }
 
 const adam_case identity_cases[] = {
-    {1e-3f, 0.0f, true, dtype::fp32, std::nullopt},   {1e-3f, 0.01f, true, dtype::fp16, dtype::fp16},
-    {1e-3f, 0.01f, false, dtype::bf16, dtype::bf16},  {1e-5f, 0.0f, true, dtype::fp16, dtype::bf16},
-    {1e-5f, 0.01f, true, dtype::fp32, dtype::fp16},   {1e-5f, 0.1f, false, dtype::fp32, std::nullopt},
-    {1e-3f, 0.0f, false, dtype::bf16, dtype::fp16},   {1e-5f, 0.0f, true, dtype::bf16, std::nullopt},
+    {1e-3f, 0.0f, true, dtype::fp32, std::nullopt},  {1e-3f, 0.01f, true, dtype::fp16, dtype::fp16},
+    {1e-3f, 0.01f, false, dtype::bf16, dtype::bf16}, {1e-5f, 0.0f, true, dtype::fp16, dtype::bf16},
+    {1e-5f, 0.01f, true, dtype::fp32, dtype::fp16},  {1e-5f, 0.1f, false, dtype::fp32, std::nullopt},
+    {1e-3f, 0.0f, false, dtype::bf16, dtype::fp16},  {1e-5f, 0.0f, true, dtype::bf16, std::nullopt},
 };
 
 INSTANTIATE_TEST_SUITE_P(kernels, adam_paths,
-                         ::testing::Combine(::testing::ValuesIn(test::simd_paths()), ::testing::ValuesIn(identity_cases)),
+                         ::testing::Combine(::testing::ValuesIn(test::simd_paths()),
+                                            ::testing::ValuesIn(identity_cases)),
                          [](const auto& param_info) {
                            return std::string(cpu_path_name(std::get<0>(param_info.param))) + "_" +
                                   case_name(std::get<1>(param_info.param));
@@ -135,8 +136,8 @@ TEST(adam, LongShardsBitIdenticalToScalarWhateverTheWorkingCopyAlignment) {
             out_v[run] = v;
             out_working[run].assign(working.begin() + static_cast<std::ptrdiff_t>(shift * 2), working.end());
           }
-          const std::string where = std::string(cpu_path_name(path)) + " " + std::string(dtype_name(w)) + " shift " +
-                                    std::to_string(shift);
+          const std::string where =
+              std::string(cpu_path_name(path)) + " " + std::string(dtype_name(w)) + " shift " + std::to_string(shift);
           ASSERT_EQ(test::first_difference(out_params[0].data(), out_params[1].data(), n * 4), -1) << where;
           ASSERT_EQ(test::first_difference(out_m[0].data(), out_m[1].data(), n * 4), -1) << where;
           ASSERT_EQ(test::first_difference(out_v[0].data(), out_v[1].data(), n * 4), -1) << where;
@@ -213,8 +214,8 @@ TEST_P(adam_reference, ScalarPathTracksFloat64WithinAStepGrowingBound) {
       for (std::size_t i = 0; i < elements; ++i) {
         const std::uint16_t expected =
             *c.working == dtype::bf16 ? bf16_from_float(state.params[i]) : fp16_from_float(state.params[i]);
-        ASSERT_EQ(test::bits_of(w[i]), test::bits_of(*c.working == dtype::bf16 ? float_from_bf16(expected)
-                                                                              : float_from_fp16(expected)))
+        ASSERT_EQ(test::bits_of(w[i]),
+                  test::bits_of(*c.working == dtype::bf16 ? float_from_bf16(expected) : float_from_fp16(expected)))
             << "working copy, step " << t << " element " << i;
       }
     }
@@ -223,8 +224,8 @@ TEST_P(adam_reference, ScalarPathTracksFloat64WithinAStepGrowingBound) {
 }
 
 const adam_case reference_cases[] = {
-    {1e-3f, 0.0f, true, dtype::fp32, dtype::fp16},  {1e-3f, 0.01f, true, dtype::fp32, std::nullopt},
-    {1e-5f, 0.0f, true, dtype::fp16, dtype::bf16},  {1e-5f, 0.01f, true, dtype::bf16, std::nullopt},
+    {1e-3f, 0.0f, true, dtype::fp32, dtype::fp16},   {1e-3f, 0.01f, true, dtype::fp32, std::nullopt},
+    {1e-5f, 0.0f, true, dtype::fp16, dtype::bf16},   {1e-5f, 0.01f, true, dtype::bf16, std::nullopt},
     {1e-3f, 0.01f, false, dtype::fp32, dtype::bf16}, {1e-5f, 0.01f, false, dtype::fp16, std::nullopt},
 };
 

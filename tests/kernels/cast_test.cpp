@@ -50,7 +50,7 @@ TEST(bf16, RoundsToNearestEvenKeepsSubnormalsAndQuietsNan) {
   EXPECT_EQ(bf16_from_float(std::numeric_limits<float>::infinity()), 0x7f80);
   EXPECT_EQ(bf16_from_float(-std::numeric_limits<float>::infinity()), 0xff80);
   EXPECT_EQ(bf16_from_float(std::numeric_limits<float>::max()), 0x7f80);  // overflows to infinity
-  EXPECT_EQ(bf16_from_float(float_of(0x7f800001u)), 0x7fc0);            // signalling NaN comes out quiet
+  EXPECT_EQ(bf16_from_float(float_of(0x7f800001u)), 0x7fc0);              // signalling NaN comes out quiet
   EXPECT_EQ(bf16_from_float(float_of(0xff800001u)), 0xffc0);
   EXPECT_EQ(bf16_from_float(float_of(0x7fffffffu)), 0x7fff);  // payload never rounds into infinity
   EXPECT_EQ(bits_of(float_from_bf16(0x0001)), 0x00010000u);
@@ -73,9 +73,9 @@ TEST(fp16, RoundsToNearestEvenKeepsSubnormalsAndQuietsNan) {
   EXPECT_EQ(fp16_from_float(1e10f), 0x7c00);
   EXPECT_EQ(fp16_from_float(-std::numeric_limits<float>::infinity()), 0xfc00);
   EXPECT_EQ(fp16_from_float(std::ldexp(1.0f, -24)), 0x0001);
-  EXPECT_EQ(fp16_from_float(std::ldexp(1.0f, -25)), 0x0000);         // tie to even zero
+  EXPECT_EQ(fp16_from_float(std::ldexp(1.0f, -25)), 0x0000);  // tie to even zero
   EXPECT_EQ(fp16_from_float(std::ldexp(1.5f, -25)), 0x0001);
-  EXPECT_EQ(fp16_from_float(std::ldexp(3.0f, -25)), 0x0002);         // tie to even 2
+  EXPECT_EQ(fp16_from_float(std::ldexp(3.0f, -25)), 0x0002);  // tie to even 2
   EXPECT_EQ(fp16_from_float(-std::ldexp(1.0f, -24)), 0x8001);
   EXPECT_EQ(fp16_from_float(std::ldexp(1.0f, -14)), 0x0400);
   EXPECT_EQ(fp16_from_float(std::ldexp(1023.0f, -24) + std::ldexp(1.0f, -26)), 0x03ff);
@@ -125,10 +125,20 @@ TEST(fp16, MatchesTheCompilersConversionOnRandomBits) {
 // Random values plus every special case, laid out so specials fall in vector bodies and tails.
 std::vector<float> values_with_specials(std::mt19937_64& rng, std::size_t n) {
   std::vector<float> v = test::normal_values(rng, n, 100.0f);
-  const float specials[] = {std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
-                            float_of(0x7f800001u), float_of(0xffc00001u), float_of(0x00000001u), float_of(0x00012345u),
-                            std::ldexp(1.0f, -24), std::ldexp(3.0f, -25), 65520.0f, 65519.0f, -0.0f, 1e38f,
-                            float_of(0x3f808000u), float_of(0x3f818000u)};
+  const float specials[] = {std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(),
+                            float_of(0x7f800001u),
+                            float_of(0xffc00001u),
+                            float_of(0x00000001u),
+                            float_of(0x00012345u),
+                            std::ldexp(1.0f, -24),
+                            std::ldexp(3.0f, -25),
+                            65520.0f,
+                            65519.0f,
+                            -0.0f,
+                            1e38f,
+                            float_of(0x3f808000u),
+                            float_of(0x3f818000u)};
   for (std::size_t i = 0; i < std::size(specials); ++i) v[(i * 7919) % n] = specials[i];
   v[n - 1] = specials[0];
   return v;

@@ -36,23 +36,27 @@ TEST(cuda_launchers, RejectBadArgumentsBeforeAnyLaunch) {
   expect_rejected(
       [&] { cuda::reduce_dequantize({}, config, 1.0f, view(std::span<float>(values)), workspace, stream); });
   // Output blocks differ from the input blocks.
-  expect_rejected(
-      [&] { cuda::reduce_requantize(one, config, 100, 1.0f, quant_config{8, 128, true}, q, workspace, stream); });
+  expect_rejected([&] {
+    cuda::reduce_requantize(one, config, 100, 1.0f, quant_config{8, 128, true}, q, workspace, stream);
+  });
   // 100 elements need 2 blocks; 200 need 4.
   std::vector<float> longer(200);
   expect_rejected(
       [&] { cuda::reduce_dequantize(one, config, 1.0f, view(std::span<float>(longer)), workspace, stream); });
   // A workspace too small for the sums.
   expect_rejected([&] {
-    cuda::reduce_requantize(one, config, 100, 1.0f, config, q, std::span(workspace).first(workspace.size() - 4), stream);
+    cuda::reduce_requantize(one, config, 100, 1.0f, config, q, std::span(workspace).first(workspace.size() - 4),
+                            stream);
   });
   // 2 blocks do not split over 3 ranks; input and output the same buffer.
   expect_rejected([&] { cuda::swizzle(q, config, topology{3, 1}, q, stream); });
   expect_rejected([&] { cuda::unswizzle(q, config, topology{1, 2}, q, stream); });
   // Null data, null result.
-  expect_rejected([&] { cuda::sum_of_squares(const_tensor_view(dtype::fp32, nullptr, 4), nullptr, workspace, stream); });
+  expect_rejected(
+      [&] { cuda::sum_of_squares(const_tensor_view(dtype::fp32, nullptr, 4), nullptr, workspace, stream); });
   double result = 0.0;
-  expect_rejected([&] { cuda::sum_of_squares(const_tensor_view(dtype::fp32, nullptr, 4), &result, workspace, stream); });
+  expect_rejected(
+      [&] { cuda::sum_of_squares(const_tensor_view(dtype::fp32, nullptr, 4), &result, workspace, stream); });
   // No workspace for the partials.
   expect_rejected([&] { cuda::sum_of_squares(view(std::span<const float>(values)), &result, {}, stream); });
 }

@@ -39,14 +39,16 @@ struct quant_case {
 };
 
 std::string case_name(const quant_case& c) {
-  return "int" + std::to_string(c.bits) + (c.symmetric ? "_sym" : "_asym") + "_block" + std::to_string(c.block) +
-         "_" + std::string(dtype_name(c.type));
+  return "int" + std::to_string(c.bits) + (c.symmetric ? "_sym" : "_asym") + "_block" + std::to_string(c.block) + "_" +
+         std::string(dtype_name(c.type));
 }
 
 quant_config config_of(const quant_case& c) { return {c.bits, c.block, c.symmetric}; }
 
 // The largest code (127, 255, 7 or 15).
-float levels_of(const quant_case& c) { return c.bits == 8 ? (c.symmetric ? 127.0f : 255.0f) : (c.symmetric ? 7.0f : 15.0f); }
+float levels_of(const quant_case& c) {
+  return c.bits == 8 ? (c.symmetric ? 127.0f : 255.0f) : (c.symmetric ? 7.0f : 15.0f);
+}
 
 // Element i's code, decoded from its byte or nibble.
 float code_at(const quantized_buffer& q, const quant_case& c, std::size_t i) {
@@ -58,9 +60,9 @@ float code_at(const quantized_buffer& q, const quant_case& c, std::size_t i) {
 }
 
 const quant_case all_cases[] = {
-    {8, true, 2048, dtype::fp16}, {8, true, 64, dtype::fp32},   {8, false, 256, dtype::bf16},
-    {8, false, 2048, dtype::fp32}, {4, true, 128, dtype::fp16},  {4, true, 2048, dtype::bf16},
-    {4, false, 64, dtype::fp32},  {4, false, 1024, dtype::fp16}, {8, true, 8, dtype::bf16},
+    {8, true, 2048, dtype::fp16},  {8, true, 64, dtype::fp32},    {8, false, 256, dtype::bf16},
+    {8, false, 2048, dtype::fp32}, {4, true, 128, dtype::fp16},   {4, true, 2048, dtype::bf16},
+    {4, false, 64, dtype::fp32},   {4, false, 1024, dtype::fp16}, {8, true, 8, dtype::bf16},
 };
 
 class quant_cases : public ::testing::TestWithParam<quant_case> {};
@@ -170,8 +172,7 @@ TEST(quantize, LongInputsBitIdenticalToScalarWhateverTheCodeAlignment) {
               case_name(c) + " " + std::string(cpu_path_name(path)) + " shift " + std::to_string(shift);
           ASSERT_EQ(test::first_difference(codes[0].data(), codes[1].data(), codes[0].size()), -1) << where;
           ASSERT_EQ(test::first_difference(scales[0].data(), scales[1].data(), blocks * 4), -1) << where;
-          ASSERT_EQ(test::first_difference(zero_points[0].data(), zero_points[1].data(), zero_points[0].size() * 4),
-                    -1)
+          ASSERT_EQ(test::first_difference(zero_points[0].data(), zero_points[1].data(), zero_points[0].size() * 4), -1)
               << where;
         }
       }
@@ -322,7 +323,8 @@ TEST_P(quant_cases, NonFiniteBlocksAreIdenticalOnEveryPathAndLeaveOthersAlone) {
   for (std::size_t b = 0; b < grouped_blocks; ++b) {
     if (b >= nan && b <= minus_inf) continue;
     EXPECT_EQ(q.scales[b], clean.scales[b]) << "block " << b;
-    for (std::size_t i = b * c.block; i < (b + 1) * c.block; ++i) ASSERT_EQ(code_at(q, c, i), code_at(clean, c, i)) << i;
+    for (std::size_t i = b * c.block; i < (b + 1) * c.block; ++i)
+      ASSERT_EQ(code_at(q, c, i), code_at(clean, c, i)) << i;
   }
 }
 
@@ -338,7 +340,8 @@ TEST(quantize, TinyBlocksAreCodedLikeAnyOther) {
       const std::size_t n = grouped_blocks * c.block;
       std::vector<float> values = test::normal_values(rng, n, 1.0f);
       for (std::size_t i = special_block * c.block; i < (special_block + 1) * c.block; ++i) values[i] *= 1e-38f;
-      for (std::size_t i = (special_block + 1) * c.block; i < (special_block + 2) * c.block; ++i) values[i] *= 1e-39f;  // subnormal
+      for (std::size_t i = (special_block + 1) * c.block; i < (special_block + 2) * c.block; ++i)
+        values[i] *= 1e-39f;  // subnormal
       const std::vector<std::byte> input = test::encode(values, c.type);
       const std::vector<float> x = test::decode(input, c.type);
       const quantized_buffer q = quantize_on_every_path(c, input, n);
@@ -380,9 +383,9 @@ TEST(quantize, HugeBlocksRoundTripWithinHalfAStep) {
       const auto top = [&] { return upper(rng) * max; };
       const std::size_t first = special_block * c.block;
       for (std::size_t i = 0; i < c.block; ++i) {
-        values[first + i] = i % 2 == 0 ? 3e38f : -3e38f;                  // +-3e38, alternating
-        values[first + c.block + i] = anywhere();                      // mixed huge values
-        values[first + 2 * c.block + i] = top();                       // one sign, up to FLT_MAX
+        values[first + i] = i % 2 == 0 ? 3e38f : -3e38f;  // +-3e38, alternating
+        values[first + c.block + i] = anywhere();         // mixed huge values
+        values[first + 2 * c.block + i] = top();          // one sign, up to FLT_MAX
         values[first + 3 * c.block + i] = i % 3 == 0 ? -top() : values[first + 2 * c.block + i];
       }
       values[first + 2 * c.block + 7] = max;  // the extremes themselves
@@ -486,7 +489,8 @@ INSTANTIATE_TEST_SUITE_P(kernels, swizzle_topologies,
                          ::testing::Values(topology{1, 1}, topology{1, 4}, topology{4, 1}, topology{2, 2},
                                            topology{3, 2}, topology{2, 3}, topology{4, 8}),
                          [](const auto& param_info) {
-                           return std::to_string(param_info.param.nodes) + "x" + std::to_string(param_info.param.ranks_per_node);
+                           return std::to_string(param_info.param.nodes) + "x" +
+                                  std::to_string(param_info.param.ranks_per_node);
                          });
 
 TEST(quantize, RejectsBadConfigsAndSizesNamingThem) {

@@ -18,27 +18,27 @@ namespace {
 
 [[noreturn]] void throw_cuda(cudaError_t e, const std::string& what, const char* file, int line) {
   (void)cudaGetLastError();  // clear a non-sticky error so the next call starts clean
-  const std::string message = str("CUDA: ", what, ": ", cudaGetErrorName(e), " (", cudaGetErrorString(e), ") [",
-                                  file, ":", line, "]");
+  const std::string message =
+      str("CUDA: ", what, ": ", cudaGetErrorName(e), " (", cudaGetErrorString(e), ") [", file, ":", line, "]");
   if (e == cudaErrorMemoryAllocation) throw memory_error(message);
   throw device_error(message);
 }
 
-#define ZOE_CUDA_CHECK(call, ...)                                                       \
-  do {                                                                                  \
-    const cudaError_t zoe_cuda_status_ = (call);                                        \
-    if (zoe_cuda_status_ != cudaSuccess) [[unlikely]] {                                 \
-      throw_cuda(zoe_cuda_status_, ::zoe::str(__VA_ARGS__), __FILE__, __LINE__);        \
-    }                                                                                   \
+#define ZOE_CUDA_CHECK(call, ...)                                                \
+  do {                                                                           \
+    const cudaError_t zoe_cuda_status_ = (call);                                 \
+    if (zoe_cuda_status_ != cudaSuccess) [[unlikely]] {                          \
+      throw_cuda(zoe_cuda_status_, ::zoe::str(__VA_ARGS__), __FILE__, __LINE__); \
+    }                                                                            \
   } while (0)
 
 // For noexcept paths (frees, destroys): log instead of throwing.
-#define ZOE_CUDA_LOG(call, ...)                                                                    \
-  do {                                                                                             \
-    const cudaError_t zoe_cuda_status_ = (call);                                                   \
-    if (zoe_cuda_status_ != cudaSuccess) {                                                         \
-      ::zoe::log::error("CUDA: ", __VA_ARGS__, ": ", cudaGetErrorString(zoe_cuda_status_));        \
-    }                                                                                              \
+#define ZOE_CUDA_LOG(call, ...)                                                             \
+  do {                                                                                      \
+    const cudaError_t zoe_cuda_status_ = (call);                                            \
+    if (zoe_cuda_status_ != cudaSuccess) {                                                  \
+      ::zoe::log::error("CUDA: ", __VA_ARGS__, ": ", cudaGetErrorString(zoe_cuda_status_)); \
+    }                                                                                       \
   } while (0)
 
 cudaStream_t native_stream(stream_view s) noexcept { return static_cast<cudaStream_t>(s.native()); }
@@ -135,8 +135,7 @@ class cuda_device final : public device {
   bool register_host(void* p, std::size_t bytes) override {
     ZOE_EXPECTS(p != nullptr && bytes > 0, "cuda device: register_host needs memory, got ", p, " and ", bytes,
                 " bytes");
-    ZOE_CUDA_CHECK(cudaHostRegister(p, bytes, cudaHostRegisterPortable), "cudaHostRegister(",
-                   format_bytes(bytes), ")");
+    ZOE_CUDA_CHECK(cudaHostRegister(p, bytes, cudaHostRegisterPortable), "cudaHostRegister(", format_bytes(bytes), ")");
     return true;
   }
 
@@ -199,8 +198,8 @@ class cuda_device final : public device {
 
   void memset_async(void* dst, int value, std::size_t bytes, stream_view stream) override {
     if (bytes == 0) return;
-    ZOE_CUDA_CHECK(cudaMemsetAsync(dst, value, bytes, native_stream(stream)), "cudaMemsetAsync(",
-                   format_bytes(bytes), ") on ", name_);
+    ZOE_CUDA_CHECK(cudaMemsetAsync(dst, value, bytes, native_stream(stream)), "cudaMemsetAsync(", format_bytes(bytes),
+                   ") on ", name_);
   }
 
   void launch_host(stream_view stream, std::function<void()> task) override {

@@ -4,14 +4,19 @@
 
 template <class P>
 struct adam_coeffs {
-  typename P::F grad_scale, l2, beta1, one_minus_beta1, beta2, one_minus_beta2, inv_sqrt_bc2, eps, lr_wd,
-      step_size;
+  typename P::F grad_scale, l2, beta1, one_minus_beta1, beta2, one_minus_beta2, inv_sqrt_bc2, eps, lr_wd, step_size;
 
   ZOE_ARITH explicit adam_coeffs(const ::zoe::kernels::detail::adam_scalars& s)
-      : grad_scale(P::f(s.grad_scale)), l2(P::f(s.l2)), beta1(P::f(s.beta1)),
-        one_minus_beta1(P::f(s.one_minus_beta1)), beta2(P::f(s.beta2)),
-        one_minus_beta2(P::f(s.one_minus_beta2)), inv_sqrt_bc2(P::f(s.inv_sqrt_bc2)), eps(P::f(s.eps)),
-        lr_wd(P::f(s.lr_wd)), step_size(P::f(s.step_size)) {}
+      : grad_scale(P::f(s.grad_scale)),
+        l2(P::f(s.l2)),
+        beta1(P::f(s.beta1)),
+        one_minus_beta1(P::f(s.one_minus_beta1)),
+        beta2(P::f(s.beta2)),
+        one_minus_beta2(P::f(s.one_minus_beta2)),
+        inv_sqrt_bc2(P::f(s.inv_sqrt_bc2)),
+        eps(P::f(s.eps)),
+        lr_wd(P::f(s.lr_wd)),
+        step_size(P::f(s.step_size)) {}
 };
 
 // PyTorch's formulation: denom = sqrt(v)/sqrt(1 - beta2^t) + eps, p -= lr/(1 - beta1^t) * m/denom.

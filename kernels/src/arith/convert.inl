@@ -54,8 +54,8 @@ ZOE_ARITH typename P::F float_from_fp16(typename P::U h) {
   const U inf_or_nan = shifted + P::u(0x70000000u);
   const U special = P::select(P::gt(magnitude, P::u(0x7c00u)), inf_or_nan | P::u(0x00400000u), inf_or_nan);
   const U subnormal = P::bits(P::to_float(P::as_i(magnitude)) * P::f(0x1p-24f));
-  const U wide = P::select(P::lt(magnitude, P::u(0x400u)), subnormal,
-                           P::select(P::gt(magnitude, P::u(0x7bffu)), special, normal));
+  const U wide =
+      P::select(P::lt(magnitude, P::u(0x400u)), subnormal, P::select(P::gt(magnitude, P::u(0x7bffu)), special, normal));
   return P::from_bits(sign | wide);
 }
 
@@ -99,4 +99,3 @@ ZOE_ARITH void store_from_float(typename P::F v, void* base, std::size_t i) {
     }
   }
 }
-

@@ -66,9 +66,13 @@ struct scalar_lanes {
   ZOE_ARITH static F abs(F x) { return from_bits(bits(x) & 0x7fffffffu); }
 
   template <int k>
-  ZOE_ARITH static U shr(U x) { return x >> k; }
+  ZOE_ARITH static U shr(U x) {
+    return x >> k;
+  }
   template <int k>
-  ZOE_ARITH static U shl(U x) { return x << k; }
+  ZOE_ARITH static U shl(U x) {
+    return x << k;
+  }
 
   // Compare as signed 32-bit integers; the arithmetic only compares values below 2^31.
   ZOE_ARITH static M gt(U a, U b) { return static_cast<I>(a) > static_cast<I>(b); }
@@ -100,7 +104,9 @@ struct scalar_lanes {
   ZOE_ARITH static I load_i8(const std::int8_t* p) { return *p; }
   // Quantization codes (-127..127 when `is_signed`, else 0..255) as bytes: one lane, or four.
   template <bool is_signed>
-  ZOE_ARITH static void store_code(I code, std::uint8_t* p) { *p = static_cast<std::uint8_t>(code); }
+  ZOE_ARITH static void store_code(I code, std::uint8_t* p) {
+    *p = static_cast<std::uint8_t>(code);
+  }
   template <bool is_signed, bool stream = false>
   ZOE_ARITH static void store_codes4(I c0, I c1, I c2, I c3, std::uint8_t* p) {
     p[0] = static_cast<std::uint8_t>(c0);

@@ -93,9 +93,15 @@ struct block_lanes {
   typename P::F scale, inv_scale, offset, lowest, prescale, prescaled_offset, half_scale, half_offset;
   bool halved;  // decode halved (see halved_decode_scale)
   ZOE_ARITH explicit block_lanes(const block_params& b)
-      : scale(P::f(b.scale)), inv_scale(P::f(b.inv_scale)), offset(P::f(b.offset)), lowest(P::f(b.lowest)),
-        prescale(P::f(b.prescale)), prescaled_offset(P::f(b.offset * b.prescale)), half_scale(P::f(b.scale * 0.5f)),
-        half_offset(P::f(b.offset * 0.5f)), halved(b.scale >= halved_decode_scale && b.scale <= float_max) {}
+      : scale(P::f(b.scale)),
+        inv_scale(P::f(b.inv_scale)),
+        offset(P::f(b.offset)),
+        lowest(P::f(b.lowest)),
+        prescale(P::f(b.prescale)),
+        prescaled_offset(P::f(b.offset * b.prescale)),
+        half_scale(P::f(b.scale * 0.5f)),
+        half_offset(P::f(b.offset * 0.5f)),
+        halved(b.scale >= halved_decode_scale && b.scale <= float_max) {}
 };
 
 // The code of x: (x - offset) * inv_scale rounded to the nearest integer, ties to even (with

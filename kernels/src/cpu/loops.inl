@@ -208,8 +208,8 @@ ZOE_ARITH void code8_step(const void* src, std::size_t at, std::uint8_t* out, co
 // be needed next: its lines are prefetched into L2 at the pace these are coded (the hardware
 // prefetcher stops at each 4 KiB page, so without it every block would start with a stall).
 template <class P, dtype T, bool symmetric, bool prescaled>
-ZOE_ARITH std::size_t code8_lanes(const void* src, std::size_t at, std::uint8_t* out, std::size_t i,
-                                  std::size_t end, const block_lanes<P>& b, const char* ahead = nullptr) {
+ZOE_ARITH std::size_t code8_lanes(const void* src, std::size_t at, std::uint8_t* out, std::size_t i, std::size_t end,
+                                  const block_lanes<P>& b, const char* ahead = nullptr) {
   const std::size_t n = P::lanes();
   constexpr std::size_t size = ::zoe::kernels::dtype_size(T);
   for (; i + 4 * n <= end; i += 4 * n) {
@@ -230,7 +230,8 @@ template <class P, dtype T, bool symmetric>
 ZOE_ARITH void code8_block(const void* src, std::size_t at, std::uint8_t* out, std::size_t valid,
                            const block_params& params, const char* ahead = nullptr) {
   with_flag(params.prescaled, [&]<bool prescaled>() {
-    const std::size_t i = code8_lanes<P, T, symmetric, prescaled>(src, at, out, 0, valid, block_lanes<P>(params), ahead);
+    const std::size_t i =
+        code8_lanes<P, T, symmetric, prescaled>(src, at, out, 0, valid, block_lanes<P>(params), ahead);
     code8_lanes<scalar_lanes, T, symmetric, prescaled>(src, at, out, i, valid, block_lanes<scalar_lanes>(params));
   });
 }
@@ -281,8 +282,7 @@ void code_groups(const quant_args& a, std::size_t blk, std::size_t end_blk, std:
             code8_step<V, T, symmetric, prescaled, direct>(a.in, at + i + j * step, out + i + j * step, bv);
             if (has_next) {
               for (std::size_t q = 0; q < keys_per_step; ++q) {
-                fold_keys<K, T, symmetric>(K::load(a.in, next + j * len + next_offset + q * K::lanes()), lo[j],
-                                           hi[j]);
+                fold_keys<K, T, symmetric>(K::load(a.in, next + j * len + next_offset + q * K::lanes()), lo[j], hi[j]);
               }
             }
           }
@@ -378,8 +378,8 @@ void quantize_blocks_of(const quant_args& a, std::size_t first_block, std::size_
 
 // Dequantizes codes[i, end) (as int8 or uint8 bytes) into out elements out_index + i.
 template <class P, dtype T, bool accumulate>
-ZOE_ARITH std::size_t decode8_lanes(const void* codes, bool is_signed, void* out, std::size_t out_index,
-                                    std::size_t i, std::size_t end, const block_lanes<P>& b) {
+ZOE_ARITH std::size_t decode8_lanes(const void* codes, bool is_signed, void* out, std::size_t out_index, std::size_t i,
+                                    std::size_t end, const block_lanes<P>& b) {
   const std::size_t n = P::lanes();
   for (; i + n <= end; i += n) {
     const auto q = is_signed ? P::load_i8(static_cast<const std::int8_t*>(codes) + i)
@@ -400,7 +400,8 @@ void dequantize_blocks_typed(const dequant_args& a, std::size_t first_block, std
     const std::size_t begin = blk * l.block;
     const std::size_t valid = (a.count - begin < l.block ? a.count - begin : l.block);
     const std::size_t out_base = begin - a.out_base;
-    const block_params params = stored_block_params(a.scales[blk], a.zero_points != nullptr ? a.zero_points[blk] : 0.0f);
+    const block_params params =
+        stored_block_params(a.scales[blk], a.zero_points != nullptr ? a.zero_points[blk] : 0.0f);
     const block_lanes<V> bv(params);
     const block_lanes<scalar_lanes> bs(params);
     if (l.bits == 8) {
@@ -411,7 +412,8 @@ void dequantize_blocks_typed(const dequant_args& a, std::size_t first_block, std
       const auto* in = reinterpret_cast<const std::uint8_t*>(a.codes + begin / 2);
       for (std::size_t s = 0; s < valid; s += segment) {
         const std::size_t len = valid - s < segment ? valid - s : segment;
-        for (std::size_t k = 0; k < len; ++k) staged[k] = unpack_nibble(in[(s + k) / 2], ((s + k) & 1u) != 0, l.symmetric);
+        for (std::size_t k = 0; k < len; ++k)
+          staged[k] = unpack_nibble(in[(s + k) / 2], ((s + k) & 1u) != 0, l.symmetric);
         const std::size_t j = decode8_lanes<V, T, accumulate>(staged, true, a.out, out_base + s, 0, len, bv);
         decode8_lanes<scalar_lanes, T, accumulate>(staged, true, a.out, out_base + s, j, len, bs);
       }

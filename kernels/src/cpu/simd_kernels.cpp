@@ -90,9 +90,13 @@ struct simd_lanes {
   static F abs(F x) { return hn::Abs(x); }
 
   template <int k>
-  static U shr(U x) { return hn::ShiftRight<k>(x); }
+  static U shr(U x) {
+    return hn::ShiftRight<k>(x);
+  }
   template <int k>
-  static U shl(U x) { return hn::ShiftLeft<k>(x); }
+  static U shl(U x) {
+    return hn::ShiftLeft<k>(x);
+  }
 
   static M gt(U a, U b) { return hn::BitCast(DI(), a) > hn::BitCast(DI(), b); }
   static M lt(U a, U b) { return hn::BitCast(DI(), a) < hn::BitCast(DI(), b); }
@@ -105,7 +109,9 @@ struct simd_lanes {
 
   static F load_f32(const float* p) { return hn::LoadU(DF(), p); }
   static void store_f32(F v, float* p) { hn::StoreU(v, DF(), p); }
-  static U load_u16(const std::uint16_t* p) { return hn::PromoteTo(DU(), hn::LoadU(hn::Rebind<std::uint16_t, DU>(), p)); }
+  static U load_u16(const std::uint16_t* p) {
+    return hn::PromoteTo(DU(), hn::LoadU(hn::Rebind<std::uint16_t, DU>(), p));
+  }
   // Lanes hold 0..65535, so the saturating demotion from int32 is exact.
   static void store_u16(U v, std::uint16_t* p) {
     const hn::Rebind<std::uint16_t, DI> d16;
@@ -286,7 +292,9 @@ bool dispatch_nonfinite(const void* s, dtype t, std::size_t b, std::size_t e) {
   return HWY_DYNAMIC_DISPATCH(nonfinite_range)(s, t, b, e);
 }
 void dispatch_sum_squares(const float* x, std::size_t n, double* l) { HWY_DYNAMIC_DISPATCH(sum_squares)(x, n, l); }
-void dispatch_quantize(const quant_args& a, std::size_t f, std::size_t l) { HWY_DYNAMIC_DISPATCH(quantize_blocks)(a, f, l); }
+void dispatch_quantize(const quant_args& a, std::size_t f, std::size_t l) {
+  HWY_DYNAMIC_DISPATCH(quantize_blocks)(a, f, l);
+}
 void dispatch_dequantize(const dequant_args& a, std::size_t f, std::size_t l) {
   HWY_DYNAMIC_DISPATCH(dequantize_blocks)(a, f, l);
 }

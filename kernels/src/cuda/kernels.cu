@@ -37,8 +37,8 @@ unsigned grid_for(std::size_t n) {
 // Every launch is checked: a bad configuration or a sticky error surfaces here, naming the kernel.
 void check_launch(const char* kernel) {
   const cudaError_t e = cudaGetLastError();
-  ZOE_CHECK(e == cudaSuccess, ::zoe::device_error, "kernels::cuda::", kernel, ": launch failed: ",
-            cudaGetErrorString(e));
+  ZOE_CHECK(e == cudaSuccess, ::zoe::device_error, "kernels::cuda::", kernel,
+            ": launch failed: ", cudaGetErrorString(e));
 }
 
 __device__ std::size_t first_index() { return static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; }
@@ -230,7 +230,8 @@ constexpr unsigned sum_chunks_per_block = threads_per_block / static_cast<unsign
 template <dtype T>
 __global__ void sum_chunks_kernel(const void* x, std::size_t count, std::size_t chunks, double* partials) {
   __shared__ double lanes[threads_per_block];
-  const std::size_t chunk = static_cast<std::size_t>(blockIdx.x) * sum_chunks_per_block + threadIdx.x / detail::sum_lanes;
+  const std::size_t chunk =
+      static_cast<std::size_t>(blockIdx.x) * sum_chunks_per_block + threadIdx.x / detail::sum_lanes;
   const std::size_t lane = threadIdx.x % detail::sum_lanes;
   double acc = 0.0;
   if (chunk < chunks) {
@@ -373,8 +374,8 @@ void launch_reduce(std::span<const const_quantized_span> inputs, const quant_con
   }
 }
 
-void permute(const_quantized_span in, const quant_config& config, topology topo, quantized_span out,
-             stream_view stream, bool inverse, const char* kernel) {
+void permute(const_quantized_span in, const quant_config& config, topology topo, quantized_span out, stream_view stream,
+             bool inverse, const char* kernel) {
   const std::size_t part_blocks = detail::expect_permute_args(in, config, topo, out);
   const std::size_t part_bytes = part_blocks * config.block * static_cast<std::size_t>(config.bits) / 8;
   if (part_blocks == 0) return;
@@ -382,8 +383,8 @@ void permute(const_quantized_span in, const quant_config& config, topology topo,
     const std::size_t to = inverse ? detail::unswizzle_target(topo, from) : detail::swizzle_target(topo, from);
     copy_async(out.codes.data() + to * part_bytes, in.codes.data() + from * part_bytes, part_bytes, native(stream),
                kernel);
-    copy_async(out.scales.data() + to * part_blocks, in.scales.data() + from * part_blocks,
-               part_blocks * sizeof(float), native(stream), kernel);
+    copy_async(out.scales.data() + to * part_blocks, in.scales.data() + from * part_blocks, part_blocks * sizeof(float),
+               native(stream), kernel);
     if (!config.symmetric) {
       copy_async(out.zero_points.data() + to * part_blocks, in.zero_points.data() + from * part_blocks,
                  part_blocks * sizeof(float), native(stream), kernel);
@@ -397,8 +398,8 @@ void reduce_requantize(std::span<const const_quantized_span> inputs, const quant
                        float post_scale, const quant_config& out_config, quantized_span out,
                        std::span<std::byte> workspace, stream_view stream) {
   detail::expect_reduce_requantize_args(inputs, config, count, out_config, out);
-  float* const sum = detail::workspace_as<float>(workspace, reduce_requantize_workspace(count),
-                                                 "kernels::cuda::reduce_requantize");
+  float* const sum =
+      detail::workspace_as<float>(workspace, reduce_requantize_workspace(count), "kernels::cuda::reduce_requantize");
   if (count == 0) return;
   const std::size_t blocks = out_config.blocks(count);
   ZOE_EXPECTS(blocks <= 0x7fffffffu, "kernels::cuda::reduce_requantize: ", blocks, " blocks exceed the grid limit");
@@ -418,8 +419,8 @@ void reduce_requantize(std::span<const const_quantized_span> inputs, const quant
 void reduce_dequantize(std::span<const const_quantized_span> inputs, const quant_config& config, float post_scale,
                        tensor_view out, std::span<std::byte> workspace, stream_view stream) {
   detail::expect_reduce_dequantize_args(inputs, config, out);
-  float* const partial = detail::workspace_as<float>(
-      workspace, reduce_dequantize_workspace(inputs.size(), out.count), "kernels::cuda::reduce_dequantize");
+  float* const partial = detail::workspace_as<float>(workspace, reduce_dequantize_workspace(inputs.size(), out.count),
+                                                     "kernels::cuda::reduce_dequantize");
   if (out.count == 0) return;
   launch_reduce(inputs, config, out.count, post_scale, out.type, out.data, partial, native(stream),
                 "reduce_dequantize");
@@ -442,16 +443,16 @@ void sum_of_squares(const_tensor_view x, double* result, std::span<std::byte> wo
       detail::workspace_as<double>(workspace, sum_of_squares_workspace(x.count), "kernels::cuda::sum_of_squares");
   if (x.count == 0) {
     const cudaError_t e = cudaMemsetAsync(result, 0, sizeof(double), native(stream));  // +0.0, as on the CPU
-    ZOE_CHECK(e == cudaSuccess, ::zoe::device_error, "kernels::cuda::sum_of_squares: memset failed: ",
-              cudaGetErrorString(e));
+    ZOE_CHECK(e == cudaSuccess, ::zoe::device_error,
+              "kernels::cuda::sum_of_squares: memset failed: ", cudaGetErrorString(e));
     return;
   }
   const std::size_t chunks = (x.count + detail::sum_chunk - 1) / detail::sum_chunk;
   const std::size_t grid = (chunks + sum_chunks_per_block - 1) / sum_chunks_per_block;
   ZOE_EXPECTS(grid <= 0x7fffffffu, "kernels::cuda::sum_of_squares: ", grid, " blocks exceed the grid limit");
   with_dtype(x.type, [&]<dtype T>() {
-    sum_chunks_kernel<T><<<static_cast<unsigned>(grid), threads_per_block, 0, native(stream)>>>(x.data, x.count,
-                                                                                                 chunks, partials);
+    sum_chunks_kernel<T>
+        <<<static_cast<unsigned>(grid), threads_per_block, 0, native(stream)>>>(x.data, x.count, chunks, partials);
   });
   check_launch("sum_of_squares");
   sum_partials_kernel<<<1, 1, 0, native(stream)>>>(partials, chunks, result);

@@ -50,18 +50,18 @@ struct arena_options {
 
 struct arena_stats {
   std::uint64_t capacity = 0;
-  std::uint64_t used = 0;           ///< bytes in live blocks (rounded to the alignment)
+  std::uint64_t used = 0;  ///< bytes in live blocks (rounded to the alignment)
   std::uint64_t peak_used = 0;
-  std::uint64_t free = 0;           ///< bytes in no live block, pending ones included
-  std::uint64_t pending_free = 0;   ///< freed bytes whose work may still run (see the arena)
-  std::uint64_t largest_hole = 0;   ///< settled or pending
-  double fragmentation = 0;         ///< 1 - largest_hole / free (0 when free is one hole or none)
+  std::uint64_t free = 0;          ///< bytes in no live block, pending ones included
+  std::uint64_t pending_free = 0;  ///< freed bytes whose work may still run (see the arena)
+  std::uint64_t largest_hole = 0;  ///< settled or pending
+  double fragmentation = 0;        ///< 1 - largest_hole / free (0 when free is one hole or none)
   std::size_t live_blocks = 0;
   std::size_t pinned_blocks = 0;
   std::uint64_t compactions = 0;
   std::uint64_t bytes_moved = 0;
-  std::uint64_t copies = 0;         ///< device-to-device copies issued by compaction (one per run
-                                    ///< of adjacent blocks, or per piece when a run overlaps its target)
+  std::uint64_t copies = 0;  ///< device-to-device copies issued by compaction (one per run
+                             ///< of adjacent blocks, or per piece when a run overlaps its target)
   double seconds_compacting = 0;
   std::uint64_t failed_allocations = 0;
   std::uint64_t cross_stream_reuses = 0;  ///< allocations given another stream's pending space
@@ -148,7 +148,7 @@ class arena {
     std::uint64_t offset = 0;
     std::uint64_t size = 0;  // rounded to the alignment
     int pins = 0;
-    stream_view stream;      // allocated on
+    stream_view stream;  // allocated on
     std::vector<use> uses;
   };
   // Space freed on `stream` whose work may still run: all of it is free once `freed`, recorded on
@@ -182,7 +182,7 @@ class arena {
   device_stream stream_;
 
   mutable std::mutex mutex_;
-  std::vector<block> blocks_;              // by id
+  std::vector<block> blocks_;  // by id
   std::vector<std::uint32_t> free_ids_;
   std::map<std::uint64_t, std::uint32_t> live_by_offset_;
   zoe::detail::coalescing_free_list holes_;  // settled free space

@@ -28,10 +28,10 @@ struct buffer_pool_options {
 };
 
 struct buffer_pool_stats {
-  std::uint64_t acquires = 0;       ///< leases handed out
-  std::uint64_t waits = 0;          ///< acquires that found the pool empty and waited
-  std::uint64_t timeouts = 0;       ///< acquires that gave up
-  std::size_t min_available = 0;    ///< fewest free buffers seen (0 means the pool ran dry)
+  std::uint64_t acquires = 0;     ///< leases handed out
+  std::uint64_t waits = 0;        ///< acquires that found the pool empty and waited
+  std::uint64_t timeouts = 0;     ///< acquires that gave up
+  std::size_t min_available = 0;  ///< fewest free buffers seen (0 means the pool ran dry)
 };
 
 class buffer_pool;

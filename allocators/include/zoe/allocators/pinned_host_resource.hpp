@@ -27,7 +27,7 @@ enum class numa_placement : int {
 
 struct pinned_options {
   numa_placement placement = numa_placement::device;
-  int numa_node = -1;  ///< used with numa_placement::explicit_node
+  int numa_node = -1;      ///< used with numa_placement::explicit_node
   bool huge_pages = true;  ///< ask for transparent huge pages on mappings of 2 MiB or more
   /// The most this resource may hand out at once (pinned memory is scarce); 0 means no limit.
   std::uint64_t limit_bytes = 0;

@@ -29,8 +29,7 @@ enum class error_category : int {
 /// config key, partition) and, when raised by a check macro, the source location.
 class error : public std::runtime_error {
  public:
-  error(error_category category, const std::string& message)
-      : std::runtime_error(message), category_(category) {}
+  error(error_category category, const std::string& message) : std::runtime_error(message), category_(category) {}
   [[nodiscard]] error_category category() const noexcept { return category_; }
 
  private:

@@ -7,9 +7,9 @@
 namespace zoe {
 
 struct gpu_probe_result {
-  bool usable = false;    ///< at least one device answered
-  int device_count = 0;   ///< devices the runtime reports
-  std::string reason;     ///< why not usable ("no CUDA driver", "built without CUDA", ...), or the first device's name
+  bool usable = false;   ///< at least one device answered
+  int device_count = 0;  ///< devices the runtime reports
+  std::string reason;    ///< why not usable ("no CUDA driver", "built without CUDA", ...), or the first device's name
 };
 
 /// Probes the CUDA runtime once per call. Never throws.

@@ -14,9 +14,7 @@ enum class level : int { error = 0, warn = 1, info = 2, debug = 3 };
 /// Sets the process-wide threshold; messages above it are dropped.
 void set_level(level l) noexcept;
 [[nodiscard]] level current_level() noexcept;
-[[nodiscard]] inline bool enabled(level l) noexcept {
-  return static_cast<int>(l) <= static_cast<int>(current_level());
-}
+[[nodiscard]] inline bool enabled(level l) noexcept { return static_cast<int>(l) <= static_cast<int>(current_level()); }
 
 /// Writes one line "zoe <level>: message" to stderr, atomically with respect to other log lines.
 void write(level l, std::string_view message) noexcept;

@@ -16,11 +16,11 @@ namespace zoe::io {
 enum class open_mode { read_only, read_write };
 
 struct file_options {
-  bool create = false;      ///< create the file if missing (with `permissions`)
-  bool truncate = false;    ///< start empty
-  bool direct = true;       ///< ask for O_DIRECT; falls back to buffered where refused
-  bool exclusive = false;   ///< with create: fail if it exists (O_EXCL)
-  bool no_follow = false;   ///< refuse a symbolic link at the last component (O_NOFOLLOW)
+  bool create = false;     ///< create the file if missing (with `permissions`)
+  bool truncate = false;   ///< start empty
+  bool direct = true;      ///< ask for O_DIRECT; falls back to buffered where refused
+  bool exclusive = false;  ///< with create: fail if it exists (O_EXCL)
+  bool no_follow = false;  ///< refuse a symbolic link at the last component (O_NOFOLLOW)
   /// Leave no name behind: an O_TMPFILE in the path's directory where the file system supports it,
   /// else created exclusively without following links and unlinked at once. path() then names
   /// the file for messages only.

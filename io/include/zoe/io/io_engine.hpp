@@ -3,8 +3,8 @@
 // and address, with every result checked. It splits requests into block_size chunks, sends the
 // aligned middle straight to the backend and routes unaligned heads and tails through aligned
 // bounce buffers (read-modify-write under a block-range lock for writes), resubmits short
-// transfers, retries EINTR at once and EAGAIN after a pause that grows, and turns every other error into a failed completion that
-// names the file, offset, length and errno text.
+// transfers, retries EINTR at once and EAGAIN after a pause that grows, and turns every other error into a failed
+// completion that names the file, offset, length and errno text.
 
 #include <cstddef>
 #include <memory>

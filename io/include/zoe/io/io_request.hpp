@@ -22,19 +22,19 @@ enum class io_op : std::uint8_t { read, write };
 struct io_request {
   io_op op = io_op::read;
   file* target = nullptr;
-  std::span<std::byte> buffer;   ///< read into / written from; a write never modifies it
+  std::span<std::byte> buffer;  ///< read into / written from; a write never modifies it
   std::uint64_t offset = 0;
-  std::uint64_t user_data = 0;   ///< returned unchanged in the completion
+  std::uint64_t user_data = 0;  ///< returned unchanged in the completion
 };
 
 /// The outcome of one io_request. On failure `message` names the operation, file, offset, length
 /// and cause; the buffer of a failed write is intact, the buffer of a failed read is undefined.
 struct io_completion {
   std::uint64_t user_data = 0;
-  std::uint64_t bytes = 0;       ///< bytes transferred: the request's length on success
-  int os_errno = 0;              ///< the OS error, or 0 (also 0 for an unexpected end of file)
+  std::uint64_t bytes = 0;  ///< bytes transferred: the request's length on success
+  int os_errno = 0;         ///< the OS error, or 0 (also 0 for an unexpected end of file)
   bool failed = false;
-  bool corrupt = false;          ///< the data read failed its integrity check (swap store)
+  bool corrupt = false;  ///< the data read failed its integrity check (swap store)
   std::string message;
 
   [[nodiscard]] bool ok() const noexcept { return !failed; }

@@ -21,8 +21,8 @@ class io_engine;
 struct swap_request {
   io_op op = io_op::read;
   swap_extent extent;
-  std::uint64_t offset = 0;      ///< within the extent
-  std::span<std::byte> buffer;   ///< untouched by writes; stays owned by the caller
+  std::uint64_t offset = 0;     ///< within the extent
+  std::span<std::byte> buffer;  ///< untouched by writes; stays owned by the caller
   std::uint64_t user_data = 0;
 };
 
@@ -57,11 +57,11 @@ class swap_channel {
   swap_channel(const swap_channel&) = delete;
   swap_channel& operator=(const swap_channel&) = delete;
 
-  /// Queues a request and hands it to the kernel; its completion comes from a later poll or wait. Throws usage_error, with
-  /// nothing queued, when it cannot start: an unknown extent, a range outside it, a write that
-  /// does not start on a chunk boundary of the extent and cover whole chunks (or end at the
-  /// extent's end), or a write of a chunk another write holds. A read of never-written data, or of
-  /// a chunk being written or whose write failed, completes as failed naming the extent and chunk.
+  /// Queues a request and hands it to the kernel; its completion comes from a later poll or wait. Throws usage_error,
+  /// with nothing queued, when it cannot start: an unknown extent, a range outside it, a write that does not start on a
+  /// chunk boundary of the extent and cover whole chunks (or end at the extent's end), or a write of a chunk another
+  /// write holds. A read of never-written data, or of a chunk being written or whose write failed, completes as failed
+  /// naming the extent and chunk.
   void submit(const swap_request& request);
   /// Like io_engine::poll / wait, for the requests taken by submit(). A completion that failed its
   /// checksum has corrupt == true.
@@ -128,7 +128,7 @@ class swap_channel {
   std::size_t run_left_ = 0;             ///< requests of the run() in progress not yet complete
   std::vector<io_completion> piece_completions_;
   std::deque<std::uint32_t> completed_;  ///< slots whose pieces all came back, not yet finished
-  scratch_memory spare_scratch_;  ///< two chunks, kept for the next partial read
+  scratch_memory spare_scratch_;         ///< two chunks, kept for the next partial read
   std::size_t outstanding_ = 0;
 };
 

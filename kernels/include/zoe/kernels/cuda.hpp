@@ -1,11 +1,10 @@
 #pragma once
 // CUDA launchers for the kernels, running the same arithmetic as the CPU paths (one definition,
-// instantiated on float) on device memory, ordered on a stream. In a build without CUDA each launcher throws device_error.
-// Every pointer inside the views is a device pointer. Launch errors throw device_error naming the
-// kernel; argument errors throw usage_error before anything is launched. The calls return once the
-// work is queued: thread-safe as far as the stream is. No launcher allocates: scratch comes from the
-// caller as a workspace span, sized by the launcher's *_workspace function; the workspace sizes are
-// available in every build.
+// instantiated on float) on device memory, ordered on a stream. In a build without CUDA each launcher throws
+// device_error. Every pointer inside the views is a device pointer. Launch errors throw device_error naming the kernel;
+// argument errors throw usage_error before anything is launched. The calls return once the work is queued: thread-safe
+// as far as the stream is. No launcher allocates: scratch comes from the caller as a workspace span, sized by the
+// launcher's *_workspace function; the workspace sizes are available in every build.
 
 #include <cstddef>
 #include <span>
@@ -37,15 +36,15 @@ void dequantize(const_quantized_span in, const quant_config& config, tensor_view
 /// `workspace` is device memory the caller lends until the stream has run the call, at least
 /// reduce_requantize_workspace(count) bytes (the fp32 sums), so every byte of device memory comes
 /// through device::allocate and its budget. Throws usage_error when it is too small.
-void reduce_requantize(std::span<const const_quantized_span> inputs, const quant_config& config,
-                       std::size_t count, float post_scale, const quant_config& out_config,
-                       quantized_span out, std::span<std::byte> workspace, stream_view stream);
+void reduce_requantize(std::span<const const_quantized_span> inputs, const quant_config& config, std::size_t count,
+                       float post_scale, const quant_config& out_config, quantized_span out,
+                       std::span<std::byte> workspace, stream_view stream);
 /// Bytes of device workspace reduce_requantize needs for `count` elements. Never throws.
 [[nodiscard]] std::size_t reduce_requantize_workspace(std::size_t count) noexcept;
 
 /// reduce_dequantize on the device (inputs and workspace as for reduce_requantize).
-void reduce_dequantize(std::span<const const_quantized_span> inputs, const quant_config& config,
-                       float post_scale, tensor_view out, std::span<std::byte> workspace, stream_view stream);
+void reduce_dequantize(std::span<const const_quantized_span> inputs, const quant_config& config, float post_scale,
+                       tensor_view out, std::span<std::byte> workspace, stream_view stream);
 /// Bytes of device workspace reduce_dequantize needs: fp32 sums carried between launches, only
 /// beyond 32 inputs (zero otherwise). Never throws.
 [[nodiscard]] std::size_t reduce_dequantize_workspace(std::size_t inputs, std::size_t count) noexcept;

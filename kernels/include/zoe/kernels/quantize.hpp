@@ -69,13 +69,12 @@ void dequantize(const_quantized_span in, const quant_config& config, tensor_view
 /// `workspace` is scratch the caller lends for the call, at least reduce_requantize_workspace(count)
 /// bytes (the CUDA launcher takes the same parameters and its own cuda::reduce_requantize_workspace,
 /// so one call site serves both paths). Throws usage_error when it is too small.
-void reduce_requantize(std::span<const const_quantized_span> inputs, const quant_config& config,
-                       std::size_t count, float post_scale, const quant_config& out_config,
-                       quantized_span out, std::span<std::byte> workspace);
+void reduce_requantize(std::span<const const_quantized_span> inputs, const quant_config& config, std::size_t count,
+                       float post_scale, const quant_config& out_config, quantized_span out,
+                       std::span<std::byte> workspace);
 /// reduce_requantize with no workspace: the CPU needs none.
-void reduce_requantize(std::span<const const_quantized_span> inputs, const quant_config& config,
-                       std::size_t count, float post_scale, const quant_config& out_config,
-                       quantized_span out);
+void reduce_requantize(std::span<const const_quantized_span> inputs, const quant_config& config, std::size_t count,
+                       float post_scale, const quant_config& out_config, quantized_span out);
 /// Bytes of workspace the CPU reduce_requantize needs for `count` elements: none, it reduces one
 /// block at a time in a buffer of its own per task. Never throws.
 [[nodiscard]] std::size_t reduce_requantize_workspace(std::size_t count) noexcept;
@@ -83,11 +82,11 @@ void reduce_requantize(std::span<const const_quantized_span> inputs, const quant
 /// Like reduce_requantize, but writes the reduced values to `out` (fp32, fp16 or bf16; out.count
 /// elements) instead of requantizing: the last step of the gradient path. `workspace` as for
 /// reduce_requantize, at least reduce_dequantize_workspace(inputs.size(), out.count) bytes.
-void reduce_dequantize(std::span<const const_quantized_span> inputs, const quant_config& config,
-                       float post_scale, tensor_view out, std::span<std::byte> workspace);
+void reduce_dequantize(std::span<const const_quantized_span> inputs, const quant_config& config, float post_scale,
+                       tensor_view out, std::span<std::byte> workspace);
 /// reduce_dequantize with no workspace: the CPU needs none.
-void reduce_dequantize(std::span<const const_quantized_span> inputs, const quant_config& config,
-                       float post_scale, tensor_view out);
+void reduce_dequantize(std::span<const const_quantized_span> inputs, const quant_config& config, float post_scale,
+                       tensor_view out);
 /// Bytes of workspace the CPU reduce_dequantize needs: none. Never throws.
 [[nodiscard]] std::size_t reduce_dequantize_workspace(std::size_t inputs, std::size_t count) noexcept;
 
