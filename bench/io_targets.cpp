@@ -1,5 +1,8 @@
 #include "io_targets.hpp"
 
+#include <algorithm>
+#include <iterator>
+
 #include "zoe/core/str.hpp"
 #include "zoe/io/engine_factory.hpp"
 #include "zoe/io/file.hpp"
@@ -20,6 +23,7 @@ class raw_target final : public io_target {
       if (t == 0) choice_ = std::move(choice.explanation);
       engines_.push_back(std::make_unique<io::io_engine>(std::move(choice.backend), options));
     }
+    early_.resize(threads);
   }
 
   [[nodiscard]] std::string mode() const override { return "raw"; }
@@ -29,12 +33,25 @@ class raw_target final : public io_target {
   [[nodiscard]] bool holds_earlier_run() const override { return file_.logical_size() >= size_; }
   [[nodiscard]] std::string setup_note() const override { return choice_; }
 
+  // The engine starts I/O only inside poll and wait: poll right after each submit, so the drive
+  // works on this request while the thread stamps the next buffer, as the swap channel does.
+  // Completions that poll brings back wait in early_ for the next wait().
   void submit(std::size_t thread, io::io_op op, std::span<std::byte> buffer, std::uint64_t offset,
               std::uint64_t tag) override {
     engines_[thread]->submit({op, &file_, buffer, offset, tag});
+    engines_[thread]->poll(early_[thread]);
   }
-  void wait(std::size_t thread, std::vector<io::io_completion>& out) override { engines_[thread]->wait(out, 1); }
-  [[nodiscard]] std::size_t outstanding(std::size_t thread) const override { return engines_[thread]->outstanding(); }
+  void wait(std::size_t thread, std::vector<io::io_completion>& out) override {
+    if (early_[thread].empty()) {
+      engines_[thread]->wait(out, 1);
+      return;
+    }
+    std::move(early_[thread].begin(), early_[thread].end(), std::back_inserter(out));
+    early_[thread].clear();
+  }
+  [[nodiscard]] std::size_t outstanding(std::size_t thread) const override {
+    return engines_[thread]->outstanding() + early_[thread].size();
+  }
   void after_write() override {
     if (!file_.direct()) file_.sync();  // buffered: the figure includes reaching the drive
   }
@@ -47,6 +64,7 @@ class raw_target final : public io_target {
   std::uint64_t size_;
   std::string choice_;  ///< why "auto" took the backend it took
   std::vector<std::unique_ptr<io::io_engine>> engines_;
+  std::vector<std::vector<io::io_completion>> early_;  ///< per thread: completions poll returned early
 };
 
 class store_target final : public io_target {
