@@ -28,11 +28,7 @@ template <typename Backend>
 class swap_store_checksum_test : public ::testing::Test {
  protected:
   void SetUp() override {
-    try {
-      (void)Backend::make({.block_size = store_chunk, .queue_depth = 4});
-    } catch (const std::exception& e) {
-      GTEST_SKIP() << Backend::name << " is refused here: " << e.what();
-    }
+    if (const auto refusal = backend_refusal(Backend::name)) GTEST_SKIP() << *refusal;
   }
   scratch_dir dir_;
 };

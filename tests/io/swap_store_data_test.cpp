@@ -52,11 +52,7 @@ class swap_store_data_test : public ::testing::Test {
   static constexpr std::size_t arena_bytes = 32 * MiB;
 
   void SetUp() override {
-    try {
-      (void)io::make_backend(T::backend::name, {.block_size = store_chunk, .queue_depth = 4});
-    } catch (const std::exception& e) {
-      GTEST_SKIP() << T::backend::name << " is refused here: " << e.what();
-    }
+    if (const auto refusal = backend_refusal(T::backend::name)) GTEST_SKIP() << *refusal;
     const std::size_t paths = T::kind == variant::three_paths ? 3 : 1;
     for (std::size_t i = 0; i < paths; ++i) dirs_.push_back(std::make_unique<scratch_dir>());
   }

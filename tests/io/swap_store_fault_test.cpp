@@ -21,11 +21,7 @@ template <typename Backend>
 class swap_store_fault_test : public ::testing::Test {
  protected:
   void SetUp() override {
-    try {
-      (void)Backend::make({.block_size = store_chunk, .queue_depth = 4});
-    } catch (const std::exception& e) {
-      GTEST_SKIP() << Backend::name << " is refused here: " << e.what();
-    }
+    if (const auto refusal = backend_refusal(Backend::name)) GTEST_SKIP() << *refusal;
     auto options = store_options({dir_.path()}, 16 * store_chunk, Backend::name);
     options.wrap_backend = [plan = plan_](std::unique_ptr<io::io_backend> inner) -> std::unique_ptr<io::io_backend> {
       return std::make_unique<fault_injecting_backend>(std::move(inner), plan);

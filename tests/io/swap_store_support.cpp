@@ -2,6 +2,8 @@
 
 #include <stdexcept>
 
+#include "zoe/io/engine_factory.hpp"
+
 namespace zoe::testing {
 
 io::swap_store_options store_options(std::vector<std::filesystem::path> paths, std::uint64_t capacity,
@@ -13,6 +15,15 @@ io::swap_store_options store_options(std::vector<std::filesystem::path> paths, s
   o.io.block_size = store_chunk;
   o.io.queue_depth = 4;
   return o;
+}
+
+std::optional<std::string> backend_refusal(const std::string& backend) {
+  try {
+    (void)io::make_backend(backend, {.block_size = store_chunk, .queue_depth = 4});
+  } catch (const std::exception& e) {
+    return backend + " is refused here: " + e.what();
+  }
+  return std::nullopt;
 }
 
 void store_write(io::swap_channel& ch, const io::swap_extent& e, std::uint64_t offset, std::span<std::byte> data) {

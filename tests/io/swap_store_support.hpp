@@ -3,6 +3,7 @@
 // reach and damage the unlinked swap files.
 
 #include <filesystem>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -21,6 +22,10 @@ inline constexpr std::size_t store_chunk = 64 * KiB;
 /// A store over `paths` of `capacity` bytes on `engine`, chunked in store_chunk.
 [[nodiscard]] io::swap_store_options store_options(std::vector<std::filesystem::path> paths, std::uint64_t capacity,
                                                    std::string engine = "posix");
+
+/// Why `backend` cannot start here (the kernel or sandbox refuses it, or it is not in this build),
+/// or nothing when it starts: the typed store suites skip with this reason.
+[[nodiscard]] std::optional<std::string> backend_refusal(const std::string& backend);
 
 /// Writes `data` at `offset` of the extent through run(); throws what run() throws.
 void store_write(io::swap_channel& ch, const io::swap_extent& e, std::uint64_t offset, std::span<std::byte> data);
