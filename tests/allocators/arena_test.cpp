@@ -43,12 +43,13 @@ std::uint64_t checksum(const void* p, std::size_t n) {
   return h;
 }
 
-// A "kernel" on `stream` that reads `n` bytes at `p` (expected to hold `value`) while held: it
-// starts, waits for release(), then checks every byte. The host device runs it on the stream's
-// worker thread, so the block it reads is in use until release() is called.
+// Fills `n` bytes at `p` with `value`, then queues a "kernel" on `stream` that reads them while
+// held: it starts, waits for release(), then checks every byte. The host device runs it on the
+// stream's worker thread, so the block it reads is in use until release() is called.
 class held_reader {
  public:
-  held_reader(device& dev, stream_view stream, const void* p, std::size_t n, unsigned char value) {
+  held_reader(device& dev, stream_view stream, void* p, std::size_t n, unsigned char value) {
+    std::memset(p, value, n);
     dev.launch_host(stream, [this, p, n, value] {
       started_.count_down();
       release_.wait();
@@ -325,7 +326,6 @@ TEST(arena, SpaceFreedWithWorkPendingIsNotHandedToAnotherStream) {
   auto x = a.allocate(256 * KiB, stream_a.view());
   auto y = a.allocate(256 * KiB);
   void* const x_at = x.data();
-  std::memset(x_at, 0x5a, x.size());
   held_reader reader(*dev, stream_a.view(), x_at, x.size(), 0x5a);
   x.reset();
   EXPECT_EQ(a.stats().pending_free, 256 * KiB);
@@ -355,7 +355,6 @@ TEST(arena, AnotherStreamReusesPendingSpaceOnlyAfterItsWork) {
   auto x = a.allocate(256 * KiB, stream_a.view());
   auto y = a.allocate(256 * KiB);
   void* const x_at = x.data();
-  std::memset(x_at, 0x5a, x.size());
   held_reader reader(*dev, stream_a.view(), x_at, x.size(), 0x5a);
   x.reset();
 
@@ -388,7 +387,6 @@ TEST(arena, TheFreeingStreamReusesPendingSpaceAtOnce) {
   auto x = a.allocate(256 * KiB, stream_a.view());
   auto y = a.allocate(256 * KiB);
   void* const x_at = x.data();
-  std::memset(x_at, 0x5a, x.size());
   held_reader reader(*dev, stream_a.view(), x_at, x.size(), 0x5a);
   x.reset();
 
@@ -414,7 +412,6 @@ TEST(arena, SpaceUsedOnTwoStreamsWaitsForBoth) {
   auto x = a.allocate(256 * KiB, stream_a.view());
   auto y = a.allocate(256 * KiB);
   void* const x_at = x.data();
-  std::memset(x_at, 0x5a, x.size());
   held_reader on_b(*dev, stream_b.view(), x_at, x.size(), 0x5a);
   x.record_use(stream_b.view());
   x.reset();
@@ -445,7 +442,6 @@ TEST(arena, AFullArenaWaitsForPendingSpaceOrFailsAtOnce) {
   const auto stream_a = dev->create_stream();
   auto x = a.allocate(256 * KiB, stream_a.view());
   auto y = a.allocate(256 * KiB);
-  std::memset(x.data(), 0x5a, x.size());
   held_reader reader(*dev, stream_a.view(), x.data(), x.size(), 0x5a);
   x.reset();
 
@@ -485,7 +481,6 @@ TEST(arena, CompactionWaitsForPendingFreesAndKeepsContents) {
   auto p = a.allocate(256 * KiB, stream_a.view());
   auto q = a.allocate(256 * KiB);
   auto r = a.allocate(256 * KiB);
-  std::memset(p.data(), 0x5a, p.size());
   fill(q.data(), q.size(), 3);
   fill(r.data(), r.size(), 4);
   const auto sq = checksum(q.data(), q.size());

@@ -20,37 +20,46 @@ constexpr std::size_t thread_count = 3;
 
 class swap_store_threads_test : public ::testing::Test {
  protected:
+  /// Runs body(channel, t) on thread_count threads, each with a channel of its own, and fails
+  /// the test with the message of every thread that threw.
+  template <typename Body>
+  static void on_threads(swap_store& store, const Body& body) {
+    std::vector<std::string> failures(thread_count);
+    {
+      std::vector<std::jthread> threads;
+      for (std::size_t t = 0; t < thread_count; ++t) {
+        threads.emplace_back([&, t] {
+          try {
+            swap_channel ch(store);
+            body(ch, t);
+          } catch (const std::exception& e) {
+            failures[t] = e.what();
+          }
+        });
+      }
+    }
+    for (const auto& f : failures) EXPECT_EQ(f, "");
+  }
+
   scratch_dir dir_;
   scratch_dir other_;
 };
 
 TEST_F(swap_store_threads_test, ChannelsOnSeveralThreadsRoundTripTheirOwnExtents) {
   swap_store store(store_options({dir_.path(), other_.path()}, 8 * MiB));
-  std::vector<std::string> failures(thread_count);
-  {
-    std::vector<std::jthread> threads;
-    for (std::size_t t = 0; t < thread_count; ++t) {
-      threads.emplace_back([&, t] {
-        try {
-          swap_channel ch(store);
-          for (std::size_t i = 0; i < 20; ++i) {
-            const std::size_t size = (i % 5 + 1) * store_chunk + t * 100;
-            const swap_extent e = store.allocate(size);
-            auto data = random_bytes(size, t * 1000 + i);
-            store_write(ch, e, 0, data);
-            std::vector<std::byte> back(size);
-            const auto c = store_read(ch, e, 0, back);
-            if (!c.ok()) throw std::runtime_error(c.message);
-            if (back != data) throw std::runtime_error("extent " + std::to_string(e.id) + " read back different");
-            store.free(e);
-          }
-        } catch (const std::exception& e) {
-          failures[t] = e.what();
-        }
-      });
+  on_threads(store, [&](swap_channel& ch, std::size_t t) {
+    for (std::size_t i = 0; i < 20; ++i) {
+      const std::size_t size = (i % 5 + 1) * store_chunk + t * 100;
+      const swap_extent e = store.allocate(size);
+      auto data = random_bytes(size, t * 1000 + i);
+      store_write(ch, e, 0, data);
+      std::vector<std::byte> back(size);
+      const auto c = store_read(ch, e, 0, back);
+      if (!c.ok()) throw std::runtime_error(c.message);
+      if (back != data) throw std::runtime_error("extent " + std::to_string(e.id) + " read back different");
+      store.free(e);
     }
-  }
-  for (const auto& f : failures) EXPECT_EQ(f, "");
+  });
   EXPECT_EQ(store.free_bytes(), store.capacity());
 }
 
@@ -59,23 +68,11 @@ TEST_F(swap_store_threads_test, ThreadsWriteDistinctChunksOfOneExtent) {
   constexpr std::size_t chunks = 8 * thread_count;
   const swap_extent e = store.allocate(chunks * store_chunk);
   auto data = random_bytes(e.bytes, 1);
-  std::vector<std::string> failures(thread_count);
-  {
-    std::vector<std::jthread> threads;
-    for (std::size_t t = 0; t < thread_count; ++t) {
-      threads.emplace_back([&, t] {
-        try {
-          swap_channel ch(store);
-          for (std::size_t k = t; k < chunks; k += thread_count) {
-            store_write(ch, e, k * store_chunk, std::span(data).subspan(k * store_chunk, store_chunk));
-          }
-        } catch (const std::exception& ex) {
-          failures[t] = ex.what();
-        }
-      });
+  on_threads(store, [&](swap_channel& ch, std::size_t t) {
+    for (std::size_t k = t; k < chunks; k += thread_count) {
+      store_write(ch, e, k * store_chunk, std::span(data).subspan(k * store_chunk, store_chunk));
     }
-  }
-  for (const auto& f : failures) EXPECT_EQ(f, "");
+  });
   swap_channel ch(store);
   std::vector<std::byte> back(e.bytes);
   const auto c = store_read(ch, e, 0, back);
