@@ -2,11 +2,11 @@
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
-set(zoe_libraries zoe_core zoe_allocators zoe_kernels zoe_io)
+set(zoe_libraries zoe_core zoe_allocators zoe_kernels zoe_io zoe_engine)
 install(TARGETS ${zoe_libraries} EXPORT zoe-targets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
-foreach(module core allocators kernels io)
+foreach(module core allocators kernels io engine)
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/${module}/include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 endforeach()
 install(EXPORT zoe-targets NAMESPACE zoe:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/zoe)
