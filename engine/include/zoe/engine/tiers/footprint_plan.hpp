@@ -46,9 +46,9 @@ struct footprint_plan {
 
 /// What this machine offers, measured once (tests pass their own).
 struct machine_limits {
-  std::uint64_t device_budget = 0;   ///< bytes the device hands out
-  std::uint64_t memlock_limit = 0;   ///< RLIMIT_MEMLOCK (UINT64_MAX when unlimited)
-  std::uint64_t host_available = 0;  ///< MemAvailable
+  std::uint64_t device_budget = 0;    ///< bytes the device hands out
+  std::uint64_t memlock_limit = 0;    ///< RLIMIT_MEMLOCK (UINT64_MAX when unlimited)
+  std::uint64_t host_available = 0;   ///< MemAvailable
   /// Free bytes per nvme path (nullopt when the path does not exist here: free space unknown).
   std::vector<std::pair<std::filesystem::path, std::optional<std::uint64_t>>> disk_free;
 };

@@ -29,10 +29,10 @@ enum class state_status : std::uint8_t { released = 0, resident = 1, in_flight =
 struct state_location {
   tier where = tier::device;
   std::uint64_t bytes = 0;
-  void* device = nullptr;     ///< tier::device
-  std::span<std::byte> host;  ///< tier::host (pinned or pageable, see pinned)
-  io::swap_extent extent;     ///< tier::nvme
-  bool pinned = false;        ///< host memory locked/registered with the device
+  void* device = nullptr;        ///< tier::device
+  std::span<std::byte> host;     ///< tier::host (pinned or pageable, see pinned)
+  io::swap_extent extent;        ///< tier::nvme
+  bool pinned = false;           ///< host memory locked/registered with the device
 };
 
 /// What the tier manager allocates homes from. All must outlive it.
