@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <string>
+#include <vector>
 #include <nlohmann/json.hpp>
 
 #include "config_test_support.hpp"
@@ -123,6 +125,85 @@ TEST(config_render, json_has_deepspeeds_nesting_and_every_entry) {
     ASSERT_TRUE(rendered.contains(pointer)) << e.key;
     EXPECT_EQ(rendered[pointer].dump(), e.value) << e.key;
   }
+}
+
+// The keys zoe-plan lists, in its order: a change here changes zoe-plan's output and CONFIG.md.
+TEST(config_render, every_known_key_is_listed_once_in_a_fixed_order) {
+  const std::vector<std::string> expected = {
+      "zero_optimization.stage",
+      "zero_optimization.contiguous_gradients",
+      "zero_optimization.reduce_scatter",
+      "zero_optimization.reduce_bucket_size",
+      "zero_optimization.allgather_bucket_size",
+      "zero_optimization.overlap_comm",
+      "zero_optimization.offload_param.device",
+      "zero_optimization.offload_param.nvme_path",
+      "zero_optimization.offload_param.buffer_count",
+      "zero_optimization.offload_param.buffer_size",
+      "zero_optimization.offload_param.max_in_cpu",
+      "zero_optimization.offload_param.pin_memory",
+      "zero_optimization.offload_optimizer.device",
+      "zero_optimization.offload_optimizer.nvme_path",
+      "zero_optimization.offload_optimizer.buffer_count",
+      "zero_optimization.offload_optimizer.pin_memory",
+      "zero_optimization.offload_optimizer.pipeline_read",
+      "zero_optimization.offload_optimizer.pipeline_write",
+      "zero_optimization.offload_optimizer.fast_init",
+      "zero_optimization.offload_optimizer.ratio",
+      "zero_optimization.sub_group_size",
+      "zero_optimization.stage3_prefetch_bucket_size",
+      "zero_optimization.stage3_param_persistence_threshold",
+      "zero_optimization.stage3_model_persistence_threshold",
+      "zero_optimization.stage3_max_live_parameters",
+      "zero_optimization.stage3_max_reuse_distance",
+      "zero_optimization.stage3_gather_16bit_weights_on_model_save",
+      "zero_optimization.zero_hpz_partition_size",
+      "zero_optimization.zero_quantized_weights",
+      "zero_optimization.zero_quantized_nontrainable_weights",
+      "zero_optimization.zero_quantized_gradients",
+      "aio.block_size",
+      "aio.queue_depth",
+      "aio.intra_op_parallelism",
+      "aio.single_submit",
+      "aio.overlap_events",
+      "aio.use_gds",
+      "fp16.enabled",
+      "fp16.auto_cast",
+      "fp16.loss_scale",
+      "fp16.initial_scale_power",
+      "fp16.loss_scale_window",
+      "fp16.hysteresis",
+      "fp16.consecutive_hysteresis",
+      "fp16.min_loss_scale",
+      "bf16.enabled",
+      "gradient_clipping",
+      "gradient_accumulation_steps",
+      "optimizer.type",
+      "optimizer.params.lr",
+      "optimizer.params.betas",
+      "optimizer.params.eps",
+      "optimizer.params.weight_decay",
+      "optimizer.params.adam_w_mode",
+      "optimizer.params.bias_correction",
+      "zoe.device.kind",
+      "zoe.device.budget_bytes",
+      "zoe.swap.checksums",
+      "zoe.swap.engine",
+      "zoe.swap.extra_paths",
+      "zoe.numa",
+      "zoe.placement.working",
+      "zoe.placement.gradient",
+      "zoe.placement.master",
+      "zoe.placement.exp_avg",
+      "zoe.placement.exp_avg_sq",
+  };
+  std::vector<std::string> keys;
+  for (const config_entry& e : parse_config("{}").entries) keys.push_back(e.key);
+  EXPECT_EQ(keys, expected);
+  // A document that writes every block lists the same keys.
+  keys.clear();
+  for (const config_entry& e : load_config_file(fixture("zero_infinity_nvme.json")).entries) keys.push_back(e.key);
+  EXPECT_EQ(keys, expected);
 }
 
 TEST(config_render, lines_give_key_value_and_source) {
