@@ -144,8 +144,8 @@ class prefetch_policy {
   struct param_state {
     gather_status status = gather_status::released;
     bool persistent = false;
-    bool ahead = false;            ///< prefetched, its use not reached yet
-    std::size_t serve_until = 0;   ///< 1 + the last trace position its current gather was scanned for
+    bool ahead = false;           ///< prefetched, its use not reached yet
+    std::size_t serve_until = 0;  ///< 1 + the last trace position its current gather was scanned for
   };
   struct trace_entry {
     parameter_id parameter = 0;

@@ -26,7 +26,7 @@ using module_id = std::uint32_t;
 
 struct parameter_spec {
   std::string name;
-  std::vector<std::uint64_t> shape;  ///< empty: a scalar (one element)
+  std::vector<std::uint64_t> shape;             ///< empty: a scalar (one element)
   kernels::dtype dtype = kernels::dtype::fp16;  ///< the working copy's type (fp32: the master is the working copy)
 };
 
