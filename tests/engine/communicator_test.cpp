@@ -19,12 +19,15 @@
 
 #include "fake_device.hpp"
 #include "zoe/core/device.hpp"
+#include "usage_message.hpp"
 #include "zoe/core/error.hpp"
 #include "zoe/core/units.hpp"
 #include "zoe/engine/comm/communicator.hpp"
 
 namespace zoe::engine {
 namespace {
+
+using zoe::testing::usage_message;
 
 using kernels::dtype;
 using ::testing::AllOf;
@@ -197,17 +200,6 @@ TEST(single_communicator, StatsMayBeReadWhileCollectivesRun) {
   dev->synchronize(stream.view());
   EXPECT_TRUE(monotonic);
   EXPECT_EQ(comm->stats().calls, static_cast<std::uint64_t>(rounds));
-}
-
-template <typename F>
-std::string usage_message(F&& f) {
-  try {
-    f();
-  } catch (const usage_error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a usage_error";
-  return {};
 }
 
 TEST(single_communicator, BadArgumentsNameTheCollective) {

@@ -8,11 +8,14 @@
 #include <string>
 #include <vector>
 
+#include "usage_message.hpp"
 #include "zoe/core/error.hpp"
 #include "zoe/engine/model/layout.hpp"
 
 namespace zoe::engine {
 namespace {
+
+using zoe::testing::usage_message;
 
 using kernels::dtype;
 using ::testing::AllOf;
@@ -139,17 +142,6 @@ TEST(layout, RealNumelOfAnyRankNeverOverflows) {
   const parameter_layout& p = layout.parameter(0);
   EXPECT_EQ(p.real_numel(std::numeric_limits<std::size_t>::max()), 0U);
   EXPECT_EQ(p.real_numel(0) + p.real_numel(1) + p.real_numel(2), 5000U);
-}
-
-template <typename F>
-std::string usage_message(F&& f) {
-  try {
-    f();
-  } catch (const usage_error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a usage_error";
-  return {};
 }
 
 TEST(layout, ErrorsNameTheModuleOrParameter) {

@@ -11,12 +11,15 @@
 #include <string>
 #include <vector>
 
+#include "usage_message.hpp"
 #include "zoe/core/error.hpp"
 #include "zoe/core/log.hpp"
 #include "zoe/engine/coordinator/prefetch_policy.hpp"
 
 namespace zoe::engine {
 namespace {
+
+using zoe::testing::usage_message;
 
 using ::testing::AllOf;
 using ::testing::ElementsAre;
@@ -329,17 +332,6 @@ TEST(prefetch_policy, FreedParametersAreGatheredAgainAndLeaveTheCounts) {
   EXPECT_THAT(policy.on_fetch(1).gather, ElementsAre(1U));
   (void)policy.on_release(1);
   (void)policy.end_step();
-}
-
-template <typename F>
-std::string usage_message(F&& f) {
-  try {
-    f();
-  } catch (const usage_error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a usage_error";
-  return {};
 }
 
 TEST(prefetch_policy, MisuseNamesTheModuleOrParameter) {
