@@ -1,9 +1,10 @@
 // The decisions of trace-based prefetch, on small layouts whose sizes are exact (granule 8), and a
-// property test that follows a consumer through random models, traces and limits.
+// property tests that follow a consumer through random models, traces, limits and departures.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <random>
@@ -22,10 +23,10 @@ namespace {
 using zoe::testing::usage_message;
 
 using ::testing::AllOf;
+using ::testing::Each;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
-using ::testing::UnorderedElementsAre;
 
 constexpr std::uint64_t unlimited = std::numeric_limits<std::uint64_t>::max();
 
@@ -355,26 +356,40 @@ TEST(prefetch_policy, MisuseNamesTheModuleOrParameter) {
               AllOf(HasSubstr("module 'm1' (id 1)"), HasSubstr("1 time(s) more than released")));
 }
 
-// ---- property test ------------------------------------------------------------------------------
+// ---- property tests -----------------------------------------------------------------------------
 
-// The consumer's own view of what is gathered, checked against every decision.
+// The consumer's own view of what is gathered, checked against every decision of a step.
 class consumer {
  public:
-  consumer(const model_layout& layout, prefetch_policy& policy) : layout_(layout), policy_(policy) {}
+  consumer(const model_layout& layout, prefetch_policy& policy, const prefetch_limits& l)
+      : layout_(layout), policy_(policy), limits_(l) {}
 
-  void run_step(const std::vector<module_id>& order, const prefetch_limits& l, bool following) {
+  // Fetches and releases each module of `order` in turn, as one step.
+  void run_step(const std::vector<module_id>& order) {
+    const bool following = !policy_.recording();
+    const std::vector<module_id> trace(policy_.trace().begin(), policy_.trace().end());
+    const bool same_order = following && order == trace;
     policy_.begin_step();
     for (std::size_t pos = 0; pos < order.size(); ++pos) {
-      fetch(order[pos], l, following);
-      release(order, pos, l, following);
+      fetch(order[pos]);
+      release(policy_.recording() ? order : trace, pos);
     }
     const std::vector<parameter_id> rest = policy_.end_step();
-    EXPECT_THAT(pending_, IsEmpty()) << "every prefetch served a use of its step";
+    if (same_order) {
+      EXPECT_THAT(pending_, IsEmpty()) << "every prefetch of a step that followed the trace served a use";
+    }
+    pending_.clear();  // a step cut short leaves prefetches unused; end_step frees them
     for (const parameter_id p : rest) take(p);
     for (const parameter_id p : live_) {
       EXPECT_TRUE(policy_.persistent(p)) << "only persistent parameters outlive a step";
     }
     EXPECT_EQ(policy_.live_numel(), numel(live_));
+    EXPECT_EQ(policy_.ahead_numel(), 0U);
+    EXPECT_FALSE(policy_.recording());
+    const bool prefix =
+        following && order.size() <= trace.size() && std::equal(order.begin(), order.end(), trace.begin());
+    const std::vector<module_id> now(policy_.trace().begin(), policy_.trace().end());
+    EXPECT_EQ(now, prefix ? trace : order) << "a step that departs becomes the trace; a prefix keeps it";
   }
 
  private:
@@ -390,8 +405,13 @@ class consumer {
     EXPECT_EQ(pending_.count(p), 0U) << "parameter " << p << " freed before the use it was prefetched for";
   }
 
-  void fetch(module_id m, const prefetch_limits& l, bool following) {
+  void fetch(module_id m) {
+    const bool was_following = !policy_.recording();
     const fetch_decision d = policy_.on_fetch(m);
+    if (was_following && policy_.recording()) {  // the order departed: nothing runs ahead now
+      EXPECT_EQ(policy_.ahead_numel(), 0U);
+      pending_.clear();
+    }
     std::vector<parameter_id> expected_gather;
     for (const parameter_id p : layout_.module(m).parameters) {
       if (live_.count(p) == 0) expected_gather.push_back(p);
@@ -405,28 +425,30 @@ class consumer {
       pending_.insert(p);
       prefetched += size(p);
     }
-    if (!following) {
-      EXPECT_THAT(d.prefetch, IsEmpty());
+    if (policy_.recording()) {
+      EXPECT_THAT(d.prefetch, IsEmpty()) << "nothing to follow while recording";
     }
-    EXPECT_LE(prefetched, l.prefetch_bucket_size);
-    EXPECT_LE(policy_.ahead_numel(), l.prefetch_bucket_size);
+    EXPECT_LE(prefetched, limits_.prefetch_bucket_size);
+    EXPECT_LE(policy_.ahead_numel(), limits_.prefetch_bucket_size);
     EXPECT_EQ(policy_.ahead_numel(), numel(pending_));
     if (!d.prefetch.empty()) {
-      EXPECT_LE(policy_.live_numel(), l.max_live_parameters);
+      EXPECT_LE(policy_.live_numel(), limits_.max_live_parameters);
     }
     EXPECT_EQ(policy_.live_numel(), numel(live_));
     // The walk stopped only because the next released parameter did not fit.
     const std::vector<parameter_id> next = policy_.lookahead(unlimited);
-    if (following && !next.empty()) {
+    if (!next.empty()) {
       const std::uint64_t g = size(next.front());
-      const bool over_bucket = g > l.prefetch_bucket_size - policy_.ahead_numel();
-      const bool over_live = policy_.live_numel() + g > l.max_live_parameters;
+      const bool over_bucket = g > limits_.prefetch_bucket_size - policy_.ahead_numel();
+      const bool over_live = policy_.live_numel() + g > limits_.max_live_parameters;
       EXPECT_TRUE(over_bucket || over_live) << "parameter " << next.front() << " fit and was not prefetched";
     }
   }
 
-  void release(const std::vector<module_id>& order, std::size_t pos, const prefetch_limits& l, bool following) {
+  // `order` is what the policy expects from here: the trace while it follows one.
+  void release(const std::vector<module_id>& order, std::size_t pos) {
     const module_id m = order[pos];
+    const bool following = !policy_.recording();
     const std::vector<parameter_id> freed = policy_.on_release(m);
     std::set<parameter_id> candidates;
     for (const parameter_id p : layout_.module(m).parameters) {
@@ -442,43 +464,81 @@ class consumer {
     for (; next < order.size() && order[next] != m; ++next) between += layout_.module(order[next]).shard_numel;
     if (!following || next == order.size()) {
       EXPECT_EQ(std::set<parameter_id>(freed.begin(), freed.end()), candidates) << "module " << m << " at " << pos;
-    } else if (between < l.max_reuse_distance) {
+    } else if (between < limits_.max_reuse_distance) {
       EXPECT_THAT(freed, IsEmpty()) << "module " << m << " comes again after " << between << " elements";
     }
   }
 
   const model_layout& layout_;
   prefetch_policy& policy_;
+  prefetch_limits limits_;
   std::set<parameter_id> live_;
   std::set<parameter_id> pending_;  ///< prefetched, use not come yet
 };
 
+// A random model of 2..10 modules of 0..3 parameters, random limits, and a step order: a forward
+// pass over random modules (repeats allowed) and the backward pass in reverse.
+struct random_case {
+  std::vector<std::vector<std::uint64_t>> sizes;
+  prefetch_limits limits;
+  std::vector<module_id> order;
+};
+
+random_case make_random_case(std::mt19937_64& rng) {
+  auto pick = [&rng](std::uint64_t lo, std::uint64_t hi) {
+    return std::uniform_int_distribution<std::uint64_t>(lo, hi)(rng);
+  };
+  random_case c;
+  c.sizes.resize(pick(2, 10));
+  for (auto& module : c.sizes) {
+    module.resize(pick(0, 3));
+    for (auto& s : module) s = 8 * pick(1, 50);
+  }
+  c.limits = limits(pick(0, 1200), pick(0, 2400), pick(0, 1500), pick(0, 120), pick(0, 400));
+  c.order.resize(pick(1, 12));
+  for (auto& m : c.order) m = static_cast<module_id>(pick(0, c.sizes.size() - 1));
+  c.order.insert(c.order.end(), c.order.rbegin(), c.order.rend());
+  return c;
+}
+
 TEST(prefetch_policy, RandomModelsTracesAndLimitsKeepEveryBound) {
   std::mt19937_64 rng(20261124);
+  for (int round = 0; round < 300; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    const random_case c = make_random_case(rng);
+    const model_layout layout = make_layout(c.sizes);
+    prefetch_policy policy(layout, c.limits);
+    EXPECT_LE(policy.persistent_numel(), c.limits.model_persistence_threshold);
+    consumer run(layout, policy, c.limits);
+    for (int step = 0; step < 4; ++step) run.run_step(c.order);
+  }
+}
+
+TEST(prefetch_policy, RandomDeparturesReRecordAndKeepEveryBound) {
+  // Each step takes the order, one module changed, a prefix, or one module more, so steps follow,
+  // depart at any point, end early, and run past the trace.
+  std::mt19937_64 rng(1124);
   auto pick = [&rng](std::uint64_t lo, std::uint64_t hi) {
     return std::uniform_int_distribution<std::uint64_t>(lo, hi)(rng);
   };
   for (int round = 0; round < 300; ++round) {
     SCOPED_TRACE("round " + std::to_string(round));
-    std::vector<std::vector<std::uint64_t>> sizes(pick(2, 10));
-    for (auto& module : sizes) {
-      module.resize(pick(0, 3));
-      for (auto& s : module) s = 8 * pick(1, 50);
-    }
-    const model_layout layout = make_layout(sizes);
-    const prefetch_limits l = limits(pick(0, 1200), pick(0, 2400), pick(0, 1500), pick(0, 120), pick(0, 400));
-    // A forward pass over random modules (repeats allowed), and the backward pass in reverse.
-    std::vector<module_id> order(pick(1, 12));
-    for (auto& m : order) m = static_cast<module_id>(pick(0, sizes.size() - 1));
-    order.insert(order.end(), order.rbegin(), order.rend());
-
-    prefetch_policy policy(layout, l);
-    EXPECT_LE(policy.persistent_numel(), l.model_persistence_threshold);
-    consumer c(layout, policy);
-    for (int step = 0; step < 4; ++step) {
-      c.run_step(order, l, step > 0);
-      EXPECT_FALSE(policy.recording());
-      EXPECT_EQ(std::vector<module_id>(policy.trace().begin(), policy.trace().end()), order);
+    const random_case c = make_random_case(rng);
+    const model_layout layout = make_layout(c.sizes);
+    prefetch_policy policy(layout, c.limits);
+    consumer run(layout, policy, c.limits);
+    for (int step = 0; step < 6; ++step) {
+      std::vector<module_id> order = c.order;
+      const auto random_module = [&] { return static_cast<module_id>(pick(0, c.sizes.size() - 1)); };
+      switch (pick(0, 3)) {
+        case 0: break;
+        case 1: order[pick(0, order.size() - 1)] = random_module(); break;
+        case 2: order.resize(pick(1, order.size())); break;
+        default:
+          order.insert(order.begin() + static_cast<std::ptrdiff_t>(pick(0, order.size())), random_module());
+          break;
+      }
+      run.run_step(order);
     }
   }
 }
