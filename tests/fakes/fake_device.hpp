@@ -1,7 +1,7 @@
 #pragma once
 // A device for tests: wraps a real one (the host device by default) and forwards every call, while
 // counting the calls, failing chosen allocations as an exhausted GPU would (memory_error), refusing
-// host registration as a driver would (device_error), and delaying host tasks so a test can hold
+// host registration and host tasks as a driver would (device_error), and delaying host tasks so a test can hold
 // work in flight. With nothing injected it is a plain pass-through, so the device contract suite
 // runs on it unchanged. Streams and events are the inner device's: their views pass through as is.
 
@@ -41,6 +41,8 @@ class fake_device final : public device {
   void refuse_registration(bool refuse);
   /// Every host task launched from now on first sleeps this long on its stream.
   void delay_tasks(std::chrono::milliseconds delay);
+  /// While set, launch_host() throws device_error without queuing, as a refused cudaLaunchHostFunc.
+  void refuse_launches(bool refuse);
   [[nodiscard]] device_calls calls() const;
 
   // ---- the device, forwarded --------------------------------------------------------------------
@@ -80,6 +82,7 @@ class fake_device final : public device {
   device_calls calls_;
   int allocations_until_failure_ = 0;  // 0: none planned
   bool refuse_registration_ = false;
+  bool refuse_launches_ = false;
   std::chrono::milliseconds delay_{0};
   // The inner owners, by native handle; destroying ours destroys theirs.
   std::unordered_map<void*, device_stream> streams_;
