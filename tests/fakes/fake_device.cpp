@@ -31,6 +31,16 @@ void fake_device::refuse_launches(bool refuse) {
   refuse_launches_ = refuse;
 }
 
+void fake_device::report_kind(device_kind kind) {
+  const std::lock_guard lock(mutex_);
+  reported_kind_ = kind;
+}
+
+device_kind fake_device::kind() const noexcept {
+  const std::lock_guard lock(mutex_);
+  return reported_kind_.value_or(inner_->kind());
+}
+
 void fake_device::delay_tasks(std::chrono::milliseconds delay) {
   const std::lock_guard lock(mutex_);
   delay_ = delay;

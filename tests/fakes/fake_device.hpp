@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
 
 #include "zoe/core/device.hpp"
@@ -43,10 +44,13 @@ class fake_device final : public device {
   void delay_tasks(std::chrono::milliseconds delay);
   /// While set, launch_host() throws device_error without queuing, as a refused cudaLaunchHostFunc.
   void refuse_launches(bool refuse);
+  /// Reports `kind` from kind() from now on, while the inner device still does the work: code that
+  /// branches on the kind (launch_kernel) takes its CUDA branch on a machine without a GPU.
+  void report_kind(device_kind kind);
   [[nodiscard]] device_calls calls() const;
 
   // ---- the device, forwarded --------------------------------------------------------------------
-  [[nodiscard]] device_kind kind() const noexcept override { return inner_->kind(); }
+  [[nodiscard]] device_kind kind() const noexcept override;
   [[nodiscard]] std::string name() const override;
   [[nodiscard]] std::optional<std::string> pci_bus_id() const override { return inner_->pci_bus_id(); }
   [[nodiscard]] void* allocate(std::size_t bytes, stream_view stream) override;
@@ -83,6 +87,7 @@ class fake_device final : public device {
   int allocations_until_failure_ = 0;  // 0: none planned
   bool refuse_registration_ = false;
   bool refuse_launches_ = false;
+  std::optional<device_kind> reported_kind_;
   std::chrono::milliseconds delay_{0};
   // The inner owners, by native handle; destroying ours destroys theirs.
   std::unordered_map<void*, device_stream> streams_;
