@@ -189,6 +189,7 @@ std::vector<buffer_lease> buffer_pool::acquire_many(std::size_t n, std::chrono::
 
 std::optional<std::vector<buffer_lease>> buffer_pool::try_acquire_many(std::size_t n) {
   expect_count(n);
+  if (n == 0) return std::vector<buffer_lease>{};
   const std::lock_guard lock(mutex_);
   if (!servable_now_locked(n)) return std::nullopt;
   return take_locked(n);

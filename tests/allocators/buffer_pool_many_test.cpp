@@ -48,6 +48,9 @@ TEST_F(buffer_pool_many, TakesAllOrNothing) {
   EXPECT_EQ(indices.size(), 4U) << "the leases must be distinct buffers";
   EXPECT_EQ(pool_.available(), 0U);
   EXPECT_TRUE(pool_.acquire_many(0).empty());
+  const auto none = pool_.try_acquire_many(0);
+  ASSERT_TRUE(none.has_value()) << "nothing can always be had";
+  EXPECT_TRUE(none->empty());
   held.clear();
   rest.reset();
   EXPECT_EQ(pool_.available(), 4U);

@@ -70,8 +70,10 @@ class buffer_lease {
   /// then it counts in stats().in_flight and the pool's destructor waits for it. The lease is
   /// empty afterwards. Debug poisoning happens at the return, after the copy has read the buffer.
   /// Throws usage_error on an empty lease; when launch_host throws (device_error) the lease still
-  /// holds the buffer. `stream` must belong to `dev`, and the pool must not be destroyed before
-  /// the stream has run the return (its destructor waits for it).
+  /// holds the buffer. `stream` must belong to `dev`. Work queued on the stream before the return
+  /// must not wait for a buffer of this pool (it would wait for itself). On CUDA the return is a
+  /// cudaLaunchHostFunc: the stream's next work waits the microseconds the return takes (a lock
+  /// and a push), the price of a return that needs no thread of ours. Thread-safe as the pool is.
   void release_after(device& dev, stream_view stream);
 
  private:
@@ -120,7 +122,8 @@ class buffer_pool {
   /// buffers and the timeout when they did not come back in time (it then holds none of them).
   [[nodiscard]] std::vector<buffer_lease> acquire_many(std::size_t n, std::chrono::nanoseconds timeout);
   /// `n` buffers if they are free right now and nobody is waiting, else nullopt (and no buffer is
-  /// taken). Never blocks. Throws usage_error when n exceeds buffer_count().
+  /// taken); n == 0 gives an empty vector. Never blocks. Throws usage_error when n exceeds
+  /// buffer_count().
   [[nodiscard]] std::optional<std::vector<buffer_lease>> try_acquire_many(std::size_t n);
 
   /// Hands every buffer to `registrar` (e.g. the I/O engine's fixed buffers). Once per pool:
