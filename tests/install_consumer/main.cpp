@@ -2,11 +2,13 @@
 // training code would: it must configure, link every library, and run on a machine without a GPU.
 // It uses each library, so a static link needs every dependency the package names, and checks
 // what it gets back: bytes written through the I/O engine from pinned memory read back the same,
-// and values a half can hold survive a cast to fp16 and back.
+// values a half can hold survive a cast to fp16 and back, and a DeepSpeed config parses to the
+// values it names.
 #include <zoe/allocators/pinned_host_resource.hpp>
 #include <zoe/core/device.hpp>
 #include <zoe/core/gpu_probe.hpp>
 #include <zoe/core/units.hpp>
+#include <zoe/engine/config/parse.hpp>
 #include <zoe/io/engine_factory.hpp>
 #include <zoe/io/file.hpp>
 #include <zoe/kernels/cast.hpp>
@@ -47,6 +49,15 @@ bool cast_round_trip() {
   return std::memcmp(values, back, sizeof values) == 0;
 }
 
+// The engine library reads a DeepSpeed ZeRO-3 NVMe block as DeepSpeed would.
+bool config_parses() {
+  const auto loaded = zoe::engine::parse_config(
+      R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/tmp"}}})");
+  return loaded.config.zero.stage == 3 && loaded.config.zero.offload_param &&
+         loaded.config.zero.offload_param->device == zoe::engine::offload_device::nvme &&
+         loaded.config.zero.offload_param->buffer_count == 5;
+}
+
 }  // namespace
 
 int main() {
@@ -56,10 +67,12 @@ int main() {
     std::string backend;
     const bool io_ok = io_round_trip(pinned, backend);
     const bool cast_ok = cast_round_trip();
+    const bool config_ok = config_parses();
     std::cout << "zoe consumer: I/O backend " << backend
               << (io_ok ? ", round trip intact" : ", round trip CHANGED DATA") << "; fp16 cast "
-              << (cast_ok ? "exact" : "CHANGED VALUES") << "; GPU: " << zoe::probe_gpu().reason << "\n";
-    return io_ok && cast_ok ? 0 : 1;
+              << (cast_ok ? "exact" : "CHANGED VALUES") << "; config " << (config_ok ? "read" : "MISREAD")
+              << "; GPU: " << zoe::probe_gpu().reason << "\n";
+    return io_ok && cast_ok && config_ok ? 0 : 1;
   } catch (const std::exception& e) {
     std::cerr << "zoe consumer: " << e.what() << "\n";
     return 1;
