@@ -19,7 +19,7 @@ constexpr std::array<state_kind, state_kind_count> all_states = {
 // Element counts from the config times element sizes: a count near UINT64_MAX means "no limit".
 std::uint64_t saturating_mul(std::uint64_t a, std::uint64_t b) noexcept {
   return b != 0 && a > std::numeric_limits<std::uint64_t>::max() / b ? std::numeric_limits<std::uint64_t>::max()
-                                                                       : a * b;
+                                                                     : a * b;
 }
 
 std::uint64_t saturating_add(std::uint64_t a, std::uint64_t b) noexcept {
@@ -118,8 +118,8 @@ void add_swap_store(plan_builder& out, footprint_plan& plan, const model_layout&
 // than a buffer moves in pieces of whole aio.block_size chunks (a write must cover whole checksum
 // chunks), so a buffer is made at least as large as the largest shard or one chunk, whichever is
 // smaller; the plan lists the size it settled on.
-void add_param_buffers(plan_builder& out, footprint_plan& plan, const model_layout& layout,
-                       const engine_config& config, const placement& where) {
+void add_param_buffers(plan_builder& out, footprint_plan& plan, const model_layout& layout, const engine_config& config,
+                       const placement& where) {
   std::uint64_t largest_shard = 0;
   std::uint64_t element = 0;
   bool any = false;
@@ -135,12 +135,13 @@ void add_param_buffers(plan_builder& out, footprint_plan& plan, const model_layo
             "zero_optimization.offload_param.buffer_count is 0, but parameters are on nvme: they need at least one "
             "swap buffer");
   ZOE_CHECK(block.buffer_size <= max_buffer_elements && block.buffer_count <= max_buffer_elements, config_error,
-            "zero_optimization.offload_param.buffer_count ", block.buffer_count, " and buffer_size ",
-            block.buffer_size, " must each be at most ", max_buffer_elements);
+            "zero_optimization.offload_param.buffer_count ", block.buffer_count, " and buffer_size ", block.buffer_size,
+            " must each be at most ", max_buffer_elements);
   const std::uint64_t chunk = std::min<std::uint64_t>(round_up(largest_shard, page), config.aio.block_size);
   plan.param_buffer_count = block.buffer_count;
   plan.param_buffer_bytes = std::max(round_up(block.buffer_size * element, page), chunk);
-  out.add("parameter swap buffers", memory_kind::pinned, saturating_mul(plan.param_buffer_count, plan.param_buffer_bytes),
+  out.add("parameter swap buffers", memory_kind::pinned,
+          saturating_mul(plan.param_buffer_count, plan.param_buffer_bytes),
           {"zero_optimization.offload_param.buffer_count", "zero_optimization.offload_param.buffer_size"});
 }
 
@@ -158,8 +159,9 @@ void add_optimizer_buffers(plan_builder& out, footprint_plan& plan, const model_
   ZOE_CHECK(block.buffer_count > 0, config_error,
             "zero_optimization.offload_optimizer.buffer_count is 0, but optimizer states are on nvme: they need at "
             "least one swap buffer");
-  ZOE_CHECK(block.buffer_count <= max_buffer_elements, config_error, "zero_optimization.offload_optimizer.buffer_count ",
-            block.buffer_count, " must be at most ", max_buffer_elements);
+  ZOE_CHECK(block.buffer_count <= max_buffer_elements, config_error,
+            "zero_optimization.offload_optimizer.buffer_count ", block.buffer_count, " must be at most ",
+            max_buffer_elements);
   plan.optimizer_buffer_count = block.buffer_count;
   plan.optimizer_buffer_bytes = round_up(largest * kernels::dtype_size(kernels::dtype::fp32), page);
   out.add("optimizer swap buffers", memory_kind::pinned,
@@ -207,12 +209,14 @@ void add_arena(plan_builder& out, footprint_plan& plan, const model_layout& layo
   }
   const std::uint64_t ahead = saturating_mul(config.zero.prefetch_bucket_size, element);
   const std::uint64_t live_cap = std::max(largest_module, saturating_mul(config.zero.max_live_parameters, element));
-  const std::uint64_t window = std::max(largest_module, std::min({largest_module + std::min(ahead, all_fetched) + largest_parameter, live_cap, all_fetched}));
+  const std::uint64_t window =
+      std::max(largest_module,
+               std::min({largest_module + std::min(ahead, all_fetched) + largest_parameter, live_cap, all_fetched}));
   out.add("gathered-parameter arena: largest module and prefetch", memory_kind::device, window,
           {"zero_optimization.stage3_prefetch_bucket_size", "zero_optimization.stage3_max_live_parameters"});
-  out.add("gathered-parameter arena: persistent parameters", memory_kind::device, persistent_bytes,
-          {"zero_optimization.stage3_param_persistence_threshold",
-           "zero_optimization.stage3_model_persistence_threshold"});
+  out.add(
+      "gathered-parameter arena: persistent parameters", memory_kind::device, persistent_bytes,
+      {"zero_optimization.stage3_param_persistence_threshold", "zero_optimization.stage3_model_persistence_threshold"});
   plan.arena_bytes = window + persistent_bytes;
 }
 

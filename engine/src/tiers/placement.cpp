@@ -32,7 +32,8 @@ bool offload_param_applies(const engine_config& config) {
 }
 
 tier_fractions all_in(tier t) {
-  return {.device = t == tier::device ? 1.0 : 0.0, .host = t == tier::host ? 1.0 : 0.0,
+  return {.device = t == tier::device ? 1.0 : 0.0,
+          .host = t == tier::host ? 1.0 : 0.0,
           .nvme = t == tier::nvme ? 1.0 : 0.0};
 }
 
@@ -73,7 +74,7 @@ state_rule rule_for(const model_layout& layout, const engine_config& config, sta
     const std::string device_key = "zero_optimization.offload_param.device";
     if (!offload_param_applies(config)) {
       return in(tier::device, config.zero.stage == 3 ? std::vector{device_key}
-                                                      : std::vector<std::string>{"zero_optimization.stage", device_key});
+                                                     : std::vector<std::string>{"zero_optimization.stage", device_key});
     }
     switch (config.zero.offload_param->device) {
       case offload_device::none: return in(tier::device, {device_key});
@@ -195,7 +196,8 @@ placement::placement(const model_layout& layout, const engine_config& config) {
   // The working copy of an fp32 parameter is its master: report the master's home for it.
   for (std::size_t p = 0; p < n; ++p) {
     if (layout.parameters()[p].dtype == kernels::dtype::fp32) {
-      tiers_[p * state_kind_count + index(state_kind::working)] = tiers_[p * state_kind_count + index(state_kind::master)];
+      tiers_[p * state_kind_count + index(state_kind::working)] =
+          tiers_[p * state_kind_count + index(state_kind::master)];
     }
   }
 }

@@ -78,23 +78,23 @@ struct tier_manager::impl {
 
   // Allocates h's home where its location says; throws what the allocator throws.
   void allocate(home& h, allocators::pinned_host_resource& pinned_memory, bool pinned) {
-  state_location& loc = h.location;
-  switch (loc.where) {
-    case tier::device: loc.device = dev.allocate(loc.bytes); break;
-    case tier::host:
-      if (pinned) {
-        h.pinned = pinned_memory.allocate(loc.bytes);
-        loc.host = h.pinned.span();
-        loc.pinned = h.pinned.locked();
-      } else {
-        h.pageable.reset(static_cast<std::byte*>(std::aligned_alloc(page, round_up(loc.bytes, page))));  // NOLINT
-        ZOE_CHECK(h.pageable != nullptr, memory_error, "cannot allocate ", format_bytes(loc.bytes),
-                  " of pageable host memory");
-        loc.host = {h.pageable.get(), loc.bytes};
-      }
-      break;
-    case tier::nvme: loc.extent = store->allocate(loc.bytes); break;
-  }
+    state_location& loc = h.location;
+    switch (loc.where) {
+      case tier::device: loc.device = dev.allocate(loc.bytes); break;
+      case tier::host:
+        if (pinned) {
+          h.pinned = pinned_memory.allocate(loc.bytes);
+          loc.host = h.pinned.span();
+          loc.pinned = h.pinned.locked();
+        } else {
+          h.pageable.reset(static_cast<std::byte*>(std::aligned_alloc(page, round_up(loc.bytes, page))));  // NOLINT
+          ZOE_CHECK(h.pageable != nullptr, memory_error, "cannot allocate ", format_bytes(loc.bytes),
+                    " of pageable host memory");
+          loc.host = {h.pageable.get(), loc.bytes};
+        }
+        break;
+      case tier::nvme: loc.extent = store->allocate(loc.bytes); break;
+    }
   }
 
   device& dev;
