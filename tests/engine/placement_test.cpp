@@ -156,7 +156,8 @@ TEST(placement, ZoePlacementAppliesBelowStageThree) {
   const auto layout = layout_of({{2048}});
   engine_config config;
   config.zero.stage = 1;
-  config.zoe.placement[static_cast<std::size_t>(state_kind::working)] = tier_fractions{.device = 0, .host = 1, .nvme = 0};
+  config.zoe.placement[static_cast<std::size_t>(state_kind::working)] =
+      tier_fractions{.device = 0, .host = 1, .nvme = 0};
   EXPECT_EQ(placement(layout, config).where(0, state_kind::working), tier::host);
 }
 
@@ -203,7 +204,8 @@ TEST(placement, AnFp32ParameterHasNoSeparateWorkingCopy) {
   const placement where(layout, config);
   EXPECT_EQ(state_bytes(layout.parameter(0), state_kind::working), 0U);
   EXPECT_EQ(state_bytes(layout.parameter(0), state_kind::gradient), 2048U * 4);
-  EXPECT_EQ(where.where(0, state_kind::working), where.where(0, state_kind::master)) << "the master is the working copy";
+  EXPECT_EQ(where.where(0, state_kind::working), where.where(0, state_kind::master))
+      << "the master is the working copy";
   EXPECT_EQ(where.bytes(state_kind::working, tier::host), 0U);
 }
 

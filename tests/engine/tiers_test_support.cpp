@@ -35,9 +35,8 @@ engine::engine_config offload_config(engine::offload_device param, engine::offlo
 }
 
 void place_all(engine::engine_config& config, const std::string& t) {
-  const engine::tier_fractions f{.device = t == "device" ? 1.0 : 0.0,
-                                 .host = t == "host" ? 1.0 : 0.0,
-                                 .nvme = t == "nvme" ? 1.0 : 0.0};
+  const engine::tier_fractions f{
+      .device = t == "device" ? 1.0 : 0.0, .host = t == "host" ? 1.0 : 0.0, .nvme = t == "nvme" ? 1.0 : 0.0};
   for (auto& state : config.zoe.placement) state = f;
 }
 

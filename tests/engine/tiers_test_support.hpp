@@ -14,8 +14,7 @@ namespace zoe::testing {
 /// One module per entry, each holding parameters of the given element counts ("m<i>.p<j>"), all
 /// of type `dtype`, laid out for `world_size` ranks.
 [[nodiscard]] engine::model_layout layout_of(const std::vector<std::vector<std::uint64_t>>& modules,
-                                             kernels::dtype dtype = kernels::dtype::fp16,
-                                             std::size_t world_size = 1);
+                                             kernels::dtype dtype = kernels::dtype::fp16, std::size_t world_size = 1);
 
 /// Stage 3 with offload_param on `param` and offload_optimizer on `optimizer` (nvme paths set to
 /// `nvme_path` where nvme is asked for), pin_memory `pinned` in both blocks.
