@@ -51,7 +51,9 @@ class tiers_fixture {
   /// `store_capacity` instead of the plan's.
   explicit tiers_fixture(engine_config config, std::int64_t device_slack = 0,
                          std::optional<std::uint64_t> store_capacity = std::nullopt)
-      : config_(std::move(config)), layout_(mixed_layout()), where_(layout_, config_),
+      : config_(std::move(config)),
+        layout_(mixed_layout()),
+        where_(layout_, config_),
         plan_(make_footprint_plan(layout_, config_, where_)) {
     const auto device_bytes = static_cast<std::int64_t>(plan_.state_bytes[0]) + device_slack;
     dev_ = make_host_device(static_cast<std::uint64_t>(std::max<std::int64_t>(device_bytes, 1)));
@@ -61,7 +63,8 @@ class tiers_fixture {
       std::vector<std::filesystem::path> paths;
       for (const auto& dir : dirs_) paths.push_back(dir.path());
       paths.resize(plan_.swap_paths.size());
-      store_ = std::make_unique<io::swap_store>(testing::store_options(paths, store_capacity.value_or(plan_.nvme_bytes)));
+      store_ =
+          std::make_unique<io::swap_store>(testing::store_options(paths, store_capacity.value_or(plan_.nvme_bytes)));
     }
   }
 
@@ -208,8 +211,8 @@ TEST_P(tier_combinations, HomesFollowThePlacementAndRoundTripByteExact) {
         }
         seen[static_cast<std::size_t>(loc.where == tier::host
                                           ? (f.where_.host_pinned(s) ? memory_kind::pinned : memory_kind::pageable)
-                                          : loc.where == tier::device ? memory_kind::device
-                                                                      : memory_kind::nvme)] += loc.bytes;
+                                      : loc.where == tier::device ? memory_kind::device
+                                                                  : memory_kind::nvme)] += loc.bytes;
       }
     }
     EXPECT_EQ(seen, f.plan_.state_bytes) << "exactly what the plan lists";
