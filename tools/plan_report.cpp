@@ -10,8 +10,8 @@ namespace {
 
 using engine::memory_kind;
 
-constexpr std::array<memory_kind, engine::memory_kind_count> all_memories = {
-    memory_kind::device, memory_kind::pinned, memory_kind::pageable, memory_kind::nvme};
+constexpr std::array<memory_kind, engine::memory_kind_count> all_memories = {memory_kind::device, memory_kind::pinned,
+                                                                             memory_kind::pageable, memory_kind::nvme};
 
 std::uint64_t total_of(const engine::footprint_plan& plan, memory_kind m) {
   switch (m) {
@@ -59,8 +59,8 @@ std::string render_text(const plan_report& r) {
     }
   }
   if (!r.plan.swap_paths.empty()) {
-    out << "  swap store: " << r.plan.swap_paths.size() << " path(s), block_size " << format_bytes(r.plan.swap_block_size)
-        << "\n";
+    out << "  swap store: " << r.plan.swap_paths.size() << " path(s), block_size "
+        << format_bytes(r.plan.swap_block_size) << "\n";
   }
   out << "\nthis machine:\n  device budget " << format_bytes(r.machine.device_budget) << "\n  RLIMIT_MEMLOCK "
       << limit_text(r.machine.memlock_limit) << "\n  MemAvailable " << format_bytes(r.machine.host_available) << "\n";

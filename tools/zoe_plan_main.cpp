@@ -43,8 +43,12 @@ int run(const std::string& config_path, const std::string& params_text, const st
   const std::uint64_t params = parse_count(params_text, "--params");
   const std::uint64_t layers = parse_count(layers_text, "--layers");
   const std::uint64_t world = parse_count(world_text, "--world-size");
-  plan::plan_report report{.loaded = engine::load_config_file(config_path), .model = {}, .plan = {}, .machine = {},
-                           .shortfalls = {}, .warnings = {}};
+  plan::plan_report report{.loaded = engine::load_config_file(config_path),
+                           .model = {},
+                           .plan = {},
+                           .machine = {},
+                           .shortfalls = {},
+                           .warnings = {}};
   const engine::engine_config& config = report.loaded.config;
   const kernels::dtype dtype = plan::working_dtype(config);
   const engine::model_layout layout = plan::layered_model(params, layers, world, dtype);
@@ -66,11 +70,12 @@ int run(const std::string& config_path, const std::string& params_text, const st
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"zoe-plan: the memory a DeepSpeed ZeRO-3 configuration needs for a model of a given size "
-               "(device, pinned and pageable host, NVMe), checked against this machine before anything is "
-               "allocated.\nExit 0 when the plan fits, 1 when it does not (naming the keys to change), 2 for a "
-               "config or usage error.\n" +
-               std::string(model_help)};
+  CLI::App app{
+      "zoe-plan: the memory a DeepSpeed ZeRO-3 configuration needs for a model of a given size "
+      "(device, pinned and pageable host, NVMe), checked against this machine before anything is "
+      "allocated.\nExit 0 when the plan fits, 1 when it does not (naming the keys to change), 2 for a "
+      "config or usage error.\n" +
+      std::string(model_help)};
   std::string config_path;
   std::string params = "0";
   std::string layers = "1";

@@ -15,9 +15,6 @@ namespace {
 using testing::layout_of;
 using testing::offload_config;
 
-constexpr std::array<state_kind, state_kind_count> all_states = {
-    state_kind::working, state_kind::gradient, state_kind::master, state_kind::exp_avg, state_kind::exp_avg_sq};
-
 // Tiers of state `s` for every parameter, in layout order.
 std::vector<tier> tiers_of(const placement& where, const model_layout& layout, state_kind s) {
   std::vector<tier> out;

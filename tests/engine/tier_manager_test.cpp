@@ -25,9 +25,6 @@ namespace {
 using testing::offload_config;
 using testing::place_all;
 
-constexpr std::array<state_kind, state_kind_count> all_states = {
-    state_kind::working, state_kind::gradient, state_kind::master, state_kind::exp_avg, state_kind::exp_avg_sq};
-
 // fp16 shards of 4 KiB (working) to 160 KiB (fp32 states), around the 64 KiB store chunk, and an
 // fp32 parameter whose working copy is its master.
 model_layout mixed_layout() {
@@ -209,10 +206,7 @@ TEST_P(tier_combinations, HomesFollowThePlacementAndRoundTripByteExact) {
         if (loc.where == tier::nvme) {
           EXPECT_EQ(loc.extent.bytes, loc.bytes);
         }
-        seen[static_cast<std::size_t>(loc.where == tier::host
-                                          ? (f.where_.host_pinned(s) ? memory_kind::pinned : memory_kind::pageable)
-                                      : loc.where == tier::device ? memory_kind::device
-                                                                  : memory_kind::nvme)] += loc.bytes;
+        seen[static_cast<std::size_t>(memory_of(loc.where, f.where_.host_pinned(s)))] += loc.bytes;
       }
     }
     EXPECT_EQ(seen, f.plan_.state_bytes) << "exactly what the plan lists";

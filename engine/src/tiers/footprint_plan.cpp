@@ -13,9 +13,6 @@
 namespace zoe::engine {
 namespace {
 
-constexpr std::array<state_kind, state_kind_count> all_states = {
-    state_kind::working, state_kind::gradient, state_kind::master, state_kind::exp_avg, state_kind::exp_avg_sq};
-
 // Element counts from the config times element sizes: a count near UINT64_MAX means "no limit".
 std::uint64_t saturating_mul(std::uint64_t a, std::uint64_t b) noexcept {
   return b != 0 && a > std::numeric_limits<std::uint64_t>::max() / b ? std::numeric_limits<std::uint64_t>::max()
@@ -31,15 +28,6 @@ constexpr std::uint64_t max_buffer_elements = std::uint64_t{1} << 48;
 
 // O_DIRECT wants buffers, lengths and offsets in whole 4 KiB pages (the swap store's granularity).
 constexpr std::uint64_t page = 4096;
-
-memory_kind home_memory(const placement& where, state_kind s, tier t) {
-  switch (t) {
-    case tier::device: return memory_kind::device;
-    case tier::host: return where.host_pinned(s) ? memory_kind::pinned : memory_kind::pageable;
-    case tier::nvme: return memory_kind::nvme;
-  }
-  return memory_kind::device;
-}
 
 std::string pin_key(state_kind s) {
   return s == state_kind::working ? "zero_optimization.offload_param.pin_memory"
@@ -74,7 +62,7 @@ void add_states(plan_builder& out, footprint_plan& plan, const placement& where)
   for (const state_kind s : all_states) {
     for (const tier t : {tier::device, tier::host, tier::nvme}) {
       const std::uint64_t bytes = where.bytes(s, t);
-      const memory_kind memory = home_memory(where, s, t);
+      const memory_kind memory = memory_of(t, where.host_pinned(s));
       plan.state_bytes[static_cast<std::size_t>(memory)] += bytes;
       if (t == tier::nvme) continue;  // listed with the swap store, which holds them
       std::vector<std::string> keys(where.keys(s).begin(), where.keys(s).end());
@@ -221,6 +209,15 @@ void add_arena(plan_builder& out, footprint_plan& plan, const model_layout& layo
 }
 
 }  // namespace
+
+memory_kind memory_of(tier t, bool pinned) noexcept {
+  switch (t) {
+    case tier::device: return memory_kind::device;
+    case tier::host: return pinned ? memory_kind::pinned : memory_kind::pageable;
+    case tier::nvme: return memory_kind::nvme;
+  }
+  return memory_kind::device;
+}
 
 std::string_view memory_kind_name(memory_kind m) noexcept {
   switch (m) {

@@ -16,9 +16,6 @@ namespace {
 constexpr std::size_t index(state_kind s) noexcept { return static_cast<std::size_t>(s); }
 constexpr std::size_t index(tier t) noexcept { return static_cast<std::size_t>(t); }
 
-constexpr std::array<state_kind, state_kind_count> all_states = {
-    state_kind::working, state_kind::gradient, state_kind::master, state_kind::exp_avg, state_kind::exp_avg_sq};
-
 /// How one state is placed: fractions per tier, or (max_in_cpu) one tier per parameter; and the
 /// keys that decided it (or would move it), for messages and the plan.
 struct state_rule {

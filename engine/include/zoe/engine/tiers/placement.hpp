@@ -31,6 +31,7 @@
 // the working copy, offload_optimizer for the others; DeepSpeed's default when the block is
 // absent), pageable otherwise. NVMe staging buffers are always pinned (see footprint_plan.hpp).
 
+#include <array>
 #include <cstdint>
 #include <filesystem>
 #include <span>
@@ -42,6 +43,10 @@
 #include "zoe/engine/model/layout.hpp"
 
 namespace zoe::engine {
+
+/// Every state of a shard, in state_kind order (to loop over them).
+inline constexpr std::array<state_kind, state_kind_count> all_states = {
+    state_kind::working, state_kind::gradient, state_kind::master, state_kind::exp_avg, state_kind::exp_avg_sq};
 
 enum class tier : std::uint8_t { device = 0, host = 1, nvme = 2 };
 inline constexpr std::size_t tier_count = 3;
