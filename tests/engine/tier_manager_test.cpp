@@ -42,50 +42,48 @@ model_layout mixed_layout() {
 // Everything a tier manager needs, sized exactly by the plan: a host device whose budget is the
 // plan's device state bytes, a pinned resource limited to the plan's pinned bytes, and a store of
 // the plan's capacity striped over as many scratch folders as the plan has swap paths.
-class tiers_fixture {
- public:
+struct tiers_fixture {
   /// `device_slack` bytes more (or fewer) than the plan's device states; a store of
   /// `store_capacity` instead of the plan's.
-  explicit tiers_fixture(engine_config config, std::int64_t device_slack = 0,
+  explicit tiers_fixture(engine_config given, std::int64_t device_slack = 0,
                          std::optional<std::uint64_t> store_capacity = std::nullopt)
-      : config_(std::move(config)),
-        layout_(mixed_layout()),
-        where_(layout_, config_),
-        plan_(make_footprint_plan(layout_, config_, where_)) {
-    const auto device_bytes = static_cast<std::int64_t>(plan_.state_bytes[0]) + device_slack;
-    dev_ = make_host_device(static_cast<std::uint64_t>(std::max<std::int64_t>(device_bytes, 1)));
-    pinned_ = std::make_unique<allocators::pinned_host_resource>(
-        *dev_, allocators::pinned_options{.limit_bytes = std::max<std::uint64_t>(plan_.pinned_bytes, 1)});
-    if (plan_.nvme_bytes > 0) {
+      : config(std::move(given)),
+        layout(mixed_layout()),
+        where(layout, config),
+        plan(make_footprint_plan(layout, config, where)) {
+    const auto device_bytes = static_cast<std::int64_t>(plan.state_bytes[0]) + device_slack;
+    dev = make_host_device(static_cast<std::uint64_t>(std::max<std::int64_t>(device_bytes, 1)));
+    pinned = std::make_unique<allocators::pinned_host_resource>(
+        *dev, allocators::pinned_options{.limit_bytes = std::max<std::uint64_t>(plan.pinned_bytes, 1)});
+    if (plan.nvme_bytes > 0) {
       std::vector<std::filesystem::path> paths;
-      for (const auto& dir : dirs_) paths.push_back(dir.path());
-      paths.resize(plan_.swap_paths.size());
-      store_ =
-          std::make_unique<io::swap_store>(testing::store_options(paths, store_capacity.value_or(plan_.nvme_bytes)));
+      for (const auto& dir : dirs) paths.push_back(dir.path());
+      paths.resize(plan.swap_paths.size());
+      store = std::make_unique<io::swap_store>(testing::store_options(paths, store_capacity.value_or(plan.nvme_bytes)));
     }
   }
 
-  [[nodiscard]] tier_manager make() const { return {layout_, where_, plan_, resources()}; }
-  [[nodiscard]] tier_resources resources() const { return {.dev = *dev_, .pinned = *pinned_, .store = store_.get()}; }
+  [[nodiscard]] tier_manager make() const { return {layout, where, plan, resources()}; }
+  [[nodiscard]] tier_resources resources() const { return {.dev = *dev, .pinned = *pinned, .store = store.get()}; }
   [[nodiscard]] std::unique_ptr<tier_manager> make_unique() const {
-    return std::make_unique<tier_manager>(layout_, where_, plan_, resources());
+    return std::make_unique<tier_manager>(layout, where, plan, resources());
   }
   // Nothing is held by any of the resources.
   [[nodiscard]] ::testing::AssertionResult nothing_allocated() const {
-    if (dev_->usage().current_bytes != 0) return ::testing::AssertionFailure() << "device bytes left";
-    if (pinned_->bytes_in_use() != 0) return ::testing::AssertionFailure() << "pinned bytes left";
-    if (store_ && store_->free_bytes() != store_->capacity()) return ::testing::AssertionFailure() << "extents left";
+    if (dev->usage().current_bytes != 0) return ::testing::AssertionFailure() << "device bytes left";
+    if (pinned->bytes_in_use() != 0) return ::testing::AssertionFailure() << "pinned bytes left";
+    if (store && store->free_bytes() != store->capacity()) return ::testing::AssertionFailure() << "extents left";
     return ::testing::AssertionSuccess();
   }
 
-  engine_config config_;
-  model_layout layout_;
-  placement where_;
-  footprint_plan plan_;
-  std::array<testing::scratch_dir, 2> dirs_;
-  std::unique_ptr<device> dev_;
-  std::unique_ptr<allocators::pinned_host_resource> pinned_;
-  std::unique_ptr<io::swap_store> store_;
+  engine_config config;
+  model_layout layout;
+  placement where;
+  footprint_plan plan;
+  std::array<testing::scratch_dir, 2> dirs;
+  std::unique_ptr<device> dev;
+  std::unique_ptr<allocators::pinned_host_resource> pinned;
+  std::unique_ptr<io::swap_store> store;
 };
 
 // Writes `data` to the home of (p, s), through its location, as a swapper would.
@@ -94,14 +92,14 @@ void write_home(tier_manager& tiers, tiers_fixture& f, parameter_id p, state_kin
   const state_location& loc = tiers.location(p, s);
   switch (loc.where) {
     case tier::device: {
-      const auto stream = f.dev_->create_stream();
-      f.dev_->copy_async(loc.device, data.data(), data.size(), copy_kind::host_to_device, stream.view());
-      f.dev_->synchronize(stream.view());
+      const auto stream = f.dev->create_stream();
+      f.dev->copy_async(loc.device, data.data(), data.size(), copy_kind::host_to_device, stream.view());
+      f.dev->synchronize(stream.view());
       break;
     }
     case tier::host: std::memcpy(loc.host.data(), data.data(), data.size()); break;
     case tier::nvme: {
-      io::swap_channel ch(*f.store_);
+      io::swap_channel ch(*f.store);
       testing::store_write(ch, loc.extent, 0, data);
       break;
     }
@@ -114,14 +112,14 @@ void read_home(tier_manager& tiers, tiers_fixture& f, parameter_id p, state_kind
   const state_location& loc = tiers.location(p, s);
   switch (loc.where) {
     case tier::device: {
-      const auto stream = f.dev_->create_stream();
-      f.dev_->copy_async(out.data(), loc.device, out.size(), copy_kind::device_to_host, stream.view());
-      f.dev_->synchronize(stream.view());
+      const auto stream = f.dev->create_stream();
+      f.dev->copy_async(out.data(), loc.device, out.size(), copy_kind::device_to_host, stream.view());
+      f.dev->synchronize(stream.view());
       break;
     }
     case tier::host: std::memcpy(out.data(), loc.host.data(), out.size()); break;
     case tier::nvme: {
-      io::swap_channel ch(*f.store_);
+      io::swap_channel ch(*f.store);
       const auto done = testing::store_read(ch, loc.extent, 0, out);
       ASSERT_TRUE(done.ok()) << done.message;
       break;
@@ -181,7 +179,8 @@ std::vector<combination> combinations() {
   };
 }
 
-void PrintTo(const combination& c, std::ostream* out) { *out << c.name; }
+// gtest's printer hook, by the name gtest looks for.
+void PrintTo(const combination& c, std::ostream* out) { *out << c.name; }  // NOLINT(readability-identifier-naming)
 
 class tier_combinations : public ::testing::TestWithParam<combination> {};
 
@@ -192,10 +191,10 @@ TEST_P(tier_combinations, HomesFollowThePlacementAndRoundTripByteExact) {
   {
     tier_manager tiers = f.make();
     std::array<std::uint64_t, memory_kind_count> seen{};
-    for (const auto& p : f.layout_.parameters()) {
+    for (const auto& p : f.layout.parameters()) {
       for (const state_kind s : all_states) {
         const state_location& loc = tiers.location(p.id, s);
-        EXPECT_EQ(loc.where, f.where_.where(p.id, s)) << p.name << " " << state_kind_name(s);
+        EXPECT_EQ(loc.where, f.where.where(p.id, s)) << p.name << " " << state_kind_name(s);
         EXPECT_EQ(loc.bytes, state_bytes(p, s));
         EXPECT_EQ(tiers.status(p.id, s), state_status::released) << "nothing is written yet";
         if (loc.bytes == 0) continue;
@@ -206,24 +205,24 @@ TEST_P(tier_combinations, HomesFollowThePlacementAndRoundTripByteExact) {
         if (loc.where == tier::nvme) {
           EXPECT_EQ(loc.extent.bytes, loc.bytes);
         }
-        seen[static_cast<std::size_t>(memory_of(loc.where, f.where_.host_pinned(s)))] += loc.bytes;
+        seen[static_cast<std::size_t>(memory_of(loc.where, f.where.host_pinned(s)))] += loc.bytes;
       }
     }
-    EXPECT_EQ(seen, f.plan_.state_bytes) << "exactly what the plan lists";
+    EXPECT_EQ(seen, f.plan.state_bytes) << "exactly what the plan lists";
     if (GetParam().name == "every_state_split_three_ways") {
       // The fp32 states; the 16-bit ones are split in two only (whole shards, other sizes).
       for (const state_kind s : {state_kind::master, state_kind::exp_avg, state_kind::exp_avg_sq}) {
         for (const tier t : {tier::device, tier::host, tier::nvme}) {
-          EXPECT_GT(f.where_.bytes(s, t), 0U) << state_kind_name(s) << " in " << tier_name(t);
+          EXPECT_GT(f.where.bytes(s, t), 0U) << state_kind_name(s) << " in " << tier_name(t);
         }
       }
     }
-    EXPECT_EQ(tiers.home_bytes(memory_kind::device), f.plan_.state_bytes[0]);
-    EXPECT_EQ(tiers.home_bytes(memory_kind::nvme), f.plan_.state_bytes[3]);
-    EXPECT_EQ(f.pinned_->bytes_in_use(), f.plan_.state_bytes[1]);
+    EXPECT_EQ(tiers.home_bytes(memory_kind::device), f.plan.state_bytes[0]);
+    EXPECT_EQ(tiers.home_bytes(memory_kind::nvme), f.plan.state_bytes[3]);
+    EXPECT_EQ(f.pinned->bytes_in_use(), f.plan.state_bytes[1]);
 
     std::uint64_t seed = 1;
-    for (const auto& p : f.layout_.parameters()) {
+    for (const auto& p : f.layout.parameters()) {
       for (const state_kind s : all_states) {
         const std::uint64_t bytes = tiers.location(p.id, s).bytes;
         if (bytes == 0) continue;
@@ -237,8 +236,8 @@ TEST_P(tier_combinations, HomesFollowThePlacementAndRoundTripByteExact) {
         EXPECT_TRUE(testing::same_bytes(back.span(), expected)) << p.name << " " << state_kind_name(s);
       }
     }
-    EXPECT_LE(f.dev_->usage().peak_bytes, f.dev_->usage().budget_bytes) << "the device budget held";
-    EXPECT_LE(f.pinned_->peak_bytes_in_use(), f.plan_.pinned_bytes) << "pinned never above the plan";
+    EXPECT_LE(f.dev->usage().peak_bytes, f.dev->usage().budget_bytes) << "the device budget held";
+    EXPECT_LE(f.pinned->peak_bytes_in_use(), f.plan.pinned_bytes) << "pinned never above the plan";
   }
   EXPECT_TRUE(f.nothing_allocated()) << "destruction frees every home";
 }
@@ -265,7 +264,7 @@ TEST(tier_manager, ADeviceBudgetOneByteShortAllocatesNothing) {
   EXPECT_NE(text.find("tier manager: cannot allocate"), std::string::npos) << text;
   EXPECT_NE(text.find(" in device"), std::string::npos) << text;
   EXPECT_TRUE(f.nothing_allocated());
-  EXPECT_LE(f.dev_->usage().peak_bytes, f.dev_->usage().budget_bytes);
+  EXPECT_LE(f.dev->usage().peak_bytes, f.dev->usage().budget_bytes);
 }
 
 TEST(tier_manager, RefusedPinnedMemoryAllocatesNothing) {
@@ -273,9 +272,9 @@ TEST(tier_manager, RefusedPinnedMemoryAllocatesNothing) {
   auto config = split_config(a.path());
   config.zero.offload_optimizer->pin_memory = true;
   tiers_fixture f(config);
-  f.pinned_ = std::make_unique<allocators::pinned_host_resource>(
-      *f.dev_, allocators::pinned_options{.limit_bytes = f.plan_.state_bytes[1] - 1});
-  ASSERT_GT(f.plan_.state_bytes[1], 0U);
+  f.pinned = std::make_unique<allocators::pinned_host_resource>(
+      *f.dev, allocators::pinned_options{.limit_bytes = f.plan.state_bytes[1] - 1});
+  ASSERT_GT(f.plan.state_bytes[1], 0U);
   const std::string text = failure_of<memory_error>(f);
   EXPECT_NE(text.find(" in host"), std::string::npos) << text;
   EXPECT_TRUE(f.nothing_allocated());
@@ -314,10 +313,10 @@ TEST(tier_manager, ThePlanCapacityHoldsEveryExtentInAnyLayout) {
 TEST(tier_manager, APlanForAnotherPlacementOrAMissingStoreIsAUsageError) {
   const testing::scratch_dir a;
   tiers_fixture f(split_config(a.path()));
-  footprint_plan other = f.plan_;
+  footprint_plan other = f.plan;
   other.state_bytes[0] += 4096;
-  EXPECT_THROW(tier_manager(f.layout_, f.where_, other, f.resources()), usage_error);
-  EXPECT_THROW(tier_manager(f.layout_, f.where_, f.plan_, {.dev = *f.dev_, .pinned = *f.pinned_, .store = nullptr}),
+  EXPECT_THROW(tier_manager(f.layout, f.where, other, f.resources()), usage_error);
+  EXPECT_THROW(tier_manager(f.layout, f.where, f.plan, {.dev = *f.dev, .pinned = *f.pinned, .store = nullptr}),
                usage_error);
   EXPECT_TRUE(f.nothing_allocated());
 }
