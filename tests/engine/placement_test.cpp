@@ -104,19 +104,29 @@ TEST(placement, SubGroupsCloseOnceTheyReachTheSize) {
   EXPECT_EQ(sub_groups(layout, 1'000'000'000).size(), 1U);
 }
 
-TEST(placement, OffloadOptimizerCpuRatioIsTheHostShare) {
-  // Ten shards of 2048 elements: ratio 0.3 puts three of them (30%) in host memory.
+TEST(placement, OffloadOptimizerRatioOffloadsTheLastSubGroupsByCount) {
+  // Ten shards of 2048 elements, one sub-group each: ratio 0.3 keeps int(0.7 * 10) = 7 sub-groups
+  // on the device and puts the last three in host memory.
   const auto layout = layout_of({std::vector<std::uint64_t>(10, 2048)});
   auto config = offload_config(offload_device::none, offload_device::cpu);
+  config.zero.sub_group_size = 2048;
   config.zero.offload_optimizer->ratio = 0.3;
   const placement where(layout, config);
   for (const state_kind s : {state_kind::gradient, state_kind::master, state_kind::exp_avg, state_kind::exp_avg_sq}) {
-    const std::uint64_t total = where.bytes(s, tier::host) + where.bytes(s, tier::device);
-    EXPECT_EQ(where.bytes(s, tier::host) * 10, total * 3) << state_kind_name(s);
+    EXPECT_EQ(tiers_of(where, layout, s),
+              (std::vector<tier>{tier::device, tier::device, tier::device, tier::device, tier::device, tier::device,
+                                 tier::device, tier::host, tier::host, tier::host}))
+        << state_kind_name(s);
   }
-  EXPECT_EQ(where.where(0, state_kind::master), tier::device) << "the device's share comes first";
-  EXPECT_EQ(where.where(9, state_kind::master), tier::host);
-  EXPECT_EQ(where.bytes(state_kind::working, tier::device), 10U * 2048 * 2);
+  EXPECT_EQ(where.bytes(state_kind::working, tier::device), 10U * 2048 * 2) << "the working copy is not moved";
+
+  // Five sub-groups of two shards: int(0.7 * 5) = 3 stay, so 40% of the bytes go to the host:
+  // DeepSpeed counts sub-groups, not bytes.
+  config.zero.sub_group_size = 4096;
+  EXPECT_EQ(placement(layout, config).bytes(state_kind::master, tier::host), 4U * 2048 * 4);
+  // One sub-group (the default size): int(0.7 * 1) = 0 stay, all of it goes to the host.
+  config.zero.sub_group_size = 1'000'000'000;
+  EXPECT_EQ(placement(layout, config).bytes(state_kind::master, tier::device), 0U);
 }
 
 TEST(placement, OffloadOptimizerNvmePutsTheGradientInHostMemory) {

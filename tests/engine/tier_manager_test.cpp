@@ -157,6 +157,7 @@ std::vector<combination> combinations() {
        [](auto, auto) {
          auto c = offload_config(offload_device::cpu, offload_device::cpu);
          c.zero.offload_optimizer->ratio = 0.5;
+         c.zero.sub_group_size = 1;  // a sub-group per parameter: two stay on the device
          return with_chunk(c);
        }},
       {"deepspeed_nvme_max_in_cpu",

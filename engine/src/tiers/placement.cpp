@@ -59,6 +59,20 @@ std::vector<tier> working_with_max_in_cpu(const model_layout& layout, const engi
   return out;
 }
 
+// offload_optimizer.ratio below 1: of the n sub-groups, in order, the first int((1 - ratio) * n)
+// stay on the device and the rest go to host memory (stage3.py, subgroup_to_device): DeepSpeed
+// counts sub-groups, not bytes.
+std::vector<tier> optimizer_with_ratio(const model_layout& layout, const engine_config& config) {
+  std::vector<tier> out(layout.parameters().size(), tier::host);
+  const std::vector<sub_group> groups = sub_groups(layout, config.zero.sub_group_size);
+  const double on_device = (1.0 - config.zero.offload_optimizer->ratio) * static_cast<double>(groups.size());
+  const auto first_offloaded = static_cast<std::size_t>(on_device);  // Python's int(): toward zero
+  for (std::size_t i = 0; i < first_offloaded && i < groups.size(); ++i) {
+    std::fill(out.begin() + groups[i].first, out.begin() + groups[i].last, tier::device);
+  }
+  return out;
+}
+
 state_rule rule_for(const model_layout& layout, const engine_config& config, state_kind s) {
   if (const auto& f = config.zoe.placement[index(s)]) {
     validate_fractions(*f, s);
@@ -88,9 +102,10 @@ state_rule rule_for(const model_layout& layout, const engine_config& config, sta
   switch (opt.device) {
     case offload_device::none: return in(tier::device, {device_key});
     case offload_device::cpu:
-      return {.fractions = tier_fractions{.device = 1.0 - opt.ratio, .host = opt.ratio, .nvme = 0.0},
-              .per_parameter = {},
-              .keys = {device_key, "zero_optimization.offload_optimizer.ratio"}};
+      if (opt.ratio >= 1.0) return in(tier::host, {device_key});
+      return {.fractions = std::nullopt,
+              .per_parameter = optimizer_with_ratio(layout, config),
+              .keys = {device_key, "zero_optimization.offload_optimizer.ratio", "zero_optimization.sub_group_size"}};
     case offload_device::nvme: return in(s == state_kind::gradient ? tier::host : tier::nvme, {device_key});
   }
   return in(tier::device, {device_key});

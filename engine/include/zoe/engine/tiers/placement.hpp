@@ -15,8 +15,10 @@
 //               that does not fit, and every one after it, goes to nvme.
 //  3. gradient, master, exp_avg and exp_avg_sq follow zero_optimization.offload_optimizer:
 //       none -> device;
-//       cpu  -> host, where `ratio` is the host share of each state's bytes and the rest stays on
-//               the device (ratio 1, the default, puts all of it on the host);
+//       cpu  -> host; with `ratio` below 1, as DeepSpeed's partial offload (stage3.py,
+//               subgroup_to_device): of the n sub-groups, in order, the first int((1 - ratio) * n)
+//               stay on the device and the rest go to host memory (a count of sub-groups, not of
+//               bytes);
 //       nvme -> master, exp_avg and exp_avg_sq on nvme; the gradient in host memory.
 //  4. Without either block every state is on the device.
 // An fp32 parameter has no separate working copy (the master is it): its working state has no
