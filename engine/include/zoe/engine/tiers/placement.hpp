@@ -12,7 +12,9 @@
 //               sub-groups of sub_group_size elements in layout order (a sub-group closes once it
 //               holds sub_group_size elements or more); whole sub-groups stay in host memory while
 //               the running count of their shard elements is <= max_in_cpu; the first sub-group
-//               that does not fit, and every one after it, goes to nvme.
+//               that does not fit, and every one after it, goes to nvme. (DeepSpeed also never
+//               swaps a partition under max(1 MiB, aio.block_size), swappable_tensor(); zoe does,
+//               since its swap store holds extents of any multiple of 4 KiB.)
 //  3. gradient, master, exp_avg and exp_avg_sq follow zero_optimization.offload_optimizer:
 //       none -> device;
 //       cpu  -> host; with `ratio` below 1, as DeepSpeed's partial offload (stage3.py,
