@@ -2,7 +2,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <string>
+
 #include "config_test_support.hpp"
+#include "zoe/core/str.hpp"
 
 namespace zoe::engine {
 namespace {
@@ -121,6 +124,11 @@ TEST(config_unknown_keys, an_unknown_key_at_any_level_names_the_nearest_known_on
       {R"({"zoe": {"swap": {"checksum": false}}})", "zoe.swap.checksum", "zoe.swap.checksums"},
       {R"({"zoe": {"placement": {"exp_avg_sqr": {"host": 1}}}})", "zoe.placement.exp_avg_sqr",
        "zoe.placement.exp_avg_sq"},
+      // Nearest to a deprecated spelling: the current name is suggested, not one that warns again.
+      {R"({"zero_optimization": {"max_live_param": 1}})", "zero_optimization.max_live_param",
+       "zero_optimization.stage3_max_live_parameters"},
+      {R"({"aio": {"thread_cont": 2}})", "aio.thread_cont", "aio.intra_op_parallelism"},
+      {R"({"bfloat": {"enabled": true}})", "bfloat", "bf16"},
   };
   for (const probe& p : probes) {
     const loaded_config c = parse_config(p.text);
