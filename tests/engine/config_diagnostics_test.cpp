@@ -14,6 +14,7 @@ using ::testing::AllOf;
 using testing::config_error_of;
 using testing::entry_of;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using testing::warning_about;
 
 TEST(config_deprecated, old_names_apply_with_a_warning_naming_the_current_one) {
@@ -174,6 +175,12 @@ TEST(config_auto, auto_only_hugging_face_resolves_is_an_error_naming_each_key) {
 TEST(config_auto, auto_where_zoe_expects_a_value_is_a_type_error) {
   EXPECT_THAT(config_error_of(R"({"aio": {"block_size": "auto"}})"),
               AllOf(HasSubstr("aio.block_size"), HasSubstr("(a string)")));
+  // A whole block is no number Hugging Face fills in: "write a number" would be wrong advice.
+  for (const char* block : {"zero_optimization", "optimizer", "fp16", "zoe"}) {
+    const std::string message = config_error_of(str(R"({")", block, R"(": "auto"})"));
+    EXPECT_THAT(message, AllOf(HasSubstr(str(block, ": expected an object")), HasSubstr("(a string)")));
+    EXPECT_THAT(message, Not(HasSubstr("write a number")));
+  }
 }
 
 TEST(config_zoe_block, every_zoe_key_is_read) {

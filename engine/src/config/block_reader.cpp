@@ -281,7 +281,9 @@ void read_block(read_context& ctx, const json& node, const std::string& path, co
       continue;
     }
     const std::string key = join_key(path, name);
-    if (is_auto(value) && spec.on_auto != auto_policy::not_allowed) {
+    // Hugging Face fills "auto" in for numbers, never for a whole block: that is a type error.
+    const bool hugging_face_block = spec.on_auto == auto_policy::hugging_face_only && f->read;
+    if (is_auto(value) && spec.on_auto != auto_policy::not_allowed && !hugging_face_block) {
       (spec.on_auto == auto_policy::deepspeed_default ? ctx.auto_resolved : ctx.auto_refused).push_back(key);
       sources.emplace_back(f->name, config_source::auto_value);
       continue;
