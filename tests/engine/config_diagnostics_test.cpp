@@ -162,6 +162,15 @@ TEST(config_auto, auto_under_zero_fp16_bf16_takes_deepspeeds_default_in_one_line
   }
 }
 
+TEST(config_auto, auto_for_an_offload_block_names_the_defaults_it_resolved_to) {
+  // DeepSpeed drops "offload_param": "auto", leaving no block; the one line says what that means.
+  const loaded_config c = parse_config(R"({"zero_optimization": {"stage": 3, "offload_param": "auto"}})");
+  EXPECT_FALSE(c.config.zero.offload_param.has_value());
+  ASSERT_EQ(c.warnings.size(), 1u);
+  EXPECT_THAT(c.warnings[0].message, AllOf(HasSubstr(R"(zero_optimization.offload_param.device="none")"),
+                                           HasSubstr("zero_optimization.offload_param.buffer_count=5")));
+}
+
 TEST(config_auto, auto_only_hugging_face_resolves_is_an_error_naming_each_key) {
   const std::string message = config_error_of(R"({"gradient_clipping": "auto", "gradient_accumulation_steps": "auto",
       "optimizer": {"type": "AdamW", "params": {"lr": "auto", "betas": "auto", "eps": "auto", "weight_decay": "auto"}}})");
