@@ -72,6 +72,23 @@ TEST(config_deprecated, legacy_boolean_zero_optimization_means_stage_1) {
   EXPECT_NE(warning_about(c, "zero_optimization"), nullptr);
 }
 
+TEST(config_deprecated, legacy_boolean_zero_optimization_takes_allgather_size) {
+  // DeepSpeed's read_zero_config_deprecated: with the boolean form, the top-level allgather_size
+  // (default 5e8) is the allgather_bucket_size; with the object form it is not read at all.
+  const loaded_config legacy = parse_config(R"({"zero_optimization": true, "allgather_size": 2e8})");
+  EXPECT_EQ(legacy.config.zero.allgather_bucket_size, 200'000'000u);
+  EXPECT_EQ(entry_of(legacy, "zero_optimization.allgather_bucket_size")->source, config_source::file);
+  EXPECT_EQ(parse_config(R"({"zero_optimization": false, "allgather_size": 2e8})").config.zero.allgather_bucket_size,
+            500'000'000u);
+  const loaded_config modern = parse_config(R"({"zero_optimization": {"stage": 1}, "allgather_size": 2e8})");
+  EXPECT_EQ(modern.config.zero.allgather_bucket_size, 500'000'000u);
+  EXPECT_TRUE(modern.warnings.empty()) << "a key DeepSpeed knows, ignored quietly";
+  EXPECT_EQ(entry_of(modern, "allgather_size"), nullptr) << "not a key zoe lists";
+  EXPECT_TRUE(parse_config(R"({"allgather_size": "auto"})").warnings.empty()) << "unread, so unchecked";
+  EXPECT_THAT(config_error_of(R"({"zero_optimization": true, "allgather_size": -1})"),
+              AllOf(HasSubstr("<config>: allgather_size: expected an integer"), HasSubstr("-1")));
+}
+
 TEST(config_deprecated, two_spellings_of_one_key_are_an_error) {
   EXPECT_THAT(
       config_error_of(R"({"zero_optimization": {"stage3_prefetch_bucket_size": 1, "prefetch_bucket_size": 2}})"),
