@@ -2,7 +2,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <string>
+
 #include "config_test_support.hpp"
+#include "zoe/core/str.hpp"
 
 namespace zoe::engine {
 namespace {
@@ -11,6 +14,7 @@ using ::testing::AllOf;
 using testing::config_error_of;
 using testing::entry_of;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using testing::warning_about;
 
 TEST(config_deprecated, old_names_apply_with_a_warning_naming_the_current_one) {
@@ -68,6 +72,23 @@ TEST(config_deprecated, legacy_boolean_zero_optimization_means_stage_1) {
   EXPECT_NE(warning_about(c, "zero_optimization"), nullptr);
 }
 
+TEST(config_deprecated, legacy_boolean_zero_optimization_takes_allgather_size) {
+  // DeepSpeed's read_zero_config_deprecated: with the boolean form, the top-level allgather_size
+  // (default 5e8) is the allgather_bucket_size; with the object form it is not read at all.
+  const loaded_config legacy = parse_config(R"({"zero_optimization": true, "allgather_size": 2e8})");
+  EXPECT_EQ(legacy.config.zero.allgather_bucket_size, 200'000'000u);
+  EXPECT_EQ(entry_of(legacy, "zero_optimization.allgather_bucket_size")->source, config_source::file);
+  EXPECT_EQ(parse_config(R"({"zero_optimization": false, "allgather_size": 2e8})").config.zero.allgather_bucket_size,
+            500'000'000u);
+  const loaded_config modern = parse_config(R"({"zero_optimization": {"stage": 1}, "allgather_size": 2e8})");
+  EXPECT_EQ(modern.config.zero.allgather_bucket_size, 500'000'000u);
+  EXPECT_TRUE(modern.warnings.empty()) << "a key DeepSpeed knows, ignored quietly";
+  EXPECT_EQ(entry_of(modern, "allgather_size"), nullptr) << "not a key zoe lists";
+  EXPECT_TRUE(parse_config(R"({"allgather_size": "auto"})").warnings.empty()) << "unread, so unchecked";
+  EXPECT_THAT(config_error_of(R"({"zero_optimization": true, "allgather_size": -1})"),
+              AllOf(HasSubstr("<config>: allgather_size: expected an integer"), HasSubstr("-1")));
+}
+
 TEST(config_deprecated, two_spellings_of_one_key_are_an_error) {
   EXPECT_THAT(
       config_error_of(R"({"zero_optimization": {"stage3_prefetch_bucket_size": 1, "prefetch_bucket_size": 2}})"),
@@ -121,6 +142,11 @@ TEST(config_unknown_keys, an_unknown_key_at_any_level_names_the_nearest_known_on
       {R"({"zoe": {"swap": {"checksum": false}}})", "zoe.swap.checksum", "zoe.swap.checksums"},
       {R"({"zoe": {"placement": {"exp_avg_sqr": {"host": 1}}}})", "zoe.placement.exp_avg_sqr",
        "zoe.placement.exp_avg_sq"},
+      // Nearest to a deprecated spelling: the current name is suggested, not one that warns again.
+      {R"({"zero_optimization": {"max_live_param": 1}})", "zero_optimization.max_live_param",
+       "zero_optimization.stage3_max_live_parameters"},
+      {R"({"aio": {"thread_cont": 2}})", "aio.thread_cont", "aio.intra_op_parallelism"},
+      {R"({"bfloat": {"enabled": true}})", "bfloat", "bf16"},
   };
   for (const probe& p : probes) {
     const loaded_config c = parse_config(p.text);
@@ -153,6 +179,15 @@ TEST(config_auto, auto_under_zero_fp16_bf16_takes_deepspeeds_default_in_one_line
   }
 }
 
+TEST(config_auto, auto_for_an_offload_block_names_the_defaults_it_resolved_to) {
+  // DeepSpeed drops "offload_param": "auto", leaving no block; the one line says what that means.
+  const loaded_config c = parse_config(R"({"zero_optimization": {"stage": 3, "offload_param": "auto"}})");
+  EXPECT_FALSE(c.config.zero.offload_param.has_value());
+  ASSERT_EQ(c.warnings.size(), 1u);
+  EXPECT_THAT(c.warnings[0].message, AllOf(HasSubstr(R"(zero_optimization.offload_param.device="none")"),
+                                           HasSubstr("zero_optimization.offload_param.buffer_count=5")));
+}
+
 TEST(config_auto, auto_only_hugging_face_resolves_is_an_error_naming_each_key) {
   const std::string message = config_error_of(R"({"gradient_clipping": "auto", "gradient_accumulation_steps": "auto",
       "optimizer": {"type": "AdamW", "params": {"lr": "auto", "betas": "auto", "eps": "auto", "weight_decay": "auto"}}})");
@@ -166,6 +201,12 @@ TEST(config_auto, auto_only_hugging_face_resolves_is_an_error_naming_each_key) {
 TEST(config_auto, auto_where_zoe_expects_a_value_is_a_type_error) {
   EXPECT_THAT(config_error_of(R"({"aio": {"block_size": "auto"}})"),
               AllOf(HasSubstr("aio.block_size"), HasSubstr("(a string)")));
+  // A whole block is no number Hugging Face fills in: "write a number" would be wrong advice.
+  for (const char* block : {"zero_optimization", "optimizer", "fp16", "zoe"}) {
+    const std::string message = config_error_of(str(R"({")", block, R"(": "auto"})"));
+    EXPECT_THAT(message, AllOf(HasSubstr(str(block, ": expected an object")), HasSubstr("(a string)")));
+    EXPECT_THAT(message, Not(HasSubstr("write a number")));
+  }
 }
 
 TEST(config_zoe_block, every_zoe_key_is_read) {

@@ -3,8 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <limits>
+#include <string>
 
 #include "config_test_support.hpp"
+#include "zoe/core/str.hpp"
 
 namespace zoe::engine {
 namespace {
@@ -13,6 +15,7 @@ using ::testing::AllOf;
 using testing::config_error_of;
 using testing::entry_of;
 using ::testing::HasSubstr;
+using ::testing::IsEmpty;
 
 TEST(config_defaults, empty_document_takes_deepspeeds_defaults) {
   const loaded_config c = parse_config("{}");
@@ -86,6 +89,22 @@ TEST(config_syntax, nan_and_infinity_are_errors_naming_the_key) {
 TEST(config_syntax, a_number_beyond_double_is_out_of_range) {
   EXPECT_THAT(config_error_of(R"({"zero_optimization": {"sub_group_size": 1e400}})"),
               AllOf(HasSubstr("zero_optimization.sub_group_size"), HasSubstr("out of range")));
+}
+
+TEST(config_syntax, a_deeply_nested_value_is_an_error_naming_its_key) {
+  // Copying or printing a tree recurses once per level: a hostile file must not overflow the stack,
+  // under a key zoe ignores, an unknown key, or one whose type is wrong.
+  const std::string deep = std::string(100'000, '[') + std::string(100'000, ']');
+  for (const std::string key : {"train_batch_size", "trian_batch_size", "gradient_clipping"}) {
+    EXPECT_THAT(config_error_of(str("{\"", key, "\": ", deep, "}")),
+                AllOf(HasSubstr(str(key, "[0][0]")), HasSubstr("nested deeper than")));
+  }
+  EXPECT_THAT(config_error_of(str(R"({"zoe": {"placement": {"master": )", deep, "}}}")),
+              HasSubstr("zoe.placement.master[0]"));
+  // A real configuration is a few levels deep; 32 levels still load.
+  const loaded_config c =
+      parse_config(str(R"({"train_batch_size": )", std::string(32, '['), std::string(32, ']'), "}"));
+  EXPECT_THAT(c.warnings, IsEmpty());
 }
 
 TEST(config_syntax, the_document_must_be_an_object) {

@@ -256,7 +256,9 @@ void warn_unknown(read_context& ctx, const std::string& path, const std::string&
   for (const field& f : spec.fields) known.push_back(f.name);
   for (const std::string_view i : spec.ignored) known.push_back(i);
   for (const deprecated_key& d : spec.deprecated) known.push_back(d.old_name);
-  const std::string_view nearest = nearest_key(key, known);
+  std::string_view nearest = nearest_key(key, known);
+  // A deprecated spelling would only warn again: suggest the name it stands for.
+  if (const deprecated_key* d = find_deprecated(spec, nearest)) nearest = d->new_name;
   const std::string full = join_key(path, key);
   ctx.warn(full, nearest.empty()
                      ? str(full, ": unknown key, not applied (this block has no keys)")
@@ -279,7 +281,9 @@ void read_block(read_context& ctx, const json& node, const std::string& path, co
       continue;
     }
     const std::string key = join_key(path, name);
-    if (is_auto(value) && spec.on_auto != auto_policy::not_allowed) {
+    // Hugging Face fills "auto" in for numbers, never for a whole block: that is a type error.
+    const bool hugging_face_block = spec.on_auto == auto_policy::hugging_face_only && f->read;
+    if (is_auto(value) && spec.on_auto != auto_policy::not_allowed && !hugging_face_block) {
       (spec.on_auto == auto_policy::deepspeed_default ? ctx.auto_resolved : ctx.auto_refused).push_back(key);
       sources.emplace_back(f->name, config_source::auto_value);
       continue;

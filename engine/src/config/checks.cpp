@@ -74,8 +74,10 @@ void announce_auto(read_context& ctx) {
   if (ctx.auto_resolved.empty()) return;
   std::string resolved;
   for (const std::string& key : ctx.auto_resolved) {
+    // A key, or every key of a block given as "auto" (offload_param: "auto" means no block).
     for (const config_entry& e : ctx.entries) {
-      if (e.key == key) resolved += str(resolved.empty() ? "" : ", ", key, '=', e.value);
+      const bool in_block = e.key.size() > key.size() && e.key.starts_with(key) && e.key[key.size()] == '.';
+      if (e.key == key || in_block) resolved += str(resolved.empty() ? "" : ", ", e.key, '=', e.value);
     }
   }
   ctx.warn(joined(ctx.auto_resolved),

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cctype>
 #include <limits>
+#include <memory>
+#include <optional>
 #include <string>
 
 #include "config/blocks.hpp"
@@ -272,23 +274,45 @@ field optimizer_field(std::optional<optimizer_config>& target) {
                }};
 }
 
-// The legacy form "zero_optimization": true|false means stage 1|0.
-field zero_field(zero_config& z) {
-  return field{"zero_optimization", {}, {}, [&z](read_context& ctx, const json* node, const std::string& key) {
-                 if (node != nullptr && node->is_boolean()) {
-                   ctx.warn(key, str(key, ": true/false is deprecated; use ", key, ".stage (true means stage 1)"));
-                   read_block(ctx, json{{"stage", node->get<bool>() ? 1 : 0}}, key, zero_block(z));
-                   return;
-                 }
-                 read_block(ctx, node != nullptr ? *node : json::object(), key, zero_block(z));
-               }};
+// The top-level allgather_size, read only by the legacy form of zero_optimization below (DeepSpeed's
+// read_zero_config_deprecated), and only checked there: otherwise a key DeepSpeed ignores, so zoe
+// does. Not a key zoe lists; kept here until zero_optimization is read.
+using pending_value = std::shared_ptr<std::optional<json>>;
+
+field allgather_size_field(pending_value allgather_size) {
+  return field{
+      "allgather_size", {}, {}, [allgather_size](read_context& /*ctx*/, const json* node, const std::string& /*key*/) {
+        if (node != nullptr) *allgather_size = *node;
+      }};
+}
+
+// The legacy form "zero_optimization": true|false means stage 1|0; with true, the top-level
+// allgather_size is the allgather_bucket_size (default 5e8, DeepSpeed's default for both).
+field zero_field(zero_config& z, pending_value allgather_size) {
+  return field{
+      "zero_optimization", {}, {}, [&z, allgather_size](read_context& ctx, const json* node, const std::string& key) {
+        if (node != nullptr && node->is_boolean()) {
+          ctx.warn(key, str(key, ": true/false is deprecated; use ", key, ".stage (true means stage 1)"));
+          json legacy{{"stage", node->get<bool>() ? 1 : 0}};
+          if (node->get<bool>() && *allgather_size) {
+            legacy["allgather_bucket_size"] =
+                to_uint(**allgather_size, "allgather_size", ctx, 0, std::numeric_limits<std::uint64_t>::max());
+          }
+          read_block(ctx, legacy, key, zero_block(z));
+          return;
+        }
+        read_block(ctx, node != nullptr ? *node : json::object(), key, zero_block(z));
+      }};
 }
 
 }  // namespace
 
 block_spec top_level_block(engine_config& config) {
   block_spec b;
-  b.fields = {zero_field(config.zero),
+  // Read before zero_optimization, which needs it in its legacy form.
+  auto allgather_size = std::make_shared<std::optional<json>>();
+  b.fields = {allgather_size_field(allgather_size),
+              zero_field(config.zero, allgather_size),
               block_field("aio", config.aio, aio_block),
               block_field("fp16", config.fp16, fp16_block),
               block_field("bf16", config.bf16, bf16_block),
@@ -311,7 +335,6 @@ block_spec top_level_block(engine_config& config) {
                "gradient_predivide_factor",
                "gradient_allreduce_op",
                "sparse_gradients",
-               "allgather_size",
                "activation_checkpointing",
                "comms_logger",
                "tensorboard",

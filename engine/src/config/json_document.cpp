@@ -100,6 +100,10 @@ class tree_builder : public nlohmann::json_sax<json> {
 
   bool open(json container) {
     std::string path = stack_.empty() ? std::string() : current_path();
+    if (stack_.size() >= max_depth) {
+      throw config_error(str(origin_, ": ", path, ": nested deeper than ", max_depth,
+                             " levels (a configuration is a few levels deep; is this the right file?)"));
+    }
     json* node = place(std::move(container));
     stack_.push_back(frame{node, std::move(path)});
     return true;
@@ -150,6 +154,10 @@ class tree_builder : public nlohmann::json_sax<json> {
     if (colon == std::string_view::npos) return std::string(message);
     return std::string(message.substr(colon + 2));
   }
+
+  // Copying, printing and comparing a tree recurse once per level, so a hostile nesting (under a
+  // key zoe ignores, even) would overflow the stack; DeepSpeed's configs are at most 4 deep.
+  static constexpr std::size_t max_depth = 64;
 
   std::string_view text_;
   std::string_view origin_;

@@ -14,7 +14,8 @@ using json = nlohmann::ordered_json;
 
 /// Parses one JSON document. Throws config_error "<origin>:<line>:<column>: ..." naming the key
 /// path for a syntax error, NaN/Infinity or an out-of-range number, and "<origin>: <key>:
-/// duplicate key" for a key given twice in one object.
+/// duplicate key" for a key given twice in one object, and "<origin>: <key>: nested deeper than
+/// 64 levels" for a value that would overflow the stack of the code that copies or prints it.
 [[nodiscard]] json read_json_document(std::string_view text, std::string_view origin);
 
 /// "a.b.c" for a child key of `parent` ("" at the top level).

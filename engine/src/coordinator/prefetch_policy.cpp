@@ -138,9 +138,12 @@ void prefetch_policy::prefetch_after(std::vector<parameter_id>& out) {
       continue;
     }
     const std::uint64_t g = gathered_numel(e.parameter);
-    // ahead_numel_ never exceeds the bucket (only this adds to it); live_numel_ may exceed the live
-    // limit through demand fetches, which then leaves no room.
-    const bool fits_bucket = g <= limits_.prefetch_bucket_size - ahead_numel_;
+    // Within the bucket, or alone when nothing is ahead: DeepSpeed admits a parameter while less
+    // than the bucket is being prefetched, so one larger than the bucket does not stop the walk for
+    // good. ahead_numel_ is then over the bucket, which leaves no room until that use comes.
+    // live_numel_ may exceed the live limit through demand fetches, which then leaves no room.
+    const std::uint64_t bucket = limits_.prefetch_bucket_size;
+    const bool fits_bucket = ahead_numel_ == 0 ? bucket > 0 : ahead_numel_ <= bucket && g <= bucket - ahead_numel_;
     const bool fits_live = live_numel_ <= limits_.max_live_parameters && g <= limits_.max_live_parameters - live_numel_;
     if (!fits_bucket || !fits_live) return;  // resumes here at the next fetch, keeping trace order
     st.status = gather_status::in_flight;

@@ -54,8 +54,8 @@ struct loaded_config {
 
 /// Parses and validates one JSON document. `origin` names it in messages (a file path, or
 /// "<config>"). Throws config_error on a syntax error (with line and column), a duplicate key, a
-/// non-finite or out-of-range number, a wrong type or value, two spellings of one key, "auto"
-/// where only the Hugging Face integration could resolve it, or keys that contradict each other.
+/// value nested deeper than 64 levels, a non-finite or out-of-range number, a wrong type or value, two spellings of one
+/// key, "auto" where only the Hugging Face integration could resolve it, or keys that contradict each other.
 /// Thread-safe (no shared state besides the log).
 [[nodiscard]] loaded_config parse_config(std::string_view json_text, std::string_view origin = "<config>");
 

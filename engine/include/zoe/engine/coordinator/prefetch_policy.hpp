@@ -18,6 +18,10 @@
 //     ahead_numel() + its elements <= stage3_prefetch_bucket_size, and
 //     live_numel()  + its elements <= stage3_max_live_parameters.
 //   The first that does not fit stops the walk (order is kept; it resumes at the next fetch).
+//   When nothing is ahead, a parameter larger than the bucket is prefetched alone (a bucket of 0
+//   still prefetches nothing), as DeepSpeed admits a parameter while less than the bucket is being
+//   prefetched; otherwise a weight larger than the bucket would stop every prefetch behind it.
+//   So ahead_numel() is at most the bucket, or the one parameter that was larger.
 //   "Ahead" counts the parameters prefetched whose use has not come yet; DeepSpeed bounds only the
 //   elements issued per fetch by the bucket, so its in-flight elements can grow to the live limit.
 //   Parameters the walk passes that are already gathered are not gathered again, and stay gathered
