@@ -122,6 +122,7 @@ std::size_t page_size() {
 struct pinned_buffer::owner {
   device* dev = nullptr;
   std::atomic<std::uint64_t> in_use{0};
+  std::atomic<std::uint64_t> peak{0};
 };
 
 pinned_buffer::~pinned_buffer() { reset(); }
@@ -189,6 +190,8 @@ int pinned_host_resource::numa_nodes() const noexcept { return topology_->nodes(
 
 std::uint64_t pinned_host_resource::bytes_in_use() const noexcept { return owner_->in_use.load(); }
 
+std::uint64_t pinned_host_resource::peak_bytes_in_use() const noexcept { return owner_->peak.load(); }
+
 int pinned_host_resource::target_node() const {
   switch (options_.placement) {
     case numa_placement::none: return -1;
@@ -205,10 +208,14 @@ pinned_buffer pinned_host_resource::allocate(std::size_t bytes) {
   const std::size_t length = align_up(bytes, page_size());
   const std::uint64_t limit =
       options_.limit_bytes != 0 ? options_.limit_bytes : std::numeric_limits<std::uint64_t>::max() - bytes;
-  if (std::uint64_t now = 0; !::zoe::detail::try_reserve(owner_->in_use, bytes, limit, now)) {
+  std::uint64_t now = 0;
+  if (!::zoe::detail::try_reserve(owner_->in_use, bytes, limit, now)) {
     throw memory_error(str("pinned host memory exhausted: cannot allocate ", format_bytes(bytes), " with ",
                            format_bytes(now), " of its ", format_bytes(options_.limit_bytes), " limit in use"));
   }
+  // Raised at the reservation, before the mapping: a mapping that then fails was counted briefly,
+  // so the peak may report more than was held, never less.
+  ::zoe::detail::raise_peak(owner_->peak, now + bytes);
   out.owner_ = owner_;
   out.size_ = bytes;  // from here on, out.reset() undoes the accounting (and, once data_ is set, the mapping)
 

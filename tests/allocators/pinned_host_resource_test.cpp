@@ -31,6 +31,31 @@ TEST(pinned_host_resource, PlacesAndReportsTheNodeAndTheBytesInUse) {
   EXPECT_EQ(resource.bytes_in_use(), 0U);
 }
 
+TEST(pinned_host_resource, ThePeakKeepsTheMostEverInUse) {
+  const auto dev = make_host_device(1 * MiB);
+  pinned_host_resource resource(*dev);
+  EXPECT_EQ(resource.peak_bytes_in_use(), 0U);
+  {
+    auto a = resource.allocate(300 * KiB);
+    auto b = resource.allocate(200 * KiB + 1);
+    EXPECT_EQ(resource.peak_bytes_in_use(), 500 * KiB + 1);
+  }
+  EXPECT_EQ(resource.bytes_in_use(), 0U);
+  EXPECT_EQ(resource.peak_bytes_in_use(), 500 * KiB + 1) << "freeing leaves the peak";
+  auto c = resource.allocate(100 * KiB);
+  EXPECT_EQ(resource.peak_bytes_in_use(), 500 * KiB + 1) << "a smaller use does not lower it";
+  auto d = resource.allocate(450 * KiB);
+  EXPECT_EQ(resource.peak_bytes_in_use(), 550 * KiB) << "a larger one raises it";
+}
+
+TEST(pinned_host_resource, ARefusedAllocationDoesNotRaiseThePeak) {
+  const auto dev = make_host_device(1 * MiB);
+  pinned_host_resource resource(*dev, {.limit_bytes = 1 * MiB});
+  auto a = resource.allocate(768 * KiB);
+  EXPECT_THROW((void)resource.allocate(512 * KiB), memory_error);
+  EXPECT_EQ(resource.peak_bytes_in_use(), 768 * KiB);
+}
+
 TEST(pinned_host_resource, AsksForHugePagesOnLargeMappingsOnly) {
   const auto dev = make_host_device(1 * MiB);
   pinned_host_resource resource(*dev);

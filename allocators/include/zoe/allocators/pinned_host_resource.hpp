@@ -86,6 +86,9 @@ class pinned_host_resource {
   [[nodiscard]] int numa_nodes() const noexcept;
   /// Bytes handed out and not yet freed.
   [[nodiscard]] std::uint64_t bytes_in_use() const noexcept;
+  /// The most bytes_in_use() has been since the resource was made (so the engine can prove its
+  /// pinned memory stayed within its footprint plan). Never throws.
+  [[nodiscard]] std::uint64_t peak_bytes_in_use() const noexcept;
   [[nodiscard]] device& owner_device() const noexcept { return *device_; }
 
  private:

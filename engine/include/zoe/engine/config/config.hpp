@@ -25,10 +25,12 @@ enum class offload_device : std::uint8_t { none = 0, cpu = 1, nvme = 2 };
 struct offload_param_config {
   offload_device device = offload_device::none;
   std::optional<std::filesystem::path> nvme_path;
-  std::uint64_t buffer_count = 5;             ///< pinned swap buffers for parameters
-  std::uint64_t buffer_size = 100'000'000;    ///< elements per buffer
-  std::uint64_t max_in_cpu = 1'000'000'000;   ///< parameter elements kept in host memory with nvme
-  bool pin_memory = false;
+  std::uint64_t buffer_count = 5;           ///< pinned swap buffers for parameters
+  std::uint64_t buffer_size = 100'000'000;  ///< elements per buffer
+  /// With device nvme: working-copy shard elements (per rank) kept for good in pinned host memory,
+  /// filled in layout order a whole sub-group at a time; the rest live on NVMe. Unused otherwise.
+  std::uint64_t max_in_cpu = 1'000'000'000;
+  bool pin_memory = true;  ///< DeepSpeed's default since it made pinned offload the default
 };
 
 /// zero_optimization.offload_optimizer (DeepSpeedZeroOffloadOptimizerConfig).
@@ -36,23 +38,25 @@ struct offload_optimizer_config {
   offload_device device = offload_device::none;
   std::optional<std::filesystem::path> nvme_path;
   std::uint64_t buffer_count = 4;
-  bool pin_memory = false;
+  bool pin_memory = true;
   bool pipeline_read = false;
   bool pipeline_write = false;
   bool fast_init = false;
-  double ratio = 1.0;  ///< fraction of the optimizer step run on the CPU, in [0, 1]
+  double ratio =
+      1.0;  ///< fraction of the optimizer states offloaded (and stepped on the CPU), in [0, 1]; < 1 needs stage 3
 };
 
 /// zero_optimization (DeepSpeedZeroConfig). Field names are DeepSpeed's JSON names without the
-/// stage3_ prefix; the JSON keys are documented in engine/config/README.md.
+/// stage3_ prefix (the JSON keys carry it: stage3_prefetch_bucket_size, ...); the JSON keys are
+/// documented in engine/CONFIG.md.
 struct zero_config {
   int stage = 0;  ///< 0..3
   bool contiguous_gradients = true;
   bool reduce_scatter = true;
   std::uint64_t reduce_bucket_size = 500'000'000;
   std::uint64_t allgather_bucket_size = 500'000'000;
-  bool overlap_comm = false;  ///< unset in the file: true at stage 3, as DeepSpeed resolves it
-  std::optional<offload_param_config> offload_param;          ///< nullopt: no offload_param block
+  bool overlap_comm = false;                          ///< unset in the file: true at stage 3, as DeepSpeed resolves it
+  std::optional<offload_param_config> offload_param;  ///< nullopt: no offload_param block
   std::optional<offload_optimizer_config> offload_optimizer;  ///< nullopt: no offload_optimizer block
   std::uint64_t sub_group_size = 1'000'000'000;
   std::uint64_t prefetch_bucket_size = 50'000'000;
@@ -60,7 +64,7 @@ struct zero_config {
   std::uint64_t model_persistence_threshold = std::numeric_limits<std::int64_t>::max();  // sys.maxsize
   std::uint64_t max_live_parameters = 1'000'000'000;
   std::uint64_t max_reuse_distance = 1'000'000'000;
-  bool gather_16bit_weights_on_model_save = false;
+  bool gather_16bit_weights_on_model_save = false;  ///< stage3_gather_16bit_weights_on_model_save
   std::uint64_t zero_hpz_partition_size = 1;
   bool zero_quantized_weights = false;
   bool zero_quantized_nontrainable_weights = false;
@@ -81,12 +85,12 @@ struct aio_config {
 struct fp16_config {
   bool enabled = false;
   bool auto_cast = false;
-  double loss_scale = 0;  ///< 0: dynamic
-  int initial_scale_power = 16;
-  std::uint64_t loss_scale_window = 1000;
-  int hysteresis = 2;
+  double loss_scale = 0;  ///< 0: dynamic; >= 0
+  std::int64_t initial_scale_power = 16;
+  std::int64_t loss_scale_window = 1000;  ///< > 0 when dynamic
+  std::int64_t hysteresis = 2;
   bool consecutive_hysteresis = false;
-  double min_loss_scale = 1;
+  std::int64_t min_loss_scale = 1;  ///< an integer in DeepSpeed; > 0 when dynamic
 };
 
 struct bf16_config {
@@ -117,16 +121,16 @@ struct tier_fractions {
   double nvme = 0;
 };
 
-/// zoe's own settings (the top-level "zoe" key); see engine/config/README.md.
+/// zoe's own settings (the top-level "zoe" key); see engine/CONFIG.md.
 struct zoe_settings {
-  std::string device_kind = "auto";            ///< zoe.device.kind: auto | host | cuda
-  std::optional<std::uint64_t> device_budget;  ///< zoe.device.budget_bytes (host device budget)
-  bool checksums = true;                       ///< zoe.swap.checksums
-  std::string io_engine = "auto";              ///< zoe.swap.engine: auto | uring | aio | posix
+  std::string device_kind = "auto";                     ///< zoe.device.kind: auto | host | cuda
+  std::optional<std::uint64_t> device_budget;           ///< zoe.device.budget_bytes (host device budget)
+  bool checksums = true;                                ///< zoe.swap.checksums
+  std::string io_engine = "auto";                       ///< zoe.swap.engine: auto | uring | aio | posix
   std::vector<std::filesystem::path> extra_swap_paths;  ///< zoe.swap.extra_paths: striped with nvme_path
   std::string numa_policy = "local";                    ///< zoe.numa: none | local | interleave
   /// zoe.placement.<state>: overrides offload_param / offload_optimizer / max_in_cpu for that
-  /// state (the precedence is documented in engine/config/README.md). nullopt: not given.
+  /// state (the precedence is documented in engine/CONFIG.md). nullopt: not given.
   std::array<std::optional<tier_fractions>, state_kind_count> placement{};
 };
 
@@ -136,7 +140,8 @@ struct engine_config {
   aio_config aio;
   fp16_config fp16;
   bf16_config bf16;
-  double gradient_clipping = 0;
+  double gradient_clipping = 1.0;  ///< DeepSpeed's default since 2026-06 (0 disables)
+  /// >= 1. DeepSpeed derives it from train_batch_size when absent; zoe ignores the batch sizes: 1.
   std::uint64_t gradient_accumulation_steps = 1;
   std::optional<optimizer_config> optimizer;  ///< nullopt: no optimizer block
   zoe_settings zoe;

@@ -1,14 +1,23 @@
 #pragma once
 // The footprint plan: before anything is allocated, the device, pinned-host, pageable-host and NVMe
-// bytes this configuration and model need (states per tier, the parameter swap buffers, the
-// gathered-parameter arena, the swap store), item by item, and the check against this machine.
-// The engine allocates exactly what the plan lists; pinned bytes in use never exceed
+// bytes this configuration and model need (states per tier, the parameter and optimizer swap
+// buffers, the gathered-parameter arena, the swap store), item by item, and the check against this
+// machine. The engine allocates exactly what the plan lists; pinned bytes in use never exceed
 // plan.pinned_bytes and device bytes never exceed the device budget.
+//
+// pin_memory: it decides whether the host homes of states are pinned or pageable (placement.hpp).
+// The swap buffers that stage NVMe reads and writes are pinned whatever it says: O_DIRECT needs
+// aligned memory and the device copies need locked memory to run at full speed, and they are few
+// and of constant size (buffer_count of them), so pin_memory false costs no speed there. They are
+// counted in pinned_bytes, which is what RLIMIT_MEMLOCK must cover.
 
+#include <array>
 #include <cstdint>
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "zoe/engine/config/config.hpp"
@@ -18,6 +27,9 @@
 namespace zoe::engine {
 
 enum class memory_kind : std::uint8_t { device = 0, pinned = 1, pageable = 2, nvme = 3 };
+inline constexpr std::size_t memory_kind_count = 4;
+/// "device", "pinned host", "pageable host", "nvme". Never throws.
+[[nodiscard]] std::string_view memory_kind_name(memory_kind m) noexcept;
 
 /// One line of the plan: what, how many bytes of which memory, and the config keys that size it.
 struct plan_item {
@@ -28,36 +40,60 @@ struct plan_item {
 };
 
 struct footprint_plan {
-  std::vector<plan_item> items;
+  std::vector<plan_item> items;  ///< their bytes sum to the totals below, per memory
   std::uint64_t device_bytes = 0;
   std::uint64_t pinned_bytes = 0;
   std::uint64_t pageable_bytes = 0;
-  std::uint64_t nvme_bytes = 0;  ///< swap store capacity over every nvme path
+  std::uint64_t nvme_bytes = 0;  ///< swap store capacity over every nvme path (what swap_store_options::capacity gets)
+  /// Bytes of the states' homes in each memory (indexed by memory_kind; nvme before the store's
+  /// rounding). The tier manager allocates exactly these.
+  std::array<std::uint64_t, memory_kind_count> state_bytes{};
   /// The sizes the engine allocates with (also listed among the items).
-  std::uint64_t arena_bytes = 0;         ///< device arena for gathered parameters
-  std::uint64_t param_buffer_count = 0;  ///< pinned swap buffers for parameters (0 without nvme)
-  std::uint64_t param_buffer_bytes = 0;  ///< bytes per parameter swap buffer
+  std::uint64_t arena_bytes = 0;             ///< device arena for gathered parameters
+  std::uint64_t param_buffer_count = 0;      ///< pinned swap buffers for parameters (0 without nvme)
+  std::uint64_t param_buffer_bytes = 0;      ///< bytes per parameter swap buffer (4 KiB multiple)
+  std::uint64_t optimizer_buffer_count = 0;  ///< pinned swap buffers of the optimizer step (0 without nvme)
+  std::uint64_t optimizer_buffer_bytes = 0;  ///< bytes per optimizer swap buffer (4 KiB multiple)
+  /// The swap store: its folders (striped) and its block_size (aio.block_size), which the
+  /// capacity's rounding assumes. Empty paths when nothing is on nvme.
+  std::vector<std::filesystem::path> swap_paths;
+  std::uint64_t swap_block_size = 0;
 };
 
+/// Alignment of every block of the gathered-parameter arena (allocators::arena_options' default).
+inline constexpr std::uint64_t arena_alignment = 256;
+
+/// The parameters that stay gathered for good, as DeepSpeed marks them (parameter_offload.py,
+/// mark_persistent_parameters): in layout order, a parameter of at most
+/// stage3_param_persistence_threshold elements persists unless it would take the persistent
+/// elements past stage3_model_persistence_threshold (then it is skipped, and smaller ones after
+/// it may still persist). Never throws beyond allocation.
+[[nodiscard]] std::vector<parameter_id> persistent_parameters(const model_layout& layout, const zero_config& zero);
+
 /// Computes the plan. Throws config_error naming the keys when the configuration cannot work for
-/// this layout at all (e.g. a parameter swap buffer smaller than the largest shard chunk it must hold).
+/// this layout at all (a parameter swap buffer smaller than the largest working shard on nvme,
+/// which moves through one buffer whole, as in DeepSpeed).
 [[nodiscard]] footprint_plan make_footprint_plan(const model_layout& layout, const engine_config& config,
                                                  const placement& where);
 
 /// What this machine offers, measured once (tests pass their own).
 struct machine_limits {
-  std::uint64_t device_budget = 0;    ///< bytes the device hands out
-  std::uint64_t memlock_limit = 0;    ///< RLIMIT_MEMLOCK (UINT64_MAX when unlimited)
-  std::uint64_t host_available = 0;   ///< MemAvailable
-  /// Free bytes per nvme path (nullopt when the path does not exist here: free space unknown).
+  std::uint64_t device_budget = 0;   ///< bytes the device hands out
+  std::uint64_t memlock_limit = 0;   ///< RLIMIT_MEMLOCK (UINT64_MAX when unlimited or CAP_IPC_LOCK)
+  std::uint64_t host_available = 0;  ///< MemAvailable
+  /// Free bytes per swap path (nullopt when the path does not exist here: free space unknown).
   std::vector<std::pair<std::filesystem::path, std::optional<std::uint64_t>>> disk_free;
 };
 
-/// Measures this machine for `config` (the device it would select, its nvme paths).
+/// Measures this machine for `config`: the budget of the device select_device() would open for
+/// zoe.device (the host device's resolved budget, or the CUDA device's), RLIMIT_MEMLOCK,
+/// MemAvailable, and the free bytes under each of swap_paths(config). Throws what select_device
+/// throws (config_error for a bad zoe.device.kind or ZOE_DEVICE_BUDGET).
 [[nodiscard]] machine_limits measure_machine(const engine_config& config);
 
-/// Why the plan does not fit, one line per shortfall naming the bytes and the keys to change;
-/// empty when it fits.
+/// Why the plan does not fit, one line per shortfall naming the bytes needed and available and
+/// the keys to change; empty when it fits. A swap path whose free space is unknown is no shortfall
+/// (the swap store refuses a missing path when the engine starts). Never throws beyond allocation.
 [[nodiscard]] std::vector<std::string> plan_shortfalls(const footprint_plan& plan, const machine_limits& limits);
 
 /// Throws config_error listing plan_shortfalls() when there is any.

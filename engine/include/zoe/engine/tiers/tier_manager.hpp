@@ -1,17 +1,20 @@
 #pragma once
 // The tier manager: the only owner of every state's location and status. It allocates each
 // state's home in its placed tier up front (device memory, pinned or pageable host memory, an
-// extent of the swap store) and records, for each, whether its data is resident there, in flight
-// (a swapper is reading or writing it) or released (no data yet, or dropped). Swappers move bytes;
-// only the tier manager changes a location or a status, through the transitions below, which check
-// that the state is in the status the transition starts from (usage_error naming the parameter,
-// the state and both statuses otherwise).
+// extent of the swap store) and records, for each, whether its home holds its data (resident),
+// a swapper is moving bytes to or from the home (in flight), or the home holds nothing valid
+// (released: no data yet, dropped, or a write to it failed). Swappers move bytes; only the tier
+// manager changes a status, through the transitions below, which check that the state is in a
+// status the transition starts from (usage_error naming the parameter, the state and both
+// statuses otherwise).
+//
+// Homes never move: a location is fixed from construction to destruction, so it may be read
+// without a lock.
 
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <span>
-#include <vector>
+#include <string_view>
 
 #include "zoe/allocators/pinned_host_resource.hpp"
 #include "zoe/core/device.hpp"
@@ -23,16 +26,24 @@
 namespace zoe::engine {
 
 enum class state_status : std::uint8_t { released = 0, resident = 1, in_flight = 2 };
+/// "released", "resident", "in flight". Never throws.
 [[nodiscard]] std::string_view state_status_name(state_status s) noexcept;
 
-/// Where one state lives. Exactly one of the three is set, per `where`.
+/// Which way a move goes, relative to the home.
+enum class move_kind : std::uint8_t {
+  read = 0,   ///< bytes leave the home (the home must hold data: resident)
+  write = 1,  ///< bytes arrive at the home (from resident or released)
+};
+
+/// Where one state lives. Exactly one of device / host / extent is set, per `where`; a state of
+/// 0 bytes (the working copy of an fp32 parameter) has none.
 struct state_location {
   tier where = tier::device;
   std::uint64_t bytes = 0;
-  void* device = nullptr;        ///< tier::device
-  std::span<std::byte> host;     ///< tier::host (pinned or pageable, see pinned)
-  io::swap_extent extent;        ///< tier::nvme
-  bool pinned = false;           ///< host memory locked/registered with the device
+  void* device = nullptr;     ///< tier::device
+  std::span<std::byte> host;  ///< tier::host (pinned or pageable, see pinned); 4 KiB-aligned
+  io::swap_extent extent;     ///< tier::nvme
+  bool pinned = false;        ///< host memory locked/registered with the device
 };
 
 /// What the tier manager allocates homes from. All must outlive it.
@@ -45,30 +56,45 @@ struct tier_resources {
 /// Thread-safe: any thread may read locations and run transitions.
 class tier_manager {
  public:
-  /// Allocates every state's home as `where` says, within what `plan` lists. Throws memory_error
-  /// naming the state and tier when an allocation is refused (nothing stays allocated then).
+  /// Allocates every state's home as `where` says. Every state starts released.
+  /// Throws usage_error when `plan` was made for another placement (its state_bytes differ) or a
+  /// state is on nvme and resources.store is null; memory_error (what the device, the pinned
+  /// resource or the store throws, with the parameter, state and tier added) when an allocation
+  /// is refused. Nothing stays allocated when it throws.
+  /// NVMe extents are taken largest first, which is what makes the plan's store capacity enough
+  /// (footprint_plan.cpp explains the bound).
   tier_manager(const model_layout& layout, const placement& where, const footprint_plan& plan,
                tier_resources resources);
+  /// Frees every home. Never throws (a refused free is logged).
   ~tier_manager();
   tier_manager(const tier_manager&) = delete;
   tier_manager& operator=(const tier_manager&) = delete;
 
   [[nodiscard]] const model_layout& layout() const noexcept { return *layout_; }
+  /// usage_error for a parameter the layout does not have.
   [[nodiscard]] const state_location& location(parameter_id p, state_kind s) const;
   [[nodiscard]] state_status status(parameter_id p, state_kind s) const;
-  /// Whether the home copy is older than a copy elsewhere (a gathered parameter that was written).
+  /// Whether the home copy is older than a copy elsewhere (a gathered parameter that was written,
+  /// or a write to the home that failed).
   [[nodiscard]] bool dirty(parameter_id p, state_kind s) const;
+  /// Bytes of homes this manager holds in each memory (indexed by memory_kind). Never throws.
+  [[nodiscard]] std::uint64_t home_bytes(memory_kind m) const noexcept;
 
   // ---- transitions (swappers and the coordinator call these) ----------------------------------
-  /// resident -> in_flight (a read from home or a write to it begins). Returns false, changing
-  /// nothing, when the state is already in flight; throws usage_error when released and `require_data`.
-  bool begin_move(parameter_id p, state_kind s);
-  /// in_flight -> resident (the move succeeded).
+  /// Starts a move: resident (read) or resident/released (write) -> in_flight. Returns false,
+  /// changing nothing, when the state is already in flight (another mover has it). Throws
+  /// usage_error for a read of a released state.
+  bool begin_move(parameter_id p, state_kind s, move_kind kind = move_kind::read);
+  /// in_flight -> resident (the move succeeded). After a write the home is current: dirty clears.
   void finish_move(parameter_id p, state_kind s);
-  /// in_flight -> the status it had before begin_move (the move failed; the home copy is intact).
+  /// The move failed. After a read: back to resident (the home copy is intact). After a write:
+  /// released and dirty (the home may hold part of the write; the source is the only good copy).
   void abort_move(parameter_id p, state_kind s);
-  /// released -> resident: the home now holds data (first write, initialization).
+  /// released or resident -> resident: the home was written in place (initialization, or an
+  /// update of a device or host home). usage_error while in flight.
   void mark_written(parameter_id p, state_kind s);
+  /// resident or released -> released: the data is dropped. usage_error while in flight.
+  void mark_released(parameter_id p, state_kind s);
   void set_dirty(parameter_id p, state_kind s, bool dirty);
 
  private:
