@@ -158,7 +158,7 @@ class prefetch_policy {
   void require_open(std::string_view what, module_id module) const;
   void depart(module_id module);
   void complete_trace();
-  void prefetch_after(std::size_t position, std::vector<parameter_id>& out);
+  void prefetch_after(std::vector<parameter_id>& out);
   [[nodiscard]] bool reused_soon(module_id module, std::size_t position) const;
   void mark_released(parameter_id p) noexcept;
 

@@ -69,10 +69,13 @@ struct module_layout {
 /// The registry and its layout. Immutable once built; thread-safe to read.
 class model_layout {
  public:
-  /// Lays out `modules` in order. Throws usage_error naming the module or parameter for an empty
-  /// or duplicate name, a zero dimension, a world size of 0, an alignment that is not a power of two
-  /// or a quant_block that is not a positive multiple of 8; overflow of the element counts is a
-  /// usage_error naming the parameter.
+  /// Lays out `modules` in order; ids are positions (modules in order, parameters in order across
+  /// modules). Throws usage_error naming the module or parameter for an empty name, a module name
+  /// given twice, a parameter name given twice within its module (names repeat across modules, as
+  /// "weight" does), a zero dimension, or element counts that overflow 64 bits (the fp32 bytes of
+  /// the padded parameter included); and naming the option for a world size of 0, an alignment that
+  /// is not a power of two up to 1 GiB, or a quant_block that is not a positive multiple of 8 up
+  /// to 2^32. A module with no parameters is allowed (its fetch gathers nothing).
   model_layout(std::vector<module_spec> modules, layout_options options);
 
   [[nodiscard]] const layout_options& options() const noexcept { return options_; }

@@ -1,0 +1,90 @@
+// Argument checks and traffic counting shared by the communicator backends.
+#include "collective.hpp"
+
+#include <limits>
+#include <string>
+
+#include "zoe/core/check.hpp"
+
+namespace zoe::engine {
+
+std::string_view collective_name(collective c) noexcept {
+  switch (c) {
+    case collective::all_gather: return "all_gather";
+    case collective::reduce_scatter: return "reduce_scatter";
+    case collective::all_to_all: return "all_to_all";
+    case collective::all_reduce: return "all_reduce";
+    case collective::broadcast: return "broadcast";
+  }
+  return "unknown collective";
+}
+
+std::uint64_t bytes_sent(collective c, std::size_t group_size, std::size_t rank, std::uint64_t payload,
+                         std::size_t root) noexcept {
+  if (group_size <= 1) return 0;
+  const std::uint64_t others = group_size - 1;
+  switch (c) {
+    case collective::all_gather:
+    case collective::reduce_scatter:
+    case collective::all_to_all: return others * payload;
+    case collective::all_reduce: {
+      // 2 (n-1) payload / n without forming 2 (n-1) payload, which may not fit.
+      const std::uint64_t n = group_size;
+      return 2 * others * (payload / n) + 2 * others * (payload % n) / n;
+    }
+    case collective::broadcast: return rank == (root + group_size - 1) % group_size ? 0 : payload;
+  }
+  return 0;
+}
+
+namespace detail {
+
+std::string describe(collective_call call) { return str(collective_name(call.what), " on ", call.group); }
+
+std::uint64_t element_bytes(collective_call call, std::size_t count, kernels::dtype type, reduce_op op) {
+  ZOE_EXPECTS(type == kernels::dtype::fp32 || type == kernels::dtype::fp16 || type == kernels::dtype::bf16,
+              describe(call), ": unknown dtype ", static_cast<int>(type), " (fp32, fp16 or bf16)");
+  ZOE_EXPECTS(op == reduce_op::sum || op == reduce_op::mean, describe(call), ": unknown reduce_op ",
+              static_cast<int>(op), " (sum or mean)");
+  return blocks_bytes(call, kernels::dtype_size(type), count);
+}
+
+std::uint64_t blocks_bytes(collective_call call, std::uint64_t bytes, std::size_t blocks) {
+  ZOE_EXPECTS(blocks == 0 || bytes <= std::numeric_limits<std::uint64_t>::max() / blocks, describe(call), ": ", blocks,
+              " blocks of ", bytes, " bytes overflow 64 bits");
+  return bytes * blocks;
+}
+
+void check_buffer(collective_call call, std::string_view which, const void* buffer, std::uint64_t bytes) {
+  ZOE_EXPECTS(buffer != nullptr || bytes == 0, describe(call), ": the ", which, " buffer is null with ", bytes,
+              " bytes");
+}
+
+void check_overlap(collective_call call, const void* send, std::uint64_t send_bytes, const void* recv,
+                   std::uint64_t recv_bytes, const void* in_place) {
+  if ((in_place != nullptr && send == in_place) || send_bytes == 0 || recv_bytes == 0) return;
+  const auto s = reinterpret_cast<std::uintptr_t>(send);
+  const auto r = reinterpret_cast<std::uintptr_t>(recv);
+  ZOE_EXPECTS(s + send_bytes <= r || r + recv_bytes <= s, describe(call), ": send [", send, ", +", send_bytes,
+              " bytes) overlaps recv [", recv, ", +", recv_bytes, " bytes) other than in place");
+}
+
+void traffic_counter::count(collective what, std::uint64_t bytes_sent) noexcept {
+  const std::lock_guard lock(mutex_);
+  switch (what) {
+    case collective::all_gather: stats_.all_gather_bytes += bytes_sent; break;
+    case collective::reduce_scatter: stats_.reduce_scatter_bytes += bytes_sent; break;
+    case collective::all_to_all: stats_.all_to_all_bytes += bytes_sent; break;
+    case collective::all_reduce: stats_.all_reduce_bytes += bytes_sent; break;
+    case collective::broadcast: stats_.broadcast_bytes += bytes_sent; break;
+  }
+  ++stats_.calls;
+}
+
+comm_stats traffic_counter::snapshot() const {
+  const std::lock_guard lock(mutex_);
+  return stats_;
+}
+
+}  // namespace detail
+}  // namespace zoe::engine

@@ -1,0 +1,49 @@
+#pragma once
+// What every communicator backend shares: the checks of a collective's arguments, with messages
+// naming the collective and the group, and the count of the bytes it sends (the rule is
+// bytes_sent() in communicator.hpp), so every backend checks and counts alike.
+
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <string_view>
+
+#include "zoe/engine/comm/communicator.hpp"
+#include "zoe/kernels/dtype.hpp"
+
+namespace zoe::engine::detail {
+
+/// Names a call in messages: "all_gather on single (world)".
+struct collective_call {
+  collective what;
+  std::string_view group;
+};
+
+/// "all_gather on single (world)". Throws only std::bad_alloc.
+[[nodiscard]] std::string describe(collective_call call);
+/// `count` elements of `type` in bytes. Throws usage_error naming the call for a dtype or
+/// reduce_op out of range, or a byte count that overflows.
+[[nodiscard]] std::uint64_t element_bytes(collective_call call, std::size_t count, kernels::dtype type, reduce_op op);
+/// `blocks` blocks of `bytes`, in bytes. Throws usage_error naming the call on overflow.
+[[nodiscard]] std::uint64_t blocks_bytes(collective_call call, std::uint64_t bytes, std::size_t blocks);
+/// Throws usage_error naming the call and `which` ("send", "recv") for a null buffer of nonzero size.
+void check_buffer(collective_call call, std::string_view which, const void* buffer, std::uint64_t bytes);
+/// Throws usage_error naming the call when [send, +send_bytes) and [recv, +recv_bytes) overlap,
+/// unless send is `in_place` (the collective's in-place form; nullptr where it has none).
+void check_overlap(collective_call call, const void* send, std::uint64_t send_bytes, const void* recv,
+                   std::uint64_t recv_bytes, const void* in_place);
+
+/// The bytes one group's collectives sent. Thread-safe.
+class traffic_counter {
+ public:
+  /// Counts one collective in which this rank sent `bytes_sent`.
+  void count(collective what, std::uint64_t bytes_sent) noexcept;
+  [[nodiscard]] comm_stats snapshot() const;
+
+ private:
+  mutable std::mutex mutex_;
+  comm_stats stats_;
+};
+
+}  // namespace zoe::engine::detail

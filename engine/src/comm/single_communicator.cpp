@@ -1,0 +1,77 @@
+// The world-size-1 communicator: every collective is the identity, so each is at most one
+// stream-ordered device-to-device copy and sends nothing.
+#include <memory>
+
+#include "collective.hpp"
+#include "zoe/core/check.hpp"
+#include "zoe/engine/comm/communicator.hpp"
+
+namespace zoe::engine {
+namespace {
+
+class single_communicator final : public communicator {
+ public:
+  explicit single_communicator(device& dev) : dev_(&dev) {}
+
+  [[nodiscard]] std::size_t rank() const noexcept override { return 0; }
+  [[nodiscard]] std::size_t size() const noexcept override { return 1; }
+  [[nodiscard]] std::string name() const override { return "single (world)"; }
+
+  void all_gather(const void* send, void* recv, std::size_t bytes, stream_view stream) override {
+    identity({collective::all_gather, group_}, send, recv, bytes, stream);
+  }
+
+  void reduce_scatter(const void* send, void* recv, std::size_t count, kernels::dtype type, reduce_op op,
+                      stream_view stream) override {
+    const detail::collective_call call{collective::reduce_scatter, group_};
+    identity(call, send, recv, detail::element_bytes(call, count, type, op), stream);
+  }
+
+  void all_to_all(const void* send, void* recv, std::size_t bytes, stream_view stream) override {
+    identity({collective::all_to_all, group_}, send, recv, bytes, stream);
+  }
+
+  void all_reduce(const void* send, void* recv, std::size_t count, kernels::dtype type, reduce_op op,
+                  stream_view stream) override {
+    const detail::collective_call call{collective::all_reduce, group_};
+    identity(call, send, recv, detail::element_bytes(call, count, type, op), stream);
+  }
+
+  void broadcast(void* buffer, std::size_t bytes, std::size_t root, stream_view /*stream*/) override {
+    const detail::collective_call call{collective::broadcast, group_};
+    ZOE_EXPECTS(root < size(), detail::describe(call), ": root ", root, " is not a rank of the group (size ", size(),
+                ")");
+    detail::check_buffer(call, "broadcast", buffer, bytes);
+    traffic_.count(call.what, bytes_sent(call.what, size(), rank(), bytes, root));
+  }
+
+  void barrier() override {}
+
+  [[nodiscard]] communicator& node_local() override { return *this; }
+  [[nodiscard]] communicator& cross_node() override { return *this; }
+
+  [[nodiscard]] comm_stats stats() const override { return traffic_.snapshot(); }
+
+ private:
+  // Checks the call, copies send to recv on the stream unless they are the same block, and counts.
+  // With one rank every in-place form (send at recv + rank() * block) is send == recv.
+  void identity(detail::collective_call call, const void* send, void* recv, std::uint64_t bytes, stream_view stream) {
+    detail::check_buffer(call, "send", send, bytes);
+    detail::check_buffer(call, "recv", recv, bytes);
+    detail::check_overlap(call, send, bytes, recv, bytes, recv);
+    if (send != recv && bytes > 0) dev_->copy_async(recv, send, bytes, copy_kind::device_to_device, stream);
+    traffic_.count(call.what, bytes_sent(call.what, size(), rank(), bytes));
+  }
+
+  static constexpr std::string_view group_ = "single (world)";
+  device* dev_;
+  detail::traffic_counter traffic_;
+};
+
+}  // namespace
+
+std::unique_ptr<communicator> make_single_communicator(device& dev) {
+  return std::make_unique<single_communicator>(dev);
+}
+
+}  // namespace zoe::engine
