@@ -19,19 +19,20 @@ bool swap_ticket::ready() const noexcept {
   return state_->done;
 }
 
-void swap_ticket::wait() const {
+void swap_ticket::wait_ready() const noexcept {
   if (!state_) return;
   std::unique_lock lock(state_->mutex);
   state_->done_cv.wait(lock, [&] { return state_->done; });
-  if (state_->failure) std::rethrow_exception(state_->failure);
+}
+
+void swap_ticket::wait() const {
+  wait_ready();
+  if (const std::exception_ptr f = failure()) std::rethrow_exception(f);
 }
 
 void swap_ticket::wait(stream_view stream) const {
   if (!state_) return;
-  {
-    std::unique_lock lock(state_->mutex);
-    state_->done_cv.wait(lock, [&] { return state_->done; });
-  }
+  wait_ready();
   // Also after a failure: copies of the pieces read before it may still write the caller's memory.
   if (state_->copied.valid()) state_->dev->wait(stream, state_->copied);
   wait();
@@ -39,10 +40,7 @@ void swap_ticket::wait(stream_view stream) const {
 
 void swap_ticket::synchronize() const {
   if (!state_) return;
-  {
-    std::unique_lock lock(state_->mutex);
-    state_->done_cv.wait(lock, [&] { return state_->done; });
-  }
+  wait_ready();
   if (state_->copied.valid()) state_->dev->synchronize(state_->copied);
   wait();
 }

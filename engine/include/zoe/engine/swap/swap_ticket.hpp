@@ -37,6 +37,8 @@ class swap_ticket {
 
   /// True once the host side is over, successfully or not. Never blocks, never throws.
   [[nodiscard]] bool ready() const noexcept;
+  /// Blocks until ready(), without rethrowing a failure. Never throws.
+  void wait_ready() const noexcept;
   /// Blocks until the host side is over; rethrows its failure (an io_error or corruption_error
   /// naming the parameter, the path and the offset).
   void wait() const;
