@@ -51,7 +51,7 @@ struct footprint_plan {
   /// The sizes the engine allocates with (also listed among the items).
   std::uint64_t arena_bytes = 0;             ///< device arena for gathered parameters
   std::uint64_t param_buffer_count = 0;      ///< pinned swap buffers for parameters (0 without nvme)
-  std::uint64_t param_buffer_bytes = 0;      ///< bytes per parameter swap buffer (4 KiB multiple)
+  std::uint64_t param_buffer_bytes = 0;      ///< bytes per parameter swap buffer (4 KiB multiple, >= one chunk)
   std::uint64_t optimizer_buffer_count = 0;  ///< pinned swap buffers of the optimizer step (0 without nvme)
   std::uint64_t optimizer_buffer_bytes = 0;  ///< bytes per optimizer swap buffer (4 KiB multiple)
   /// The swap store: its folders (striped) and its block_size (aio.block_size), which the
@@ -71,8 +71,10 @@ inline constexpr std::uint64_t arena_alignment = 256;
 [[nodiscard]] std::vector<parameter_id> persistent_parameters(const model_layout& layout, const zero_config& zero);
 
 /// Computes the plan. Throws config_error naming the keys when the configuration cannot work for
-/// this layout at all (a parameter swap buffer smaller than the largest working shard on nvme,
-/// which moves through one buffer whole, as in DeepSpeed).
+/// this layout at all (buffer_count 0 with states on nvme). A parameter swap buffer is made at
+/// least as large as the largest working shard on nvme or one aio.block_size chunk, whichever is
+/// smaller (the swapper moves larger shards in whole chunks); usage_error when `where` was built
+/// for another layout.
 [[nodiscard]] footprint_plan make_footprint_plan(const model_layout& layout, const engine_config& config,
                                                  const placement& where);
 

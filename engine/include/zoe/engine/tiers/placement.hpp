@@ -33,6 +33,8 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -80,6 +82,11 @@ class placement {
   [[nodiscard]] tier where(parameter_id p, state_kind s) const;
   /// Whether state `s`'s host homes are pinned (see above). Never throws.
   [[nodiscard]] bool host_pinned(state_kind s) const noexcept { return pinned_[static_cast<std::size_t>(s)]; }
+  /// The config keys that decided where state `s` lies (the keys to change to move it); empty
+  /// never: a state left on the device by default names the key that would move it. Never throws.
+  [[nodiscard]] std::span<const std::string> keys(state_kind s) const noexcept {
+    return keys_[static_cast<std::size_t>(s)];
+  }
   /// Bytes of state `s` of all shards placed in tier `t`.
   [[nodiscard]] std::uint64_t bytes(state_kind s, tier t) const noexcept;
   /// Bytes of every state placed in tier `t`.
@@ -90,6 +97,7 @@ class placement {
   std::vector<tier> tiers_;  // parameter-major: tiers_[p * state_kind_count + s]
   std::uint64_t bytes_[state_kind_count][tier_count] = {};
   bool pinned_[state_kind_count] = {};
+  std::vector<std::string> keys_[state_kind_count];
 };
 
 }  // namespace zoe::engine

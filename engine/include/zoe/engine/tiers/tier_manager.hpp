@@ -99,6 +99,10 @@ class tier_manager {
 
  private:
   struct impl;
+  /// The index of (p, s); usage_error naming p when the layout has no such parameter.
+  [[nodiscard]] std::size_t slot(parameter_id p, state_kind s) const;
+  /// Throws usage_error naming the parameter, the state, the transition and the status it found.
+  [[noreturn]] void refuse(parameter_id p, state_kind s, std::string_view transition, state_status from) const;
   const model_layout* layout_;
   std::unique_ptr<impl> impl_;
 };

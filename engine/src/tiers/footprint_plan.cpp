@@ -1,0 +1,257 @@
+// The footprint plan: every byte the states, the swap buffers, the arena and the swap store need.
+#include "zoe/engine/tiers/footprint_plan.hpp"
+
+#include <algorithm>
+#include <array>
+#include <limits>
+#include <string>
+
+#include "zoe/core/check.hpp"
+#include "zoe/core/str.hpp"
+#include "zoe/core/units.hpp"
+
+namespace zoe::engine {
+namespace {
+
+constexpr std::array<state_kind, state_kind_count> all_states = {
+    state_kind::working, state_kind::gradient, state_kind::master, state_kind::exp_avg, state_kind::exp_avg_sq};
+
+// Element counts from the config times element sizes: a count near UINT64_MAX means "no limit".
+std::uint64_t saturating_mul(std::uint64_t a, std::uint64_t b) noexcept {
+  return b != 0 && a > std::numeric_limits<std::uint64_t>::max() / b ? std::numeric_limits<std::uint64_t>::max()
+                                                                       : a * b;
+}
+
+std::uint64_t saturating_add(std::uint64_t a, std::uint64_t b) noexcept {
+  return a > std::numeric_limits<std::uint64_t>::max() - b ? std::numeric_limits<std::uint64_t>::max() : a + b;
+}
+
+// Bounds the swap buffer knobs so their byte counts cannot overflow (2^48 elements is 1 PiB of fp32).
+constexpr std::uint64_t max_buffer_elements = std::uint64_t{1} << 48;
+
+// O_DIRECT wants buffers, lengths and offsets in whole 4 KiB pages (the swap store's granularity).
+constexpr std::uint64_t page = 4096;
+
+memory_kind home_memory(const placement& where, state_kind s, tier t) {
+  switch (t) {
+    case tier::device: return memory_kind::device;
+    case tier::host: return where.host_pinned(s) ? memory_kind::pinned : memory_kind::pageable;
+    case tier::nvme: return memory_kind::nvme;
+  }
+  return memory_kind::device;
+}
+
+std::string pin_key(state_kind s) {
+  return s == state_kind::working ? "zero_optimization.offload_param.pin_memory"
+                                  : "zero_optimization.offload_optimizer.pin_memory";
+}
+
+class plan_builder {
+ public:
+  explicit plan_builder(footprint_plan& plan) : plan_(plan) {}
+
+  void add(std::string what, memory_kind memory, std::uint64_t bytes, std::vector<std::string> keys) {
+    if (bytes == 0) return;
+    plan_.items.push_back({.what = std::move(what), .memory = memory, .bytes = bytes, .keys = std::move(keys)});
+    total(memory) = saturating_add(total(memory), bytes);
+  }
+
+ private:
+  std::uint64_t& total(memory_kind memory) {
+    switch (memory) {
+      case memory_kind::device: return plan_.device_bytes;
+      case memory_kind::pinned: return plan_.pinned_bytes;
+      case memory_kind::pageable: return plan_.pageable_bytes;
+      case memory_kind::nvme: return plan_.nvme_bytes;
+    }
+    return plan_.device_bytes;
+  }
+
+  footprint_plan& plan_;
+};
+
+void add_states(plan_builder& out, footprint_plan& plan, const placement& where) {
+  for (const state_kind s : all_states) {
+    for (const tier t : {tier::device, tier::host, tier::nvme}) {
+      const std::uint64_t bytes = where.bytes(s, t);
+      const memory_kind memory = home_memory(where, s, t);
+      plan.state_bytes[static_cast<std::size_t>(memory)] += bytes;
+      if (t == tier::nvme) continue;  // listed with the swap store, which holds them
+      std::vector<std::string> keys(where.keys(s).begin(), where.keys(s).end());
+      if (t == tier::host) keys.push_back(pin_key(s));
+      out.add(str(state_kind_name(s), " in ", memory_kind_name(memory), " memory"), memory, bytes, std::move(keys));
+    }
+  }
+}
+
+// The swap store's capacity for these states. The store rounds every extent to 4 KiB and starts
+// one of block_size or more on a block_size boundary; the tier manager takes the large extents
+// first, so they lie end to end, each within its size rounded up to block_size, and the small ones
+// then fit in the gaps or after them. Their sum, rounded up to whole stripes (block_size on every
+// path) as the store rounds its capacity, is therefore always enough.
+void add_swap_store(plan_builder& out, footprint_plan& plan, const model_layout& layout, const engine_config& config,
+                    const placement& where) {
+  plan.swap_block_size = config.aio.block_size;
+  if (plan.state_bytes[static_cast<std::size_t>(memory_kind::nvme)] == 0) return;
+  plan.swap_paths = swap_paths(config);
+  const std::uint64_t block = config.aio.block_size;
+  std::uint64_t extents = 0;
+  for (const parameter_layout& p : layout.parameters()) {
+    for (const state_kind s : all_states) {
+      const std::uint64_t bytes = state_bytes(p, s);
+      if (bytes == 0 || where.where(p.id, s) != tier::nvme) continue;
+      extents += bytes >= block ? round_up(bytes, block) : round_up(bytes, page);
+    }
+  }
+  const std::uint64_t capacity = round_up(extents, block * plan.swap_paths.size());
+  for (const state_kind s : all_states) {
+    std::vector<std::string> keys(where.keys(s).begin(), where.keys(s).end());
+    out.add(str(state_kind_name(s), " on nvme"), memory_kind::nvme, where.bytes(s, tier::nvme), std::move(keys));
+  }
+  out.add("swap store rounding (extents to 4 KiB or aio.block_size, the whole to stripes)", memory_kind::nvme,
+          capacity - plan.state_bytes[static_cast<std::size_t>(memory_kind::nvme)],
+          {"aio.block_size", "zero_optimization.offload_param.nvme_path", "zoe.swap.extra_paths"});
+}
+
+// Parameters on nvme come to the device through constant-size pinned buffers, as DeepSpeed's
+// parameter swapper does: buffer_count of buffer_size elements of the working type. A shard larger
+// than a buffer moves in pieces of whole aio.block_size chunks (a write must cover whole checksum
+// chunks), so a buffer is made at least as large as the largest shard or one chunk, whichever is
+// smaller; the plan lists the size it settled on.
+void add_param_buffers(plan_builder& out, footprint_plan& plan, const model_layout& layout,
+                       const engine_config& config, const placement& where) {
+  std::uint64_t largest_shard = 0;
+  std::uint64_t element = 0;
+  bool any = false;
+  for (const parameter_layout& p : layout.parameters()) {
+    if (where.where(p.id, state_kind::working) != tier::nvme) continue;
+    any = true;
+    element = std::max<std::uint64_t>(element, kernels::dtype_size(p.dtype));
+    largest_shard = std::max<std::uint64_t>(largest_shard, p.shard_numel * kernels::dtype_size(p.dtype));
+  }
+  if (!any) return;
+  const offload_param_config block = config.zero.offload_param.value_or(offload_param_config{});
+  ZOE_CHECK(block.buffer_count > 0, config_error,
+            "zero_optimization.offload_param.buffer_count is 0, but parameters are on nvme: they need at least one "
+            "swap buffer");
+  ZOE_CHECK(block.buffer_size <= max_buffer_elements && block.buffer_count <= max_buffer_elements, config_error,
+            "zero_optimization.offload_param.buffer_count ", block.buffer_count, " and buffer_size ",
+            block.buffer_size, " must each be at most ", max_buffer_elements);
+  const std::uint64_t chunk = std::min<std::uint64_t>(round_up(largest_shard, page), config.aio.block_size);
+  plan.param_buffer_count = block.buffer_count;
+  plan.param_buffer_bytes = std::max(round_up(block.buffer_size * element, page), chunk);
+  out.add("parameter swap buffers", memory_kind::pinned, saturating_mul(plan.param_buffer_count, plan.param_buffer_bytes),
+          {"zero_optimization.offload_param.buffer_count", "zero_optimization.offload_param.buffer_size"});
+}
+
+// The optimizer step streams fp32 states on nvme through buffer_count pinned buffers of the
+// largest sub-group, as DeepSpeed's optimizer swapper sizes them.
+void add_optimizer_buffers(plan_builder& out, footprint_plan& plan, const model_layout& layout,
+                           const engine_config& config, const placement& where) {
+  const bool any = where.bytes(state_kind::master, tier::nvme) + where.bytes(state_kind::exp_avg, tier::nvme) +
+                       where.bytes(state_kind::exp_avg_sq, tier::nvme) >
+                   0;
+  if (!any) return;
+  std::uint64_t largest = 0;
+  for (const sub_group& g : sub_groups(layout, config.zero.sub_group_size)) largest = std::max(largest, g.shard_numel);
+  const offload_optimizer_config block = config.zero.offload_optimizer.value_or(offload_optimizer_config{});
+  ZOE_CHECK(block.buffer_count > 0, config_error,
+            "zero_optimization.offload_optimizer.buffer_count is 0, but optimizer states are on nvme: they need at "
+            "least one swap buffer");
+  ZOE_CHECK(block.buffer_count <= max_buffer_elements, config_error, "zero_optimization.offload_optimizer.buffer_count ",
+            block.buffer_count, " must be at most ", max_buffer_elements);
+  plan.optimizer_buffer_count = block.buffer_count;
+  plan.optimizer_buffer_bytes = round_up(largest * kernels::dtype_size(kernels::dtype::fp32), page);
+  out.add("optimizer swap buffers", memory_kind::pinned,
+          saturating_mul(plan.optimizer_buffer_count, plan.optimizer_buffer_bytes),
+          {"zero_optimization.offload_optimizer.buffer_count", "zero_optimization.sub_group_size"});
+}
+
+// The device arena holds gathered (full, padded) parameters. Its size:
+//  - the largest module, without its persistent parameters: fetching a module gathers all of it at
+//    once, so no arena smaller can run the model;
+//  - plus what prefetch fetches ahead: stage3_prefetch_bucket_size elements, and one more parameter
+//    because a fetch takes whole parameters, so the last may pass the bucket's edge;
+//  - the two together bounded by stage3_max_live_parameters (but never below the largest module),
+//    which is DeepSpeed's cap on gathered elements, and by all non-persistent parameters at once;
+//    parameters kept for reuse (stage3_max_reuse_distance) live inside this window: the
+//    coordinator releases them, or waits, when the arena is full;
+//  - plus every persistent parameter, gathered for good.
+// Each block rounds to the arena's alignment. Elements convert to bytes at the widest working type.
+void add_arena(plan_builder& out, footprint_plan& plan, const model_layout& layout, const engine_config& config) {
+  const std::size_t world = layout.options().world_size;
+  const auto gathered = [world](const parameter_layout& p) {
+    return align_up(p.padded_numel(world) * kernels::dtype_size(p.dtype), arena_alignment);
+  };
+  std::vector<bool> persistent(layout.parameters().size(), false);
+  std::uint64_t persistent_bytes = 0;
+  for (const parameter_id id : persistent_parameters(layout, config.zero)) {
+    persistent[id] = true;
+    persistent_bytes += gathered(layout.parameter(id));
+  }
+  std::uint64_t largest_module = 0;
+  std::uint64_t largest_parameter = 0;
+  std::uint64_t all_fetched = 0;
+  std::uint64_t element = 0;
+  for (const module_layout& m : layout.modules()) {
+    std::uint64_t bytes = 0;
+    for (const parameter_id id : m.parameters) {
+      const parameter_layout& p = layout.parameter(id);
+      element = std::max<std::uint64_t>(element, kernels::dtype_size(p.dtype));
+      if (persistent[id]) continue;
+      bytes += gathered(p);
+      largest_parameter = std::max(largest_parameter, gathered(p));
+    }
+    largest_module = std::max(largest_module, bytes);
+    all_fetched += bytes;
+  }
+  const std::uint64_t ahead = saturating_mul(config.zero.prefetch_bucket_size, element);
+  const std::uint64_t live_cap = std::max(largest_module, saturating_mul(config.zero.max_live_parameters, element));
+  const std::uint64_t window = std::max(largest_module, std::min({largest_module + std::min(ahead, all_fetched) + largest_parameter, live_cap, all_fetched}));
+  out.add("gathered-parameter arena: largest module and prefetch", memory_kind::device, window,
+          {"zero_optimization.stage3_prefetch_bucket_size", "zero_optimization.stage3_max_live_parameters"});
+  out.add("gathered-parameter arena: persistent parameters", memory_kind::device, persistent_bytes,
+          {"zero_optimization.stage3_param_persistence_threshold",
+           "zero_optimization.stage3_model_persistence_threshold"});
+  plan.arena_bytes = window + persistent_bytes;
+}
+
+}  // namespace
+
+std::string_view memory_kind_name(memory_kind m) noexcept {
+  switch (m) {
+    case memory_kind::device: return "device";
+    case memory_kind::pinned: return "pinned host";
+    case memory_kind::pageable: return "pageable host";
+    case memory_kind::nvme: return "nvme";
+  }
+  return "unknown";
+}
+
+std::vector<parameter_id> persistent_parameters(const model_layout& layout, const zero_config& zero) {
+  std::vector<parameter_id> out;
+  std::uint64_t total = 0;
+  for (const parameter_layout& p : layout.parameters()) {
+    if (p.numel > zero.model_persistence_threshold - std::min(total, zero.model_persistence_threshold)) continue;
+    if (p.numel <= zero.param_persistence_threshold) {
+      out.push_back(p.id);
+      total += p.numel;
+    }
+  }
+  return out;
+}
+
+footprint_plan make_footprint_plan(const model_layout& layout, const engine_config& config, const placement& where) {
+  ZOE_EXPECTS(where.parameter_count() == layout.parameters().size(), "footprint plan: the placement has ",
+              where.parameter_count(), " parameters, the layout ", layout.parameters().size());
+  footprint_plan plan;
+  plan_builder out(plan);
+  add_states(out, plan, where);
+  add_swap_store(out, plan, layout, config, where);
+  add_param_buffers(out, plan, layout, config, where);
+  add_optimizer_buffers(out, plan, layout, config, where);
+  add_arena(out, plan, layout, config);
+  return plan;
+}
+
+}  // namespace zoe::engine
