@@ -133,17 +133,18 @@ TEST(ParameterSwapper, AFailedWriteNamesThePathAndOffsetAndLeavesTheStateRelease
   EXPECT_TRUE(same_bytes(s.read_home(0), second));
 }
 
-TEST(ParameterSwapper, ASecondMoveOfTheSameStateIsRefused) {
-  auto faults = std::make_shared<fault_plan>();
-  engine_stack s({.modules = layered_model(1, 1, 50'000), .config = nvme_config(), .faults = faults});
-  s.write_home(0, s.shard_data(0, 3));
-  faults->add({.op = io::io_op::read, .hold = true, .times = -1});
+TEST(ParameterSwapper, AStateAnotherMoverHoldsIsRefused) {
+  engine_stack s({.modules = layered_model(1, 1, 50'000), .config = nvme_config()});
+  const std::vector<std::byte> data = s.shard_data(0, 3);
+  s.write_home(0, data);
+  // Another mover (say the optimizer's swapper) has the state in flight.
+  ASSERT_TRUE(s.tiers().begin_move(0, engine::state_kind::working));
   void* d = s.dev().allocate(s.shard_bytes(0));
-  const engine::swap_ticket t = s.swapper().swap_in(0, d);
   EXPECT_THROW((void)s.swapper().swap_in(0, d), usage_error);
-  faults->release_held();
-  t.synchronize();
+  EXPECT_THROW((void)s.swapper().swap_out(0, d), usage_error);
+  s.tiers().abort_move(0, engine::state_kind::working);
   s.dev().deallocate(d, s.shard_bytes(0));
+  EXPECT_TRUE(same_bytes(s.read_home(0), data));
 }
 
 TEST(ParameterSwapper, BuffersThatHoldNeitherAShardNorAChunkAreAConfigError) {

@@ -86,7 +86,8 @@ struct coordinator::impl {
   void free(parameter_id p, std::unique_lock<std::mutex>& lock);
   void start_writeback(parameter_id p);
   void drop(parameter_id p);
-  void wait_outside(const swap_ticket& t, std::unique_lock<std::mutex>& lock) {
+  // A copy of the ticket: once the lock is dropped, another caller may reset the one it came from.
+  void wait_outside(swap_ticket t, std::unique_lock<std::mutex>& lock) {  // NOLINT(performance-unnecessary-value-param)
     lock.unlock();
     t.wait_ready();
     lock.lock();
@@ -403,9 +404,15 @@ void coordinator::wait_fetch(detail::fetch_state& state, const stream_view* stre
       }
       all = all && g.at == gathered_parameter::phase::gathered;
     }
-    if (all) break;
-    // The next gather is the oldest read's: wait for it, whoever's it is.
-    if (!impl_->gathers.empty()) {
+    // A parameter released dirty and fetched again before its write-back finished: the caller
+    // may change it once this returns, so the write must have read it first.
+    const auto writing =
+        std::find_if(members.begin(), members.end(), [&](parameter_id p) { return impl_->params[p].writing; });
+    if (all && writing == members.end()) break;
+    if (all) {
+      impl_->wait_outside(impl_->params[*writing].out, lock);
+    } else if (!impl_->gathers.empty()) {
+      // The next gather is the oldest read's: wait for it, whoever's it is.
       impl_->wait_outside(impl_->params[impl_->gathers.front()].in, lock);
     } else {
       impl_->changed.wait(lock);  // another caller is starting it
@@ -471,11 +478,12 @@ void coordinator::end_step() {
 void coordinator::mark_dirty(module_id module) {
   const std::lock_guard lock(impl_->mutex);
   const module_layout& m = impl_->tiers.layout().module(module);
-  ZOE_EXPECTS(!impl_->open[module].empty(), "mark_dirty of module '", m.name, "' without an open fetch of it");
+  // A waited fetch has its parameters gathered and no write-back of them reading them.
+  const auto& fetches = impl_->open[module];
+  ZOE_EXPECTS(std::any_of(fetches.begin(), fetches.end(), [](const auto& f) { return f->pinned; }),
+              "mark_dirty of module '", m.name, "' without a fetch of it that was waited for and not released");
   for (const parameter_id p : m.parameters) {
     gathered_parameter& g = impl_->params[p];
-    ZOE_EXPECTS(g.at == gathered_parameter::phase::gathered, "mark_dirty of module '", m.name, "': parameter '",
-                impl_->tiers.layout().parameter(p).name, "' is not gathered (wait for its fetch first)");
     g.dirty = true;
     impl_->tiers.set_dirty(p, working_state(impl_->tiers.layout().parameter(p)), true);
   }

@@ -72,9 +72,9 @@ class fetch_handle {
   fetch_handle() = default;
   explicit fetch_handle(std::shared_ptr<detail::fetch_state> s) noexcept : state_(std::move(s)) {}
 
-  /// Blocks until every parameter of the module is gathered and the gathers are done on the
-  /// device. Throws the failure of a read (io_error or corruption_error naming the parameter, path
-  /// and offset); usage_error once the module was released.
+  /// Blocks until every parameter of the module is gathered, the gathers are done on the device
+  /// and no write-back of them is still reading them (so the caller may change them). Throws the failure of a read
+  /// (io_error or corruption_error naming the parameter, path and offset); usage_error once the module was released.
   void wait() const;
   /// Blocks only until the gathers are queued, then makes the work queued on `stream` after this
   /// call wait for them (stream order). Throws as wait().
@@ -111,7 +111,8 @@ class coordinator {
   /// that failed since the last flush() (the data is still gathered: nothing is lost).
   void end_step();
   /// Marks the module's parameters as changed on the device: each is written back to its home
-  /// before its memory is freed. usage_error unless the module has an open fetch.
+  /// before its memory is freed. usage_error unless a fetch of the module was waited for and not
+  /// yet released.
   void mark_dirty(module_id module);
   /// Writes back every dirty parameter and waits for the writes; rethrows the first failure (an
   /// io_error naming the parameter, the path and the offset). The failed ones stay gathered and
