@@ -43,46 +43,24 @@ engine_stack::engine_stack(stack_options options) {
     config.zero.offload_param->nvme_path = dir_.path();
   }
   dev_ = make_host_device(options.device_budget);
-  layout_ = std::make_unique<engine::model_layout>(std::move(options.modules), engine::layout_options{});
-  placement_ = std::make_unique<engine::placement>(*layout_, config);
-  plan_ = engine::make_footprint_plan(*layout_, config, *placement_);
-  if (options.arena_bytes) plan_.arena_bytes = *options.arena_bytes;
-  pinned_ = std::make_unique<allocators::pinned_host_resource>(*dev_);
-  if (!plan_.swap_paths.empty()) {
-    io::swap_store_options so;
-    so.paths = plan_.swap_paths;
-    so.capacity = plan_.nvme_bytes;
-    so.io.block_size = plan_.swap_block_size;
-    so.io.queue_depth = config.aio.queue_depth;
-    if (options.faults) {
-      so.wrap_backend = [faults = options.faults](std::unique_ptr<io::io_backend> inner) {
-        return std::unique_ptr<io::io_backend>(std::make_unique<fault_injecting_backend>(std::move(inner), faults));
-      };
-    }
-    store_ = std::make_unique<io::swap_store>(std::move(so));
+  engine::parameter_path_options po{.arena_bytes = options.arena_bytes, .wrap_backend = {}};
+  if (options.faults) {
+    po.wrap_backend = [faults = options.faults](std::unique_ptr<io::io_backend> inner) {
+      return std::unique_ptr<io::io_backend>(std::make_unique<fault_injecting_backend>(std::move(inner), faults));
+    };
   }
-  tiers_ = std::make_unique<engine::tier_manager>(*layout_, *placement_, plan_,
-                                                  engine::tier_resources{*dev_, *pinned_, store_.get()});
-  swapper_ = std::make_unique<engine::parameter_swapper>(
-      *tiers_, *dev_, *pinned_, store_.get(),
-      engine::parameter_swapper_options{.buffer_count = plan_.param_buffer_count,
-                                        .buffer_bytes = plan_.param_buffer_bytes});
-  comm_ = engine::make_single_communicator(*dev_);
-  coordinator_ = std::make_unique<engine::coordinator>(
-      *tiers_, *swapper_, *comm_, *dev_,
-      engine::coordinator_options{.arena_bytes = plan_.arena_bytes,
-                                  .limits = engine::prefetch_limits::from(config.zero)});
+  path_ = std::make_unique<engine::parameter_path>(std::move(options.modules), config, *dev_, std::move(po));
 }
 
 engine_stack::~engine_stack() = default;
 
 std::uint64_t engine_stack::shard_bytes(engine::parameter_id p) const {
-  const engine::parameter_layout& param = layout_->parameter(p);
+  const engine::parameter_layout& param = layout().parameter(p);
   return engine::state_bytes(param, engine::working_state(param));
 }
 
 std::vector<std::byte> engine_stack::shard_data(engine::parameter_id p, std::uint64_t seed) const {
-  const engine::parameter_layout& param = layout_->parameter(p);
+  const engine::parameter_layout& param = layout().parameter(p);
   std::vector<std::byte> data(shard_bytes(p), std::byte{0});
   const std::size_t real = param.real_numel(0) * kernels::dtype_size(param.dtype);
   const std::vector<std::byte> r = random_bytes(real, seed);
@@ -108,7 +86,7 @@ void engine_stack::write_home(engine::parameter_id p, std::span<const std::byte>
   void* d = dev_->allocate(data.size());
   try {
     to_device(d, data);
-    swapper_->swap_out(p, d).wait();
+    swapper().swap_out(p, d).wait();
   } catch (...) {
     dev_->deallocate(d, data.size());
     throw;
@@ -121,7 +99,7 @@ std::vector<std::byte> engine_stack::read_home(engine::parameter_id p) {
   void* d = dev_->allocate(bytes);
   std::vector<std::byte> out;
   try {
-    const engine::swap_ticket t = swapper_->swap_in(p, d);
+    const engine::swap_ticket t = swapper().swap_in(p, d);
     t.wait_ready();
     t.synchronize();
     out = from_device(d, bytes);

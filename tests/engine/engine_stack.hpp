@@ -1,9 +1,7 @@
 #pragma once
-// The engine's lower stages wired together for the swapper and coordinator tests, as the engine
-// object will wire them: the layout, placement and footprint plan from a config, the host device,
-// pinned memory, a swap store in a scratch folder on a real disk (optionally over the
-// fault-injecting backend), the tier manager, the parameter swapper, the single communicator and
-// the coordinator. Helpers write a shard's home and read it back, byte for byte.
+// The parameter path (engine::parameter_path) on the host device, with its swap store in a
+// scratch folder on a real disk (optionally over the fault-injecting backend), for the swapper and
+// coordinator tests. Helpers write a shard's home and read it back, byte for byte.
 
 #include <cstddef>
 #include <cstdint>
@@ -16,15 +14,7 @@
 #include "io_test_support.hpp"
 #include "zoe/allocators/pinned_host_resource.hpp"
 #include "zoe/core/device.hpp"
-#include "zoe/engine/comm/communicator.hpp"
-#include "zoe/engine/config/config.hpp"
-#include "zoe/engine/coordinator/coordinator.hpp"
-#include "zoe/engine/model/layout.hpp"
-#include "zoe/engine/swap/parameter_swapper.hpp"
-#include "zoe/engine/tiers/footprint_plan.hpp"
-#include "zoe/engine/tiers/placement.hpp"
-#include "zoe/engine/tiers/tier_manager.hpp"
-#include "zoe/io/swap_store.hpp"
+#include "zoe/engine/coordinator/parameter_path.hpp"
 
 namespace zoe::testing {
 
@@ -55,14 +45,13 @@ class engine_stack {
   ~engine_stack();
 
   [[nodiscard]] device& dev() { return *dev_; }
-  [[nodiscard]] const engine::model_layout& layout() const { return *layout_; }
-  [[nodiscard]] const engine::footprint_plan& plan() const { return plan_; }
-  [[nodiscard]] engine::tier_manager& tiers() { return *tiers_; }
-  [[nodiscard]] engine::parameter_swapper& swapper() { return *swapper_; }
-  [[nodiscard]] engine::coordinator& coord() { return *coordinator_; }
-  [[nodiscard]] allocators::pinned_host_resource& pinned() { return *pinned_; }
-  [[nodiscard]] io::swap_store* store() { return store_.get(); }
-  [[nodiscard]] const engine::placement& where() const { return *placement_; }
+  [[nodiscard]] const engine::model_layout& layout() const { return path_->layout(); }
+  [[nodiscard]] const engine::footprint_plan& plan() const { return path_->plan(); }
+  [[nodiscard]] engine::tier_manager& tiers() { return path_->tiers(); }
+  [[nodiscard]] engine::parameter_swapper& swapper() { return path_->swapper(); }
+  [[nodiscard]] engine::coordinator& coord() { return path_->coord(); }
+  [[nodiscard]] allocators::pinned_host_resource& pinned() { return path_->pinned(); }
+  [[nodiscard]] io::swap_store* store() { return path_->store(); }
 
   /// Bytes of `p`'s working shard (what a swap moves).
   [[nodiscard]] std::uint64_t shard_bytes(engine::parameter_id p) const;
@@ -80,15 +69,7 @@ class engine_stack {
  private:
   scratch_dir dir_;
   std::unique_ptr<device> dev_;
-  std::unique_ptr<engine::model_layout> layout_;
-  std::unique_ptr<engine::placement> placement_;
-  engine::footprint_plan plan_;
-  std::unique_ptr<allocators::pinned_host_resource> pinned_;
-  std::unique_ptr<io::swap_store> store_;
-  std::unique_ptr<engine::tier_manager> tiers_;
-  std::unique_ptr<engine::parameter_swapper> swapper_;
-  std::unique_ptr<engine::communicator> comm_;
-  std::unique_ptr<engine::coordinator> coordinator_;
+  std::unique_ptr<engine::parameter_path> path_;
 };
 
 }  // namespace zoe::testing
