@@ -29,8 +29,8 @@ struct gathered_parameter {
   bool live = false;              // the policy counts it in flight or gathered
   bool dirty = false;             // changed on the device since it was gathered
   bool writing = false;
-  std::uint32_t holders = 0;   // open fetches of modules that have it
-  std::exception_ptr failure;  // its read failed; thrown by the waits of the fetches that hold it
+  std::uint32_t holders = 0;             // open fetches of modules that have it
+  std::optional<carried_error> failure;  // its read failed; thrown by the waits of the fetches that hold it
 };
 
 struct coordinator::impl {
@@ -59,7 +59,7 @@ struct coordinator::impl {
   std::vector<std::deque<std::shared_ptr<detail::fetch_state>>> open;  // per module, oldest first
   std::deque<parameter_id> gathers;      // reading, in the order started: gathered in this order
   std::vector<parameter_id> writebacks;  // writing
-  std::vector<std::exception_ptr> write_failures;
+  std::vector<carried_error> write_failures;
   coordinator_stats stats;
 
   [[nodiscard]] std::uint64_t shard_bytes(parameter_id p) const {
@@ -121,7 +121,7 @@ void coordinator::impl::complete_gather(parameter_id p) {
     if (!g.ready.valid()) g.ready = dev.create_event();
     dev.record(g.ready, stream.view());
   } catch (...) {
-    g.failure = std::current_exception();
+    g.failure = carried_error::of(std::current_exception());
     ++stats.failed_gathers;
     g.block.unpin();
     g.block.reset();
@@ -143,9 +143,9 @@ void coordinator::impl::retire_writebacks() {
     if (!g.out.ready()) return false;
     g.writing = false;
     g.block.unpin();
-    if (const std::exception_ptr f = g.out.failure()) {
+    if (std::optional<carried_error> f = g.out.failure()) {
       // The home is released and dirty now; the gathered copy is the only good one: keep it.
-      write_failures.push_back(f);
+      write_failures.push_back(std::move(*f));
       ++stats.failed_write_backs;
     } else {
       g.dirty = false;
@@ -166,7 +166,7 @@ bool coordinator::impl::start(parameter_id p, bool demand, std::unique_lock<std:
     if (g.at == gathered_parameter::phase::gathered) policy.on_gathered(p);
     return true;
   }
-  g.failure = nullptr;
+  g.failure.reset();
   std::optional<allocators::arena_block> block;
   if (demand) {
     block = allocate_waiting(p, lock);
@@ -323,12 +323,8 @@ coordinator::~coordinator() {
       log::error("gathered-parameter coordinator: while stopping: ", e.what());
     }
   }
-  for (const std::exception_ptr& f : impl_->write_failures) {
-    try {
-      std::rethrow_exception(f);
-    } catch (const std::exception& e) {
-      log::error("a write-back failed and was never flushed again; its data is lost: ", e.what());
-    }
+  for (const carried_error& f : impl_->write_failures) {
+    log::error("a write-back failed and was never flushed again; its data is lost: ", f.message);
   }
   try {
     impl_->dev.synchronize(impl_->stream.view());
@@ -400,7 +396,7 @@ void coordinator::wait_fetch(detail::fetch_state& state, const stream_view* stre
       const gathered_parameter& g = impl_->params[p];
       if (g.failure) {
         impl_->stats.wait_seconds += std::chrono::duration<double>(clock::now() - started).count();
-        std::rethrow_exception(g.failure);
+        g.failure->raise();
       }
       all = all && g.at == gathered_parameter::phase::gathered;
     }
@@ -469,9 +465,9 @@ void coordinator::end_step() {
   for (const parameter_id p : impl_->policy.end_step()) impl_->free(p, lock);
   impl_->pump();
   if (!impl_->write_failures.empty()) {
-    const std::exception_ptr first = impl_->write_failures.front();
+    const carried_error first = impl_->write_failures.front();
     impl_->write_failures.clear();
-    std::rethrow_exception(first);
+    first.raise();
   }
 }
 
@@ -501,9 +497,9 @@ void coordinator::flush() {
     impl_->pump();
   }
   if (!impl_->write_failures.empty()) {
-    const std::exception_ptr first = impl_->write_failures.front();
+    const carried_error first = impl_->write_failures.front();
     impl_->write_failures.clear();
-    std::rethrow_exception(first);
+    first.raise();
   }
 }
 

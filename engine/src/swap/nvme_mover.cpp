@@ -69,7 +69,7 @@ void nvme_mover::run() noexcept {
   } catch (...) {
     // The channel is gone (its destructor waited for its requests), so no read or write uses a
     // buffer any more; the device copies may, until the streams are done with them.
-    const std::exception_ptr broken = std::current_exception();
+    const carried_error broken = carried_error::of(std::current_exception());
     try {
       dev_.synchronize(in_stream_.view());
       dev_.synchronize(out_stream_.view());
@@ -274,15 +274,12 @@ void nvme_mover::fail(nvme_move& m, std::uint64_t offset, const io::io_completio
                                 m.op == io::io_op::read ? "from" : "to", " swap extent ", m.extent.id,
                                 " failed at byte ", offset, " of the extent: ");
   if (c != nullptr) {
-    m.failure = c->corrupt ? std::make_exception_ptr(corruption_error(where + c->message))
-                           : std::make_exception_ptr(io_error(where + c->message, c->os_errno));
+    m.failure =
+        carried_error{c->corrupt ? error_category::corrupt : error_category::io, c->os_errno, where + c->message};
     return;
   }
-  try {
-    std::rethrow_exception(e);
-  } catch (const std::exception& x) {
-    m.failure = std::make_exception_ptr(io_error(where + x.what(), 0));
-  }
+  carried_error cause = carried_error::of(e);
+  m.failure = carried_error{error_category::io, cause.os_errno, where + cause.message};
 }
 
 bool nvme_mover::finish_moves() {
@@ -295,12 +292,14 @@ bool nvme_mover::finish_moves() {
     finish(*m);
     any = true;
   }
-  if (any) std::erase_if(moves_, over);
+  if (any) std::erase_if(moves_, [](const std::unique_ptr<nvme_move>& m) { return m->finished; });
   return any;
 }
 
 void nvme_mover::finish(nvme_move& m) noexcept {
-  std::exception_ptr failure = m.failure;
+  std::optional<carried_error> failure = std::move(m.failure);
+  m.failure.reset();
+  m.finished = true;
   try {
     // After a failed read the home is intact; after a failed write the tier manager marks it
     // released and dirty: the caller's device copy is then the only good one.
@@ -310,7 +309,7 @@ void nvme_mover::finish(nvme_move& m) noexcept {
       tiers_.finish_move(m.param, m.state);
     }
   } catch (...) {
-    if (!failure) failure = std::current_exception();
+    if (!failure) failure = carried_error::of(std::current_exception());
   }
   if (m.op == io::io_op::read) {
     // After the move's last copy (and any that went before on the stream), whether it succeeded
@@ -319,7 +318,7 @@ void nvme_mover::finish(nvme_move& m) noexcept {
       m.ticket->copied = dev_.create_event();
       dev_.record(m.ticket->copied, in_stream_.view());
     } catch (...) {
-      if (!failure) failure = std::current_exception();
+      if (!failure) failure = carried_error::of(std::current_exception());
     }
   }
   {
@@ -327,7 +326,7 @@ void nvme_mover::finish(nvme_move& m) noexcept {
     ++(m.op == io::io_op::read ? stats_.moves_in : stats_.moves_out);
     if (failure) ++stats_.failed_moves;
   }
-  m.ticket->complete(failure);
+  m.ticket->complete(std::move(failure));
 }
 
 void nvme_mover::note_busy(const io::swap_channel& channel) {

@@ -36,9 +36,10 @@ struct nvme_move {
   std::shared_ptr<ticket_state> ticket;
 
   // Progress, touched by the I/O thread only.
-  std::uint64_t issued = 0;    ///< bytes whose piece has started
-  std::size_t pieces_out = 0;  ///< pieces started and not yet through their I/O (and, out, their write)
-  std::exception_ptr failure;  ///< the first piece that failed
+  std::uint64_t issued = 0;              ///< bytes whose piece has started
+  std::size_t pieces_out = 0;            ///< pieces started and not yet through their I/O (and, out, their write)
+  std::optional<carried_error> failure;  ///< the first piece that failed
+  bool finished = false;                 ///< its ticket is complete
 };
 
 class nvme_mover {

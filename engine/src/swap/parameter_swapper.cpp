@@ -129,7 +129,7 @@ swap_ticket parameter_swapper::swap_in(parameter_id p, void* dst) {
   // Queued: a later write of the home is queued behind it on the same stream.
   impl_->tiers.finish_move(p, m.state);
   impl_->count_copy(bytes, true);
-  ticket->complete(nullptr);
+  ticket->complete(std::nullopt);
   return swap_ticket(std::move(ticket));
 }
 
@@ -158,13 +158,13 @@ swap_ticket parameter_swapper::swap_out(parameter_id p, const void* src) {
     impl_->dev.copy_async(dst, source, bytes, kind, impl_->copy_stream.view());
     // The home holds the data once the copy ran: the stream says so, without a thread waiting on it.
     impl_->dev.launch_host(impl_->copy_stream.view(), [this, p, s = m.state, ticket] {
-      std::exception_ptr failure;
+      std::optional<carried_error> failure;
       try {
         impl_->tiers.finish_move(p, s);  // the home is current: it clears dirty
       } catch (...) {
-        failure = std::current_exception();
+        failure = carried_error::of(std::current_exception());
       }
-      ticket->complete(failure);
+      ticket->complete(std::move(failure));
     });
   } catch (...) {
     impl_->tiers.abort_move(p, m.state);

@@ -3,7 +3,7 @@
 namespace zoe::engine {
 
 namespace detail {
-void ticket_state::complete(std::exception_ptr error) noexcept {
+void ticket_state::complete(std::optional<carried_error> error) noexcept {
   {
     const std::lock_guard lock(mutex);
     failure = std::move(error);
@@ -27,7 +27,7 @@ void swap_ticket::wait_ready() const noexcept {
 
 void swap_ticket::wait() const {
   wait_ready();
-  if (const std::exception_ptr f = failure()) std::rethrow_exception(f);
+  if (const std::optional<carried_error> f = failure()) f->raise();
 }
 
 void swap_ticket::wait(stream_view stream) const {
@@ -45,10 +45,10 @@ void swap_ticket::synchronize() const {
   wait();
 }
 
-std::exception_ptr swap_ticket::failure() const noexcept {
-  if (!state_) return nullptr;
+std::optional<carried_error> swap_ticket::failure() const {
+  if (!state_) return std::nullopt;
   const std::lock_guard lock(state_->mutex);
-  return state_->done ? state_->failure : nullptr;
+  return state_->done ? state_->failure : std::nullopt;
 }
 
 }  // namespace zoe::engine

@@ -3,11 +3,12 @@
 // writing one back home. The swapper's I/O thread completes it; any thread may wait on it.
 
 #include <condition_variable>
-#include <exception>
 #include <memory>
 #include <mutex>
+#include <optional>
 
 #include "zoe/core/device.hpp"
+#include "zoe/engine/swap/carried_error.hpp"
 
 namespace zoe::engine {
 
@@ -19,12 +20,12 @@ struct ticket_state {
   std::mutex mutex;
   std::condition_variable done_cv;
   bool done = false;
-  std::exception_ptr failure;
+  std::optional<carried_error> failure;
   device* dev = nullptr;
   device_event copied;  ///< recorded after the move's last device copy (never recorded: nothing to wait for)
 
-  /// Completes the ticket (a null `error`: it succeeded) and wakes its waiters. Never throws.
-  void complete(std::exception_ptr error) noexcept;
+  /// Completes the ticket (no `error`: it succeeded) and wakes its waiters. Never throws.
+  void complete(std::optional<carried_error> error) noexcept;
 };
 }  // namespace detail
 
@@ -46,8 +47,8 @@ class swap_ticket {
   void wait(stream_view stream) const;
   /// wait(), then blocks until the device copies are done too.
   void synchronize() const;
-  /// The failure, once ready (null if it succeeded or is not ready). Never throws.
-  [[nodiscard]] std::exception_ptr failure() const noexcept;
+  /// The failure, once ready (nothing if it succeeded or is not ready).
+  [[nodiscard]] std::optional<carried_error> failure() const;
 
  private:
   std::shared_ptr<detail::ticket_state> state_;
