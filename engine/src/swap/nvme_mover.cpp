@@ -62,8 +62,12 @@ void nvme_mover::run() noexcept {
       const std::lock_guard lock(mutex_);
       backend_ = channel.backend_name();
     }
-    const auto buffers = pool_.buffers();
-    channel.register_buffers(buffers);
+    // The slots are one allocation: registered as one region (io_uring takes at most 1024).
+    const auto slots = pool_.buffers();
+    const std::span<std::byte> region[] = {
+        {slots.front().data(),
+         static_cast<std::size_t>(slots.back().data() + slots.back().size() - slots.front().data())}};
+    channel.register_buffers(region);
     loop(channel);
     return;
   } catch (...) {

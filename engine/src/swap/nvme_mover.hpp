@@ -1,7 +1,7 @@
 #pragma once
 // The parameter swapper's I/O thread: the one thread that drives its swap_channel. It takes whole
 // moves (a shard's working copy in from NVMe to device memory, or out from device memory to NVMe),
-// cuts them into pieces of at most one pool buffer, and runs each piece through its stages:
+// cuts them into pieces of one pool slot, and runs each piece through its stages:
 //   in:  lease a buffer -> read the piece into it -> copy it to the device -> the copy is done: return the lease
 //   out: lease a buffer -> copy the piece from the device -> the copy is done: write it -> written: return the lease
 // Moves get buffers in the order they were asked for; a piece waits while every buffer is on loan.

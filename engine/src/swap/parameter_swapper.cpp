@@ -71,11 +71,13 @@ parameter_swapper::parameter_swapper(tier_manager& tiers, device& dev, allocator
     const state_location& home = tiers.location(param.id, working_state(param));
     if (home.where == tier::nvme) largest = std::max(largest, home.bytes);
   }
-  // A write must cover whole checksum chunks of its extent (or end at its end): a shard larger
-  // than one buffer moves in pieces of whole chunks, a smaller one in one piece.
-  const std::uint64_t piece =
-      options.buffer_bytes >= chunk ? options.buffer_bytes / chunk * chunk : options.buffer_bytes;
-  if (options.buffer_count == 0 || piece == 0 || (largest > piece && piece % chunk != 0)) {
+  // The planned pinned memory (buffer_count buffers of buffer_bytes) is cut into slots of one
+  // aio.block_size chunk: a shard streams through them chunk by chunk, read, copied and returned,
+  // so the memory keeps as many chunks in flight as it holds instead of one shard per buffer. A
+  // write must cover whole checksum chunks (or end at its extent's end), so only a buffer smaller
+  // than a chunk may be a slot of its own, and then it must hold the largest shard whole.
+  const std::uint64_t slot = options.buffer_bytes >= chunk ? chunk : options.buffer_bytes;
+  if (options.buffer_count == 0 || slot == 0 || (largest > slot && slot < chunk)) {
     throw config_error(str("parameter swap buffers: ", options.buffer_count, " buffers of ",
                            format_bytes(options.buffer_bytes), " cannot move shards of up to ", format_bytes(largest),
                            " from NVMe; a buffer must hold the largest shard or a whole aio.block_size chunk (",
@@ -83,11 +85,13 @@ parameter_swapper::parameter_swapper(tier_manager& tiers, device& dev, allocator
                            "): raise zero_optimization.offload_param.buffer_count / buffer_size "
                            "or lower aio.block_size"));
   }
-  impl_->pool.emplace(pinned, allocators::buffer_pool_options{.buffer_count = options.buffer_count,
-                                                              .buffer_size = options.buffer_bytes,
+  const std::uint64_t planned = static_cast<std::uint64_t>(options.buffer_count) * options.buffer_bytes;
+  impl_->pool.emplace(pinned, allocators::buffer_pool_options{.buffer_count = static_cast<std::size_t>(planned / slot),
+                                                              .buffer_size = static_cast<std::size_t>(slot),
                                                               .name = "parameter swap buffers"});
-  impl_->stats.pinned_bytes = static_cast<std::uint64_t>(options.buffer_count) * options.buffer_bytes;
-  impl_->mover = std::make_unique<detail::nvme_mover>(tiers, dev, *store, *impl_->pool, piece);
+  impl_->stats.pinned_bytes = planned / slot * slot;
+  impl_->stats.buffer_slots = impl_->pool->buffer_count();
+  impl_->mover = std::make_unique<detail::nvme_mover>(tiers, dev, *store, *impl_->pool, slot);
 }
 
 parameter_swapper::~parameter_swapper() {

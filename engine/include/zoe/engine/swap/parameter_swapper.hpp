@@ -1,12 +1,13 @@
 #pragma once
 // The parameter swapper: moves the working copy of a parameter's shard between its home tier and
-// device memory. From NVMe a shard comes through the constant-size pool of pinned buffers
-// (offload_param.buffer_count buffers of buffer_size elements, sized by the footprint plan): each
-// piece is read into a leased buffer and copied to the device, and the lease goes back once that
-// copy is done. From host memory it is one copy, from device memory one device-to-device copy.
-// Writing back runs the other way (device -> pinned buffer -> NVMe); the data stays in the pinned
-// buffer (and in the caller's device memory) until the write is known good, and a failed write
-// leaves the home copy and its status as they were and names the path and offset.
+// device memory. From NVMe a shard comes through a constant-size pool of pinned memory
+// (offload_param.buffer_count buffers of buffer_size elements, as the footprint plan sizes it) cut
+// into slots of one aio.block_size chunk: each chunk of the shard is read into a leased slot and
+// copied to the device, and the lease goes back once that copy is done. So the planned memory
+// keeps as many chunks in flight as it holds, where DeepSpeed moves one parameter per buffer. From host memory it is
+// one copy, from device memory one device-to-device copy. Writing back runs the other way (device -> pinned buffer ->
+// NVMe); the data stays in the pinned buffer (and in the caller's device memory) until the write is known good, and a
+// failed write leaves the home copy and its status as they were and names the path and offset.
 //
 // NVMe I/O runs on one thread the swapper owns, the only one that drives its swap_channel (an
 // io_uring ring has one issuer). Host and device homes need no I/O: their copies are queued on
@@ -43,8 +44,9 @@ struct parameter_swapper_stats {
   std::uint64_t moves_in = 0;
   std::uint64_t moves_out = 0;
   std::uint64_t failed_moves = 0;
-  /// Times a move found every pinned buffer on loan and waited (back-pressure).
+  /// Times a move found every slot on loan and waited (back-pressure).
   std::uint64_t buffer_waits = 0;
+  std::size_t buffer_slots = 0;  ///< chunk-sized slots the pool's pinned memory is cut into
   std::size_t peak_buffers_in_use = 0;
   std::uint64_t pinned_bytes = 0;  ///< the pool's pinned memory (allocated once, up front)
   /// Seconds the I/O thread had NVMe reads or writes in flight.
@@ -57,8 +59,8 @@ struct parameter_swapper_stats {
 /// resource and store must outlive it.
 class parameter_swapper {
  public:
-  /// Makes the pool (buffer_count x buffer_bytes of pinned memory from `pinned`) and the I/O
-  /// thread when `store` is given (the pool is needed only for NVMe homes; without a store both
+  /// Makes the pool (buffer_count x buffer_bytes of pinned memory from `pinned`, in chunk-sized
+  /// slots) and the I/O thread when `store` is given (the pool is needed only for NVMe homes; without a store both
   /// may be zero). Throws config_error naming offload_param.buffer_count / buffer_size when a
   /// buffer holds neither the largest shard on NVMe nor a whole checksum chunk of the store (the
   /// pieces of a write must cover whole chunks), memory_error when the pinned memory cannot be had.
