@@ -49,7 +49,7 @@ struct coordinator::impl {
   parameter_swapper& swapper;
   communicator& comm;
   device& dev;
-  device_stream stream;  // the gathers run here; gathered blocks belong to it
+  device_stream stream;  // the gathers run here; each gathered block records its use of it
   allocators::arena arena;
 
   mutable std::mutex mutex;
@@ -120,9 +120,11 @@ void coordinator::impl::complete_gather(parameter_id p) {
     comm.all_gather(own_shard(p), g.block.data(), shard, stream.view());
     if (!g.ready.valid()) g.ready = dev.create_event();
     dev.record(g.ready, stream.view());
+    g.block.record_use(stream.view());
   } catch (...) {
     g.failure = carried_error::of(std::current_exception());
     ++stats.failed_gathers;
+    g.block.record_use(stream.view());  // the stream waits for the copies of the pieces that arrived
     g.block.unpin();
     g.block.reset();
     g.at = gathered_parameter::phase::none;
@@ -171,13 +173,15 @@ bool coordinator::impl::start(parameter_id p, bool demand, std::unique_lock<std:
   if (demand) {
     block = allocate_waiting(p, lock);
   } else {
-    block = arena.try_allocate(full_bytes(p), stream.view());
+    block = arena.try_allocate(full_bytes(p));
   }
   if (!block) {
     ++stats.prefetch_backoffs;
     policy.on_freed(p);
     return false;
   }
+  // Allocated on no stream, so the space is free of all earlier work: the swapper's streams write
+  // it, not the gather stream (space pending on a stream is safe only for work on that stream).
   // Pinned while the swapper holds its address, until the gather is queued.
   block->pin();
   g.block = std::move(*block);
@@ -203,7 +207,7 @@ allocators::arena_block coordinator::impl::allocate_waiting(parameter_id p, std:
   bool counted = false;
   bool warned = false;
   for (;;) {
-    if (auto b = arena.try_allocate(bytes, stream.view())) return std::move(*b);
+    if (auto b = arena.try_allocate(bytes)) return std::move(*b);
     if (!counted) {
       ++stats.arena_waits;
       counted = true;
@@ -258,6 +262,7 @@ void coordinator::impl::free(parameter_id p, std::unique_lock<std::mutex>& lock)
         in.wait(stream.view());
       } catch (const std::exception&) {  // nobody uses it; the read's failure does not matter
       }
+      g.block.record_use(stream.view());  // reused after the copies into it
       g.block.unpin();
       g.at = gathered_parameter::phase::gathered;
     }
