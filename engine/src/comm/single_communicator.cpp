@@ -1,6 +1,8 @@
 // The world-size-1 communicator: every collective is the identity, so each is at most one
 // stream-ordered device-to-device copy and sends nothing.
 #include <memory>
+#include <string>
+#include <string_view>
 
 #include "collective.hpp"
 #include "zoe/core/check.hpp"
@@ -15,30 +17,28 @@ class single_communicator final : public communicator {
 
   [[nodiscard]] std::size_t rank() const noexcept override { return 0; }
   [[nodiscard]] std::size_t size() const noexcept override { return 1; }
-  [[nodiscard]] std::string name() const override { return "single (world)"; }
+  [[nodiscard]] std::string name() const override { return std::string(group_name); }
 
   void all_gather(const void* send, void* recv, std::size_t bytes, stream_view stream) override {
-    identity({collective::all_gather, group_}, send, recv, bytes, stream);
+    identity({collective::all_gather, group_name}, send, recv, bytes, stream);
   }
 
   void reduce_scatter(const void* send, void* recv, std::size_t count, kernels::dtype type, reduce_op op,
                       stream_view stream) override {
-    const detail::collective_call call{collective::reduce_scatter, group_};
-    identity(call, send, recv, detail::element_bytes(call, count, type, op), stream);
+    reduction(collective::reduce_scatter, send, recv, count, type, op, stream);
   }
 
   void all_to_all(const void* send, void* recv, std::size_t bytes, stream_view stream) override {
-    identity({collective::all_to_all, group_}, send, recv, bytes, stream);
+    identity({collective::all_to_all, group_name}, send, recv, bytes, stream);
   }
 
   void all_reduce(const void* send, void* recv, std::size_t count, kernels::dtype type, reduce_op op,
                   stream_view stream) override {
-    const detail::collective_call call{collective::all_reduce, group_};
-    identity(call, send, recv, detail::element_bytes(call, count, type, op), stream);
+    reduction(collective::all_reduce, send, recv, count, type, op, stream);
   }
 
   void broadcast(void* buffer, std::size_t bytes, std::size_t root, stream_view /*stream*/) override {
-    const detail::collective_call call{collective::broadcast, group_};
+    const detail::collective_call call{collective::broadcast, group_name};
     ZOE_EXPECTS(root < size(), detail::describe(call), ": root ", root, " is not a rank of the group (size ", size(),
                 ")");
     detail::check_buffer(call, "broadcast", buffer, bytes);
@@ -53,6 +53,13 @@ class single_communicator final : public communicator {
   [[nodiscard]] comm_stats stats() const override { return traffic_.snapshot(); }
 
  private:
+  // A reduction over one rank is its input: the identity, after checking the element type and op.
+  void reduction(collective what, const void* send, void* recv, std::size_t count, kernels::dtype type, reduce_op op,
+                 stream_view stream) {
+    const detail::collective_call call{what, group_name};
+    identity(call, send, recv, detail::element_bytes(call, count, type, op), stream);
+  }
+
   // Checks the call, copies send to recv on the stream unless they are the same block, and counts.
   // With one rank every in-place form (send at recv + rank() * block) is send == recv.
   void identity(detail::collective_call call, const void* send, void* recv, std::uint64_t bytes, stream_view stream) {
@@ -63,7 +70,7 @@ class single_communicator final : public communicator {
     traffic_.count(call.what, bytes_sent(call.what, size(), rank(), bytes));
   }
 
-  static constexpr std::string_view group_ = "single (world)";
+  static constexpr std::string_view group_name = "single (world)";
   device* dev_;
   detail::traffic_counter traffic_;
 };

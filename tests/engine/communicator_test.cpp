@@ -1,0 +1,255 @@
+// The single communicator on the host device: each collective is the identity, in stream order,
+// copying nothing in place; its arguments are checked with messages naming the collective; and the
+// byte-counting rule every backend shares.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <numeric>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "fake_device.hpp"
+#include "zoe/core/device.hpp"
+#include "usage_message.hpp"
+#include "zoe/core/error.hpp"
+#include "zoe/core/units.hpp"
+#include "zoe/engine/comm/communicator.hpp"
+
+namespace zoe::engine {
+namespace {
+
+using zoe::testing::usage_message;
+
+using kernels::dtype;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using namespace std::chrono_literals;
+
+// Device memory of `bytes`, freed on destruction.
+class device_buffer {
+ public:
+  device_buffer(device& dev, std::size_t bytes) : dev_(&dev), bytes_(bytes), data_(dev.allocate(bytes)) {}
+  ~device_buffer() { dev_->deallocate(data_, bytes_); }
+  device_buffer(const device_buffer&) = delete;
+  device_buffer& operator=(const device_buffer&) = delete;
+  [[nodiscard]] std::byte* data() const noexcept { return static_cast<std::byte*>(data_); }
+
+ private:
+  device* dev_;
+  std::size_t bytes_;
+  void* data_;
+};
+
+// One collective at world size 1, run from send to recv over `bytes` (a multiple of 4).
+struct collective_case {
+  const char* name;
+  collective kind;
+  std::function<void(communicator&, const void*, void*, std::size_t, stream_view)> run;
+};
+
+std::vector<collective_case> identity_collectives() {
+  return {
+      {"all_gather", collective::all_gather,
+       [](communicator& c, const void* s, void* r, std::size_t b, stream_view st) { c.all_gather(s, r, b, st); }},
+      {"reduce_scatter_sum_fp16", collective::reduce_scatter,
+       [](communicator& c, const void* s, void* r, std::size_t b, stream_view st) {
+         c.reduce_scatter(s, r, b / 2, dtype::fp16, reduce_op::sum, st);
+       }},
+      {"reduce_scatter_mean_bf16", collective::reduce_scatter,
+       [](communicator& c, const void* s, void* r, std::size_t b, stream_view st) {
+         c.reduce_scatter(s, r, b / 2, dtype::bf16, reduce_op::mean, st);
+       }},
+      {"all_to_all", collective::all_to_all,
+       [](communicator& c, const void* s, void* r, std::size_t b, stream_view st) { c.all_to_all(s, r, b, st); }},
+      {"all_reduce_sum_fp32", collective::all_reduce,
+       [](communicator& c, const void* s, void* r, std::size_t b, stream_view st) {
+         c.all_reduce(s, r, b / 4, dtype::fp32, reduce_op::sum, st);
+       }},
+      {"all_reduce_mean_fp32", collective::all_reduce,
+       [](communicator& c, const void* s, void* r, std::size_t b, stream_view st) {
+         c.all_reduce(s, r, b / 4, dtype::fp32, reduce_op::mean, st);
+       }},
+  };
+}
+
+void fill_pattern(std::byte* p, std::size_t bytes, unsigned seed) {
+  for (std::size_t i = 0; i < bytes; ++i) p[i] = static_cast<std::byte>((i * 131 + seed) & 0xff);
+}
+
+TEST(single_communicator, IsOneRankWhoseSubGroupsAreItself) {
+  auto dev = make_host_device(16 * MiB);
+  auto comm = make_single_communicator(*dev);
+  EXPECT_EQ(comm->rank(), 0U);
+  EXPECT_EQ(comm->size(), 1U);
+  EXPECT_THAT(comm->name(), HasSubstr("single"));
+  EXPECT_EQ(&comm->node_local(), comm.get());
+  EXPECT_EQ(&comm->cross_node(), comm.get());
+  comm->barrier();
+}
+
+TEST(single_communicator, EveryCollectiveDeliversItsInputAndCountsACallWithNoBytes) {
+  auto dev = make_host_device(16 * MiB);
+  auto comm = make_single_communicator(*dev);
+  const device_stream stream = dev->create_stream();
+  constexpr std::size_t bytes = 64 * KiB + 12;
+  const device_buffer send(*dev, bytes);
+  const device_buffer recv(*dev, bytes);
+  std::uint64_t calls = 0;
+  for (const collective_case& c : identity_collectives()) {
+    SCOPED_TRACE(c.name);
+    fill_pattern(send.data(), bytes, static_cast<unsigned>(calls));
+    std::memset(recv.data(), 0, bytes);
+    c.run(*comm, send.data(), recv.data(), bytes, stream.view());
+    dev->synchronize(stream.view());
+    EXPECT_EQ(std::memcmp(send.data(), recv.data(), bytes), 0);
+    ++calls;
+  }
+  std::array<std::byte, 16> root_data{};
+  comm->broadcast(root_data.data(), root_data.size(), 0, stream.view());
+  const comm_stats stats = comm->stats();
+  EXPECT_EQ(stats.calls, calls + 1);
+  EXPECT_EQ(stats.total_bytes(), 0U) << "at world size 1 nothing leaves the rank";
+}
+
+TEST(single_communicator, InPlaceCollectivesCopyNothingAndOthersCopyOnce) {
+  testing::fake_device dev(make_host_device(16 * MiB));
+  auto comm = make_single_communicator(dev);
+  const device_stream stream = dev.create_stream();
+  constexpr std::size_t bytes = 4096;
+  const device_buffer a(dev, bytes);
+  const device_buffer b(dev, bytes);
+  for (const collective_case& c : identity_collectives()) {
+    SCOPED_TRACE(c.name);
+    fill_pattern(a.data(), bytes, 7);
+    const int before = dev.calls().copy_async;
+    c.run(*comm, a.data(), a.data(), bytes, stream.view());
+    dev.synchronize(stream.view());
+    EXPECT_EQ(dev.calls().copy_async, before) << "in place: the data is where it belongs already";
+    std::vector<std::byte> expected(bytes);
+    fill_pattern(expected.data(), bytes, 7);
+    EXPECT_EQ(std::memcmp(a.data(), expected.data(), bytes), 0);
+    c.run(*comm, a.data(), b.data(), bytes, stream.view());
+    dev.synchronize(stream.view());
+    EXPECT_EQ(dev.calls().copy_async, before + 1);
+  }
+  const int before = dev.calls().copy_async;
+  comm->broadcast(a.data(), bytes, 0, stream.view());
+  EXPECT_EQ(dev.calls().copy_async, before) << "a broadcast from the only rank moves nothing";
+}
+
+TEST(single_communicator, CollectivesRunInStreamOrder) {
+  // Host tasks are held back on the stream: a collective that ran at once, rather than after the
+  // task before it, would copy the old contents, and the task after it would see an unwritten recv.
+  testing::fake_device dev(make_host_device(16 * MiB));
+  dev.delay_tasks(20ms);
+  auto comm = make_single_communicator(dev);
+  const device_stream stream = dev.create_stream();
+  constexpr std::size_t bytes = 8192;
+  const device_buffer send(dev, bytes);
+  const device_buffer recv(dev, bytes);
+  for (const collective_case& c : identity_collectives()) {
+    SCOPED_TRACE(c.name);
+    std::memset(send.data(), 0, bytes);
+    std::memset(recv.data(), 0, bytes);
+    std::byte* s = send.data();
+    std::byte* r = recv.data();
+    dev.launch_host(stream.view(), [s] { fill_pattern(s, bytes, 3); });
+    c.run(*comm, s, r, bytes, stream.view());
+    bool seen_after = false;
+    dev.launch_host(stream.view(), [&seen_after, r] {
+      std::vector<std::byte> expected(bytes);
+      fill_pattern(expected.data(), bytes, 3);
+      seen_after = std::memcmp(r, expected.data(), bytes) == 0;
+      std::memset(r, 0xee, bytes);  // overwritten after the collective
+    });
+    dev.synchronize(stream.view());
+    EXPECT_TRUE(seen_after) << "the task after the collective saw its result";
+    EXPECT_EQ(recv.data()[0], std::byte{0xee}) << "and the collective did not run after that task";
+  }
+}
+
+TEST(single_communicator, StatsMayBeReadWhileCollectivesRun) {
+  auto dev = make_host_device(16 * MiB);
+  auto comm = make_single_communicator(*dev);
+  const device_stream stream = dev->create_stream();
+  const device_buffer a(*dev, 256);
+  const device_buffer b(*dev, 256);
+  constexpr int rounds = 200;
+  std::atomic<bool> done{false};
+  std::uint64_t last_seen = 0;
+  bool monotonic = true;
+  std::thread reader([&] {
+    while (!done.load()) {
+      const std::uint64_t calls = comm->stats().calls;
+      monotonic = monotonic && calls >= last_seen;
+      last_seen = calls;
+    }
+  });
+  for (int i = 0; i < rounds; ++i) comm->all_gather(a.data(), b.data(), 256, stream.view());
+  done.store(true);
+  reader.join();
+  dev->synchronize(stream.view());
+  EXPECT_TRUE(monotonic);
+  EXPECT_EQ(comm->stats().calls, static_cast<std::uint64_t>(rounds));
+}
+
+TEST(single_communicator, BadArgumentsNameTheCollective) {
+  auto dev = make_host_device(16 * MiB);
+  auto comm = make_single_communicator(*dev);
+  const device_stream stream = dev->create_stream();
+  const device_buffer buf(*dev, 4096);
+  std::byte* p = buf.data();
+  const stream_view s = stream.view();
+  EXPECT_THAT(usage_message([&] { comm->all_gather(nullptr, p, 16, s); }),
+              AllOf(HasSubstr("all_gather on single (world)"), HasSubstr("send buffer is null with 16 bytes")));
+  EXPECT_THAT(usage_message([&] { comm->all_to_all(p, nullptr, 16, s); }),
+              AllOf(HasSubstr("all_to_all on single (world)"), HasSubstr("recv buffer is null")));
+  EXPECT_THAT(usage_message([&] { comm->all_gather(p, p + 8, 16, s); }),
+              AllOf(HasSubstr("all_gather on single (world)"), HasSubstr("overlaps")));
+  EXPECT_THAT(usage_message([&] { comm->all_reduce(p + 4, p, 4, dtype::fp32, reduce_op::sum, s); }),
+              AllOf(HasSubstr("all_reduce on single (world)"), HasSubstr("overlaps")));
+  EXPECT_THAT(usage_message([&] { comm->reduce_scatter(p, p + 2048, 16, static_cast<dtype>(9), reduce_op::sum, s); }),
+              AllOf(HasSubstr("reduce_scatter on single (world)"), HasSubstr("unknown dtype 9")));
+  EXPECT_THAT(usage_message([&] { comm->all_reduce(p, p + 2048, 16, dtype::fp16, static_cast<reduce_op>(7), s); }),
+              AllOf(HasSubstr("all_reduce on single (world)"), HasSubstr("unknown reduce_op 7")));
+  EXPECT_THAT(usage_message([&] {
+                comm->all_reduce(p, p + 2048, std::numeric_limits<std::size_t>::max(), dtype::fp32, reduce_op::sum, s);
+              }),
+              AllOf(HasSubstr("all_reduce on single (world)"), HasSubstr("overflow")));
+  EXPECT_THAT(usage_message([&] { comm->broadcast(p, 16, 1, s); }),
+              AllOf(HasSubstr("broadcast on single (world)"), HasSubstr("root 1 is not a rank of the group (size 1)")));
+  EXPECT_THAT(usage_message([&] { comm->broadcast(nullptr, 16, 0, s); }),
+              AllOf(HasSubstr("broadcast on single (world)"), HasSubstr("null")));
+  EXPECT_EQ(comm->stats().calls, 0U) << "a refused call is not counted";
+  // Zero bytes need no buffer.
+  comm->all_gather(nullptr, nullptr, 0, s);
+  EXPECT_EQ(comm->stats().calls, 1U);
+}
+
+TEST(bytes_sent, IsWhatABandwidthOptimalAlgorithmSendsFromTheRank) {
+  EXPECT_EQ(bytes_sent(collective::all_gather, 4, 2, 100), 300U);
+  EXPECT_EQ(bytes_sent(collective::reduce_scatter, 8, 0, 10), 70U);
+  EXPECT_EQ(bytes_sent(collective::all_to_all, 2, 1, 4096), 4096U);
+  EXPECT_EQ(bytes_sent(collective::all_reduce, 4, 3, 1000), 1500U) << "2 (n-1) / n of the buffer";
+  EXPECT_EQ(bytes_sent(collective::all_reduce, 3, 0, 10), 13U) << "rounded down";
+  const std::uint64_t huge = std::numeric_limits<std::uint64_t>::max() / 2;
+  EXPECT_EQ(bytes_sent(collective::all_reduce, 2, 0, huge), huge) << "no overflow in the intermediate";
+  // A ring rooted at 2 of 4 ranks ends at rank 1, which forwards nothing.
+  for (std::size_t r = 0; r < 4; ++r) EXPECT_EQ(bytes_sent(collective::broadcast, 4, r, 64, 2), r == 1 ? 0U : 64U);
+  for (const collective c : {collective::all_gather, collective::reduce_scatter, collective::all_to_all,
+                             collective::all_reduce, collective::broadcast}) {
+    EXPECT_EQ(bytes_sent(c, 1, 0, 1 << 20), 0U) << collective_name(c) << ": nothing leaves a lone rank";
+  }
+}
+
+}  // namespace
+}  // namespace zoe::engine
