@@ -13,13 +13,10 @@
 namespace zoe::engine {
 namespace {
 
-constexpr std::array<state_kind, state_kind_count> all_states = {
-    state_kind::working, state_kind::gradient, state_kind::master, state_kind::exp_avg, state_kind::exp_avg_sq};
-
 // Element counts from the config times element sizes: a count near UINT64_MAX means "no limit".
 std::uint64_t saturating_mul(std::uint64_t a, std::uint64_t b) noexcept {
   return b != 0 && a > std::numeric_limits<std::uint64_t>::max() / b ? std::numeric_limits<std::uint64_t>::max()
-                                                                       : a * b;
+                                                                     : a * b;
 }
 
 std::uint64_t saturating_add(std::uint64_t a, std::uint64_t b) noexcept {
@@ -31,15 +28,6 @@ constexpr std::uint64_t max_buffer_elements = std::uint64_t{1} << 48;
 
 // O_DIRECT wants buffers, lengths and offsets in whole 4 KiB pages (the swap store's granularity).
 constexpr std::uint64_t page = 4096;
-
-memory_kind home_memory(const placement& where, state_kind s, tier t) {
-  switch (t) {
-    case tier::device: return memory_kind::device;
-    case tier::host: return where.host_pinned(s) ? memory_kind::pinned : memory_kind::pageable;
-    case tier::nvme: return memory_kind::nvme;
-  }
-  return memory_kind::device;
-}
 
 std::string pin_key(state_kind s) {
   return s == state_kind::working ? "zero_optimization.offload_param.pin_memory"
@@ -74,7 +62,7 @@ void add_states(plan_builder& out, footprint_plan& plan, const placement& where)
   for (const state_kind s : all_states) {
     for (const tier t : {tier::device, tier::host, tier::nvme}) {
       const std::uint64_t bytes = where.bytes(s, t);
-      const memory_kind memory = home_memory(where, s, t);
+      const memory_kind memory = memory_of(t, where.host_pinned(s));
       plan.state_bytes[static_cast<std::size_t>(memory)] += bytes;
       if (t == tier::nvme) continue;  // listed with the swap store, which holds them
       std::vector<std::string> keys(where.keys(s).begin(), where.keys(s).end());
@@ -118,8 +106,8 @@ void add_swap_store(plan_builder& out, footprint_plan& plan, const model_layout&
 // than a buffer moves in pieces of whole aio.block_size chunks (a write must cover whole checksum
 // chunks), so a buffer is made at least as large as the largest shard or one chunk, whichever is
 // smaller; the plan lists the size it settled on.
-void add_param_buffers(plan_builder& out, footprint_plan& plan, const model_layout& layout,
-                       const engine_config& config, const placement& where) {
+void add_param_buffers(plan_builder& out, footprint_plan& plan, const model_layout& layout, const engine_config& config,
+                       const placement& where) {
   std::uint64_t largest_shard = 0;
   std::uint64_t element = 0;
   bool any = false;
@@ -135,12 +123,13 @@ void add_param_buffers(plan_builder& out, footprint_plan& plan, const model_layo
             "zero_optimization.offload_param.buffer_count is 0, but parameters are on nvme: they need at least one "
             "swap buffer");
   ZOE_CHECK(block.buffer_size <= max_buffer_elements && block.buffer_count <= max_buffer_elements, config_error,
-            "zero_optimization.offload_param.buffer_count ", block.buffer_count, " and buffer_size ",
-            block.buffer_size, " must each be at most ", max_buffer_elements);
+            "zero_optimization.offload_param.buffer_count ", block.buffer_count, " and buffer_size ", block.buffer_size,
+            " must each be at most ", max_buffer_elements);
   const std::uint64_t chunk = std::min<std::uint64_t>(round_up(largest_shard, page), config.aio.block_size);
   plan.param_buffer_count = block.buffer_count;
   plan.param_buffer_bytes = std::max(round_up(block.buffer_size * element, page), chunk);
-  out.add("parameter swap buffers", memory_kind::pinned, saturating_mul(plan.param_buffer_count, plan.param_buffer_bytes),
+  out.add("parameter swap buffers", memory_kind::pinned,
+          saturating_mul(plan.param_buffer_count, plan.param_buffer_bytes),
           {"zero_optimization.offload_param.buffer_count", "zero_optimization.offload_param.buffer_size"});
 }
 
@@ -158,8 +147,9 @@ void add_optimizer_buffers(plan_builder& out, footprint_plan& plan, const model_
   ZOE_CHECK(block.buffer_count > 0, config_error,
             "zero_optimization.offload_optimizer.buffer_count is 0, but optimizer states are on nvme: they need at "
             "least one swap buffer");
-  ZOE_CHECK(block.buffer_count <= max_buffer_elements, config_error, "zero_optimization.offload_optimizer.buffer_count ",
-            block.buffer_count, " must be at most ", max_buffer_elements);
+  ZOE_CHECK(block.buffer_count <= max_buffer_elements, config_error,
+            "zero_optimization.offload_optimizer.buffer_count ", block.buffer_count, " must be at most ",
+            max_buffer_elements);
   plan.optimizer_buffer_count = block.buffer_count;
   plan.optimizer_buffer_bytes = round_up(largest * kernels::dtype_size(kernels::dtype::fp32), page);
   out.add("optimizer swap buffers", memory_kind::pinned,
@@ -207,16 +197,27 @@ void add_arena(plan_builder& out, footprint_plan& plan, const model_layout& layo
   }
   const std::uint64_t ahead = saturating_mul(config.zero.prefetch_bucket_size, element);
   const std::uint64_t live_cap = std::max(largest_module, saturating_mul(config.zero.max_live_parameters, element));
-  const std::uint64_t window = std::max(largest_module, std::min({largest_module + std::min(ahead, all_fetched) + largest_parameter, live_cap, all_fetched}));
+  const std::uint64_t window =
+      std::max(largest_module,
+               std::min({largest_module + std::min(ahead, all_fetched) + largest_parameter, live_cap, all_fetched}));
   out.add("gathered-parameter arena: largest module and prefetch", memory_kind::device, window,
           {"zero_optimization.stage3_prefetch_bucket_size", "zero_optimization.stage3_max_live_parameters"});
-  out.add("gathered-parameter arena: persistent parameters", memory_kind::device, persistent_bytes,
-          {"zero_optimization.stage3_param_persistence_threshold",
-           "zero_optimization.stage3_model_persistence_threshold"});
+  out.add(
+      "gathered-parameter arena: persistent parameters", memory_kind::device, persistent_bytes,
+      {"zero_optimization.stage3_param_persistence_threshold", "zero_optimization.stage3_model_persistence_threshold"});
   plan.arena_bytes = window + persistent_bytes;
 }
 
 }  // namespace
+
+memory_kind memory_of(tier t, bool pinned) noexcept {
+  switch (t) {
+    case tier::device: return memory_kind::device;
+    case tier::host: return pinned ? memory_kind::pinned : memory_kind::pageable;
+    case tier::nvme: return memory_kind::nvme;
+  }
+  return memory_kind::device;
+}
 
 std::string_view memory_kind_name(memory_kind m) noexcept {
   switch (m) {

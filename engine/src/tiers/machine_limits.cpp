@@ -60,7 +60,8 @@ std::string keys_of(const footprint_plan& plan, std::initializer_list<memory_kin
   for (const plan_item& item : plan.items) {
     if (std::find(memories.begin(), memories.end(), item.memory) != memories.end()) items.push_back(&item);
   }
-  std::stable_sort(items.begin(), items.end(), [](const plan_item* a, const plan_item* b) { return a->bytes > b->bytes; });
+  std::stable_sort(items.begin(), items.end(),
+                   [](const plan_item* a, const plan_item* b) { return a->bytes > b->bytes; });
   std::vector<std::string> keys;
   for (const plan_item* item : items) keys.insert(keys.end(), item->keys.begin(), item->keys.end());
   keys.insert(keys.end(), extra.begin(), extra.end());

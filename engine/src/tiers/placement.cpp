@@ -16,9 +16,6 @@ namespace {
 constexpr std::size_t index(state_kind s) noexcept { return static_cast<std::size_t>(s); }
 constexpr std::size_t index(tier t) noexcept { return static_cast<std::size_t>(t); }
 
-constexpr std::array<state_kind, state_kind_count> all_states = {
-    state_kind::working, state_kind::gradient, state_kind::master, state_kind::exp_avg, state_kind::exp_avg_sq};
-
 /// How one state is placed: fractions per tier, or (max_in_cpu) one tier per parameter; and the
 /// keys that decided it (or would move it), for messages and the plan.
 struct state_rule {
@@ -32,7 +29,8 @@ bool offload_param_applies(const engine_config& config) {
 }
 
 tier_fractions all_in(tier t) {
-  return {.device = t == tier::device ? 1.0 : 0.0, .host = t == tier::host ? 1.0 : 0.0,
+  return {.device = t == tier::device ? 1.0 : 0.0,
+          .host = t == tier::host ? 1.0 : 0.0,
           .nvme = t == tier::nvme ? 1.0 : 0.0};
 }
 
@@ -61,6 +59,20 @@ std::vector<tier> working_with_max_in_cpu(const model_layout& layout, const engi
   return out;
 }
 
+// offload_optimizer.ratio below 1: of the n sub-groups, in order, the first int((1 - ratio) * n)
+// stay on the device and the rest go to host memory (stage3.py, subgroup_to_device): DeepSpeed
+// counts sub-groups, not bytes.
+std::vector<tier> optimizer_with_ratio(const model_layout& layout, const engine_config& config) {
+  std::vector<tier> out(layout.parameters().size(), tier::host);
+  const std::vector<sub_group> groups = sub_groups(layout, config.zero.sub_group_size);
+  const double on_device = (1.0 - config.zero.offload_optimizer->ratio) * static_cast<double>(groups.size());
+  const auto first_offloaded = static_cast<std::size_t>(on_device);  // Python's int(): toward zero
+  for (std::size_t i = 0; i < first_offloaded && i < groups.size(); ++i) {
+    std::fill(out.begin() + groups[i].first, out.begin() + groups[i].last, tier::device);
+  }
+  return out;
+}
+
 state_rule rule_for(const model_layout& layout, const engine_config& config, state_kind s) {
   if (const auto& f = config.zoe.placement[index(s)]) {
     validate_fractions(*f, s);
@@ -73,7 +85,7 @@ state_rule rule_for(const model_layout& layout, const engine_config& config, sta
     const std::string device_key = "zero_optimization.offload_param.device";
     if (!offload_param_applies(config)) {
       return in(tier::device, config.zero.stage == 3 ? std::vector{device_key}
-                                                      : std::vector<std::string>{"zero_optimization.stage", device_key});
+                                                     : std::vector<std::string>{"zero_optimization.stage", device_key});
     }
     switch (config.zero.offload_param->device) {
       case offload_device::none: return in(tier::device, {device_key});
@@ -90,9 +102,10 @@ state_rule rule_for(const model_layout& layout, const engine_config& config, sta
   switch (opt.device) {
     case offload_device::none: return in(tier::device, {device_key});
     case offload_device::cpu:
-      return {.fractions = tier_fractions{.device = 1.0 - opt.ratio, .host = opt.ratio, .nvme = 0.0},
-              .per_parameter = {},
-              .keys = {device_key, "zero_optimization.offload_optimizer.ratio"}};
+      if (opt.ratio >= 1.0) return in(tier::host, {device_key});
+      return {.fractions = std::nullopt,
+              .per_parameter = optimizer_with_ratio(layout, config),
+              .keys = {device_key, "zero_optimization.offload_optimizer.ratio", "zero_optimization.sub_group_size"}};
     case offload_device::nvme: return in(s == state_kind::gradient ? tier::host : tier::nvme, {device_key});
   }
   return in(tier::device, {device_key});
@@ -195,7 +208,8 @@ placement::placement(const model_layout& layout, const engine_config& config) {
   // The working copy of an fp32 parameter is its master: report the master's home for it.
   for (std::size_t p = 0; p < n; ++p) {
     if (layout.parameters()[p].dtype == kernels::dtype::fp32) {
-      tiers_[p * state_kind_count + index(state_kind::working)] = tiers_[p * state_kind_count + index(state_kind::master)];
+      tiers_[p * state_kind_count + index(state_kind::working)] =
+          tiers_[p * state_kind_count + index(state_kind::master)];
     }
   }
 }

@@ -17,24 +17,12 @@
 namespace zoe::engine {
 namespace {
 
-constexpr std::array<state_kind, state_kind_count> all_states = {
-    state_kind::working, state_kind::gradient, state_kind::master, state_kind::exp_avg, state_kind::exp_avg_sq};
-
 // Pageable homes are page-aligned so O_DIRECT reads and writes can use them as they are.
 constexpr std::size_t page = 4096;
 
 struct free_deleter {
   void operator()(std::byte* p) const noexcept { std::free(p); }  // NOLINT(cppcoreguidelines-no-malloc)
 };
-
-memory_kind memory_of(const state_location& loc) {
-  switch (loc.where) {
-    case tier::device: return memory_kind::device;
-    case tier::host: return loc.pinned ? memory_kind::pinned : memory_kind::pageable;
-    case tier::nvme: return memory_kind::nvme;
-  }
-  return memory_kind::device;
-}
 
 }  // namespace
 
@@ -78,23 +66,23 @@ struct tier_manager::impl {
 
   // Allocates h's home where its location says; throws what the allocator throws.
   void allocate(home& h, allocators::pinned_host_resource& pinned_memory, bool pinned) {
-  state_location& loc = h.location;
-  switch (loc.where) {
-    case tier::device: loc.device = dev.allocate(loc.bytes); break;
-    case tier::host:
-      if (pinned) {
-        h.pinned = pinned_memory.allocate(loc.bytes);
-        loc.host = h.pinned.span();
-        loc.pinned = h.pinned.locked();
-      } else {
-        h.pageable.reset(static_cast<std::byte*>(std::aligned_alloc(page, round_up(loc.bytes, page))));  // NOLINT
-        ZOE_CHECK(h.pageable != nullptr, memory_error, "cannot allocate ", format_bytes(loc.bytes),
-                  " of pageable host memory");
-        loc.host = {h.pageable.get(), loc.bytes};
-      }
-      break;
-    case tier::nvme: loc.extent = store->allocate(loc.bytes); break;
-  }
+    state_location& loc = h.location;
+    switch (loc.where) {
+      case tier::device: loc.device = dev.allocate(loc.bytes); break;
+      case tier::host:
+        if (pinned) {
+          h.pinned = pinned_memory.allocate(loc.bytes);
+          loc.host = h.pinned.span();
+          loc.pinned = h.pinned.locked();
+        } else {
+          h.pageable.reset(static_cast<std::byte*>(std::aligned_alloc(page, round_up(loc.bytes, page))));  // NOLINT
+          ZOE_CHECK(h.pageable != nullptr, memory_error, "cannot allocate ", format_bytes(loc.bytes),
+                    " of pageable host memory");
+          loc.host = {h.pageable.get(), loc.bytes};
+        }
+        break;
+      case tier::nvme: loc.extent = store->allocate(loc.bytes); break;
+    }
   }
 
   device& dev;
@@ -122,7 +110,7 @@ tier_manager::tier_manager(const model_layout& layout, const placement& where, c
       loc.where = where.where(p.id, s);
       loc.bytes = state_bytes(p, s);
       loc.pinned = loc.where == tier::host && where.host_pinned(s);
-      wanted[static_cast<std::size_t>(memory_of(loc))] += loc.bytes;
+      wanted[static_cast<std::size_t>(memory_of(loc.where, loc.pinned))] += loc.bytes;
     }
   }
   for (std::size_t k = 0; k < memory_kind_count; ++k) {
@@ -158,7 +146,7 @@ tier_manager::tier_manager(const model_layout& layout, const placement& where, c
                              state_kind_name(all_states[i % state_kind_count]), " of parameter '", p.name, "' in ",
                              tier_name(h.location.where), ": ", e.what()));
     }
-    m.bytes[static_cast<std::size_t>(memory_of(h.location))] += h.location.bytes;
+    m.bytes[static_cast<std::size_t>(memory_of(h.location.where, h.location.pinned))] += h.location.bytes;
   }
 }
 

@@ -20,9 +20,9 @@ namespace zoe::engine {
 
 /// Where a resolved value came from.
 enum class config_source : std::uint8_t {
-  file = 0,          ///< written in the document (under its current name or a deprecated one)
-  default_value = 1, ///< not written: DeepSpeed's (or zoe's) default
-  auto_value = 2,    ///< written as "auto": resolved to the default as DeepSpeed resolves it
+  file = 0,           ///< written in the document (under its current name or a deprecated one)
+  default_value = 1,  ///< not written: DeepSpeed's (or zoe's) default
+  auto_value = 2,     ///< written as "auto": resolved to the default as DeepSpeed resolves it
 };
 /// "file", "default" or "auto". Never throws.
 [[nodiscard]] std::string_view config_source_name(config_source s) noexcept;

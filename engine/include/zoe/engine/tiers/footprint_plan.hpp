@@ -31,6 +31,9 @@ inline constexpr std::size_t memory_kind_count = 4;
 /// "device", "pinned host", "pageable host", "nvme". Never throws.
 [[nodiscard]] std::string_view memory_kind_name(memory_kind m) noexcept;
 
+/// The memory a home in tier `t` takes: host memory is pinned or pageable. Never throws.
+[[nodiscard]] memory_kind memory_of(tier t, bool pinned) noexcept;
+
 /// One line of the plan: what, how many bytes of which memory, and the config keys that size it.
 struct plan_item {
   std::string what;  ///< "exp_avg_sq on nvme", "parameter swap buffers", "gathered-parameter arena"

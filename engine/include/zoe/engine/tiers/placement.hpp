@@ -12,11 +12,15 @@
 //               sub-groups of sub_group_size elements in layout order (a sub-group closes once it
 //               holds sub_group_size elements or more); whole sub-groups stay in host memory while
 //               the running count of their shard elements is <= max_in_cpu; the first sub-group
-//               that does not fit, and every one after it, goes to nvme.
+//               that does not fit, and every one after it, goes to nvme. (DeepSpeed also never
+//               swaps a partition under max(1 MiB, aio.block_size), swappable_tensor(); zoe does,
+//               since its swap store holds extents of any multiple of 4 KiB.)
 //  3. gradient, master, exp_avg and exp_avg_sq follow zero_optimization.offload_optimizer:
 //       none -> device;
-//       cpu  -> host, where `ratio` is the host share of each state's bytes and the rest stays on
-//               the device (ratio 1, the default, puts all of it on the host);
+//       cpu  -> host; with `ratio` below 1, as DeepSpeed's partial offload (stage3.py,
+//               subgroup_to_device): of the n sub-groups, in order, the first int((1 - ratio) * n)
+//               stay on the device and the rest go to host memory (a count of sub-groups, not of
+//               bytes);
 //       nvme -> master, exp_avg and exp_avg_sq on nvme; the gradient in host memory.
 //  4. Without either block every state is on the device.
 // An fp32 parameter has no separate working copy (the master is it): its working state has no
@@ -31,6 +35,7 @@
 // the working copy, offload_optimizer for the others; DeepSpeed's default when the block is
 // absent), pageable otherwise. NVMe staging buffers are always pinned (see footprint_plan.hpp).
 
+#include <array>
 #include <cstdint>
 #include <filesystem>
 #include <span>
@@ -42,6 +47,10 @@
 #include "zoe/engine/model/layout.hpp"
 
 namespace zoe::engine {
+
+/// Every state of a shard, in state_kind order (to loop over them).
+inline constexpr std::array<state_kind, state_kind_count> all_states = {
+    state_kind::working, state_kind::gradient, state_kind::master, state_kind::exp_avg, state_kind::exp_avg_sq};
 
 enum class tier : std::uint8_t { device = 0, host = 1, nvme = 2 };
 inline constexpr std::size_t tier_count = 3;

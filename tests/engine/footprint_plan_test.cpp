@@ -1,0 +1,254 @@
+// The footprint plan: every term computed by hand for small layouts, and the shortfalls naming
+// the keys to change.
+#include "zoe/engine/tiers/footprint_plan.hpp"
+
+#include <gtest/gtest.h>
+
+#include <array>
+#include <limits>
+#include <string>
+
+#include "io_test_support.hpp"
+#include "tiers_test_support.hpp"
+#include "zoe/core/error.hpp"
+#include "zoe/core/units.hpp"
+
+namespace zoe::engine {
+namespace {
+
+using testing::layout_of;
+using testing::offload_config;
+using testing::place_all;
+
+std::uint64_t sum_of(const footprint_plan& plan, memory_kind m) {
+  std::uint64_t sum = 0;
+  for (const auto& item : plan.items) {
+    if (item.memory == m) sum += item.bytes;
+  }
+  return sum;
+}
+
+const plan_item* item_named(const footprint_plan& plan, const std::string& what) {
+  for (const auto& item : plan.items) {
+    if (item.what.find(what) != std::string::npos) return &item;
+  }
+  return nullptr;
+}
+
+bool mentions(const std::vector<std::string>& lines, const std::string& text) {
+  for (const auto& line : lines) {
+    if (line.find(text) != std::string::npos) return true;
+  }
+  return false;
+}
+
+// Parameters of 2048 and 40960 elements (fp16): working 4 KiB and 80 KiB, fp32 states 8 and 160 KiB.
+model_layout small_and_large() { return layout_of({{2048}, {40960}}); }
+
+engine_config everything_on_nvme(std::size_t paths) {
+  auto config = offload_config(offload_device::nvme, offload_device::nvme, "/swap/a");
+  if (paths > 1) config.zoe.extra_swap_paths = {"/swap/b"};
+  config.aio.block_size = 64 * KiB;
+  place_all(config, "nvme");
+  return config;
+}
+
+TEST(footprint_plan, ItemsSumToTheTotals) {
+  const auto layout = small_and_large();
+  auto config = everything_on_nvme(2);
+  config.zoe.placement[static_cast<std::size_t>(state_kind::gradient)] = tier_fractions{.device = 0.5, .host = 0.5};
+  const placement where(layout, config);
+  const auto plan = make_footprint_plan(layout, config, where);
+  EXPECT_EQ(sum_of(plan, memory_kind::device), plan.device_bytes);
+  EXPECT_EQ(sum_of(plan, memory_kind::pinned), plan.pinned_bytes);
+  EXPECT_EQ(sum_of(plan, memory_kind::pageable), plan.pageable_bytes);
+  EXPECT_EQ(sum_of(plan, memory_kind::nvme), plan.nvme_bytes);
+  for (const auto& item : plan.items) {
+    EXPECT_GT(item.bytes, 0U) << item.what;
+    EXPECT_FALSE(item.keys.empty()) << item.what << " names the keys that size it";
+  }
+}
+
+TEST(footprint_plan, TheSwapStoreIsRoundedAsTheStoreRounds) {
+  const auto layout = small_and_large();
+  const auto config = everything_on_nvme(2);
+  const auto plan = make_footprint_plan(layout, config, placement(layout, config));
+  // Small extents round to 4 KiB: 4 + 4 + 8 + 8 + 8 KiB. Those of a block (64 KiB) or more round to
+  // blocks: 80 -> 128 KiB twice, 160 -> 192 KiB three times. 864 KiB, to whole 128 KiB stripes: 896.
+  EXPECT_EQ(plan.state_bytes[static_cast<std::size_t>(memory_kind::nvme)], (32 + 640) * KiB);
+  EXPECT_EQ(plan.nvme_bytes, 896 * KiB);
+  ASSERT_NE(item_named(plan, "swap store rounding"), nullptr);
+  EXPECT_EQ(item_named(plan, "swap store rounding")->bytes, (896 - 672) * KiB);
+  EXPECT_EQ(plan.swap_paths, (std::vector<std::filesystem::path>{"/swap/a", "/swap/b"}));
+  EXPECT_EQ(plan.swap_block_size, 64 * KiB);
+}
+
+TEST(footprint_plan, ParameterSwapBuffersHoldAtLeastOneChunk) {
+  const auto layout = small_and_large();
+  auto config = everything_on_nvme(1);
+  const auto plan = make_footprint_plan(layout, config, placement(layout, config));
+  // buffer_count 5 of buffer_size 1e8 fp16 elements, in whole pages.
+  EXPECT_EQ(plan.param_buffer_count, 5U);
+  EXPECT_EQ(plan.param_buffer_bytes, round_up(200'000'000, 4096));
+  EXPECT_EQ(item_named(plan, "parameter swap buffers")->bytes, 5 * round_up(200'000'000, 4096));
+
+  // 100 elements are too few: a buffer holds a 64 KiB chunk of the 80 KiB shard at least.
+  config.zero.offload_param->buffer_size = 100;
+  config.zero.offload_param->buffer_count = 2;
+  const auto small = make_footprint_plan(layout, config, placement(layout, config));
+  EXPECT_EQ(small.param_buffer_bytes, 64 * KiB);
+  EXPECT_EQ(small.param_buffer_count, 2U);
+
+  // With only the 4 KiB shard on nvme, a buffer of its size is enough.
+  const auto tiny_layout = layout_of({{2048}});
+  EXPECT_EQ(make_footprint_plan(tiny_layout, config, placement(tiny_layout, config)).param_buffer_bytes, 4 * KiB);
+}
+
+TEST(footprint_plan, OptimizerSwapBuffersHoldTheLargestSubGroup) {
+  const auto layout = small_and_large();
+  auto config = everything_on_nvme(1);
+  const auto plan = make_footprint_plan(layout, config, placement(layout, config));
+  // One sub-group (sub_group_size 1e9) of 43008 fp32 elements: 168 KiB per buffer, 4 buffers.
+  EXPECT_EQ(plan.optimizer_buffer_count, 4U);
+  EXPECT_EQ(plan.optimizer_buffer_bytes, 168 * KiB);
+  config.zero.sub_group_size = 2048;  // {p0}, {p1}: the largest is 40960 elements
+  EXPECT_EQ(make_footprint_plan(layout, config, placement(layout, config)).optimizer_buffer_bytes, 160 * KiB);
+  config.zero.offload_optimizer->device = offload_device::cpu;
+  config.zoe.placement = {};
+  const auto none = make_footprint_plan(layout, config, placement(layout, config));
+  EXPECT_EQ(none.optimizer_buffer_count, 0U) << "nothing of the optimizer on nvme";
+  EXPECT_EQ(item_named(none, "optimizer swap buffers"), nullptr);
+}
+
+TEST(footprint_plan, ZeroSwapBuffersWithStatesOnNvmeIsAConfigError) {
+  const auto layout = small_and_large();
+  auto config = everything_on_nvme(1);
+  config.zero.offload_param->buffer_count = 0;
+  try {
+    (void)make_footprint_plan(layout, config, placement(layout, config));
+    FAIL() << "buffer_count 0 must be refused";
+  } catch (const config_error& e) {
+    EXPECT_NE(std::string(e.what()).find("zero_optimization.offload_param.buffer_count"), std::string::npos)
+        << e.what();
+  }
+  config.zero.offload_param->buffer_count = 1;
+  config.zero.offload_optimizer->buffer_count = 0;
+  EXPECT_THROW((void)make_footprint_plan(layout, config, placement(layout, config)), config_error);
+}
+
+TEST(footprint_plan, PinMemoryDecidesPinnedOrPageableHomes) {
+  const auto layout = layout_of({{2048, 4096}});
+  for (const bool pinned : {true, false}) {
+    const auto config = offload_config(offload_device::cpu, offload_device::cpu, "", pinned);
+    const auto plan = make_footprint_plan(layout, config, placement(layout, config));
+    const std::uint64_t host = 6144U * (2 + 2 + 4 + 4 + 4);
+    EXPECT_EQ(plan.pinned_bytes, pinned ? host : 0U);
+    EXPECT_EQ(plan.pageable_bytes, pinned ? 0U : host);
+    EXPECT_EQ(plan.state_bytes[static_cast<std::size_t>(pinned ? memory_kind::pinned : memory_kind::pageable)], host);
+    EXPECT_EQ(plan.nvme_bytes, 0U);
+    EXPECT_TRUE(plan.swap_paths.empty());
+  }
+}
+
+TEST(footprint_plan, TheArenaHoldsTheLargestModulePrefetchAndPersistentParameters) {
+  // fp16 modules of 8192, 4096, 4096, 4096 and 2048 elements; the last persists (threshold 2048).
+  const auto layout = layout_of({{8192}, {4096}, {4096}, {4096}, {2048}});
+  engine_config config;
+  config.zero.stage = 3;
+  config.zero.param_persistence_threshold = 2048;
+  config.zero.prefetch_bucket_size = 1000;
+  const auto arena = [&] { return make_footprint_plan(layout, config, placement(layout, config)).arena_bytes; };
+  // Largest module 16 KiB, plus a bucket of 1000 fp16 elements, plus one parameter that may pass the
+  // bucket's edge (16 KiB), plus the persistent 4 KiB.
+  EXPECT_EQ(arena(), 16384U + 2000 + 16384 + 4096);
+  config.zero.max_live_parameters = 10'000;  // 20000 bytes live at most
+  EXPECT_EQ(arena(), 20000U + 4096);
+  config.zero.max_live_parameters = 10;  // never below the largest module
+  EXPECT_EQ(arena(), 16384U + 4096);
+  config.zero.max_live_parameters = 1'000'000'000;
+  config.zero.prefetch_bucket_size = 1'000'000;  // at most every non-persistent parameter at once
+  EXPECT_EQ(arena(), 40960U + 4096);
+  config.zero.max_live_parameters = std::numeric_limits<std::uint64_t>::max();  // no overflow
+  EXPECT_EQ(arena(), 40960U + 4096);
+}
+
+TEST(footprint_plan, PersistentParametersFollowDeepSpeedsRule) {
+  // numel 100, 5000, 50, 60; param threshold 100, model threshold 170: 100 persists, 5000 is too
+  // large, 50 still fits (150), 60 would pass 170 and is skipped.
+  const auto layout = layout_of({{100, 5000}, {50, 60}});
+  zero_config zero;
+  zero.param_persistence_threshold = 100;
+  zero.model_persistence_threshold = 170;
+  EXPECT_EQ(persistent_parameters(layout, zero), (std::vector<parameter_id>{0, 2}));
+  zero.param_persistence_threshold = 0;
+  EXPECT_TRUE(persistent_parameters(layout, zero).empty());
+}
+
+TEST(footprint_plan, ShortfallsNameTheBytesAndTheKeys) {
+  const auto layout = small_and_large();
+  auto config = everything_on_nvme(1);
+  config.zoe.placement[static_cast<std::size_t>(state_kind::gradient)] = tier_fractions{.host = 1};
+  config.zoe.placement[static_cast<std::size_t>(state_kind::working)] = tier_fractions{.device = 1};
+  const auto plan = make_footprint_plan(layout, config, placement(layout, config));
+  const machine_limits ample{.device_budget = plan.device_bytes,
+                             .memlock_limit = plan.pinned_bytes,
+                             .host_available = plan.pinned_bytes + plan.pageable_bytes,
+                             .disk_free = {{"/swap/a", plan.nvme_bytes}}};
+  EXPECT_TRUE(plan_shortfalls(plan, ample).empty()) << "exactly enough fits";
+  EXPECT_NO_THROW(check_plan_fits(plan, ample));
+
+  machine_limits tight = ample;
+  tight.device_budget -= 1;
+  tight.memlock_limit -= 1;
+  tight.host_available -= 1;
+  tight.disk_free = {{"/swap/a", plan.nvme_bytes - 1}};
+  const auto lines = plan_shortfalls(plan, tight);
+  ASSERT_EQ(lines.size(), 4U);
+  EXPECT_TRUE(mentions({lines[0]}, "device memory")) << lines[0];
+  EXPECT_TRUE(mentions({lines[0]}, "zoe.placement.working")) << lines[0];
+  EXPECT_TRUE(mentions({lines[0]}, "zoe.device.budget_bytes")) << lines[0];
+  EXPECT_TRUE(mentions({lines[1]}, "RLIMIT_MEMLOCK")) << lines[1];
+  EXPECT_TRUE(mentions({lines[1]}, "zero_optimization.offload_optimizer.buffer_count")) << lines[1];
+  EXPECT_TRUE(mentions({lines[1]}, "zero_optimization.offload_optimizer.pin_memory")) << lines[1];
+  EXPECT_TRUE(mentions({lines[2]}, "MemAvailable")) << lines[2];
+  EXPECT_TRUE(mentions({lines[3]}, "/swap/a")) << lines[3];
+  EXPECT_TRUE(mentions({lines[3]}, "zoe.swap.extra_paths")) << lines[3];
+  EXPECT_TRUE(mentions({lines[3]}, format_bytes(plan.nvme_bytes))) << lines[3];
+  try {
+    check_plan_fits(plan, tight);
+    FAIL() << "a plan that does not fit is refused";
+  } catch (const config_error& e) {
+    for (const auto& line : lines) EXPECT_NE(std::string(e.what()).find(line), std::string::npos) << e.what();
+  }
+}
+
+TEST(footprint_plan, UnknownFreeSpaceIsNoShortfall) {
+  const auto layout = small_and_large();
+  const auto config = everything_on_nvme(2);
+  const auto plan = make_footprint_plan(layout, config, placement(layout, config));
+  const machine_limits limits{.device_budget = UINT64_MAX,
+                              .memlock_limit = UINT64_MAX,
+                              .host_available = UINT64_MAX,
+                              .disk_free = {{"/swap/a", std::nullopt}, {"/swap/b", plan.nvme_bytes / 2}}};
+  EXPECT_TRUE(plan_shortfalls(plan, limits).empty()) << "each path holds its half of the store";
+}
+
+TEST(footprint_plan, MeasureMachineReadsTheHostDeviceAndTheSwapPaths) {
+  const testing::scratch_dir dir;
+  engine_config config;
+  config.zoe.device_kind = "host";
+  config.zoe.device_budget = 123 * MiB;
+  config.zoe.extra_swap_paths = {dir.path(), dir / "missing"};
+  const machine_limits limits = measure_machine(config);
+  EXPECT_EQ(limits.device_budget, 123 * MiB);
+  EXPECT_GT(limits.memlock_limit, 0U);
+  EXPECT_GT(limits.host_available, 0U);
+  ASSERT_EQ(limits.disk_free.size(), 2U);
+  EXPECT_EQ(limits.disk_free[0].first, dir.path());
+  ASSERT_TRUE(limits.disk_free[0].second.has_value());
+  EXPECT_GT(*limits.disk_free[0].second, 0U);
+  EXPECT_FALSE(limits.disk_free[1].second.has_value()) << "a missing path: free space unknown";
+}
+
+}  // namespace
+}  // namespace zoe::engine

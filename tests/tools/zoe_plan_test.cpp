@@ -1,0 +1,145 @@
+// zoe-plan on fixture configurations: exit codes, the resolved keys with their sources, the
+// plan's JSON, the shortfalls naming keys, and the missing swap path as a warning.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "child_process.hpp"
+
+namespace zoe::testing {
+namespace {
+
+std::string fixture(const std::string& name) { return std::string(ZOE_PLAN_FIXTURES) + "/" + name; }
+
+// zoe-plan with `args`; stderr to stdout when `with_stderr`, else dropped (so --json is one line).
+run_result plan(const std::string& args, bool with_stderr = true) {
+  return run_shell(std::string(ZOE_PLAN_BINARY) + " " + args + (with_stderr ? " 2>&1" : " 2>/dev/null"));
+}
+
+nlohmann::json plan_json(const std::string& args, int& exit_code) {
+  const auto r = plan(args + " --json", false);
+  exit_code = r.exit_code;
+  const auto lines = json_lines(r.output);
+  EXPECT_EQ(lines.size(), 1U) << "one JSON object: " << r.output;
+  return lines.empty() ? nlohmann::json::object() : lines[0];
+}
+
+bool contains(const std::string& text, const std::string& what) { return text.find(what) != std::string::npos; }
+
+TEST(zoe_plan, AFittingPlanExitsZeroAndPrintsEveryKeyWithItsSource) {
+  const auto r = plan("--config " + fixture("cpu_offload.json") + " --params 1e6 --layers 4");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "zero_optimization.stage = 3 (file)")) << r.output;
+  EXPECT_TRUE(contains(r.output, "zero_optimization.offload_param.device = \"cpu\" (file)")) << r.output;
+  EXPECT_TRUE(contains(r.output, "aio.block_size = 1048576 (default)")) << "defaults are listed too";
+  EXPECT_TRUE(contains(r.output, "1000000 parameters in 4 layers of fp16")) << r.output;
+  EXPECT_TRUE(contains(r.output, "working in pageable host memory")) << r.output;
+  EXPECT_TRUE(contains(r.output, "the plan fits this machine")) << r.output;
+}
+
+TEST(zoe_plan, APlanOverTheDeviceBudgetExitsOneNamingTheKeys) {
+  const auto r = plan("--config " + fixture("device_only.json") + " --params 1e7 --layers 2");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_TRUE(contains(r.output, "does NOT fit")) << r.output;
+  EXPECT_TRUE(contains(r.output, "device memory: the plan needs")) << r.output;
+  EXPECT_TRUE(contains(r.output, "zero_optimization.offload_param.device")) << r.output;
+  EXPECT_TRUE(contains(r.output, "zoe.device.budget_bytes")) << r.output;
+}
+
+TEST(zoe_plan, JsonHoldsTheConfigThePlanAndTheWarnings) {
+  int exit_code = -1;
+  const auto j = plan_json("--config " + fixture("cpu_offload.json") + " --params 1e6 --layers 4", exit_code);
+  EXPECT_EQ(exit_code, 0);
+  ASSERT_TRUE(j.contains("config") && j.contains("plan") && j.contains("warnings")) << j.dump();
+  EXPECT_EQ(j["config"]["zero_optimization"]["stage"], 3);
+  EXPECT_EQ(j["config"]["zero_optimization"]["offload_param"]["device"], "cpu");
+  EXPECT_EQ(j["config"]["aio"]["block_size"], 1048576) << "defaults included";
+  EXPECT_TRUE(j["warnings"].is_array());
+  const auto& p = j["plan"];
+  EXPECT_EQ(p["fits"], true);
+  EXPECT_TRUE(p["shortfalls"].empty());
+  EXPECT_EQ(p["pinned_bytes"], 0) << "pin_memory false and nothing on nvme";
+  EXPECT_EQ(p["nvme_bytes"], 0);
+  // 1e6 fp16 elements in 4 layers, each state at least that many elements: 16 bytes per element.
+  EXPECT_GE(p["pageable_bytes"].get<std::uint64_t>(), 16'000'000U);
+  EXPECT_GT(p["arena_bytes"].get<std::uint64_t>(), 0U);
+  EXPECT_EQ(p["machine"]["device_budget"], 1073741824);
+  std::uint64_t device = 0;
+  std::uint64_t pageable = 0;
+  for (const auto& item : p["items"]) {
+    ASSERT_TRUE(item.contains("what") && item.contains("keys") && item.contains("bytes")) << item.dump();
+    if (item["memory"] == "device") device += item["bytes"].get<std::uint64_t>();
+    if (item["memory"] == "pageable host") pageable += item["bytes"].get<std::uint64_t>();
+  }
+  EXPECT_EQ(device, p["device_bytes"].get<std::uint64_t>());
+  EXPECT_EQ(pageable, p["pageable_bytes"].get<std::uint64_t>());
+}
+
+TEST(zoe_plan, TheWorldSizeShardsThePlan) {
+  int one_rc = -1;
+  int four_rc = -1;
+  const auto one = plan_json("--config " + fixture("cpu_offload.json") + " --params 1e7 --layers 2", one_rc);
+  const auto four =
+      plan_json("--config " + fixture("cpu_offload.json") + " --params 1e7 --layers 2 --world-size 4", four_rc);
+  const auto per_rank_one = one["plan"]["pageable_bytes"].get<std::uint64_t>();
+  const auto per_rank_four = four["plan"]["pageable_bytes"].get<std::uint64_t>();
+  EXPECT_LT(per_rank_four * 4, per_rank_one + per_rank_one / 100) << "a quarter, within padding";
+  EXPECT_GE(per_rank_four * 4, per_rank_one);
+  EXPECT_TRUE(contains(four["plan"]["model"].get<std::string>(), "world size 4"));
+}
+
+TEST(zoe_plan, AMissingSwapPathIsAWarningNotAShortfall) {
+  int exit_code = -1;
+  const auto j = plan_json("--config " + fixture("nvme_missing_path.json") + " --params 1e7 --layers 4", exit_code);
+  const auto& p = j["plan"];
+  EXPECT_EQ(exit_code, p["fits"].get<bool>() ? 0 : 1) << "the exit code is the verdict";
+  bool warned = false;
+  for (const auto& w : j["warnings"]) warned |= contains(w.get<std::string>(), "/nonexistent/zoe-plan-fixture");
+  EXPECT_TRUE(warned) << j["warnings"].dump();
+  for (const auto& s : p["shortfalls"]) EXPECT_FALSE(contains(s.get<std::string>(), "zoe-plan-fixture")) << s;
+  ASSERT_EQ(p["machine"]["disk_free"].size(), 1U);
+  EXPECT_TRUE(p["machine"]["disk_free"][0]["free_bytes"].is_null());
+  EXPECT_GT(p["nvme_bytes"].get<std::uint64_t>(), 0U);
+  EXPECT_EQ(p["param_buffer_count"], 2);
+  EXPECT_EQ(p["param_buffer_bytes"], 2'002'944) << "1e6 bf16 elements in whole pages";
+  EXPECT_EQ(p["swap_paths"], nlohmann::json::array({"/nonexistent/zoe-plan-fixture"}));
+
+  const auto text = plan("--config " + fixture("nvme_missing_path.json") + " --params 1e7 --layers 4");
+  EXPECT_TRUE(contains(text.output, "warning: swap path '/nonexistent/zoe-plan-fixture' does not exist"))
+      << text.output;
+}
+
+TEST(zoe_plan, ConfigAndUsageErrorsExitTwo) {
+  const auto syntax = plan("--config " + fixture("syntax_error.json") + " --params 1e6");
+  EXPECT_EQ(syntax.exit_code, 2) << syntax.output;
+  EXPECT_TRUE(contains(syntax.output, "syntax_error.json:4:")) << "a syntax error names its line: " << syntax.output;
+
+  const auto missing = plan("--config /nonexistent/zoe.json --params 1e6");
+  EXPECT_EQ(missing.exit_code, 2) << missing.output;
+  EXPECT_TRUE(contains(missing.output, "/nonexistent/zoe.json")) << missing.output;
+
+  const std::string good = "--config " + fixture("cpu_offload.json");
+  for (const auto& [args, named] : std::vector<std::pair<std::string, std::string>>{
+           {good + " --params 0", "--params"},
+           {good + " --params seven", "--params"},
+           {good + " --params 1.5", "--params"},
+           {good + " --params 3 --layers 2", "--layers"},
+           {good + " --params 1e6 --world-size 0", "--world-size"},
+           {good + " --params 1e6 --frobnicate", "frobnicate"},
+           {"--params 1e6", "--config"},
+       }) {
+    const auto r = plan(args);
+    EXPECT_EQ(r.exit_code, 2) << args << ": " << r.output;
+    EXPECT_TRUE(contains(r.output, named)) << args << ": " << r.output;
+  }
+}
+
+TEST(zoe_plan, HelpDescribesTheModel) {
+  const auto r = plan("--help");
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_TRUE(contains(r.output, "a weight and a bias")) << r.output;
+  EXPECT_TRUE(contains(r.output, "Exit 0 when the plan fits")) << r.output;
+}
+
+}  // namespace
+}  // namespace zoe::testing
