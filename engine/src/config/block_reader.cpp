@@ -23,23 +23,12 @@ void read_context::warn(std::string key, std::string_view message) {
 std::string describe(const json& value) {
   const char* kind = "";
   switch (value.type()) {
-    case json::value_t::string:
-      kind = " (a string)";
-      break;
-    case json::value_t::boolean:
-      kind = " (a boolean)";
-      break;
-    case json::value_t::array:
-      kind = " (an array)";
-      break;
-    case json::value_t::object:
-      kind = " (an object)";
-      break;
-    case json::value_t::null:
-      kind = " (null)";
-      break;
-    default:
-      break;
+    case json::value_t::string: kind = " (a string)"; break;
+    case json::value_t::boolean: kind = " (a boolean)"; break;
+    case json::value_t::array: kind = " (an array)"; break;
+    case json::value_t::object: kind = " (an object)"; break;
+    case json::value_t::null: kind = " (null)"; break;
+    default: break;
   }
   std::string text = value.dump();
   constexpr std::size_t longest = 60;
@@ -71,9 +60,11 @@ integral to_integral(const json& value, const std::string& key, const read_conte
   if (value.is_number_float()) {
     const double d = value.get<double>();
     if (!std::isfinite(d)) ctx.fail(key, str("expected an integer in ", range, ", got a non-finite number"));
-    if (std::trunc(d) != d) ctx.fail(key, str("expected an integer in ", range, ", got ", describe(value), " (not integral)"));
+    if (std::trunc(d) != d)
+      ctx.fail(key, str("expected an integer in ", range, ", got ", describe(value), " (not integral)"));
     constexpr double two_to_64 = 18446744073709551616.0;
-    if (std::fabs(d) >= two_to_64) ctx.fail(key, str("expected an integer in ", range, ", got ", describe(value), " (out of range)"));
+    if (std::fabs(d) >= two_to_64)
+      ctx.fail(key, str("expected an integer in ", range, ", got ", describe(value), " (out of range)"));
     return d < 0 ? integral{true, static_cast<std::uint64_t>(-d)} : integral{false, static_cast<std::uint64_t>(d)};
   }
   ctx.fail(key, str("expected an integer in ", range, ", got ", describe(value)));
@@ -96,7 +87,8 @@ std::int64_t to_int(const json& value, const std::string& key, const read_contex
                                             : -static_cast<std::int64_t>(v.magnitude);
     in_range = true;
   }
-  if (!in_range || result < min || result > max) ctx.fail(key, str("expected an integer in ", range, ", got ", describe(value)));
+  if (!in_range || result < min || result > max)
+    ctx.fail(key, str("expected an integer in ", range, ", got ", describe(value)));
   return result;
 }
 
@@ -137,8 +129,10 @@ std::string to_choice(const json& value, const std::string& key, const read_cont
 }
 
 field bool_field(std::string_view name, bool& target) {
-  return field{name, [&target](const json& v, const std::string& key, read_context& ctx) { target = to_bool(v, key, ctx); },
-               [&target] { return json(target); }, {}};
+  return field{name,
+               [&target](const json& v, const std::string& key, read_context& ctx) { target = to_bool(v, key, ctx); },
+               [&target] { return json(target); },
+               {}};
 }
 
 field int_field(std::string_view name, std::int64_t& target, std::int64_t min, std::int64_t max) {
@@ -146,7 +140,8 @@ field int_field(std::string_view name, std::int64_t& target, std::int64_t min, s
                [&target, min, max](const json& v, const std::string& key, read_context& ctx) {
                  target = to_int(v, key, ctx, min, max);
                },
-               [&target] { return json(target); }, {}};
+               [&target] { return json(target); },
+               {}};
 }
 
 field uint_field(std::string_view name, std::uint64_t& target, std::uint64_t min, std::uint64_t max) {
@@ -154,7 +149,8 @@ field uint_field(std::string_view name, std::uint64_t& target, std::uint64_t min
                [&target, min, max](const json& v, const std::string& key, read_context& ctx) {
                  target = to_uint(v, key, ctx, min, max);
                },
-               [&target] { return json(target); }, {}};
+               [&target] { return json(target); },
+               {}};
 }
 
 field optional_uint_field(std::string_view name, std::optional<std::uint64_t>& target, std::uint64_t min) {
@@ -166,7 +162,8 @@ field optional_uint_field(std::string_view name, std::optional<std::uint64_t>& t
                    target = to_uint(v, key, ctx, min, std::numeric_limits<std::uint64_t>::max());
                  }
                },
-               [&target] { return target ? json(*target) : json(nullptr); }, {}};
+               [&target] { return target ? json(*target) : json(nullptr); },
+               {}};
 }
 
 field number_field(std::string_view name, double& target, double min, double max) {
@@ -174,7 +171,8 @@ field number_field(std::string_view name, double& target, double min, double max
                [&target, min, max](const json& v, const std::string& key, read_context& ctx) {
                  target = to_number(v, key, ctx, min, max);
                },
-               [&target] { return json(target); }, {}};
+               [&target] { return json(target); },
+               {}};
 }
 
 field choice_field(std::string_view name, std::string& target, std::vector<std::string_view> allowed) {
@@ -182,7 +180,8 @@ field choice_field(std::string_view name, std::string& target, std::vector<std::
                [&target, allowed = std::move(allowed)](const json& v, const std::string& key, read_context& ctx) {
                  target = to_choice(v, key, ctx, allowed);
                },
-               [&target] { return json(target); }, {}};
+               [&target] { return json(target); },
+               {}};
 }
 
 field path_field(std::string_view name, std::optional<std::filesystem::path>& target) {
@@ -196,7 +195,8 @@ field path_field(std::string_view name, std::optional<std::filesystem::path>& ta
                  if (s.empty()) ctx.fail(key, "expected a path, got an empty string");
                  target = std::filesystem::path(std::move(s));
                },
-               [&target] { return target ? json(target->string()) : json(nullptr); }, {}};
+               [&target] { return target ? json(target->string()) : json(nullptr); },
+               {}};
 }
 
 namespace {
@@ -234,17 +234,16 @@ current_keys resolve_spellings(read_context& ctx, const json& node, const std::s
     std::string name = key;
     json converted = value;
     if (const deprecated_key* d = find_deprecated(spec, key)) {
-      ctx.warn(join_key(path, key),
-               str(join_key(path, key), " is deprecated; use ", join_key(path, d->new_name),
-                   d->applied ? "" : " (its value is not applied, as DeepSpeed does not apply it)",
-                   d->note.empty() ? "" : "; ", d->note));
+      ctx.warn(join_key(path, key), str(join_key(path, key), " is deprecated; use ", join_key(path, d->new_name),
+                                        d->applied ? "" : " (its value is not applied, as DeepSpeed does not apply it)",
+                                        d->note.empty() ? "" : "; ", d->note));
       if (!d->applied) continue;
       name = std::string(d->new_name);
       if (d->convert) converted = d->convert(value);
     }
     if (out.values.contains(name)) {
       ctx.fail(join_key(path, name), str(join_key(path, out.spelling(name)), " and ", join_key(path, key),
-                                          " are two spellings of one key; give only ", join_key(path, name)));
+                                         " are two spellings of one key; give only ", join_key(path, name)));
     }
     out.values[name] = std::move(converted);
     out.written_as.emplace_back(name, key);
@@ -259,9 +258,9 @@ void warn_unknown(read_context& ctx, const std::string& path, const std::string&
   for (const deprecated_key& d : spec.deprecated) known.push_back(d.old_name);
   const std::string_view nearest = nearest_key(key, known);
   const std::string full = join_key(path, key);
-  ctx.warn(full, nearest.empty() ? str(full, ": unknown key, not applied (this block has no keys)")
-                                 : str(full, ": unknown key, not applied; the nearest known key is ",
-                                       join_key(path, nearest)));
+  ctx.warn(full, nearest.empty()
+                     ? str(full, ": unknown key, not applied (this block has no keys)")
+                     : str(full, ": unknown key, not applied; the nearest known key is ", join_key(path, nearest)));
 }
 
 }  // namespace

@@ -98,8 +98,8 @@ void read_block(read_context& ctx, const json& node, const std::string& path, co
 // Conversions; each throws config_error naming `key` and what is allowed.
 [[nodiscard]] bool to_bool(const json& value, const std::string& key, const read_context& ctx);
 /// An integer; a float counts when it is integral (1e9). In [min, max].
-[[nodiscard]] std::int64_t to_int(const json& value, const std::string& key, const read_context& ctx,
-                                  std::int64_t min, std::int64_t max);
+[[nodiscard]] std::int64_t to_int(const json& value, const std::string& key, const read_context& ctx, std::int64_t min,
+                                  std::int64_t max);
 [[nodiscard]] std::uint64_t to_uint(const json& value, const std::string& key, const read_context& ctx,
                                     std::uint64_t min, std::uint64_t max);
 /// A finite number in [min, max].
@@ -116,8 +116,7 @@ void read_block(read_context& ctx, const json& node, const std::string& path, co
                               std::int64_t max = std::numeric_limits<std::int64_t>::max());
 [[nodiscard]] field uint_field(std::string_view name, std::uint64_t& target, std::uint64_t min = 0,
                                std::uint64_t max = std::numeric_limits<std::uint64_t>::max());
-[[nodiscard]] field optional_uint_field(std::string_view name, std::optional<std::uint64_t>& target,
-                                        std::uint64_t min);
+[[nodiscard]] field optional_uint_field(std::string_view name, std::optional<std::uint64_t>& target, std::uint64_t min);
 [[nodiscard]] field number_field(std::string_view name, double& target, double min, double max);
 [[nodiscard]] field choice_field(std::string_view name, std::string& target, std::vector<std::string_view> allowed);
 [[nodiscard]] field path_field(std::string_view name, std::optional<std::filesystem::path>& target);

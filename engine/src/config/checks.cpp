@@ -78,7 +78,8 @@ void announce_auto(read_context& ctx) {
       if (e.key == key) resolved += str(resolved.empty() ? "" : ", ", key, '=', e.value);
     }
   }
-  ctx.warn(joined(ctx.auto_resolved), str("\"auto\" resolved to DeepSpeed's defaults, as DeepSpeed resolves it: ", resolved));
+  ctx.warn(joined(ctx.auto_resolved),
+           str("\"auto\" resolved to DeepSpeed's defaults, as DeepSpeed resolves it: ", resolved));
 }
 
 }  // namespace

@@ -27,7 +27,8 @@ field device_field(offload_device& target) {
                  const std::string d = to_choice(v, key, ctx, {"none", "cpu", "nvme"});
                  target = d == "nvme" ? offload_device::nvme : d == "cpu" ? offload_device::cpu : offload_device::none;
                },
-               [&target] { return json(std::string(offload_device_name(target))); }, {}};
+               [&target] { return json(std::string(offload_device_name(target))); },
+               {}};
 }
 
 block_spec offload_param_block(offload_param_config& c) {
@@ -71,8 +72,12 @@ field optional_block_field(std::string_view name, std::optional<T>& target, bloc
                }};
 }
 
-// DeepSpeed's cpu_offload / cpu_offload_param: true means an offload block on the cpu, false none.
-json cpu_offload_block(const json& v) { return v.is_boolean() && v.get<bool>() ? json{{"device", "cpu"}} : v; }
+// DeepSpeed's cpu_offload / cpu_offload_param: true means an offload block on the cpu, false none
+// (anything else is left for the block's own type check).
+json cpu_offload_block(const json& v) {
+  if (!v.is_boolean()) return v;
+  return v.get<bool>() ? json{{"device", "cpu"}} : json(nullptr);
+}
 
 block_spec zero_block(zero_config& z) {
   block_spec b;
@@ -81,7 +86,8 @@ block_spec zero_block(zero_config& z) {
             [&z](const json& v, const std::string& key, read_context& ctx) {
               z.stage = static_cast<int>(to_int(v, key, ctx, 0, 3));
             },
-            [&z] { return json(z.stage); }, {}},
+            [&z] { return json(z.stage); },
+            {}},
       bool_field("contiguous_gradients", z.contiguous_gradients),
       bool_field("reduce_scatter", z.reduce_scatter),
       uint_field("reduce_bucket_size", z.reduce_bucket_size),
@@ -155,7 +161,10 @@ block_spec aio_block(aio_config& a) {
               bool_field("single_submit", a.single_submit),
               bool_field("overlap_events", a.overlap_events),
               bool_field("use_gds", a.use_gds)};
-  b.deprecated = {{"thread_count", "intra_op_parallelism", {}, true,
+  b.deprecated = {{"thread_count",
+                   "intra_op_parallelism",
+                   {},
+                   true,
                    "zoe reads it as intra_op_parallelism (recent DeepSpeed ignores it and runs one thread)"}};
   return b;
 }
@@ -177,8 +186,8 @@ block_spec fp16_block(fp16_config& f) {
     if (!f.enabled || f.loss_scale != 0) return;
     if (f.loss_scale_window <= 0) {
       ctx.fail(join_key(path, "loss_scale_window"),
-               str("must be > 0 with dynamic loss scaling (", path, ".enabled true, ", path,
-                   ".loss_scale 0), got ", f.loss_scale_window));
+               str("must be > 0 with dynamic loss scaling (", path, ".enabled true, ", path, ".loss_scale 0), got ",
+                   f.loss_scale_window));
     }
     if (f.min_loss_scale <= 0) {
       ctx.fail(join_key(path, "min_loss_scale"), str("must be > 0 with dynamic loss scaling (", path, ".enabled true, ",
@@ -209,20 +218,21 @@ field betas_field(std::array<double, 2>& betas) {
                    if (betas[i] >= 1.0) ctx.fail(element, str("expected a number in [0, 1), got ", describe(v[i])));
                  }
                },
-               [&betas] { return json::array({betas[0], betas[1]}); }, {}};
+               [&betas] {
+                 return json::array({betas[0], betas[1]});
+               },
+               {}};
 }
 
 block_spec optimizer_params_block(optimizer_config& o) {
   block_spec b;
-  b.fields = {number_field("lr", o.lr, 0.0, unbounded),
-              betas_field(o.betas),
-              number_field("eps", o.eps, 0.0, unbounded),
-              number_field("weight_decay", o.weight_decay, 0.0, unbounded),
-              bool_field("adam_w_mode", o.adam_w_mode),
-              bool_field("bias_correction", o.bias_correction)};
+  b.fields = {number_field("lr", o.lr, 0.0, unbounded),   betas_field(o.betas),
+              number_field("eps", o.eps, 0.0, unbounded), number_field("weight_decay", o.weight_decay, 0.0, unbounded),
+              bool_field("adam_w_mode", o.adam_w_mode),   bool_field("bias_correction", o.bias_correction)};
   b.ignored = {"torch_adam", "fp32_optimizer_states"};
-  b.refused = {{"max_grad_norm", "not supported as an optimizer parameter (DeepSpeed refuses it too); use the "
-                                 "top-level gradient_clipping"}};
+  b.refused = {{"max_grad_norm",
+                "not supported as an optimizer parameter (DeepSpeed refuses it too); use the "
+                "top-level gradient_clipping"}};
   b.on_auto = auto_policy::hugging_face_only;
   b.finish = [&o](read_context& /*ctx*/, const std::string& /*path*/, const auto& /*given*/) {
     // DeepSpeed runs AdamW for "AdamW" whatever adam_w_mode says; "Adam" follows adam_w_mode.
@@ -238,12 +248,13 @@ block_spec optimizer_block(optimizer_config& o) {
                       std::string t = to_string(v, key, ctx);
                       const std::string l = lower(t);
                       if (l != "adam" && l != "adamw") {
-                        ctx.fail(key, str("expected Adam or AdamW (the optimizers zoe runs; any case), got ",
-                                          describe(v)));
+                        ctx.fail(key,
+                                 str("expected Adam or AdamW (the optimizers zoe runs; any case), got ", describe(v)));
                       }
                       o.type = std::move(t);
                     },
-                    [&o] { return json(o.type); }, {}},
+                    [&o] { return json(o.type); },
+                    {}},
               block_field("params", o, optimizer_params_block)};
   b.ignored = {"legacy_fusion"};
   return b;

@@ -52,7 +52,7 @@ class tree_builder : public nlohmann::json_sax<json> {
     std::string where = stack_.empty() ? std::string("the document") : current_path();
     if (where.empty()) where = "the top level";
     std::string what;
-    if (const std::string_view word = word_at(position - std::min(position, last_token.size())); is_non_finite(word)) {
+    if (const std::string_view word = word_ending_at(position); is_non_finite(word)) {
       what = str(word, " is not a JSON number (NaN and Infinity are not allowed; write a finite number)");
     } else if (ex.id == 406) {  // nlohmann's "number overflow"
       what = str("number '", last_token, "' is out of range (it must fit a double)");
@@ -120,13 +120,17 @@ class tree_builder : public nlohmann::json_sax<json> {
     return {line, column};
   }
 
-  // The bare word starting at `offset` (the lexer stops at its first letter, so its own token is
-  // only "N" for NaN).
-  std::string_view word_at(std::size_t offset) const {
-    if (offset >= text_.size()) return {};
+  // The bare word around the character the lexer stopped at (it stops at the first letter of
+  // NaN, so its token alone does not say which word it was).
+  std::string_view word_ending_at(std::size_t position) const {
+    const auto is_word = [](char c) {
+      return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '-' || c == '+';
+    };
+    std::size_t offset = std::min(position, text_.size());
+    while (offset > 0 && is_word(text_[offset - 1])) --offset;
     std::size_t end = offset;
-    while (end < text_.size() && (std::isalnum(static_cast<unsigned char>(text_[end])) != 0 || text_[end] == '-' ||
-                                  text_[end] == '+')) {
+    while (end < text_.size() &&
+           (std::isalnum(static_cast<unsigned char>(text_[end])) != 0 || text_[end] == '-' || text_[end] == '+')) {
       ++end;
     }
     return text_.substr(offset, end - offset);

@@ -15,12 +15,9 @@ namespace zoe::engine {
 
 std::string_view config_source_name(config_source s) noexcept {
   switch (s) {
-    case config_source::file:
-      return "file";
-    case config_source::default_value:
-      return "default";
-    case config_source::auto_value:
-      return "auto";
+    case config_source::file: return "file";
+    case config_source::default_value: return "default";
+    case config_source::auto_value: return "auto";
   }
   return "unknown";
 }
@@ -65,7 +62,8 @@ std::string render_config_json(const loaded_config& loaded, int indent) {
 
 std::string render_config_lines(const loaded_config& loaded) {
   std::string out;
-  for (const config_entry& e : loaded.entries) out += str(e.key, " = ", e.value, " (", config_source_name(e.source), ")\n");
+  for (const config_entry& e : loaded.entries)
+    out += str(e.key, " = ", e.value, " (", config_source_name(e.source), ")\n");
   return out;
 }
 

@@ -37,7 +37,8 @@ field extra_paths_field(std::vector<std::filesystem::path>& paths) {
 
 block_spec swap_block(zoe_settings& z) {
   block_spec b;
-  b.fields = {bool_field("checksums", z.checksums), choice_field("engine", z.io_engine, {"auto", "uring", "aio", "posix"}),
+  b.fields = {bool_field("checksums", z.checksums),
+              choice_field("engine", z.io_engine, {"auto", "uring", "aio", "posix"}),
               extra_paths_field(z.extra_swap_paths)};
   return b;
 }
@@ -77,7 +78,6 @@ block_spec placement_block(zoe_settings& z) {
   }
   return b;
 }
-
 
 }  // namespace
 

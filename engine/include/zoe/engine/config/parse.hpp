@@ -37,7 +37,8 @@ struct config_entry {
 };
 
 /// One warning: the key it concerns (full path) and the message (which names the key again, and
-/// for an unknown key the nearest known one).
+/// for an unknown key the nearest known one). The one line naming the "auto" keys resolved to
+/// defaults has those keys joined by ", " as its key.
 struct config_diagnostic {
   std::string key;
   std::string message;

@@ -1,0 +1,214 @@
+// Reading documents: defaults, syntax, types and ranges; every error names its key.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <limits>
+
+#include "config_test_support.hpp"
+
+namespace zoe::engine {
+namespace {
+
+using ::testing::AllOf;
+using testing::config_error_of;
+using testing::entry_of;
+using ::testing::HasSubstr;
+
+TEST(config_defaults, empty_document_takes_deepspeeds_defaults) {
+  const loaded_config c = parse_config("{}");
+  EXPECT_EQ(c.config.zero.stage, 0);
+  EXPECT_FALSE(c.config.zero.overlap_comm);
+  EXPECT_EQ(c.config.zero.reduce_bucket_size, 500'000'000u);
+  EXPECT_EQ(c.config.zero.sub_group_size, 1'000'000'000u);
+  EXPECT_EQ(c.config.zero.prefetch_bucket_size, 50'000'000u);
+  EXPECT_EQ(c.config.zero.param_persistence_threshold, 100'000u);
+  EXPECT_EQ(c.config.zero.model_persistence_threshold,
+            static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()));
+  EXPECT_FALSE(c.config.zero.offload_param.has_value());
+  EXPECT_FALSE(c.config.zero.offload_optimizer.has_value());
+  EXPECT_FALSE(c.config.optimizer.has_value());
+  EXPECT_EQ(c.config.aio.block_size, 1'048'576u);
+  EXPECT_EQ(c.config.aio.queue_depth, 8u);
+  EXPECT_DOUBLE_EQ(c.config.gradient_clipping, 1.0);
+  EXPECT_EQ(c.config.gradient_accumulation_steps, 1u);
+  EXPECT_TRUE(c.warnings.empty());
+  for (const config_entry& e : c.entries) EXPECT_EQ(e.source, config_source::default_value) << e.key;
+  // Absent offload blocks list DeepSpeed's defaults, pinned memory included.
+  ASSERT_NE(entry_of(c, "zero_optimization.offload_param.pin_memory"), nullptr);
+  EXPECT_EQ(entry_of(c, "zero_optimization.offload_param.pin_memory")->value, "true");
+  EXPECT_EQ(entry_of(c, "zero_optimization.offload_optimizer.pin_memory")->value, "true");
+  EXPECT_EQ(entry_of(c, "zero_optimization.offload_param.max_in_cpu")->value, "1000000000");
+  EXPECT_EQ(entry_of(c, "zero_optimization.offload_param.nvme_path")->value, "null");
+  EXPECT_EQ(entry_of(c, "zoe.placement.exp_avg_sq")->value, "null");
+}
+
+TEST(config_defaults, overlap_comm_follows_the_stage_unless_given) {
+  EXPECT_TRUE(parse_config(R"({"zero_optimization": {"stage": 3}})").config.zero.overlap_comm);
+  EXPECT_FALSE(parse_config(R"({"zero_optimization": {"stage": 2}})").config.zero.overlap_comm);
+  EXPECT_FALSE(parse_config(R"({"zero_optimization": {"stage": 3, "overlap_comm": false}})").config.zero.overlap_comm);
+}
+
+TEST(config_defaults, entries_name_the_source_of_each_value) {
+  const loaded_config c = parse_config(R"({"zero_optimization": {"stage": 3, "reduce_bucket_size": "auto"}})");
+  EXPECT_EQ(entry_of(c, "zero_optimization.stage")->source, config_source::file);
+  EXPECT_EQ(entry_of(c, "zero_optimization.stage")->value, "3");
+  EXPECT_EQ(entry_of(c, "zero_optimization.reduce_bucket_size")->source, config_source::auto_value);
+  EXPECT_EQ(entry_of(c, "zero_optimization.sub_group_size")->source, config_source::default_value);
+}
+
+TEST(config_syntax, a_syntax_error_names_line_column_and_key) {
+  const std::string message = config_error_of("{\n  \"zero_optimization\": {\n    \"stage\": 3,,\n  }\n}");
+  EXPECT_THAT(message, AllOf(HasSubstr("<config>:3:16"), HasSubstr("zero_optimization")));
+}
+
+TEST(config_syntax, a_duplicate_key_is_an_error_naming_it) {
+  EXPECT_THAT(config_error_of(R"({"zero_optimization": {"stage": 1, "stage": 3}})"),
+              HasSubstr("zero_optimization.stage: duplicate key"));
+  EXPECT_THAT(config_error_of(R"({"aio": {}, "aio": {}})"), HasSubstr("aio: duplicate key"));
+}
+
+TEST(config_syntax, the_same_key_in_different_objects_is_not_a_duplicate) {
+  const loaded_config c = parse_config(
+      R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"}, "offload_optimizer": {"device": "cpu"}}})");
+  EXPECT_EQ(c.config.zero.offload_param->device, offload_device::cpu);
+  EXPECT_EQ(c.config.zero.offload_optimizer->device, offload_device::cpu);
+}
+
+TEST(config_syntax, nan_and_infinity_are_errors_naming_the_key) {
+  EXPECT_THAT(config_error_of(R"({"gradient_clipping": NaN})"),
+              AllOf(HasSubstr("gradient_clipping"), HasSubstr("NaN")));
+  EXPECT_THAT(config_error_of(R"({"fp16": {"loss_scale": Infinity}})"),
+              AllOf(HasSubstr("fp16.loss_scale"), HasSubstr("Infinity")));
+  EXPECT_THAT(config_error_of(R"({"fp16": {"loss_scale": -Infinity}})"),
+              AllOf(HasSubstr("fp16.loss_scale"), HasSubstr("-Infinity")));
+}
+
+TEST(config_syntax, a_number_beyond_double_is_out_of_range) {
+  EXPECT_THAT(config_error_of(R"({"zero_optimization": {"sub_group_size": 1e400}})"),
+              AllOf(HasSubstr("zero_optimization.sub_group_size"), HasSubstr("out of range")));
+}
+
+TEST(config_syntax, the_document_must_be_an_object) {
+  EXPECT_THAT(config_error_of("[1, 2]"), HasSubstr("expected an object"));
+}
+
+TEST(config_types, integral_floats_are_integers) {
+  const loaded_config c = parse_config(R"({"zero_optimization": {"sub_group_size": 1e9, "stage": 3.0}})");
+  EXPECT_EQ(c.config.zero.sub_group_size, 1'000'000'000u);
+  EXPECT_EQ(c.config.zero.stage, 3);
+}
+
+TEST(config_types, a_fraction_where_an_integer_belongs_is_an_error) {
+  EXPECT_THAT(config_error_of(R"({"zero_optimization": {"sub_group_size": 1.5}})"),
+              AllOf(HasSubstr("zero_optimization.sub_group_size"), HasSubstr("not integral")));
+}
+
+TEST(config_types, integers_out_of_their_range_name_key_and_range) {
+  EXPECT_THAT(config_error_of(R"({"zero_optimization": {"stage3_max_live_parameters": -1}})"),
+              AllOf(HasSubstr("zero_optimization.stage3_max_live_parameters"), HasSubstr("[0, ")));
+  EXPECT_THAT(config_error_of(R"({"zero_optimization": {"stage3_max_reuse_distance": 1e20}})"),
+              AllOf(HasSubstr("zero_optimization.stage3_max_reuse_distance"), HasSubstr("out of range")));
+  EXPECT_THAT(config_error_of(R"({"zero_optimization": {"stage": 4}})"),
+              AllOf(HasSubstr("zero_optimization.stage"), HasSubstr("[0, 3]")));
+  EXPECT_THAT(config_error_of(R"({"gradient_accumulation_steps": 0})"),
+              AllOf(HasSubstr("gradient_accumulation_steps"), HasSubstr("[1, ")));
+  EXPECT_THAT(config_error_of(R"({"aio": {"queue_depth": 0}})"), HasSubstr("aio.queue_depth"));
+}
+
+TEST(config_types, a_string_where_a_number_belongs_is_an_error) {
+  EXPECT_THAT(config_error_of(R"({"zero_optimization": {"reduce_bucket_size": "500000000"}})"),
+              AllOf(HasSubstr("zero_optimization.reduce_bucket_size"), HasSubstr("(a string)")));
+  EXPECT_THAT(config_error_of(R"({"aio": {"single_submit": 1}})"),
+              AllOf(HasSubstr("aio.single_submit"), HasSubstr("true or false")));
+  EXPECT_THAT(config_error_of(R"({"zero_optimization": {"offload_param": []}})"),
+              AllOf(HasSubstr("zero_optimization.offload_param"), HasSubstr("expected an object")));
+}
+
+TEST(config_types, an_unknown_device_names_the_allowed_ones) {
+  EXPECT_THAT(config_error_of(R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "ssd"}}})"),
+              AllOf(HasSubstr("zero_optimization.offload_param.device"), HasSubstr("none, cpu, nvme")));
+}
+
+TEST(config_checks, fp16_and_bf16_together_are_refused) {
+  EXPECT_THAT(config_error_of(R"({"fp16": {"enabled": true}, "bf16": {"enabled": true}})"),
+              AllOf(HasSubstr("fp16.enabled"), HasSubstr("bf16.enabled")));
+}
+
+TEST(config_checks, nvme_without_nvme_path_is_refused) {
+  EXPECT_THAT(config_error_of(R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "nvme"}}})"),
+              AllOf(HasSubstr("zero_optimization.offload_optimizer.nvme_path"), HasSubstr("device is nvme")));
+  EXPECT_THAT(config_error_of(R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme"}}})"),
+              HasSubstr("zero_optimization.offload_param.nvme_path"));
+}
+
+TEST(config_checks, ratio_must_lie_in_0_1_and_below_1_needs_stage_3) {
+  EXPECT_THAT(config_error_of(R"({"zero_optimization": {"stage": 3, "offload_optimizer": {"ratio": 1.5}}})"),
+              AllOf(HasSubstr("zero_optimization.offload_optimizer.ratio"), HasSubstr("[0, 1]")));
+  EXPECT_THAT(config_error_of(R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"ratio": 0.5}}})"),
+              AllOf(HasSubstr("zero_optimization.offload_optimizer.ratio"), HasSubstr("stage 3")));
+  const loaded_config c =
+      parse_config(R"({"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu", "ratio": 0.3}}})");
+  EXPECT_DOUBLE_EQ(c.config.zero.offload_optimizer->ratio, 0.3);
+}
+
+TEST(config_checks, offload_param_below_stage_3_is_ignored_with_a_warning) {
+  const loaded_config c = parse_config(R"({"zero_optimization": {"stage": 2, "offload_param": {"device": "cpu"}}})");
+  EXPECT_FALSE(c.config.zero.offload_param.has_value());
+  const config_diagnostic* w = testing::warning_about(c, "zero_optimization.offload_param");
+  ASSERT_NE(w, nullptr);
+  EXPECT_THAT(w->message, AllOf(HasSubstr("ignored below stage 3"), HasSubstr("zero_optimization.stage is 2")));
+}
+
+TEST(config_checks, dynamic_loss_scaling_needs_a_positive_window_and_minimum) {
+  EXPECT_THAT(config_error_of(R"({"fp16": {"enabled": true, "loss_scale_window": 0}})"),
+              HasSubstr("fp16.loss_scale_window"));
+  EXPECT_THAT(config_error_of(R"({"fp16": {"enabled": true, "min_loss_scale": 0}})"), HasSubstr("fp16.min_loss_scale"));
+  // A static scale does not use them, as in DeepSpeed.
+  const loaded_config c = parse_config(R"({"fp16": {"enabled": true, "loss_scale": 128, "loss_scale_window": 0}})");
+  EXPECT_DOUBLE_EQ(c.config.fp16.loss_scale, 128);
+  EXPECT_THAT(config_error_of(R"({"fp16": {"loss_scale": -1}})"), HasSubstr("fp16.loss_scale"));
+  EXPECT_THAT(config_error_of(R"({"fp16": {"min_loss_scale": 0.5}})"),
+              AllOf(HasSubstr("fp16.min_loss_scale"), HasSubstr("not integral")));
+}
+
+TEST(config_optimizer, adam_params_are_read_and_checked) {
+  const loaded_config c = parse_config(
+      R"({"optimizer": {"type": "Adam", "params": {"lr": 1e-4, "betas": [0.8, 0.9], "eps": 1e-6, "weight_decay": 0.1, "adam_w_mode": false}}})");
+  ASSERT_TRUE(c.config.optimizer.has_value());
+  EXPECT_DOUBLE_EQ(c.config.optimizer->lr, 1e-4);
+  EXPECT_DOUBLE_EQ(c.config.optimizer->betas[0], 0.8);
+  EXPECT_DOUBLE_EQ(c.config.optimizer->betas[1], 0.9);
+  EXPECT_DOUBLE_EQ(c.config.optimizer->eps, 1e-6);
+  EXPECT_FALSE(c.config.optimizer->adam_w_mode);
+  EXPECT_TRUE(c.config.optimizer->bias_correction);
+}
+
+TEST(config_optimizer, adamw_is_always_decoupled) {
+  const loaded_config c = parse_config(R"({"optimizer": {"type": "AdamW", "params": {"adam_w_mode": false}}})");
+  EXPECT_TRUE(c.config.optimizer->adam_w_mode);
+}
+
+TEST(config_optimizer, bad_optimizer_values_name_their_key) {
+  EXPECT_THAT(config_error_of(R"({"optimizer": {"type": "Lamb"}})"),
+              AllOf(HasSubstr("optimizer.type"), HasSubstr("Adam or AdamW")));
+  EXPECT_THAT(config_error_of(R"({"optimizer": {"type": "Adam", "params": {"betas": [1.0, 0.9]}}})"),
+              HasSubstr("optimizer.params.betas[0]"));
+  EXPECT_THAT(config_error_of(R"({"optimizer": {"type": "Adam", "params": {"betas": [0.9]}}})"),
+              HasSubstr("optimizer.params.betas"));
+  EXPECT_THAT(config_error_of(R"({"optimizer": {"type": "Adam", "params": {"lr": -1}}})"),
+              HasSubstr("optimizer.params.lr"));
+  EXPECT_THAT(config_error_of(R"({"optimizer": {"type": "Adam", "params": {"max_grad_norm": 1.0}}})"),
+              AllOf(HasSubstr("optimizer.params.max_grad_norm"), HasSubstr("gradient_clipping")));
+}
+
+TEST(config_file, a_missing_file_names_its_path) {
+  try {
+    (void)load_config_file("/nonexistent/zoe/ds_config.json");
+    FAIL() << "expected a config_error";
+  } catch (const config_error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("/nonexistent/zoe/ds_config.json"));
+  }
+}
+
+}  // namespace
+}  // namespace zoe::engine
