@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "notifier.hpp"
 #include "request_planner.hpp"
 #include "zoe/io/engine_options.hpp"
 #include "zoe/io/io_backend.hpp"
@@ -48,15 +49,20 @@ class slab {
 /// that throws from submit() took none of the batch, whose requests then fail.
 class engine_state {
  public:
+  using clock_deadline = std::chrono::steady_clock::time_point;
   engine_state(std::unique_ptr<io_backend> backend, engine_options options);
   ~engine_state();
   engine_state(const engine_state&) = delete;
   engine_state& operator=(const engine_state&) = delete;
 
-  void submit(std::span<const io_request> requests) { enqueue(requests, submitted_); }
+  void submit(std::span<const io_request> requests);
   std::size_t collect(std::vector<io_completion>& out, std::size_t min_count, bool block) {
     return collect(submitted_, out, min_count, block);
   }
+  /// collect() that gives up at `deadline`, sleeping on the notifier between polls.
+  std::size_t collect_until(std::vector<io_completion>& out, std::size_t min_count, clock_deadline deadline);
+  /// The notifier's fd, turning its bookkeeping on.
+  [[nodiscard]] int notify_fd() const noexcept;
   void run(std::span<const io_request> requests);
   /// Waits for every request in flight, dropping the results. Logs (never throws) if it cannot.
   void drain() noexcept;
@@ -117,7 +123,13 @@ class engine_state {
   void enqueue(std::span<const io_request> requests, completion_queue& queue);
   void add_pieces(const io_request& request, std::uint32_t user);
   std::size_t collect(completion_queue& queue, std::vector<io_completion>& out, std::size_t min_count, bool block);
+  std::size_t collect_loop(completion_queue& queue, std::vector<io_completion>& out, std::size_t min_count, bool block);
+  /// Leaves the notifier readable if a poll could do something now, and its timer set for the
+  /// next EAGAIN retry: what notify_fd() promises between calls.
+  void arm_notification();
   void pump(clock::time_point now);
+  /// When the first EAGAIN retry falls due (delayed_ not empty).
+  [[nodiscard]] clock::time_point next_due() const;
   void submit_ready();
   void activate(std::uint32_t piece_id);
   void start_rmw(std::uint32_t piece_id);
@@ -132,6 +144,7 @@ class engine_state {
   [[nodiscard]] failure failure_of(const raw_slot& r, int os_errno, std::string_view cause);
 
   std::unique_ptr<io_backend> backend_;
+  std::shared_ptr<notifier> notifier_;  ///< shared: files it waits on hold it weakly
   engine_options options_;
   std::size_t bounce_size_ = 0;
 
@@ -150,6 +163,9 @@ class engine_state {
   std::vector<raw_result> results_;
   std::size_t active_pieces_ = 0;
   std::size_t raws_in_flight_ = 0;
+  /// The backend may hold results no eventfd write announces: the notifier was cleared, or the
+  /// backend was handed operations (a failed start), since the last reap.
+  bool backend_unreaped_ = false;
 };
 
 }  // namespace zoe::io::detail

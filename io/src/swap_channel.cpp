@@ -16,6 +16,7 @@
 #include <limits>
 
 #include "extent_record.hpp"
+#include "notifier.hpp"
 #include "zoe/core/check.hpp"
 #include "zoe/core/log.hpp"
 #include "zoe/core/units.hpp"
@@ -63,7 +64,7 @@ struct swap_channel::pending {
   }
 };
 
-swap_channel::swap_channel(swap_store& store) : store_(store) {
+swap_channel::swap_channel(swap_store& store) : store_(store), notifier_(std::make_unique<detail::notifier>()) {
   for (std::size_t i = 0; i < store_.files_.size(); ++i) engines_.push_back(store_.make_engine());
 }
 
@@ -78,7 +79,26 @@ swap_channel::~swap_channel() {
   }
 }
 
-void swap_channel::submit(const swap_request& request) { start(request, false); }
+void swap_channel::submit(const swap_request& request) {
+  start(request, false);
+  if (notifier_->enabled()) arm_notification();
+}
+
+int swap_channel::notify_fd() const {
+  // The engines' fds join the set before the channel's bookkeeping is on, so a waiter woken by
+  // the first signal finds every engine reporting.
+  std::call_once(notify_once_, [&] {
+    for (const auto& engine : engines_) notifier_->watch(engine->notify_fd());
+  });
+  notifier_->enable();
+  return notifier_->fd();
+}
+
+void swap_channel::arm_notification() const noexcept {
+  // The engines signal for their own results; the channel for what it finished or has yet to
+  // verify, which the next poll hands out.
+  if (!ready_.empty() || !completed_.empty()) notifier_->signal();
+}
 
 void swap_channel::run(std::span<const swap_request> requests) {
   run_done_.clear();
@@ -372,8 +392,12 @@ void swap_channel::retire(std::uint32_t slot_id) noexcept {
 
 bool swap_channel::progress(bool block) {
   bool progressed = false;
+  // With the notifier on, idle engines are polled too: that is what makes their fds unreadable
+  // again after a late signal (the first notify_fd(), a thread pool's write after the last
+  // reap), which would otherwise keep the channel's fd readable and its event loop spinning.
+  const bool poll_idle = notifier_->enabled();
   for (auto& engine : engines_) {
-    if (engine->outstanding() == 0) continue;
+    if (engine->outstanding() == 0 && !poll_idle) continue;
     piece_completions_.clear();
     engine->poll(piece_completions_);
     for (const auto& c : piece_completions_) on_piece(c);
@@ -431,6 +455,16 @@ void swap_channel::drain_abandoned(std::uint32_t slot_id) noexcept {
 }
 
 std::size_t swap_channel::collect(std::vector<io_completion>& out, std::size_t min_count, bool block) {
+  if (!notifier_->enabled()) return collect_loop(out, min_count, block);
+  notifier_->clear();
+  const std::size_t moved = collect_loop(out, min_count, block);
+  // With nothing outstanding the loop polled no engine: one round quiets their fds (progress).
+  if (outstanding_ == 0) progress(false);
+  arm_notification();
+  return moved;
+}
+
+std::size_t swap_channel::collect_loop(std::vector<io_completion>& out, std::size_t min_count, bool block) {
   std::size_t moved = 0;
   for (;;) {
     moved += ready_.size();
@@ -458,6 +492,14 @@ std::size_t swap_channel::poll(std::vector<io_completion>& out) { return collect
 
 std::size_t swap_channel::wait(std::vector<io_completion>& out, std::size_t min_count) {
   return collect(out, min_count, true);
+}
+
+std::size_t swap_channel::wait(std::vector<io_completion>& out, std::size_t min_count,
+                               std::chrono::nanoseconds timeout) {
+  const auto deadline = detail::deadline_after(timeout);
+  static_cast<void>(notify_fd());
+  return detail::poll_until(
+      notifier_->fd(), deadline, min_count, [&] { return collect(out, 0, false); }, [&] { return outstanding_; });
 }
 
 }  // namespace zoe::io

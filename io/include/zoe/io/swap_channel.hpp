@@ -3,11 +3,13 @@
 // over one engine per store path. Writes record each chunk's checksum once they are known good;
 // reads verify every chunk they touch before reporting success.
 
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <deque>
 #include <limits>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <vector>
 
@@ -17,6 +19,9 @@
 namespace zoe::io {
 
 class io_engine;
+namespace detail {
+class notifier;
+}
 
 struct swap_request {
   io_op op = io_op::read;
@@ -26,7 +31,8 @@ struct swap_request {
   std::uint64_t user_data = 0;
 };
 
-/// Driven by one thread at a time. The store must outlive the channel.
+/// Driven by one thread at a time: only that thread calls its members, except notify_fd(), which
+/// any thread may call. The store must outlive the channel.
 ///
 /// With checksums on, a read that starts or ends inside a chunk reads that chunk whole into
 /// scratch memory of the channel (at most two chunks per read: its first and its last), verifies
@@ -67,6 +73,15 @@ class swap_channel {
   /// checksum has corrupt == true.
   std::size_t poll(std::vector<io_completion>& out);
   std::size_t wait(std::vector<io_completion>& out, std::size_t min_count = 1);
+  /// Like io_engine::wait with a timeout: returns what completed by then (possibly fewer than
+  /// min_count, possibly none) and leaves the rest outstanding for later calls.
+  std::size_t wait(std::vector<io_completion>& out, std::size_t min_count, std::chrono::nanoseconds timeout);
+  /// Like io_engine::notify_fd, for the whole channel: one fd that becomes readable when a poll()
+  /// of the channel may have something to do, whichever of its engines (one per store path) got
+  /// a result, or when the channel itself holds completions to verify or hand out. The same
+  /// rules: any thread may call it and wait on the fd; only the driving thread polls; never read
+  /// from it. Throws io_error if the kernel refuses to add an engine's fd to the set (first call).
+  [[nodiscard]] int notify_fd() const;
   /// Submits the requests and waits for exactly these; throws io_error or corruption_error for
   /// the first of them that failed. Requests queued earlier with submit() keep going, and their
   /// completions stay for poll and wait. If submitting request k throws, requests 0..k-1 are
@@ -118,7 +133,9 @@ class swap_channel {
   /// Abandons the slot and progresses until its pieces all came back (its submit threw).
   void drain_abandoned(std::uint32_t slot) noexcept;
   std::size_t collect(std::vector<io_completion>& out, std::size_t min_count, bool block);
-
+  std::size_t collect_loop(std::vector<io_completion>& out, std::size_t min_count, bool block);
+  /// Leaves the notifier readable when the channel holds work for the next poll.
+  void arm_notification() const noexcept;
   swap_store& store_;
   std::vector<std::unique_ptr<io_engine>> engines_;
   std::vector<std::unique_ptr<pending>> slots_;
@@ -130,6 +147,8 @@ class swap_channel {
   std::deque<std::uint32_t> completed_;  ///< slots whose pieces all came back, not yet finished
   scratch_memory spare_scratch_;         ///< two chunks, kept for the next partial read
   std::size_t outstanding_ = 0;
+  std::unique_ptr<detail::notifier> notifier_;
+  mutable std::once_flag notify_once_;
 };
 
 }  // namespace zoe::io
