@@ -77,6 +77,7 @@ void engine_state::enqueue(std::span<const io_request> requests, completion_queu
   for (const io_request& r : requests) validate(r);
   const std::size_t planned_before = planned_.size();
   const std::size_t done_before = queue.done.size();
+  const auto now = clock::now();
   std::vector<std::uint32_t> users;
   try {
     users.reserve(requests.size());
@@ -87,7 +88,7 @@ void engine_state::enqueue(std::span<const io_request> requests, completion_queu
         queue.done.push_back(std::move(c));
         continue;
       }
-      users.push_back(users_.add({r, 0, {}, &queue}));
+      users.push_back(users_.add({r, 0, {}, &queue, now}));
       add_pieces(r, users.back());
     }
   } catch (...) {
@@ -98,6 +99,8 @@ void engine_state::enqueue(std::span<const io_request> requests, completion_queu
   }
   queue.outstanding += requests.size();
   for (const io_request& r : requests) {
+    stats_.started(r.op, now);
+    if (r.buffer.empty()) stats_.finished(r.op, now, now, 0, false);
     if (r.op == io_op::write && !r.buffer.empty()) r.target->note_write_end(r.offset + r.buffer.size());
   }
 }
@@ -500,6 +503,7 @@ void engine_state::finish_piece(std::uint32_t id) {
   c.os_errno = u.error.os_errno;
   c.message = std::move(u.error.message);
   c.bytes = c.failed ? 0 : u.request.buffer.size();
+  stats_.finished(u.request.op, u.started, clock::now(), c.bytes, c.failed);
   u.queue->done.push_back(std::move(c));
   users_.remove(user);
 }

@@ -14,6 +14,7 @@
 
 #include "notifier.hpp"
 #include "request_planner.hpp"
+#include "stats_recorder.hpp"
 #include "zoe/io/engine_options.hpp"
 #include "zoe/io/io_backend.hpp"
 #include "zoe/io/io_request.hpp"
@@ -70,6 +71,7 @@ class engine_state {
   [[nodiscard]] std::size_t outstanding() const noexcept { return submitted_.outstanding; }
   [[nodiscard]] const engine_options& options() const noexcept { return options_; }
   [[nodiscard]] std::string_view backend_name() const noexcept { return backend_->name(); }
+  [[nodiscard]] io_stats stats() const noexcept { return stats_.snapshot(); }
 
  private:
   struct failure {
@@ -88,6 +90,7 @@ class engine_state {
     std::size_t pieces_left = 0;
     failure error;
     completion_queue* queue = nullptr;
+    std::chrono::steady_clock::time_point started{};
   };
   enum class stage : std::uint8_t { direct, bounce_read, rmw_wait_lock, rmw_fill, rmw_write };
   struct piece {
@@ -163,6 +166,7 @@ class engine_state {
   std::vector<raw_result> results_;
   std::size_t active_pieces_ = 0;
   std::size_t raws_in_flight_ = 0;
+  stats_recorder stats_;
   /// The backend may hold results no eventfd write announces: the notifier was cleared, or the
   /// backend was handed operations (a failed start), since the last reap.
   bool backend_unreaped_ = false;

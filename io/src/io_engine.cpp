@@ -21,6 +21,7 @@ std::size_t io_engine::wait(std::vector<io_completion>& out, std::size_t min_cou
   return state_->collect_until(out, min_count, detail::deadline_after(timeout));
 }
 
+io_stats io_engine::stats() const noexcept { return state_->stats(); }
 int io_engine::notify_fd() const noexcept { return state_->notify_fd(); }
 
 void io_engine::run(std::span<const io_request> requests) { state_->run(requests); }

@@ -17,6 +17,7 @@
 
 #include "extent_record.hpp"
 #include "notifier.hpp"
+#include "stats_recorder.hpp"
 #include "zoe/core/check.hpp"
 #include "zoe/core/log.hpp"
 #include "zoe/core/units.hpp"
@@ -48,6 +49,7 @@ struct swap_channel::pending {
   bool claimed = false;                       ///< a write holding chunks [first_chunk, end_chunk)
   bool in_run = false;                        ///< run()'s own: its completion goes to run_done_
   bool abandoned = false;                     ///< its submit threw: drained, never reported
+  std::chrono::steady_clock::time_point started{};
   std::size_t pieces_issued = 0;
   std::size_t pieces_left = 0;
   io_completion result;
@@ -64,7 +66,10 @@ struct swap_channel::pending {
   }
 };
 
-swap_channel::swap_channel(swap_store& store) : store_(store), notifier_(std::make_unique<detail::notifier>()) {
+swap_channel::swap_channel(swap_store& store)
+    : store_(store),
+      notifier_(std::make_unique<detail::notifier>()),
+      stats_(std::make_unique<detail::stats_recorder>()) {
   for (std::size_t i = 0; i < store_.files_.size(); ++i) engines_.push_back(store_.make_engine());
 }
 
@@ -154,6 +159,8 @@ void swap_channel::start(const swap_request& request, bool in_run) {
     throw;
   }
   ++(in_run ? run_left_ : outstanding_);
+  p.started = std::chrono::steady_clock::now();
+  stats_->started(p.request.op, p.started);
   if (!needs_io) {
     finish(slot_id);
     return;
@@ -360,6 +367,7 @@ void swap_channel::finish(std::uint32_t slot_id) {
     }
   }
   p.result.bytes = p.result.failed ? 0 : p.request.buffer.size();
+  stats_->finished(p.request.op, p.started, std::chrono::steady_clock::now(), p.result.bytes, p.result.failed);
   if (p.in_run) {
     run_done_.push_back(std::move(p.result));
     --run_left_;
@@ -427,6 +435,7 @@ void swap_channel::run_until_done() {
 
 bool swap_channel::abandon(std::uint32_t slot_id) noexcept {
   pending& p = *slots_[slot_id];
+  stats_->withdrawn(p.request.op, std::chrono::steady_clock::now());
   p.abandoned = true;
   p.in_run = false;
   if (p.pieces_left > 0) return false;  // on_piece retires it when its last piece is back
@@ -485,6 +494,8 @@ bool swap_channel::register_buffers(std::span<const std::span<std::byte>> region
   for (auto& engine : engines_) used = engine->register_buffers(regions) && used;
   return used;
 }
+
+io_stats swap_channel::stats() const noexcept { return stats_->snapshot(); }
 
 std::string_view swap_channel::backend_name() const noexcept { return engines_.front()->backend_name(); }
 

@@ -57,8 +57,8 @@ class engine_progress_test : public ::testing::Test {
 
   /// An engine over the backend, wrapped so the test can inject faults and hold operations.
   std::unique_ptr<io::io_engine> make_engine() {
-    return std::make_unique<io::io_engine>(
-        std::make_unique<fault_injecting_backend>(Backend::make(options_), plan_), options_);
+    return std::make_unique<io::io_engine>(std::make_unique<fault_injecting_backend>(Backend::make(options_), plan_),
+                                           options_);
   }
 
   /// Drives `engine` as an event loop would: sleep on its fd, poll when readable, until nothing

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "zoe/io/io_request.hpp"
+#include "zoe/io/io_stats.hpp"
 #include "zoe/io/swap_store.hpp"
 
 namespace zoe::io {
@@ -21,7 +22,8 @@ namespace zoe::io {
 class io_engine;
 namespace detail {
 class notifier;
-}
+class stats_recorder;
+}  // namespace detail
 
 struct swap_request {
   io_op op = io_op::read;
@@ -31,8 +33,8 @@ struct swap_request {
   std::uint64_t user_data = 0;
 };
 
-/// Driven by one thread at a time: only that thread calls its members, except notify_fd(), which
-/// any thread may call. The store must outlive the channel.
+/// Driven by one thread at a time: only that thread calls its members, except notify_fd() and
+/// stats(), which any thread may call. The store must outlive the channel.
 ///
 /// With checksums on, a read that starts or ends inside a chunk reads that chunk whole into
 /// scratch memory of the channel (at most two chunks per read: its first and its last), verifies
@@ -93,6 +95,11 @@ class swap_channel {
   /// requests from it use fixed buffers where the backend has them. Returns whether they do.
   /// Throws usage_error while requests are outstanding.
   bool register_buffers(std::span<const std::span<std::byte>> regions);
+  /// The channel's requests since it was made, per direction, as io_engine::stats counts them:
+  /// bytes are what callers asked for (not the whole chunks a partial read fetches to verify),
+  /// latency runs from submit to the completion being verified, and a checksum mismatch is an
+  /// error. run()'s requests count too. Any thread may call it.
+  [[nodiscard]] io_stats stats() const noexcept;
   /// The I/O backend the channel's engines took ("posix", ...).
   [[nodiscard]] std::string_view backend_name() const noexcept;
 
@@ -148,6 +155,7 @@ class swap_channel {
   scratch_memory spare_scratch_;         ///< two chunks, kept for the next partial read
   std::size_t outstanding_ = 0;
   std::unique_ptr<detail::notifier> notifier_;
+  std::unique_ptr<detail::stats_recorder> stats_;
   mutable std::once_flag notify_once_;
 };
 
