@@ -29,6 +29,8 @@ engine_state::engine_state(std::unique_ptr<io_backend> backend, engine_options o
   ZOE_EXPECTS(backend_ != nullptr, "io_engine needs a backend");
   options_.validate();
   bounce_size_ = options_.block_size;
+  bounce_memory_ =
+      options_.bounce != nullptr ? options_.bounce : heap_bounce_memory(std::numeric_limits<std::size_t>::max());
   notifier_ = std::make_shared<notifier>();
   backend_->notify_on_result(notifier_->event_fd());
 }
@@ -299,22 +301,19 @@ void engine_state::activate(std::uint32_t id) {
     queue_raw(id, request.op, request.buffer.data() + p.plan.buffer_offset, p.plan.length, p.plan.file_offset, false);
     return;
   }
-  if (bounce_free_.empty()) {
-    auto* memory =
-        static_cast<std::byte*>(std::aligned_alloc(bounce_alignment, align_up(bounce_size_, bounce_alignment)));
-    if (memory == nullptr) {
-      // A failed completion, not an exception: the piece is already counted as active.
-      p.error = {true, ENOMEM, p.plan.file_offset,
-                 str("cannot allocate a ", bounce_size_, "-byte I/O bounce buffer for the ", op_name(request.op),
-                     " at offset ", p.plan.file_offset, " in '", request.target->path().string(), "'")};
-      finish_piece(id);
-      return;
-    }
-    bounce_owned_.emplace_back(memory, &std::free);
-    bounce_free_.push_back(memory);
+  const std::span<std::byte> memory = bounce_memory_->lend(bounce_size_, bounce_alignment);
+  if (memory.size() < bounce_size_) {
+    if (!memory.empty()) bounce_memory_->take_back(memory);
+    // A failed completion, not an exception: the piece is already counted as active.
+    p.error = {true, ENOMEM, p.plan.file_offset,
+               str("cannot get a ", bounce_size_, "-byte I/O bounce buffer (",
+                   options_.bounce ? "the caller's" : "heap", " bounce memory has none) for the ", op_name(request.op),
+                   " at offset ", p.plan.file_offset, " in '", request.target->path().string(), "'")};
+    finish_piece(id);
+    return;
   }
-  p.bounce = bounce_free_.back();
-  bounce_free_.pop_back();
+  p.bounce = memory.data();
+  p.bounce_lent = memory.size();
   if (p.at == stage::bounce_read) {
     queue_raw(id, io_op::read, p.bounce, p.cover_end - p.cover_begin, p.cover_begin, true);
   } else {
@@ -481,7 +480,7 @@ void engine_state::release_bounce(piece& p) {
     p.locked = false;
   }
   if (p.bounce != nullptr) {
-    bounce_free_.push_back(p.bounce);
+    bounce_memory_->take_back({p.bounce, p.bounce_lent});
     p.bounce = nullptr;
   }
 }

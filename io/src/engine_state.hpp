@@ -100,6 +100,7 @@ class engine_state {
     std::uint64_t cover_begin = 0;  ///< the aligned range the bounce buffer stands for
     std::uint64_t cover_end = 0;
     std::byte* bounce = nullptr;
+    std::size_t bounce_lent = 0;  ///< the length bounce_memory lent (at least the cover)
     std::size_t raws_left = 0;
     std::size_t bytes_read = 0;  ///< bounce_read: how much of the cover the read found
     bool locked = false;
@@ -154,14 +155,13 @@ class engine_state {
   slab<user_slot> users_;
   slab<piece> pieces_;
   slab<raw_slot> raws_;
-  std::deque<std::uint32_t> planned_;    ///< pieces not started (bounded activation)
-  std::deque<std::uint32_t> lock_wait_;  ///< read-modify-write pieces waiting for a block lock
-  std::deque<std::uint32_t> ready_;      ///< raw ops to (re)submit
-  std::vector<delayed_raw> delayed_;     ///< raw ops that met EAGAIN, resubmitted once due
-  std::vector<std::unique_ptr<std::byte, void (*)(void*)>> bounce_owned_;
-  std::vector<std::byte*> bounce_free_;
-  completion_queue submitted_;  ///< requests from submit(), handed out by poll() and wait()
-  completion_queue running_;    ///< the requests of run()
+  std::deque<std::uint32_t> planned_;             ///< pieces not started (bounded activation)
+  std::deque<std::uint32_t> lock_wait_;           ///< read-modify-write pieces waiting for a block lock
+  std::deque<std::uint32_t> ready_;               ///< raw ops to (re)submit
+  std::vector<delayed_raw> delayed_;              ///< raw ops that met EAGAIN, resubmitted once due
+  std::shared_ptr<bounce_memory> bounce_memory_;  ///< options_.bounce, or the heap
+  completion_queue submitted_;                    ///< requests from submit(), handed out by poll() and wait()
+  completion_queue running_;                      ///< the requests of run()
   std::vector<raw_op> submit_batch_;
   std::vector<raw_result> results_;
   std::size_t active_pieces_ = 0;

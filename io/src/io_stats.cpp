@@ -43,7 +43,8 @@ std::int64_t ns_since_epoch(stats_recorder::clock::time_point t) noexcept {
 void stats_recorder::started(io_op op, clock::time_point now) noexcept {
   direction& d = of(op);
   // The epoch itself never names a start: a clock read at it counts as one tick later.
-  if (d.outstanding++ == 0) d.busy_since.store(std::max<std::int64_t>(ns_since_epoch(now), 1), std::memory_order_relaxed);
+  if (d.outstanding++ == 0)
+    d.busy_since.store(std::max<std::int64_t>(ns_since_epoch(now), 1), std::memory_order_relaxed);
 }
 
 void stats_recorder::finished(io_op op, clock::time_point since, clock::time_point now, std::uint64_t bytes,

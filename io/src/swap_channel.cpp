@@ -43,7 +43,7 @@ struct swap_channel::pending {
   std::uint64_t end_chunk = 0;
   std::vector<std::uint64_t> hashes;          ///< writes: checksums of the chunks being written
   std::vector<detail::chunk_state> previous;  ///< writes: the chunk states the claim replaced
-  scratch_memory scratch;                     ///< partial reads: [0, chunk) the first chunk, [chunk, 2 chunk) the last
+  std::span<std::byte> scratch;               ///< partial reads: [0, chunk) the first chunk, [chunk, 2 chunk) the last
   bool head_in_scratch = false;               ///< chunk first_chunk was read whole into scratch
   bool tail_in_scratch = false;               ///< chunk end_chunk - 1 was read whole into scratch + chunk
   bool claimed = false;                       ///< a write holding chunks [first_chunk, end_chunk)
@@ -69,7 +69,9 @@ struct swap_channel::pending {
 swap_channel::swap_channel(swap_store& store)
     : store_(store),
       notifier_(std::make_unique<detail::notifier>()),
-      stats_(std::make_unique<detail::stats_recorder>()) {
+      stats_(std::make_unique<detail::stats_recorder>()),
+      // One spare on the heap: only reads in flight together beyond the first need their own.
+      scratch_memory_(store.options().io.bounce != nullptr ? store.options().io.bounce : heap_bounce_memory(1)) {
   for (std::size_t i = 0; i < store_.files_.size(); ++i) engines_.push_back(store_.make_engine());
 }
 
@@ -237,8 +239,9 @@ bool swap_channel::prepare(pending& p, const swap_request& request) {
     p.tail_in_scratch = last != p.first_chunk && end < chunk_end(rec, last, chunk);
     if (!take_scratch(p)) {
       p.result.failed = true;
-      p.result.message =
-          str("cannot allocate ", format_bytes(2 * chunk), " to verify a partial read of swap extent ", rec.id);
+      p.result.message = str("cannot get ", format_bytes(2 * chunk), " of scratch memory (",
+                             store_.options().io.bounce ? "the caller's" : "heap",
+                             " bounce memory has none) to verify a partial read of swap extent ", rec.id);
       return false;
     }
   }
@@ -257,12 +260,12 @@ void swap_channel::issue(std::uint32_t slot_id) {
   if (p.head_in_scratch) {
     submit_range(
         slot_id, p.first_chunk * chunk,
-        {p.scratch.get(), static_cast<std::size_t>(chunk_end(rec, p.first_chunk, chunk) - p.first_chunk * chunk)});
+        {p.scratch.data(), static_cast<std::size_t>(chunk_end(rec, p.first_chunk, chunk) - p.first_chunk * chunk)});
     direct_begin = std::min(end, (p.first_chunk + 1) * chunk);
   }
   if (p.tail_in_scratch) {
     submit_range(slot_id, last * chunk,
-                 {p.scratch.get() + chunk, static_cast<std::size_t>(chunk_end(rec, last, chunk) - last * chunk)});
+                 {p.scratch.data() + chunk, static_cast<std::size_t>(chunk_end(rec, last, chunk) - last * chunk)});
     direct_end = last * chunk;
   }
   if (direct_begin < direct_end) {
@@ -284,14 +287,12 @@ void swap_channel::submit_range(std::uint32_t slot_id, std::uint64_t extent_offs
 }
 
 bool swap_channel::take_scratch(pending& p) {
-  if (spare_scratch_) {
-    p.scratch = std::move(spare_scratch_);
-    return true;
-  }
-  // One spare is kept; only reads in flight together beyond the first need memory of their own.
-  const std::uint64_t bytes = align_up(2 * store_.stripe_unit(), scratch_alignment);
-  p.scratch.reset(static_cast<std::byte*>(std::aligned_alloc(scratch_alignment, bytes)));
-  return p.scratch != nullptr;
+  const std::uint64_t bytes = 2 * store_.stripe_unit();
+  p.scratch = scratch_memory_->lend(bytes, scratch_alignment);
+  if (p.scratch.size() >= bytes) return true;
+  if (!p.scratch.empty()) scratch_memory_->take_back(p.scratch);
+  p.scratch = {};
+  return false;
 }
 
 void swap_channel::on_piece(const io_completion& c) {
@@ -332,9 +333,9 @@ void swap_channel::finish(std::uint32_t slot_id) {
   }
   if (p.request.op == io_op::read && !p.result.failed && checksums) {
     for (std::uint64_t k = p.first_chunk; k < p.end_chunk; ++k) {
-      const std::byte* bytes = k == p.first_chunk && p.head_in_scratch ? p.scratch.get()
+      const std::byte* bytes = k == p.first_chunk && p.head_in_scratch ? p.scratch.data()
                                : k == last && p.tail_in_scratch
-                                   ? p.scratch.get() + chunk
+                                   ? p.scratch.data() + chunk
                                    : p.request.buffer.data() + (k * chunk - p.request.offset);
       if (XXH3_64bits(bytes, chunk_end(rec, k, chunk) - k * chunk) ==
           rec.checksums[k].load(std::memory_order_relaxed)) {
@@ -358,11 +359,11 @@ void swap_channel::finish(std::uint32_t slot_id) {
     const std::uint64_t end = p.request.offset + p.request.buffer.size();
     if (p.head_in_scratch) {
       const std::uint64_t head_end = std::min(end, (p.first_chunk + 1) * chunk);
-      std::memcpy(p.request.buffer.data(), p.scratch.get() + (p.request.offset - p.first_chunk * chunk),
+      std::memcpy(p.request.buffer.data(), p.scratch.data() + (p.request.offset - p.first_chunk * chunk),
                   head_end - p.request.offset);
     }
     if (p.tail_in_scratch) {
-      std::memcpy(p.request.buffer.data() + (last * chunk - p.request.offset), p.scratch.get() + chunk,
+      std::memcpy(p.request.buffer.data() + (last * chunk - p.request.offset), p.scratch.data() + chunk,
                   end - last * chunk);
     }
   }
@@ -393,8 +394,8 @@ void swap_channel::retire(std::uint32_t slot_id) noexcept {
     p.record->in_flight.fetch_sub(1, std::memory_order_release);
     p.record.reset();
   }
-  if (p.scratch && !spare_scratch_) spare_scratch_ = std::move(p.scratch);
-  p.scratch.reset();
+  if (!p.scratch.empty()) scratch_memory_->take_back(p.scratch);
+  p.scratch = {};
   free_slots_.push_back(slot_id);  // capacity reserved in take_slot
 }
 

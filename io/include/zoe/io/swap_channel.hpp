@@ -13,6 +13,7 @@
 #include <span>
 #include <vector>
 
+#include "zoe/io/bounce_memory.hpp"
 #include "zoe/io/io_request.hpp"
 #include "zoe/io/io_stats.hpp"
 #include "zoe/io/swap_store.hpp"
@@ -39,7 +40,9 @@ struct swap_request {
 /// With checksums on, a read that starts or ends inside a chunk reads that chunk whole into
 /// scratch memory of the channel (at most two chunks per read: its first and its last), verifies
 /// it and copies out the part asked for; the whole chunks in between are read into the caller's
-/// buffer and verified there.
+/// buffer and verified there. The scratch comes from the store's io.bounce when it has one (the
+/// caller's pinned memory), else from the heap; when none can be had the read completes as
+/// failed, saying so.
 ///
 /// A write claims the chunks it covers until its completion is returned: a second write of any of
 /// them meanwhile, from this channel or another, is refused with usage_error, and a read of them
@@ -105,10 +108,6 @@ class swap_channel {
 
  private:
   struct pending;
-  struct free_memory {
-    void operator()(std::byte* p) const noexcept { std::free(p); }
-  };
-  using scratch_memory = std::unique_ptr<std::byte, free_memory>;
 
   /// submit(), with the completion routed to run()'s list when `in_run`.
   void start(const swap_request& request, bool in_run);
@@ -152,10 +151,10 @@ class swap_channel {
   std::size_t run_left_ = 0;             ///< requests of the run() in progress not yet complete
   std::vector<io_completion> piece_completions_;
   std::deque<std::uint32_t> completed_;  ///< slots whose pieces all came back, not yet finished
-  scratch_memory spare_scratch_;         ///< two chunks, kept for the next partial read
   std::size_t outstanding_ = 0;
   std::unique_ptr<detail::notifier> notifier_;
   std::unique_ptr<detail::stats_recorder> stats_;
+  std::shared_ptr<bounce_memory> scratch_memory_;  ///< the store's io.bounce, or the heap keeping one spare
   mutable std::once_flag notify_once_;
 };
 
