@@ -65,11 +65,11 @@ adam_args make_adam_args(const adam_config& config, const adam_shard& shard) {
 
 }  // namespace detail
 
-void adam_step(const adam_config& config, const adam_shard& shard) {
+void adam_step(const adam_config& config, const adam_shard& shard, thread_budget budget) {
   const detail::adam_args args = detail::make_adam_args(config, shard);
   const std::size_t n = shard.params.size();
   const detail::kernel_table& k = detail::active_table();
-  detail::parallel_ranges(n, detail::elementwise_grain,
+  detail::parallel_ranges(n, detail::elementwise_grain, budget.max_threads,
                           [&](std::size_t b, std::size_t e) { k.adam_range(args, b, e); });
 }
 

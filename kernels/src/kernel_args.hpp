@@ -95,6 +95,9 @@ struct dequant_args {
 [[nodiscard]] cast_args make_cast_args(const_tensor_view src, tensor_view dst);
 [[nodiscard]] quant_args make_quant_args(const_tensor_view in, const quant_config& config, quantized_span out);
 [[nodiscard]] dequant_args make_dequant_args(const_quantized_span in, const quant_config& config, tensor_view out);
+/// The checks of dequantize, for out += value.
+[[nodiscard]] dequant_args make_dequant_accumulate_args(const_quantized_span in, const quant_config& config,
+                                                        std::span<float> out);
 /// Throws usage_error naming `what` when a view has null data and a nonzero count.
 void expect_data(const_tensor_view x, const char* what);
 /// The checks of reduce_requantize (both configs, equal blocks, non-empty inputs, every size).

@@ -7,6 +7,7 @@
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
 #include <tbb/partitioner.h>
+#include <tbb/task_arena.h>
 
 // ThreadSanitizer cannot see how TBB hands work to its threads and waits for them: Debian's libtbb
 // is not instrumented, so a write by one parallel_for and a read after it look like a race. The
@@ -46,6 +47,23 @@ void parallel_ranges(std::size_t count, std::size_t grain, const Fn& fn) {
       },
       tbb::static_partitioner());
   ZOE_TSAN_ACQUIRE(&join_point);
+}
+
+/// parallel_ranges on at most `max_threads` threads: 0 as many as the current arena has, 1 the
+/// calling thread alone in one piece (TBB untouched: no task, no worker wakes), n a TBB arena of n
+/// threads for this call, the caller among them.
+template <class Fn>
+void parallel_ranges(std::size_t count, std::size_t grain, std::size_t max_threads, const Fn& fn) {
+  if (max_threads == 1) {
+    if (count > 0) fn(std::size_t{0}, count);
+    return;
+  }
+  if (max_threads == 0 || max_threads >= static_cast<std::size_t>(tbb::this_task_arena::max_concurrency())) {
+    parallel_ranges(count, grain, fn);
+    return;
+  }
+  tbb::task_arena arena(static_cast<int>(max_threads));
+  arena.execute([&] { parallel_ranges(count, grain, fn); });
 }
 
 /// Elements per piece for elementwise kernels: big enough to amortize a task, small enough to

@@ -110,6 +110,12 @@ dequant_args make_dequant_args(const_quantized_span in, const quant_config& conf
   return dequant_args_of(in, config, out.data, out.type, out.count, 0, false);
 }
 
+dequant_args make_dequant_accumulate_args(const_quantized_span in, const quant_config& config, std::span<float> out) {
+  dequant_args args = make_dequant_args(in, config, view(out));
+  args.accumulate = true;
+  return args;
+}
+
 void expect_reduce_requantize_args(std::span<const const_quantized_span> inputs, const quant_config& config,
                                    std::size_t count, const quant_config& out_config, quantized_span out) {
   config.validate();
@@ -157,6 +163,13 @@ void dequantize(const_quantized_span in, const quant_config& config, tensor_view
   const detail::dequant_args args = detail::make_dequant_args(in, config, out);
   const detail::kernel_table& k = detail::active_table();
   detail::parallel_ranges(config.blocks(out.count), block_grain(config),
+                          [&](std::size_t b, std::size_t e) { k.dequantize_blocks(args, b, e); });
+}
+
+void dequantize_accumulate(const_quantized_span in, const quant_config& config, std::span<float> out) {
+  const detail::dequant_args args = detail::make_dequant_accumulate_args(in, config, out);
+  const detail::kernel_table& k = detail::active_table();
+  detail::parallel_ranges(config.blocks(out.size()), block_grain(config),
                           [&](std::size_t b, std::size_t e) { k.dequantize_blocks(args, b, e); });
 }
 

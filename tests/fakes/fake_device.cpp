@@ -26,6 +26,21 @@ void fake_device::refuse_registration(bool refuse) {
   refuse_registration_ = refuse;
 }
 
+void fake_device::refuse_launches(bool refuse) {
+  const std::lock_guard lock(mutex_);
+  refuse_launches_ = refuse;
+}
+
+void fake_device::report_kind(device_kind kind) {
+  const std::lock_guard lock(mutex_);
+  reported_kind_ = kind;
+}
+
+device_kind fake_device::kind() const noexcept {
+  const std::lock_guard lock(mutex_);
+  return reported_kind_.value_or(inner_->kind());
+}
+
 void fake_device::delay_tasks(std::chrono::milliseconds delay) {
   const std::lock_guard lock(mutex_);
   delay_ = delay;
@@ -122,6 +137,7 @@ void fake_device::launch_host(stream_view stream, std::function<void()> task) {
   {
     const std::lock_guard lock(mutex_);
     ++calls_.launch_host;
+    if (refuse_launches_) throw device_error(str(name(), ": injected refusal to launch a host task"));
     delay = delay_;
   }
   if (delay.count() > 0 && task) {

@@ -1,7 +1,7 @@
 #pragma once
 // A device for tests: wraps a real one (the host device by default) and forwards every call, while
 // counting the calls, failing chosen allocations as an exhausted GPU would (memory_error), refusing
-// host registration as a driver would (device_error), and delaying host tasks so a test can hold
+// host registration and host tasks as a driver would (device_error), and delaying host tasks so a test can hold
 // work in flight. With nothing injected it is a plain pass-through, so the device contract suite
 // runs on it unchanged. Streams and events are the inner device's: their views pass through as is.
 
@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
 
 #include "zoe/core/device.hpp"
@@ -41,10 +42,15 @@ class fake_device final : public device {
   void refuse_registration(bool refuse);
   /// Every host task launched from now on first sleeps this long on its stream.
   void delay_tasks(std::chrono::milliseconds delay);
+  /// While set, launch_host() throws device_error without queuing, as a refused cudaLaunchHostFunc.
+  void refuse_launches(bool refuse);
+  /// Reports `kind` from kind() from now on, while the inner device still does the work: code that
+  /// branches on the kind (launch_kernel) takes its CUDA branch on a machine without a GPU.
+  void report_kind(device_kind kind);
   [[nodiscard]] device_calls calls() const;
 
   // ---- the device, forwarded --------------------------------------------------------------------
-  [[nodiscard]] device_kind kind() const noexcept override { return inner_->kind(); }
+  [[nodiscard]] device_kind kind() const noexcept override;
   [[nodiscard]] std::string name() const override;
   [[nodiscard]] std::optional<std::string> pci_bus_id() const override { return inner_->pci_bus_id(); }
   [[nodiscard]] void* allocate(std::size_t bytes, stream_view stream) override;
@@ -80,6 +86,8 @@ class fake_device final : public device {
   device_calls calls_;
   int allocations_until_failure_ = 0;  // 0: none planned
   bool refuse_registration_ = false;
+  bool refuse_launches_ = false;
+  std::optional<device_kind> reported_kind_;
   std::chrono::milliseconds delay_{0};
   // The inner owners, by native handle; destroying ours destroys theirs.
   std::unordered_map<void*, device_stream> streams_;

@@ -272,6 +272,11 @@ TEST_F(cuda_quant, QuantizeAndDequantizeMatchTheScalarPathForEveryLayoutAndType)
         cuda::dequantize(got.q, c, tensor_view{out, d_back->data(), n}, stream_.view());
         EXPECT_EQ(download<std::byte>(*d_back, back.size()), back) << "dequantize to " << dtype_name(out);
       }
+      std::vector<float> sum = normal_values(rng, n, 1.0f);
+      const auto d_sum = upload(sum);
+      dequantize_accumulate(want.span(), c, sum);
+      cuda::dequantize_accumulate(got.q, c, {d_sum->as<float>(), n}, stream_.view());
+      EXPECT_EQ(download<float>(*d_sum, n), sum) << "dequantize_accumulate";
     }
   }
 }

@@ -1,8 +1,13 @@
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <optional>
+#include <tuple>
+
+#include <tbb/task_arena.h>
+#include <tbb/task_scheduler_observer.h>
 
 #include "kernel_test_support.hpp"
 #include "zoe/core/error.hpp"
@@ -40,11 +45,23 @@ struct shard_state {
     if (c.working) working.resize(initial.size() * dtype_size(*c.working));
   }
 
-  void step(const adam_config& config, const adam_case& c, const std::vector<std::byte>& grad) {
+  void step(const adam_config& config, const adam_case& c, const std::vector<std::byte>& grad,
+            thread_budget budget = {}) {
     if (!working.empty()) test::poison(working.data(), working.size());
     adam_shard shard{params, exp_avg, exp_avg_sq, const_tensor_view{c.grad, grad.data(), params.size()}, std::nullopt};
     if (c.working) shard.working = tensor_view{*c.working, working.data(), params.size()};
-    adam_step(config, shard);
+    adam_step(config, shard, budget);
+  }
+
+  // The index of the first differing byte of any state, or -1.
+  [[nodiscard]] long first_difference(const shard_state& o) const {
+    const std::size_t bytes = params.size() * 4;
+    for (const auto& [a, b, n] :
+         {std::tuple{params.data(), o.params.data(), bytes}, std::tuple{exp_avg.data(), o.exp_avg.data(), bytes},
+          std::tuple{exp_avg_sq.data(), o.exp_avg_sq.data(), bytes}}) {
+      if (const long at = test::first_difference(a, b, n); at != -1) return at;
+    }
+    return test::first_difference(working.data(), o.working.data(), working.size());
   }
 };
 
@@ -103,6 +120,62 @@ INSTANTIATE_TEST_SUITE_P(kernels, adam_paths,
                            return std::string(cpu_path_name(std::get<0>(param_info.param))) + "_" +
                                   case_name(std::get<1>(param_info.param));
                          });
+
+// The thread budget changes who computes, never what: budgets 1 and 2 give the default's bits, on
+// a shard long enough to split into pieces, on every path.
+TEST(adam, EveryThreadBudgetGivesTheSameBits) {
+  constexpr std::size_t n = (std::size_t{1} << 18) + 7;  // four pieces and a ragged end
+  const adam_case c{1e-3f, 0.01f, true, dtype::fp16, dtype::bf16};
+  auto rng = test::rng_for_test();
+  const std::vector<float> initial = test::normal_values(rng, n, 0.5f);
+  const std::vector<std::byte> grad = test::encode(test::normal_values(rng, n, 1.0f), c.grad);
+  // Four threads, whatever the machine, so a budget of 2 is a real limit.
+  test::on_threads(4, [&] {
+    for (const cpu_path path : available_cpu_paths()) {
+      const test::path_guard p(path);
+      shard_state by_default(initial, c);
+      shard_state one(initial, c);
+      shard_state two(initial, c);
+      for (int t = 1; t <= 3; ++t) {
+        by_default.step(config_for(c, t), c, grad);
+        one.step(config_for(c, t), c, grad, {.max_threads = 1});
+        two.step(config_for(c, t), c, grad, {.max_threads = 2});
+        ASSERT_EQ(one.first_difference(by_default), -1) << cpu_path_name(path) << " budget 1, step " << t;
+        ASSERT_EQ(two.first_difference(by_default), -1) << cpu_path_name(path) << " budget 2, step " << t;
+      }
+    }
+  });
+}
+
+// Counts the worker threads that join one arena.
+class worker_counter : public tbb::task_scheduler_observer {
+ public:
+  explicit worker_counter(tbb::task_arena& arena) : tbb::task_scheduler_observer(arena) { observe(true); }
+  ~worker_counter() override { observe(false); }
+  worker_counter(const worker_counter&) = delete;
+  worker_counter& operator=(const worker_counter&) = delete;
+  void on_scheduler_entry(bool is_worker) override {
+    if (is_worker) ++workers;
+  }
+  std::atomic<int> workers{0};
+};
+
+// A budget of 1 keeps TBB out: called from inside an arena that has a worker to spare, no worker
+// joins it (a parallel loop there would hand the worker pieces).
+TEST(adam, ABudgetOfOneRunsOnTheCallingThreadAlone) {
+  constexpr std::size_t n = std::size_t{1} << 20;  // sixteen pieces, were it split
+  const adam_case c{1e-3f, 0.0f, true, dtype::fp32, std::nullopt};
+  auto rng = test::rng_for_test();
+  shard_state state(test::normal_values(rng, n, 0.5f), c);
+  const std::vector<std::byte> grad = test::encode(test::normal_values(rng, n, 1.0f), c.grad);
+  tbb::task_arena arena(2);
+  arena.initialize();
+  const worker_counter counter(arena);
+  arena.execute([&] {
+    for (int t = 1; t <= 5; ++t) state.step(config_for(c, t), c, grad, {.max_threads = 1});
+  });
+  EXPECT_EQ(counter.workers.load(), 0) << "a TBB worker took part in an adam_step with a budget of 1";
+}
 
 // Long ranges write the 16-bit working copy with streaming stores after an element-wise head up to
 // the store alignment: the bits must not change, whatever the alignment of the working copy.

@@ -41,6 +41,7 @@ TEST(cuda_launchers, RejectBadArgumentsBeforeAnyLaunch) {
   });
   // 100 elements need 2 blocks; 200 need 4.
   std::vector<float> longer(200);
+  expect_rejected([&] { cuda::dequantize_accumulate(one[0], config, longer, stream); });
   expect_rejected(
       [&] { cuda::reduce_dequantize(one, config, 1.0f, view(std::span<float>(longer)), workspace, stream); });
   // A workspace too small for the sums.

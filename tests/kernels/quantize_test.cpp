@@ -139,6 +139,72 @@ TEST_P(quant_cases, EveryPathBitIdenticalToScalar) {
   }
 }
 
+// out += dequantized value: each element is the accumulator plus the value dequantize gives, added
+// in fp32 by plain C++ (the reference), on every path; elements past out.size() are not touched.
+TEST_P(quant_cases, DequantizeAccumulateAddsTheValuesOnEveryPath) {
+  const quant_case c = GetParam();
+  const quant_config config = config_of(c);
+  auto rng = test::rng_for_test();
+  const std::size_t n = 5 * c.block + 13;
+  quantized_buffer q(config, n);
+  const std::vector<float> x = test::normal_values(rng, n, 3.0f);
+  quantize(view(std::span<const float>(x)), config, q.span());
+  std::vector<float> values(n);
+  {
+    const test::path_guard p(cpu_path::scalar);
+    dequantize(q.cspan(), config, view(std::span<float>(values)));
+  }
+  const std::vector<float> start = test::normal_values(rng, n);
+  std::vector<float> expected(n);
+  for (std::size_t i = 0; i < n; ++i) expected[i] = start[i] + values[i];
+  for (const cpu_path path : available_cpu_paths()) {
+    const test::path_guard p(path);
+    std::vector<float> sum = start;
+    sum.push_back(-1.5f);  // a guard past the output
+    dequantize_accumulate(q.cspan(), config, std::span<float>(sum).first(n));
+    EXPECT_EQ(test::first_difference(sum.data(), expected.data(), n * 4), -1) << cpu_path_name(path);
+    EXPECT_EQ(sum.back(), -1.5f) << cpu_path_name(path) << " wrote past the output";
+  }
+}
+
+// Long enough to be split over threads: each piece adds into its own blocks.
+TEST(quantize, LongDequantizeAccumulateBitIdenticalToTheReferenceOnTwoThreads) {
+  auto rng = test::rng_for_test();
+  const quant_config config{4, 64, false};
+  const std::size_t n = (std::size_t{1} << 18) + 5;
+  quantized_buffer q(config, n);
+  quantize(view(std::span<const float>(test::normal_values(rng, n))), config, q.span());
+  std::vector<float> values(n);
+  dequantize(q.cspan(), config, view(std::span<float>(values)));
+  const std::vector<float> start = test::normal_values(rng, n);
+  test::on_threads(2, [&] {
+    for (const cpu_path path : available_cpu_paths()) {
+      const test::path_guard p(path);
+      std::vector<float> sum = start;
+      dequantize_accumulate(q.cspan(), config, sum);
+      for (std::size_t i = 0; i < n; ++i) {
+        ASSERT_EQ(test::bits_of(sum[i]), test::bits_of(start[i] + values[i]))
+            << cpu_path_name(path) << " element " << i;
+      }
+    }
+  });
+}
+
+TEST(quantize, DequantizeAccumulateRejectsMismatchedSizesNamingThem) {
+  const quant_config config{8, 64, true};
+  quantized_buffer q(config, 100);
+  std::vector<float> out(200);  // 4 blocks, the input holds 2
+  try {
+    dequantize_accumulate(q.cspan(), config, out);
+    FAIL() << "200 elements from 2 blocks of 64";
+  } catch (const usage_error& e) {
+    EXPECT_NE(std::string(e.what()).find("dequantize"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("4 blocks"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(dequantize_accumulate(q.cspan(), quant_config{8, 60, true}, std::span<float>(out).first(100)),
+               usage_error);
+}
+
 // Long ranges stream their 8-bit codes out: straight from the registers when the output is aligned,
 // else through an L1 buffer from the first vector-aligned byte of each block. The codes must not
 // depend on that, whatever the alignment of the output.

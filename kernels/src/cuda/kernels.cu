@@ -171,10 +171,13 @@ __device__ float element_value(const std::byte* code_bytes, const float* scales,
   return arith::dequantize_value<scalar_lanes>(q, arith::block_lanes<scalar_lanes>(params));
 }
 
-template <dtype T>
+// With `accumulate` (fp32 only) the value is added to what `out` holds, in the CPU's order.
+template <dtype T, bool accumulate>
 __global__ void dequantize_kernel(detail::dequant_args a) {
   for (std::size_t i = first_index(); i < a.count; i += grid_stride()) {
-    arith::store_from_float<scalar_lanes, T>(element_value(a.codes, a.scales, a.zero_points, a.layout, i), a.out, i);
+    float x = element_value(a.codes, a.scales, a.zero_points, a.layout, i);
+    if constexpr (accumulate) x = static_cast<const float*>(a.out)[i] + x;
+    arith::store_from_float<scalar_lanes, T>(x, a.out, i);
   }
 }
 
@@ -327,9 +330,17 @@ void dequantize(const_quantized_span in, const quant_config& config, tensor_view
   const detail::dequant_args a = detail::make_dequant_args(in, config, out);
   if (out.count == 0) return;
   with_dtype(out.type, [&]<dtype T>() {
-    dequantize_kernel<T><<<grid_for(out.count), threads_per_block, 0, native(stream)>>>(a);
+    dequantize_kernel<T, false><<<grid_for(out.count), threads_per_block, 0, native(stream)>>>(a);
   });
   check_launch("dequantize");
+}
+
+void dequantize_accumulate(const_quantized_span in, const quant_config& config, std::span<float> out,
+                           stream_view stream) {
+  const detail::dequant_args a = detail::make_dequant_accumulate_args(in, config, out);
+  if (out.empty()) return;
+  dequantize_kernel<dtype::fp32, true><<<grid_for(out.size()), threads_per_block, 0, native(stream)>>>(a);
+  check_launch("dequantize_accumulate");
 }
 
 void has_inf_nan(const_tensor_view x, std::uint32_t* flag, stream_view stream) {

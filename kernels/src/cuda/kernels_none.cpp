@@ -14,6 +14,9 @@ void adam_step(const adam_config&, const adam_shard&, stream_view) { unavailable
 void cast(const_tensor_view, tensor_view, stream_view) { unavailable("cast"); }
 void quantize(const_tensor_view, const quant_config&, quantized_span, stream_view) { unavailable("quantize"); }
 void dequantize(const_quantized_span, const quant_config&, tensor_view, stream_view) { unavailable("dequantize"); }
+void dequantize_accumulate(const_quantized_span, const quant_config&, std::span<float>, stream_view) {
+  unavailable("dequantize_accumulate");
+}
 void reduce_requantize(std::span<const const_quantized_span>, const quant_config&, std::size_t, float,
                        const quant_config&, quantized_span, std::span<std::byte>, stream_view) {
   unavailable("reduce_requantize");

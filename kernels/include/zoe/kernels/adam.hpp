@@ -2,6 +2,7 @@
 // One Adam / AdamW step over a shard, in one pass over memory: the fp32 master weights and both
 // moments are updated in place, and the 16-bit working copy (if any) is written in the same pass.
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -38,9 +39,18 @@ struct adam_shard {
   std::optional<tensor_view> working;
 };
 
-/// Runs one step on the CPU, parallel with TBB. The same bits come out on every CPU path and from
-/// the CUDA launcher. Throws usage_error naming the offending field on mismatched lengths, a step
-/// below 1, a working copy of type fp32, or non-positive beta/eps settings outside [0, 1).
-void adam_step(const adam_config& config, const adam_shard& shard);
+/// How many threads one CPU kernel call may use, so a caller sharing few cores with its own threads
+/// (the optimizer pipeline beside its I/O threads) can bound it.
+struct thread_budget {
+  /// 0: as many as TBB's current arena has (the default). 1: the calling thread alone, without
+  /// TBB. n: at most n threads, the caller among them (the call runs in a TBB arena of n).
+  std::size_t max_threads = 0;
+};
+
+/// Runs one step on the CPU, parallel with TBB within `budget`. The same bits come out on every CPU
+/// path, for every budget, and from the CUDA launcher. Throws usage_error naming the offending field
+/// on mismatched lengths, a step below 1, a working copy of type fp32, or non-positive beta/eps
+/// settings outside [0, 1). Thread-safe for distinct shards.
+void adam_step(const adam_config& config, const adam_shard& shard, thread_budget budget = {});
 
 }  // namespace zoe::kernels

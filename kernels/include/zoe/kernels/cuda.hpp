@@ -31,6 +31,11 @@ void quantize(const_tensor_view in, const quant_config& config, quantized_span o
 /// dequantize on the device.
 void dequantize(const_quantized_span in, const quant_config& config, tensor_view out, stream_view stream);
 
+/// dequantize_accumulate on the device: `out` is device fp32 memory, read and written in stream
+/// order; the same bits as the CPU. Needs no workspace.
+void dequantize_accumulate(const_quantized_span in, const quant_config& config, std::span<float> out,
+                           stream_view stream);
+
 /// reduce_requantize on the device: the same sums in the same order, bit-identical to the CPU.
 /// `inputs` is a host array of views of device buffers; it is read before the call returns.
 /// `workspace` is device memory the caller lends until the stream has run the call, at least

@@ -61,6 +61,12 @@ void quantize(const_tensor_view in, const quant_config& config, quantized_span o
 /// on size mismatches.
 void dequantize(const_quantized_span in, const quant_config& config, tensor_view out);
 
+/// Adds the dequantized values to `out`: out[i] = out[i] + value of element i, in fp32, for the
+/// first out.size() elements (e.g. a quantized gradient into an fp32 accumulator). Each element is
+/// rounded once, after the addition, so every CPU path and the CUDA launcher give the same bits.
+/// Throws usage_error on size mismatches, as dequantize.
+void dequantize_accumulate(const_quantized_span in, const quant_config& config, std::span<float> out);
+
 /// The qgZ reduction: dequantizes each of `inputs` (all holding `count` elements in `config`), sums
 /// them in input order in fp32, multiplies by `post_scale` (1/world for a mean) and requantizes into
 /// `out` with `out_config` (which may differ, e.g. int4 in, int8 out). Throws usage_error on empty
