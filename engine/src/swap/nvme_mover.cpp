@@ -8,6 +8,11 @@
 
 namespace zoe::engine::detail {
 
+namespace {
+// How long the I/O thread sleeps on the drive before it looks at finished copies again.
+constexpr std::chrono::microseconds idle_poll{200};
+}  // namespace
+
 nvme_mover::nvme_mover(tier_manager& tiers, device& dev, io::swap_store& store, allocators::buffer_pool& pool,
                        std::size_t piece_bytes)
     : tiers_(tiers),
@@ -114,8 +119,14 @@ void nvme_mover::loop(io::swap_channel& channel) {
     if (progressed) continue;
     // Nothing moved on: sleep on whatever can change next.
     if (channel.outstanding() > 0) {
+      // Copies finishing meanwhile free slots the next pieces need: while any runs, wake now and
+      // then to see, instead of only at the next completion.
       done_.clear();
-      channel.wait(done_, 1);
+      if (copies_out_ > 0) {
+        channel.wait(done_, 1, idle_poll);
+      } else {
+        channel.wait(done_, 1);
+      }
       on_io(done_);
     } else if (copies_out_ > 0) {
       const auto oldest = std::find_if(pieces_.begin(), pieces_.end(), [](const piece& p) {
