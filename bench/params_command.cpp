@@ -41,6 +41,8 @@ void add_params_command(CLI::App& app) {
   cmd->add_option("--engine", s->engine, "I/O backend")
       ->check(CLI::IsMember(io::available_backends_and_auto()))
       ->capture_default_str();
+  cmd->add_flag("--no-checksums", s->no_checksums,
+                "zoe.swap.checksums false: the swap store neither records nor verifies chunk checksums");
   cmd->add_flag("--json", s->json, "print one JSON object instead of the readable lines");
   cmd->callback([s] {
     s->check();

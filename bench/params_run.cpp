@@ -127,6 +127,7 @@ void params_settings::check() {
   if (block_text) config.aio.block_size = parse_bytes(*block_text, "--block-size");
   if (queue_depth) config.aio.queue_depth = *queue_depth;
   config.zoe.io_engine = engine;
+  config.zoe.checksums = !no_checksums;
   check_engine_options(config.aio.block_size, config.aio.queue_depth, "--block-size / --queue-depth");
 }
 
@@ -208,6 +209,7 @@ nlohmann::json run_params(const params_settings& s) {
           {"buffer_count", plan.param_buffer_count},
           {"buffer_bytes", plan.param_buffer_bytes},
           {"steps", s.steps},
+          {"checksums", s.config.zoe.checksums},
           {"compute_ms", compute_ms},
           {"raw_layer_ms", raw_layer_ms},
           {"swap_in_gib_per_s", median(swap_rates)},

@@ -28,6 +28,7 @@ struct params_settings {
   std::optional<std::string> block_text;      ///< aio.block_size
   std::optional<std::uint64_t> queue_depth;   ///< aio.queue_depth
   std::string engine = "auto";
+  bool no_checksums = false;  ///< zoe.swap.checksums false (to see what verifying costs)
   bool json = false;
 
   // Resolved by check().
