@@ -100,6 +100,30 @@ TEST(Coordinator, GathersEveryModuleByteExactStepAfterStepWithPrefetch) {
   expect_within_plan(s);
 }
 
+TEST(Coordinator, AStreamOrderedWaitOrdersTheCallersWorkAfterTheGather) {
+  engine_stack s({.modules = layered_model(3, 2, 30'000), .config = mixed_config()});
+  const model_data data(s);
+  const device_stream compute = s.dev().create_stream();
+  s.coord().begin_step();
+  for (module_id m = 0; m < 3; ++m) {
+    s.coord().fetch(m).wait(compute.view());
+    // The caller's work reads the gathered parameters in stream order, without a host wait.
+    std::vector<std::vector<std::byte>> got;
+    for (const parameter_id p : s.layout().module(m).parameters) {
+      got.emplace_back(s.shard_bytes(p));
+      s.dev().copy_async(got.back().data(), s.coord().address(p), got.back().size(), copy_kind::device_to_host,
+                         compute.view());
+    }
+    s.coord().release(m, compute.view());
+    s.dev().synchronize(compute.view());
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      const parameter_id p = s.layout().module(m).parameters[i];
+      EXPECT_TRUE(same_bytes(got[i], data.shards[p])) << s.layout().parameter(p).name;
+    }
+  }
+  s.coord().end_step();
+}
+
 TEST(Coordinator, DirtyParametersAreWrittenBackBeforeTheirMemoryIsFreed) {
   engine_stack s({.modules = model_with_persistent(), .config = mixed_config()});
   model_data data(s);
