@@ -101,7 +101,9 @@ class coordinator {
   void begin_step();
   /// Starts gathering `module`'s parameters and, following the trace, those ahead of it. Returns
   /// at once unless the arena is full (see back-pressure). usage_error naming the module when no
-  /// step is open or it is unknown; memory_error when the module cannot fit the arena at all.
+  /// step is open or it is unknown; memory_error when the module cannot fit the arena at all
+  /// (nothing is started then). If a read cannot even start (the swapper refuses it), the fetch
+  /// is open all the same and needs its release.
   [[nodiscard]] fetch_handle fetch(module_id module);
   /// The module is done with: frees what the policy says (dirty parameters are written back
   /// first). The work queued on `stream` so far may still use it: its memory is reused after that
