@@ -19,4 +19,7 @@ void add_adam_command(CLI::App& app);
 /// `zoe-bench quant`: block quantization speed and accuracy.
 void add_quant_command(CLI::App& app);
 
+/// `zoe-bench params`: ZeRO-3 parameter fetch with prefetch from NVMe against raw reads.
+void add_params_command(CLI::App& app);
+
 }  // namespace zoe::bench

@@ -117,18 +117,6 @@ void print(const io_settings& s, const std::vector<prepared_target>& targets, co
   }
 }
 
-// Warns when `path` is on tmpfs or ramfs; throws usage_error naming --path when it is missing or
-// not a directory.
-void check_bench_directory(const std::string& path) {
-  std::error_code ec;
-  const auto status = std::filesystem::status(path, ec);
-  ZOE_EXPECTS(std::filesystem::exists(status), "--path '", path, "' does not exist");
-  ZOE_EXPECTS(std::filesystem::is_directory(status), "--path '", path, "' is not a directory");
-  if (const auto memory = io::memory_file_system(path)) {
-    log::warn("--path '", path, "' is on ", *memory, ": this measures memory, not a drive");
-  }
-}
-
 void run_io(io_settings s) {
   s.check();
   if (s.sweep) {
@@ -179,6 +167,16 @@ void run_io(io_settings s) {
 }
 
 }  // namespace
+
+void check_bench_directory(const std::string& path) {
+  std::error_code ec;
+  const auto status = std::filesystem::status(path, ec);
+  ZOE_EXPECTS(std::filesystem::exists(status), "--path '", path, "' does not exist");
+  ZOE_EXPECTS(std::filesystem::is_directory(status), "--path '", path, "' is not a directory");
+  if (const auto memory = io::memory_file_system(path)) {
+    log::warn("--path '", path, "' is on ", *memory, ": this measures memory, not a drive");
+  }
+}
 
 void io_settings::check() {
   size = parse_bytes(size_text, "--size");

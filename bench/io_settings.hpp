@@ -42,4 +42,8 @@ struct io_settings {
 /// `flags` (the flags they came from) when either is out of range.
 void check_engine_options(std::size_t block, std::size_t queue_depth, std::string_view flags);
 
+/// Warns when `path` is on tmpfs or ramfs (a drive is what zoe-bench measures); throws usage_error
+/// naming --path when it is missing or not a directory.
+void check_bench_directory(const std::string& path);
+
 }  // namespace zoe::bench

@@ -59,6 +59,7 @@ std::size_t aio_backend::start(std::span<const std::uint32_t> slots) {
     } else {
       io_prep_pwrite(&cb, op.fd, op.buffer, op.length, static_cast<long long>(op.offset));
     }
+    if (notify_fd() >= 0) io_set_eventfd(&cb, notify_fd());  // the kernel signals it on completion
     batch_.push_back(&cb);
   }
   std::size_t taken = 0;
@@ -73,7 +74,7 @@ std::size_t aio_backend::start(std::span<const std::uint32_t> slots) {
     } else {
       // io_submit reports the first iocb it could not start (EBADF, EINVAL for a misaligned
       // O_DIRECT request, ...): that operation failed; the ones after it still get their turn.
-      complete(slots[taken], result);
+      complete_unposted(slots[taken], result);
       ++taken;
     }
   }

@@ -1,5 +1,7 @@
 #include "async_backend.hpp"
 
+#include <sys/eventfd.h>
+
 #include <cerrno>
 
 #include "zoe/core/check.hpp"
@@ -43,6 +45,8 @@ void async_backend::submit(std::span<const raw_op> ops) {
     throw;
   }
   offer_waiting();  // never throws: from here on every op comes back from reap()
+  if (unposted_ && notify_fd_ >= 0) static_cast<void>(::eventfd_write(notify_fd_, 1));
+  unposted_ = false;
 }
 
 void async_backend::offer_waiting() {
@@ -71,7 +75,7 @@ void async_backend::offer_waiting() {
         const std::uint32_t slot = waiting_.front();
         waiting_.pop_front();
         ++in_kernel_;
-        complete(slot, -EAGAIN);
+        complete_unposted(slot, -EAGAIN);
       }
       // Otherwise it took some and they all finished at once: offer the rest straight away.
     }
@@ -87,7 +91,7 @@ void async_backend::fail_waiting(const std::exception& e) {
              errno_text(os_errno), ": ", e.what());
   for (; !waiting_.empty(); waiting_.pop_front()) {
     ++in_kernel_;
-    complete(waiting_.front(), -os_errno);
+    complete_unposted(waiting_.front(), -os_errno);
   }
 }
 
@@ -95,6 +99,11 @@ void async_backend::complete(std::uint32_t slot, std::int64_t result) {
   ready_.push_back({slots_[slot].tag, result});
   free_slots_.push_back(slot);
   --in_kernel_;
+}
+
+void async_backend::complete_unposted(std::uint32_t slot, std::int64_t result) {
+  complete(slot, result);
+  unposted_ = true;
 }
 
 std::size_t async_backend::reap(std::vector<raw_result>& out, std::size_t min_results) {
@@ -117,6 +126,7 @@ std::size_t async_backend::reap(std::vector<raw_result>& out, std::size_t min_re
   const std::size_t n = ready_.size();
   out.insert(out.end(), ready_.begin(), ready_.end());
   ready_.clear();
+  unposted_ = false;
   return n;
 }
 

@@ -28,6 +28,7 @@ class async_backend : public io_backend {
   [[nodiscard]] std::size_t capacity() const noexcept final { return slots_.size(); }
   void submit(std::span<const raw_op> ops) final;
   std::size_t reap(std::vector<raw_result>& out, std::size_t min_results) final;
+  void notify_on_result(int eventfd) override { notify_fd_ = eventfd; }
 
  protected:
   async_backend(const engine_options& options, std::size_t capacity);
@@ -52,6 +53,11 @@ class async_backend : public io_backend {
   /// Records the result of the operation in `slot` exactly as the kernel gave it (bytes or
   /// -errno) and frees the slot.
   void complete(std::uint32_t slot, std::int64_t result);
+  /// complete() for a result the kernel never posted (an operation it refused to start): the
+  /// kernel signals no eventfd for it, so submit() does before it returns.
+  void complete_unposted(std::uint32_t slot, std::int64_t result);
+  /// The eventfd to make readable when a result is ready (notify_on_result), or -1.
+  [[nodiscard]] int notify_fd() const noexcept { return notify_fd_; }
   /// Operations the kernel holds (taken by start(), not yet complete()d).
   [[nodiscard]] std::size_t in_kernel() const noexcept { return in_kernel_; }
   /// Operations accepted by submit() that are not complete: in the kernel or waiting to enter it.
@@ -72,6 +78,8 @@ class async_backend : public io_backend {
   std::vector<std::uint32_t> offer_;
   std::vector<raw_result> ready_;
   std::size_t in_kernel_ = 0;
+  bool unposted_ = false;  ///< ready_ holds a result no eventfd was signalled for
+  int notify_fd_ = -1;
   bool single_submit_ = false;
   bool overlap_events_ = true;
 };

@@ -29,6 +29,21 @@ engine_state::engine_state(std::unique_ptr<io_backend> backend, engine_options o
   ZOE_EXPECTS(backend_ != nullptr, "io_engine needs a backend");
   options_.validate();
   bounce_size_ = options_.block_size;
+  bounce_memory_ =
+      options_.bounce != nullptr ? options_.bounce : heap_bounce_memory(std::numeric_limits<std::size_t>::max());
+  notifier_ = std::make_shared<notifier>();
+  backend_->notify_on_result(notifier_->event_fd());
+}
+
+int engine_state::notify_fd() const noexcept {
+  notifier_->enable();
+  return notifier_->fd();
+}
+
+void engine_state::submit(std::span<const io_request> requests) {
+  enqueue(requests, submitted_);
+  // The requests start at the next poll: an event loop waiting on the notifier must make one.
+  if (notifier_->enabled()) notifier_->signal();
 }
 
 engine_state::~engine_state() = default;
@@ -64,6 +79,7 @@ void engine_state::enqueue(std::span<const io_request> requests, completion_queu
   for (const io_request& r : requests) validate(r);
   const std::size_t planned_before = planned_.size();
   const std::size_t done_before = queue.done.size();
+  const auto now = clock::now();
   std::vector<std::uint32_t> users;
   try {
     users.reserve(requests.size());
@@ -74,7 +90,7 @@ void engine_state::enqueue(std::span<const io_request> requests, completion_queu
         queue.done.push_back(std::move(c));
         continue;
       }
-      users.push_back(users_.add({r, 0, {}, &queue}));
+      users.push_back(users_.add({r, 0, {}, &queue, now}));
       add_pieces(r, users.back());
     }
   } catch (...) {
@@ -85,6 +101,8 @@ void engine_state::enqueue(std::span<const io_request> requests, completion_queu
   }
   queue.outstanding += requests.size();
   for (const io_request& r : requests) {
+    stats_.started(r.op, now);
+    if (r.buffer.empty()) stats_.finished(r.op, now, now, 0, false);
     if (r.op == io_op::write && !r.buffer.empty()) r.target->note_write_end(r.offset + r.buffer.size());
   }
 }
@@ -144,6 +162,41 @@ void engine_state::drain() noexcept {
 
 std::size_t engine_state::collect(completion_queue& queue, std::vector<io_completion>& out, std::size_t min_count,
                                   bool block) {
+  if (!notifier_->enabled()) return collect_loop(queue, out, min_count, block);
+  // Cleared before anything is reaped, so a result that arrives from here on signals again.
+  notifier_->clear();
+  backend_unreaped_ = raws_in_flight_ > 0;
+  const std::size_t moved = collect_loop(queue, out, min_count, block);
+  arm_notification();
+  return moved;
+}
+
+void engine_state::arm_notification() {
+  const std::size_t capacity = backend_->capacity();
+  const bool work_now = !submitted_.done.empty() || (raws_in_flight_ > 0 && backend_unreaped_) ||
+                        (!ready_.empty() && raws_in_flight_ < capacity) ||
+                        (!planned_.empty() && active_pieces_ < capacity);
+  if (work_now) notifier_->signal();
+  if (delayed_.empty()) {
+    notifier_->disarm_timer();
+  } else {
+    notifier_->arm_timer(next_due());
+  }
+}
+
+std::size_t engine_state::collect_until(std::vector<io_completion>& out, std::size_t min_count,
+                                        clock_deadline deadline) {
+  notifier_->enable();
+  // Between polls, sleep until the backend, a timer or another engine's unlock says that the
+  // next poll can do something: no spinning, and the thread that drives the engine is the only
+  // one that touches it.
+  return poll_until(
+      notifier_->fd(), deadline, min_count, [&] { return collect(submitted_, out, 0, false); },
+      [&] { return submitted_.outstanding; });
+}
+
+std::size_t engine_state::collect_loop(completion_queue& queue, std::vector<io_completion>& out, std::size_t min_count,
+                                       bool block) {
   std::size_t moved = 0;
   // A poll keeps the time it started with, so an operation that meets EAGAIN during it is not
   // due again before the next call: a poll never spins on a busy kernel.
@@ -158,6 +211,7 @@ std::size_t engine_state::collect(completion_queue& queue, std::vector<io_comple
     if (raws_in_flight_ > 0) {
       results_.clear();
       backend_->reap(results_, block ? 1 : 0);
+      backend_unreaped_ = false;
       if (results_.empty()) {
         ZOE_CHECK(!block, internal_error, "the ", backend_->name(), " backend returned from a blocking reap with ",
                   raws_in_flight_, " operations in flight and none finished");
@@ -171,15 +225,17 @@ std::size_t engine_state::collect(completion_queue& queue, std::vector<io_comple
       target_of(pieces_[lock_wait_.front()]).wait_for_unlock();
     } else if (!delayed_.empty()) {
       if (!block) return moved;
-      std::this_thread::sleep_until(
-          std::min_element(delayed_.begin(), delayed_.end(), [](const auto& a, const auto& b) {
-            return a.due < b.due;
-          })->due);
+      std::this_thread::sleep_until(next_due());
       now = clock::now();
     } else {
       throw internal_error("io_engine has outstanding requests but nothing in flight or waiting");
     }
   }
+}
+
+engine_state::clock::time_point engine_state::next_due() const {
+  return std::min_element(delayed_.begin(), delayed_.end(), [](const auto& a, const auto& b) { return a.due < b.due; })
+      ->due;
 }
 
 void engine_state::pump(clock::time_point now) {
@@ -193,7 +249,8 @@ void engine_state::pump(clock::time_point now) {
     const std::uint32_t id = lock_wait_.front();
     lock_wait_.pop_front();
     piece& p = pieces_[id];
-    if (target_of(p).try_lock_range(p.cover_begin, p.cover_end)) {
+    // The notifier listens for the holder's unlock, so an event loop learns when to try again.
+    if (target_of(p).try_lock_range(p.cover_begin, p.cover_end, notifier_)) {
       p.locked = true;
       start_rmw(id);
     } else {
@@ -221,6 +278,7 @@ void engine_state::submit_ready() {
     ++raws_in_flight_;
   }
   if (submit_batch_.empty()) return;
+  backend_unreaped_ = true;
   try {
     backend_->submit(submit_batch_);
   } catch (const std::exception& e) {
@@ -243,22 +301,19 @@ void engine_state::activate(std::uint32_t id) {
     queue_raw(id, request.op, request.buffer.data() + p.plan.buffer_offset, p.plan.length, p.plan.file_offset, false);
     return;
   }
-  if (bounce_free_.empty()) {
-    auto* memory =
-        static_cast<std::byte*>(std::aligned_alloc(bounce_alignment, align_up(bounce_size_, bounce_alignment)));
-    if (memory == nullptr) {
-      // A failed completion, not an exception: the piece is already counted as active.
-      p.error = {true, ENOMEM, p.plan.file_offset,
-                 str("cannot allocate a ", bounce_size_, "-byte I/O bounce buffer for the ", op_name(request.op),
-                     " at offset ", p.plan.file_offset, " in '", request.target->path().string(), "'")};
-      finish_piece(id);
-      return;
-    }
-    bounce_owned_.emplace_back(memory, &std::free);
-    bounce_free_.push_back(memory);
+  const std::span<std::byte> memory = bounce_memory_->lend(bounce_size_, bounce_alignment);
+  if (memory.size() < bounce_size_) {
+    if (!memory.empty()) bounce_memory_->take_back(memory);
+    // A failed completion, not an exception: the piece is already counted as active.
+    p.error = {true, ENOMEM, p.plan.file_offset,
+               str("cannot get a ", bounce_size_, "-byte I/O bounce buffer (",
+                   options_.bounce ? "the caller's" : "heap", " bounce memory has none) for the ", op_name(request.op),
+                   " at offset ", p.plan.file_offset, " in '", request.target->path().string(), "'")};
+    finish_piece(id);
+    return;
   }
-  p.bounce = bounce_free_.back();
-  bounce_free_.pop_back();
+  p.bounce = memory.data();
+  p.bounce_lent = memory.size();
   if (p.at == stage::bounce_read) {
     queue_raw(id, io_op::read, p.bounce, p.cover_end - p.cover_begin, p.cover_begin, true);
   } else {
@@ -425,7 +480,7 @@ void engine_state::release_bounce(piece& p) {
     p.locked = false;
   }
   if (p.bounce != nullptr) {
-    bounce_free_.push_back(p.bounce);
+    bounce_memory_->take_back({p.bounce, p.bounce_lent});
     p.bounce = nullptr;
   }
 }
@@ -447,6 +502,7 @@ void engine_state::finish_piece(std::uint32_t id) {
   c.os_errno = u.error.os_errno;
   c.message = std::move(u.error.message);
   c.bytes = c.failed ? 0 : u.request.buffer.size();
+  stats_.finished(u.request.op, u.started, clock::now(), c.bytes, c.failed);
   u.queue->done.push_back(std::move(c));
   users_.remove(user);
 }

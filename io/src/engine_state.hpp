@@ -12,7 +12,9 @@
 #include <string_view>
 #include <vector>
 
+#include "notifier.hpp"
 #include "request_planner.hpp"
+#include "stats_recorder.hpp"
 #include "zoe/io/engine_options.hpp"
 #include "zoe/io/io_backend.hpp"
 #include "zoe/io/io_request.hpp"
@@ -48,15 +50,20 @@ class slab {
 /// that throws from submit() took none of the batch, whose requests then fail.
 class engine_state {
  public:
+  using clock_deadline = std::chrono::steady_clock::time_point;
   engine_state(std::unique_ptr<io_backend> backend, engine_options options);
   ~engine_state();
   engine_state(const engine_state&) = delete;
   engine_state& operator=(const engine_state&) = delete;
 
-  void submit(std::span<const io_request> requests) { enqueue(requests, submitted_); }
+  void submit(std::span<const io_request> requests);
   std::size_t collect(std::vector<io_completion>& out, std::size_t min_count, bool block) {
     return collect(submitted_, out, min_count, block);
   }
+  /// collect() that gives up at `deadline`, sleeping on the notifier between polls.
+  std::size_t collect_until(std::vector<io_completion>& out, std::size_t min_count, clock_deadline deadline);
+  /// The notifier's fd, turning its bookkeeping on.
+  [[nodiscard]] int notify_fd() const noexcept;
   void run(std::span<const io_request> requests);
   /// Waits for every request in flight, dropping the results. Logs (never throws) if it cannot.
   void drain() noexcept;
@@ -64,6 +71,7 @@ class engine_state {
   [[nodiscard]] std::size_t outstanding() const noexcept { return submitted_.outstanding; }
   [[nodiscard]] const engine_options& options() const noexcept { return options_; }
   [[nodiscard]] std::string_view backend_name() const noexcept { return backend_->name(); }
+  [[nodiscard]] io_stats stats() const noexcept { return stats_.snapshot(); }
 
  private:
   struct failure {
@@ -82,6 +90,7 @@ class engine_state {
     std::size_t pieces_left = 0;
     failure error;
     completion_queue* queue = nullptr;
+    std::chrono::steady_clock::time_point started{};
   };
   enum class stage : std::uint8_t { direct, bounce_read, rmw_wait_lock, rmw_fill, rmw_write };
   struct piece {
@@ -91,6 +100,7 @@ class engine_state {
     std::uint64_t cover_begin = 0;  ///< the aligned range the bounce buffer stands for
     std::uint64_t cover_end = 0;
     std::byte* bounce = nullptr;
+    std::size_t bounce_lent = 0;  ///< the length bounce_memory lent (at least the cover)
     std::size_t raws_left = 0;
     std::size_t bytes_read = 0;  ///< bounce_read: how much of the cover the read found
     bool locked = false;
@@ -117,7 +127,13 @@ class engine_state {
   void enqueue(std::span<const io_request> requests, completion_queue& queue);
   void add_pieces(const io_request& request, std::uint32_t user);
   std::size_t collect(completion_queue& queue, std::vector<io_completion>& out, std::size_t min_count, bool block);
+  std::size_t collect_loop(completion_queue& queue, std::vector<io_completion>& out, std::size_t min_count, bool block);
+  /// Leaves the notifier readable if a poll could do something now, and its timer set for the
+  /// next EAGAIN retry: what notify_fd() promises between calls.
+  void arm_notification();
   void pump(clock::time_point now);
+  /// When the first EAGAIN retry falls due (delayed_ not empty).
+  [[nodiscard]] clock::time_point next_due() const;
   void submit_ready();
   void activate(std::uint32_t piece_id);
   void start_rmw(std::uint32_t piece_id);
@@ -132,24 +148,28 @@ class engine_state {
   [[nodiscard]] failure failure_of(const raw_slot& r, int os_errno, std::string_view cause);
 
   std::unique_ptr<io_backend> backend_;
+  std::shared_ptr<notifier> notifier_;  ///< shared: files it waits on hold it weakly
   engine_options options_;
   std::size_t bounce_size_ = 0;
 
   slab<user_slot> users_;
   slab<piece> pieces_;
   slab<raw_slot> raws_;
-  std::deque<std::uint32_t> planned_;    ///< pieces not started (bounded activation)
-  std::deque<std::uint32_t> lock_wait_;  ///< read-modify-write pieces waiting for a block lock
-  std::deque<std::uint32_t> ready_;      ///< raw ops to (re)submit
-  std::vector<delayed_raw> delayed_;     ///< raw ops that met EAGAIN, resubmitted once due
-  std::vector<std::unique_ptr<std::byte, void (*)(void*)>> bounce_owned_;
-  std::vector<std::byte*> bounce_free_;
-  completion_queue submitted_;  ///< requests from submit(), handed out by poll() and wait()
-  completion_queue running_;    ///< the requests of run()
+  std::deque<std::uint32_t> planned_;             ///< pieces not started (bounded activation)
+  std::deque<std::uint32_t> lock_wait_;           ///< read-modify-write pieces waiting for a block lock
+  std::deque<std::uint32_t> ready_;               ///< raw ops to (re)submit
+  std::vector<delayed_raw> delayed_;              ///< raw ops that met EAGAIN, resubmitted once due
+  std::shared_ptr<bounce_memory> bounce_memory_;  ///< options_.bounce, or the heap
+  completion_queue submitted_;                    ///< requests from submit(), handed out by poll() and wait()
+  completion_queue running_;                      ///< the requests of run()
   std::vector<raw_op> submit_batch_;
   std::vector<raw_result> results_;
   std::size_t active_pieces_ = 0;
   std::size_t raws_in_flight_ = 0;
+  stats_recorder stats_;
+  /// The backend may hold results no eventfd write announces: the notifier was cleared, or the
+  /// backend was handed operations (a failed start), since the last reap.
+  bool backend_unreaped_ = false;
 };
 
 }  // namespace zoe::io::detail

@@ -177,23 +177,37 @@ void file::preallocate(std::uint64_t length) {
 
 void file::sync() { ZOE_CHECK_ERRNO(::fdatasync(fd_), "cannot sync '", path_.string(), "'"); }
 
-bool file::try_lock_range(std::uint64_t begin, std::uint64_t end) {
+bool file::try_lock_range(std::uint64_t begin, std::uint64_t end) { return try_lock_range(begin, end, {}); }
+
+bool file::try_lock_range(std::uint64_t begin, std::uint64_t end,
+                          const std::weak_ptr<range_unlock_listener>& listener) {
   const std::lock_guard lock(mutex_);
   for (const auto& [b, e] : locked_) {
-    if (begin < e && b < end) return false;
+    if (begin < e && b < end) {
+      // Listed under the same lock that saw the range taken, so its unlock cannot slip between.
+      const bool listed = std::ranges::any_of(
+          unlock_listeners_, [&](const auto& l) { return !l.owner_before(listener) && !listener.owner_before(l); });
+      if (!listed && !listener.expired()) unlock_listeners_.push_back(listener);
+      return false;
+    }
   }
   locked_.emplace_back(begin, end);
   return true;
 }
 
 void file::unlock_range(std::uint64_t begin, std::uint64_t end) {
+  std::vector<std::weak_ptr<range_unlock_listener>> listeners;
   {
     const std::lock_guard lock(mutex_);
     const auto it = std::find(locked_.begin(), locked_.end(), std::pair{begin, end});
     ZOE_ASSERT(it != locked_.end());
     locked_.erase(it);
+    listeners.swap(unlock_listeners_);
   }
   unlocked_.notify_all();
+  for (const auto& l : listeners) {
+    if (const auto alive = l.lock()) alive->range_unlocked();
+  }
 }
 
 void file::wait_for_unlock() {

@@ -17,6 +17,13 @@ std::size_t io_engine::wait(std::vector<io_completion>& out, std::size_t min_cou
   return state_->collect(out, min_count, true);
 }
 
+std::size_t io_engine::wait(std::vector<io_completion>& out, std::size_t min_count, std::chrono::nanoseconds timeout) {
+  return state_->collect_until(out, min_count, detail::deadline_after(timeout));
+}
+
+io_stats io_engine::stats() const noexcept { return state_->stats(); }
+int io_engine::notify_fd() const noexcept { return state_->notify_fd(); }
+
 void io_engine::run(std::span<const io_request> requests) { state_->run(requests); }
 
 bool io_engine::register_buffers(std::span<const std::span<std::byte>> regions) {

@@ -1,5 +1,6 @@
 #include "posix_backend.hpp"
 
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -37,6 +38,11 @@ void posix_backend::submit(std::span<const raw_op> ops) {
   }
 }
 
+void posix_backend::notify_on_result(int eventfd) {
+  const std::lock_guard lock(mutex_);
+  notify_fd_ = eventfd;
+}
+
 std::size_t posix_backend::reap(std::vector<raw_result>& out, std::size_t min_results) {
   std::unique_lock lock(mutex_);
   has_results_.wait(lock, [&] { return results_.size() >= min_results; });
@@ -59,8 +65,17 @@ void posix_backend::work() {
                                            : ::pwrite(op.fd, op.buffer, op.length, static_cast<off_t>(op.offset));
     const std::int64_t result = n < 0 ? -std::int64_t{errno} : std::int64_t{n};
     lock.lock();
+    // Only the first result after a reap needs a write: the engine clears the eventfd before it
+    // reaps, and a reap takes every result queued, so the later ones ride on this signal.
+    const bool first = results_.empty();
     results_.push_back({op.tag, result});
     has_results_.notify_one();
+    if (first && notify_fd_ >= 0) {
+      const int fd = notify_fd_;
+      lock.unlock();
+      static_cast<void>(::eventfd_write(fd, 1));
+      lock.lock();
+    }
   }
 }
 

@@ -23,6 +23,7 @@ class posix_backend final : public io_backend {
   [[nodiscard]] std::size_t capacity() const noexcept override { return workers_.size(); }
   void submit(std::span<const raw_op> ops) override;
   std::size_t reap(std::vector<raw_result>& out, std::size_t min_results) override;
+  void notify_on_result(int eventfd) override;
 
  private:
   void work();
@@ -33,6 +34,7 @@ class posix_backend final : public io_backend {
   std::deque<raw_op> queue_;
   std::vector<raw_result> results_;
   bool stopping_ = false;
+  int notify_fd_ = -1;
   std::vector<std::jthread> workers_;
 };
 

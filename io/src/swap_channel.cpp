@@ -16,6 +16,8 @@
 #include <limits>
 
 #include "extent_record.hpp"
+#include "notifier.hpp"
+#include "stats_recorder.hpp"
 #include "zoe/core/check.hpp"
 #include "zoe/core/log.hpp"
 #include "zoe/core/units.hpp"
@@ -41,12 +43,13 @@ struct swap_channel::pending {
   std::uint64_t end_chunk = 0;
   std::vector<std::uint64_t> hashes;          ///< writes: checksums of the chunks being written
   std::vector<detail::chunk_state> previous;  ///< writes: the chunk states the claim replaced
-  scratch_memory scratch;                     ///< partial reads: [0, chunk) the first chunk, [chunk, 2 chunk) the last
+  std::span<std::byte> scratch;               ///< partial reads: [0, chunk) the first chunk, [chunk, 2 chunk) the last
   bool head_in_scratch = false;               ///< chunk first_chunk was read whole into scratch
   bool tail_in_scratch = false;               ///< chunk end_chunk - 1 was read whole into scratch + chunk
   bool claimed = false;                       ///< a write holding chunks [first_chunk, end_chunk)
   bool in_run = false;                        ///< run()'s own: its completion goes to run_done_
   bool abandoned = false;                     ///< its submit threw: drained, never reported
+  std::chrono::steady_clock::time_point started{};
   std::size_t pieces_issued = 0;
   std::size_t pieces_left = 0;
   io_completion result;
@@ -63,7 +66,12 @@ struct swap_channel::pending {
   }
 };
 
-swap_channel::swap_channel(swap_store& store) : store_(store) {
+swap_channel::swap_channel(swap_store& store)
+    : store_(store),
+      notifier_(std::make_unique<detail::notifier>()),
+      stats_(std::make_unique<detail::stats_recorder>()),
+      // One spare on the heap: only reads in flight together beyond the first need their own.
+      scratch_memory_(store.options().io.bounce != nullptr ? store.options().io.bounce : heap_bounce_memory(1)) {
   for (std::size_t i = 0; i < store_.files_.size(); ++i) engines_.push_back(store_.make_engine());
 }
 
@@ -78,7 +86,26 @@ swap_channel::~swap_channel() {
   }
 }
 
-void swap_channel::submit(const swap_request& request) { start(request, false); }
+void swap_channel::submit(const swap_request& request) {
+  start(request, false);
+  if (notifier_->enabled()) arm_notification();
+}
+
+int swap_channel::notify_fd() const {
+  // The engines' fds join the set before the channel's bookkeeping is on, so a waiter woken by
+  // the first signal finds every engine reporting.
+  std::call_once(notify_once_, [&] {
+    for (const auto& engine : engines_) notifier_->watch(engine->notify_fd());
+  });
+  notifier_->enable();
+  return notifier_->fd();
+}
+
+void swap_channel::arm_notification() const noexcept {
+  // The engines signal for their own results; the channel for what it finished or has yet to
+  // verify, which the next poll hands out.
+  if (!ready_.empty() || !completed_.empty()) notifier_->signal();
+}
 
 void swap_channel::run(std::span<const swap_request> requests) {
   run_done_.clear();
@@ -134,6 +161,8 @@ void swap_channel::start(const swap_request& request, bool in_run) {
     throw;
   }
   ++(in_run ? run_left_ : outstanding_);
+  p.started = std::chrono::steady_clock::now();
+  stats_->started(p.request.op, p.started);
   if (!needs_io) {
     finish(slot_id);
     return;
@@ -210,8 +239,9 @@ bool swap_channel::prepare(pending& p, const swap_request& request) {
     p.tail_in_scratch = last != p.first_chunk && end < chunk_end(rec, last, chunk);
     if (!take_scratch(p)) {
       p.result.failed = true;
-      p.result.message =
-          str("cannot allocate ", format_bytes(2 * chunk), " to verify a partial read of swap extent ", rec.id);
+      p.result.message = str("cannot get ", format_bytes(2 * chunk), " of scratch memory (",
+                             store_.options().io.bounce ? "the caller's" : "heap",
+                             " bounce memory has none) to verify a partial read of swap extent ", rec.id);
       return false;
     }
   }
@@ -230,12 +260,12 @@ void swap_channel::issue(std::uint32_t slot_id) {
   if (p.head_in_scratch) {
     submit_range(
         slot_id, p.first_chunk * chunk,
-        {p.scratch.get(), static_cast<std::size_t>(chunk_end(rec, p.first_chunk, chunk) - p.first_chunk * chunk)});
+        {p.scratch.data(), static_cast<std::size_t>(chunk_end(rec, p.first_chunk, chunk) - p.first_chunk * chunk)});
     direct_begin = std::min(end, (p.first_chunk + 1) * chunk);
   }
   if (p.tail_in_scratch) {
     submit_range(slot_id, last * chunk,
-                 {p.scratch.get() + chunk, static_cast<std::size_t>(chunk_end(rec, last, chunk) - last * chunk)});
+                 {p.scratch.data() + chunk, static_cast<std::size_t>(chunk_end(rec, last, chunk) - last * chunk)});
     direct_end = last * chunk;
   }
   if (direct_begin < direct_end) {
@@ -257,14 +287,12 @@ void swap_channel::submit_range(std::uint32_t slot_id, std::uint64_t extent_offs
 }
 
 bool swap_channel::take_scratch(pending& p) {
-  if (spare_scratch_) {
-    p.scratch = std::move(spare_scratch_);
-    return true;
-  }
-  // One spare is kept; only reads in flight together beyond the first need memory of their own.
-  const std::uint64_t bytes = align_up(2 * store_.stripe_unit(), scratch_alignment);
-  p.scratch.reset(static_cast<std::byte*>(std::aligned_alloc(scratch_alignment, bytes)));
-  return p.scratch != nullptr;
+  const std::uint64_t bytes = 2 * store_.stripe_unit();
+  p.scratch = scratch_memory_->lend(bytes, scratch_alignment);
+  if (p.scratch.size() >= bytes) return true;
+  if (!p.scratch.empty()) scratch_memory_->take_back(p.scratch);
+  p.scratch = {};
+  return false;
 }
 
 void swap_channel::on_piece(const io_completion& c) {
@@ -305,9 +333,9 @@ void swap_channel::finish(std::uint32_t slot_id) {
   }
   if (p.request.op == io_op::read && !p.result.failed && checksums) {
     for (std::uint64_t k = p.first_chunk; k < p.end_chunk; ++k) {
-      const std::byte* bytes = k == p.first_chunk && p.head_in_scratch ? p.scratch.get()
+      const std::byte* bytes = k == p.first_chunk && p.head_in_scratch ? p.scratch.data()
                                : k == last && p.tail_in_scratch
-                                   ? p.scratch.get() + chunk
+                                   ? p.scratch.data() + chunk
                                    : p.request.buffer.data() + (k * chunk - p.request.offset);
       if (XXH3_64bits(bytes, chunk_end(rec, k, chunk) - k * chunk) ==
           rec.checksums[k].load(std::memory_order_relaxed)) {
@@ -331,15 +359,16 @@ void swap_channel::finish(std::uint32_t slot_id) {
     const std::uint64_t end = p.request.offset + p.request.buffer.size();
     if (p.head_in_scratch) {
       const std::uint64_t head_end = std::min(end, (p.first_chunk + 1) * chunk);
-      std::memcpy(p.request.buffer.data(), p.scratch.get() + (p.request.offset - p.first_chunk * chunk),
+      std::memcpy(p.request.buffer.data(), p.scratch.data() + (p.request.offset - p.first_chunk * chunk),
                   head_end - p.request.offset);
     }
     if (p.tail_in_scratch) {
-      std::memcpy(p.request.buffer.data() + (last * chunk - p.request.offset), p.scratch.get() + chunk,
+      std::memcpy(p.request.buffer.data() + (last * chunk - p.request.offset), p.scratch.data() + chunk,
                   end - last * chunk);
     }
   }
   p.result.bytes = p.result.failed ? 0 : p.request.buffer.size();
+  stats_->finished(p.request.op, p.started, std::chrono::steady_clock::now(), p.result.bytes, p.result.failed);
   if (p.in_run) {
     run_done_.push_back(std::move(p.result));
     --run_left_;
@@ -365,15 +394,19 @@ void swap_channel::retire(std::uint32_t slot_id) noexcept {
     p.record->in_flight.fetch_sub(1, std::memory_order_release);
     p.record.reset();
   }
-  if (p.scratch && !spare_scratch_) spare_scratch_ = std::move(p.scratch);
-  p.scratch.reset();
+  if (!p.scratch.empty()) scratch_memory_->take_back(p.scratch);
+  p.scratch = {};
   free_slots_.push_back(slot_id);  // capacity reserved in take_slot
 }
 
 bool swap_channel::progress(bool block) {
   bool progressed = false;
+  // With the notifier on, idle engines are polled too: that is what makes their fds unreadable
+  // again after a late signal (the first notify_fd(), a thread pool's write after the last
+  // reap), which would otherwise keep the channel's fd readable and its event loop spinning.
+  const bool poll_idle = notifier_->enabled();
   for (auto& engine : engines_) {
-    if (engine->outstanding() == 0) continue;
+    if (engine->outstanding() == 0 && !poll_idle) continue;
     piece_completions_.clear();
     engine->poll(piece_completions_);
     for (const auto& c : piece_completions_) on_piece(c);
@@ -403,6 +436,7 @@ void swap_channel::run_until_done() {
 
 bool swap_channel::abandon(std::uint32_t slot_id) noexcept {
   pending& p = *slots_[slot_id];
+  stats_->withdrawn(p.request.op, std::chrono::steady_clock::now());
   p.abandoned = true;
   p.in_run = false;
   if (p.pieces_left > 0) return false;  // on_piece retires it when its last piece is back
@@ -431,6 +465,16 @@ void swap_channel::drain_abandoned(std::uint32_t slot_id) noexcept {
 }
 
 std::size_t swap_channel::collect(std::vector<io_completion>& out, std::size_t min_count, bool block) {
+  if (!notifier_->enabled()) return collect_loop(out, min_count, block);
+  notifier_->clear();
+  const std::size_t moved = collect_loop(out, min_count, block);
+  // With nothing outstanding the loop polled no engine: one round quiets their fds (progress).
+  if (outstanding_ == 0) progress(false);
+  arm_notification();
+  return moved;
+}
+
+std::size_t swap_channel::collect_loop(std::vector<io_completion>& out, std::size_t min_count, bool block) {
   std::size_t moved = 0;
   for (;;) {
     moved += ready_.size();
@@ -452,12 +496,22 @@ bool swap_channel::register_buffers(std::span<const std::span<std::byte>> region
   return used;
 }
 
+io_stats swap_channel::stats() const noexcept { return stats_->snapshot(); }
+
 std::string_view swap_channel::backend_name() const noexcept { return engines_.front()->backend_name(); }
 
 std::size_t swap_channel::poll(std::vector<io_completion>& out) { return collect(out, 0, false); }
 
 std::size_t swap_channel::wait(std::vector<io_completion>& out, std::size_t min_count) {
   return collect(out, min_count, true);
+}
+
+std::size_t swap_channel::wait(std::vector<io_completion>& out, std::size_t min_count,
+                               std::chrono::nanoseconds timeout) {
+  const auto deadline = detail::deadline_after(timeout);
+  static_cast<void>(notify_fd());
+  return detail::poll_until(
+      notifier_->fd(), deadline, min_count, [&] { return collect(out, 0, false); }, [&] { return outstanding_; });
 }
 
 }  // namespace zoe::io

@@ -128,20 +128,6 @@ void reap_stale(int parent_fd, const std::filesystem::path& parent) {
 
 }  // namespace
 
-owned_fd::owned_fd(owned_fd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
-
-owned_fd& owned_fd::operator=(owned_fd&& other) noexcept {
-  if (this != &other) {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = std::exchange(other.fd_, -1);
-  }
-  return *this;
-}
-
-owned_fd::~owned_fd() {
-  if (fd_ >= 0) ::close(fd_);
-}
-
 swap_directory::swap_directory(const std::filesystem::path& parent) : parent_(open_parent(parent)) {
   check_parent(parent_.get(), parent);
   const int p = parent_.get();

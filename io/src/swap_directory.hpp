@@ -6,27 +6,10 @@
 #include <filesystem>
 #include <memory>
 
+#include "owned_fd.hpp"
 #include "zoe/io/file.hpp"
 
 namespace zoe::io::detail {
-
-/// Owns a file descriptor; closing it drops any flock held through it. Move-only.
-class owned_fd {
- public:
-  owned_fd() = default;
-  explicit owned_fd(int fd) noexcept : fd_(fd) {}
-  owned_fd(owned_fd&& other) noexcept;
-  owned_fd& operator=(owned_fd&& other) noexcept;
-  ~owned_fd();
-  owned_fd(const owned_fd&) = delete;
-  owned_fd& operator=(const owned_fd&) = delete;
-
-  [[nodiscard]] int get() const noexcept { return fd_; }
-  [[nodiscard]] bool valid() const noexcept { return fd_ >= 0; }
-
- private:
-  int fd_ = -1;
-};
 
 class swap_directory {
  public:

@@ -137,6 +137,20 @@ void uring_backend::open_ring() {
     log::debug("io_uring: no sparse file table on this kernel; using plain file descriptors");
   }
   register_regions();
+  register_notify_fd();
+}
+
+void uring_backend::notify_on_result(int eventfd) {
+  follow_driving_thread();  // a single-issuer ring takes registrations only from its issuer
+  async_backend::notify_on_result(eventfd);
+  register_notify_fd();
+}
+
+void uring_backend::register_notify_fd() {
+  if (notify_fd() < 0) return;
+  // With DEFER_TASKRUN the kernel signals it when a completion is queued for the issuer, before
+  // the CQE is posted; the engine's poll then enters the kernel to post it (wait(0) below).
+  ZOE_CHECK_NEG_ERRNO(io_uring_register_eventfd(&ring_, notify_fd()), "io_uring_register_eventfd failed");
 }
 
 void uring_backend::close_ring() noexcept {

@@ -45,6 +45,9 @@ class uring_backend final : public async_backend {
   /// refuses (RLIMIT_MEMLOCK, file-backed memory); I/O then uses plain reads and writes. Call only
   /// with nothing in flight (throws usage_error otherwise).
   bool register_buffers(std::span<const std::span<std::byte>> regions) override;
+  /// Registers the eventfd with the ring (io_uring_register_eventfd), and with every ring the
+  /// backend opens later for a new driving thread. Throws io_error if the kernel refuses.
+  void notify_on_result(int eventfd) override;
 
   /// The IORING_SETUP_* flags the ring was created with.
   [[nodiscard]] unsigned setup_flags() const noexcept { return flags_; }
@@ -72,6 +75,7 @@ class uring_backend final : public async_backend {
   void close_ring() noexcept;
   void follow_driving_thread();
   bool register_regions();
+  void register_notify_fd();
   void forget_closed_files();
   [[nodiscard]] int file_slot(int fd);
   [[nodiscard]] int buffer_index(const std::byte* buffer, std::size_t length) const;

@@ -1,5 +1,7 @@
 #include "fault_injecting_backend.hpp"
 
+#include <sys/eventfd.h>
+
 #include <algorithm>
 #include <cerrno>
 
@@ -69,6 +71,13 @@ void fault_injecting_backend::submit(std::span<const io::raw_op> ops) {
     }
   }
   forward(forward_);
+  // The inner backend never sees an injected failure, so nothing else would signal it.
+  if (!injected_.empty() && notify_fd_ >= 0) static_cast<void>(::eventfd_write(notify_fd_, 1));
+}
+
+void fault_injecting_backend::notify_on_result(int eventfd) {
+  notify_fd_ = eventfd;
+  inner_->notify_on_result(eventfd);
 }
 
 void fault_injecting_backend::forward(std::span<const io::raw_op> ops) {

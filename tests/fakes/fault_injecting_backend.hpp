@@ -58,6 +58,8 @@ class fault_injecting_backend final : public io::io_backend {
   /// Throws internal_error if asked to block for more results than are in flight (the engine
   /// broke the io_backend contract; the real backends would hang) or for held operations only.
   std::size_t reap(std::vector<io::raw_result>& out, std::size_t min_results) override;
+  /// Passes the eventfd on to the wrapped backend, and signals it for results it injects.
+  void notify_on_result(int eventfd) override;
   bool register_buffers(std::span<const std::span<std::byte>> regions) override {
     return inner_->register_buffers(regions);
   }
@@ -75,6 +77,7 @@ class fault_injecting_backend final : public io::io_backend {
   std::vector<io::raw_op> forward_;
   std::vector<io::raw_op> held_;
   std::size_t inner_in_flight_ = 0;
+  int notify_fd_ = -1;
 };
 
 }  // namespace zoe::testing

@@ -8,10 +8,24 @@
 #include <condition_variable>
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <mutex>
 #include <vector>
 
 namespace zoe::io {
+
+/// Told that a block range of a file was unlocked (see file::try_lock_range). Called on the
+/// unlocking thread, outside the file's lock; must not block.
+class range_unlock_listener {
+ public:
+  virtual void range_unlocked() noexcept = 0;
+
+ protected:
+  range_unlock_listener() = default;
+  ~range_unlock_listener() = default;
+  range_unlock_listener(const range_unlock_listener&) = default;
+  range_unlock_listener& operator=(const range_unlock_listener&) = default;
+};
 
 enum class open_mode { read_only, read_write };
 
@@ -77,6 +91,11 @@ class file {
   /// Block-range locks held by read-modify-write of partial blocks, so two writes that share a
   /// block never overwrite each other's bytes. [begin, end) in file offsets.
   [[nodiscard]] bool try_lock_range(std::uint64_t begin, std::uint64_t end);
+  /// Like try_lock_range; when it fails, `listener` (if still alive then) is told once, at the
+  /// next unlock_range of any range of this file, so an engine polled from an event loop learns
+  /// when to try again. Listing one listener twice before that unlock tells it once.
+  [[nodiscard]] bool try_lock_range(std::uint64_t begin, std::uint64_t end,
+                                    const std::weak_ptr<range_unlock_listener>& listener);
   void unlock_range(std::uint64_t begin, std::uint64_t end);
   /// Blocks until some range is unlocked (or a short while passes).
   void wait_for_unlock();
@@ -94,6 +113,7 @@ class file {
   std::uint64_t logical_size_ = 0;
   int extensions_in_flight_ = 0;
   std::vector<std::pair<std::uint64_t, std::uint64_t>> locked_;
+  std::vector<std::weak_ptr<range_unlock_listener>> unlock_listeners_;
 };
 
 }  // namespace zoe::io

@@ -31,7 +31,8 @@ struct raw_result {
 };
 
 /// Thread-safety: a backend is driven by one thread at a time (its io_engine's caller); it is
-/// destroyed only once nothing is in flight, or else it must wait for what it holds.
+/// destroyed only once nothing is in flight, or else it must wait for what it holds. It may write
+/// the notification eventfd from any thread of its own.
 class io_backend {
  public:
   virtual ~io_backend() = default;
@@ -51,6 +52,13 @@ class io_backend {
   /// Appends finished results to `out`, blocking until at least `min_results` have finished.
   /// Returns how many were appended. `min_results` never exceeds the number in flight.
   virtual std::size_t reap(std::vector<raw_result>& out, std::size_t min_results) = 0;
+  /// From now on, makes `eventfd` (an eventfd(2) the engine owns and keeps open for the
+  /// backend's life) readable whenever a result becomes ready that reap() would return: the
+  /// kernel may do it for its own completions (io_uring_register_eventfd, IOCB_FLAG_RESFD), a
+  /// thread pool writes it, and a result known at submit() (an operation that failed to start)
+  /// counts too. Extra writes are harmless; a missing one leaves an event loop asleep. Called
+  /// once, before the first submit(), by the thread that makes the engine.
+  virtual void notify_on_result(int eventfd) = 0;
   /// Optional: tells the backend that I/O buffers will mostly lie inside these regions (pinned
   /// memory the caller keeps for the backend's lifetime or until the next call), so it can
   /// register them with the kernel once (io_uring fixed buffers). Replaces any earlier set; an

@@ -3,20 +3,28 @@
 // over one engine per store path. Writes record each chunk's checksum once they are known good;
 // reads verify every chunk they touch before reporting success.
 
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <deque>
 #include <limits>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <vector>
 
+#include "zoe/io/bounce_memory.hpp"
 #include "zoe/io/io_request.hpp"
+#include "zoe/io/io_stats.hpp"
 #include "zoe/io/swap_store.hpp"
 
 namespace zoe::io {
 
 class io_engine;
+namespace detail {
+class notifier;
+class stats_recorder;
+}  // namespace detail
 
 struct swap_request {
   io_op op = io_op::read;
@@ -26,12 +34,15 @@ struct swap_request {
   std::uint64_t user_data = 0;
 };
 
-/// Driven by one thread at a time. The store must outlive the channel.
+/// Driven by one thread at a time: only that thread calls its members, except notify_fd() and
+/// stats(), which any thread may call. The store must outlive the channel.
 ///
 /// With checksums on, a read that starts or ends inside a chunk reads that chunk whole into
 /// scratch memory of the channel (at most two chunks per read: its first and its last), verifies
 /// it and copies out the part asked for; the whole chunks in between are read into the caller's
-/// buffer and verified there.
+/// buffer and verified there. The scratch comes from the store's io.bounce when it has one (the
+/// caller's pinned memory), else from the heap; when none can be had the read completes as
+/// failed, saying so.
 ///
 /// A write claims the chunks it covers until its completion is returned: a second write of any of
 /// them meanwhile, from this channel or another, is refused with usage_error, and a read of them
@@ -67,6 +78,15 @@ class swap_channel {
   /// checksum has corrupt == true.
   std::size_t poll(std::vector<io_completion>& out);
   std::size_t wait(std::vector<io_completion>& out, std::size_t min_count = 1);
+  /// Like io_engine::wait with a timeout: returns what completed by then (possibly fewer than
+  /// min_count, possibly none) and leaves the rest outstanding for later calls.
+  std::size_t wait(std::vector<io_completion>& out, std::size_t min_count, std::chrono::nanoseconds timeout);
+  /// Like io_engine::notify_fd, for the whole channel: one fd that becomes readable when a poll()
+  /// of the channel may have something to do, whichever of its engines (one per store path) got
+  /// a result, or when the channel itself holds completions to verify or hand out. The same
+  /// rules: any thread may call it and wait on the fd; only the driving thread polls; never read
+  /// from it. Throws io_error if the kernel refuses to add an engine's fd to the set (first call).
+  [[nodiscard]] int notify_fd() const;
   /// Submits the requests and waits for exactly these; throws io_error or corruption_error for
   /// the first of them that failed. Requests queued earlier with submit() keep going, and their
   /// completions stay for poll and wait. If submitting request k throws, requests 0..k-1 are
@@ -78,15 +98,16 @@ class swap_channel {
   /// requests from it use fixed buffers where the backend has them. Returns whether they do.
   /// Throws usage_error while requests are outstanding.
   bool register_buffers(std::span<const std::span<std::byte>> regions);
+  /// The channel's requests since it was made, per direction, as io_engine::stats counts them:
+  /// bytes are what callers asked for (not the whole chunks a partial read fetches to verify),
+  /// latency runs from submit to the completion being verified, and a checksum mismatch is an
+  /// error. run()'s requests count too. Any thread may call it.
+  [[nodiscard]] io_stats stats() const noexcept;
   /// The I/O backend the channel's engines took ("posix", ...).
   [[nodiscard]] std::string_view backend_name() const noexcept;
 
  private:
   struct pending;
-  struct free_memory {
-    void operator()(std::byte* p) const noexcept { std::free(p); }
-  };
-  using scratch_memory = std::unique_ptr<std::byte, free_memory>;
 
   /// submit(), with the completion routed to run()'s list when `in_run`.
   void start(const swap_request& request, bool in_run);
@@ -118,7 +139,9 @@ class swap_channel {
   /// Abandons the slot and progresses until its pieces all came back (its submit threw).
   void drain_abandoned(std::uint32_t slot) noexcept;
   std::size_t collect(std::vector<io_completion>& out, std::size_t min_count, bool block);
-
+  std::size_t collect_loop(std::vector<io_completion>& out, std::size_t min_count, bool block);
+  /// Leaves the notifier readable when the channel holds work for the next poll.
+  void arm_notification() const noexcept;
   swap_store& store_;
   std::vector<std::unique_ptr<io_engine>> engines_;
   std::vector<std::unique_ptr<pending>> slots_;
@@ -128,8 +151,11 @@ class swap_channel {
   std::size_t run_left_ = 0;             ///< requests of the run() in progress not yet complete
   std::vector<io_completion> piece_completions_;
   std::deque<std::uint32_t> completed_;  ///< slots whose pieces all came back, not yet finished
-  scratch_memory spare_scratch_;         ///< two chunks, kept for the next partial read
   std::size_t outstanding_ = 0;
+  std::unique_ptr<detail::notifier> notifier_;
+  std::unique_ptr<detail::stats_recorder> stats_;
+  std::shared_ptr<bounce_memory> scratch_memory_;  ///< the store's io.bounce, or the heap keeping one spare
+  mutable std::once_flag notify_once_;
 };
 
 }  // namespace zoe::io

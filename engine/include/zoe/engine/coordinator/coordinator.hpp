@@ -1,0 +1,141 @@
+#pragma once
+// The ZeRO-3 coordinator: fetch and release of modules, with trace-based prefetch. Fetching a
+// module brings each of its parameters' shards from its tier (parameter_swapper) into a full
+// parameter allocated from the defragmenting arena, and gathers it through the communicator. The
+// arena is the one allocator of gathered parameters. Release frees full parameters (the shards
+// stay), writing a parameter back first when it was marked dirty; its memory is freed only once
+// the write is known good. What to gather ahead and what to keep is prefetch_policy's decision;
+// the coordinator carries it out.
+//
+// Addresses: a gathered parameter's block may be moved by the arena's compaction while nobody uses
+// it; from a fetch_handle's wait() until the module's release it is pinned, so address() is stable.
+//
+// Order of collectives: gathers are issued in the order their fetches were started (the same on
+// every rank), by whichever caller of the coordinator finds the next one's shard arrived.
+//
+// Back-pressure: when the arena is full, a prefetch backs off (the parameter is gathered at its
+// own fetch instead), and a demand fetch waits: it frees parameters gathered ahead that no open
+// fetch holds, waits for reads and write-backs in flight, and then for other callers' releases.
+// A module larger than the whole arena is a memory_error naming the sizes and the keys to change.
+//
+// Thread-safety: every member may be called from any thread; one lock guards the state, and no
+// call waits on a read, a write or the device while holding it.
+
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <vector>
+
+#include "zoe/allocators/arena.hpp"
+#include "zoe/core/device.hpp"
+#include "zoe/engine/comm/communicator.hpp"
+#include "zoe/engine/coordinator/prefetch_policy.hpp"
+#include "zoe/engine/swap/parameter_swapper.hpp"
+#include "zoe/engine/tiers/tier_manager.hpp"
+
+namespace zoe::engine {
+
+class coordinator;
+
+struct coordinator_options {
+  std::uint64_t arena_bytes = 0;  ///< capacity of the gathered-parameter arena (footprint_plan::arena_bytes)
+  prefetch_limits limits;         ///< the stage3_* limits
+};
+
+struct coordinator_stats {
+  std::uint64_t fetches = 0;            ///< fetch() calls
+  std::uint64_t gathers = 0;            ///< parameters gathered on demand
+  std::uint64_t prefetches = 0;         ///< parameters gathered ahead
+  std::uint64_t prefetch_backoffs = 0;  ///< prefetches dropped because the arena was full
+  std::uint64_t evictions = 0;          ///< parameters gathered ahead and freed to make room
+  std::uint64_t arena_waits = 0;        ///< demand fetches that waited for arena space
+  std::uint64_t write_backs = 0;        ///< dirty parameters written back
+  std::uint64_t failed_write_backs = 0;
+  std::uint64_t failed_gathers = 0;
+  double wait_seconds = 0;            ///< time callers spent in fetch_handle waits
+  std::uint64_t peak_live_numel = 0;  ///< most gathered elements the policy counted live
+  allocators::arena_stats arena;
+};
+
+namespace detail {
+struct fetch_state {
+  coordinator* owner = nullptr;
+  module_id module = 0;
+  bool pinned = false;    ///< its wait pinned the module's blocks (its release unpins them)
+  bool released = false;  ///< the release that ends this fetch came
+};
+}  // namespace detail
+
+/// One fetch of one module. Copyable handle; valid until the module's release.
+class fetch_handle {
+ public:
+  fetch_handle() = default;
+  explicit fetch_handle(std::shared_ptr<detail::fetch_state> s) noexcept : state_(std::move(s)) {}
+
+  /// Blocks until every parameter of the module is gathered, the gathers are done on the device
+  /// and no write-back of them is still reading them (so the caller may change them). Throws the failure of a read
+  /// (io_error or corruption_error naming the parameter, path and offset); usage_error once the module was released.
+  void wait() const;
+  /// Blocks only until the gathers are queued, then makes the work queued on `stream` after this
+  /// call wait for them (stream order). Throws as wait().
+  void wait(stream_view stream) const;
+  [[nodiscard]] module_id module() const;
+
+ private:
+  std::shared_ptr<detail::fetch_state> state_;
+};
+
+class coordinator {
+ public:
+  /// Makes the arena (options.arena_bytes of device memory: memory_error when the device refuses)
+  /// and the policy. Everything passed must outlive the coordinator.
+  coordinator(tier_manager& tiers, parameter_swapper& swapper, communicator& comm, device& dev,
+              coordinator_options options);
+  /// Waits for the reads and write-backs in flight (a write that fails then is logged: call
+  /// flush() first to have it thrown). Never throws.
+  ~coordinator();
+  coordinator(const coordinator&) = delete;
+  coordinator& operator=(const coordinator&) = delete;
+
+  /// Opens a step (a forward and backward pass). usage_error if one is open.
+  void begin_step();
+  /// Starts gathering `module`'s parameters and, following the trace, those ahead of it. Returns
+  /// at once unless the arena is full (see back-pressure). usage_error naming the module when no
+  /// step is open or it is unknown; memory_error when the module cannot fit the arena at all
+  /// (nothing is started then). If a read cannot even start (the swapper refuses it), the fetch
+  /// is open all the same and needs its release.
+  [[nodiscard]] fetch_handle fetch(module_id module);
+  /// The module is done with: frees what the policy says (dirty parameters are written back
+  /// first). The work queued on `stream` so far may still use it: its memory is reused after that
+  /// work. usage_error naming the module when it has no open fetch.
+  void release(module_id module, stream_view stream = {});
+  /// Closes the step: frees what was gathered ahead and not used. Rethrows the first write-back
+  /// that failed since the last flush() (the data is still gathered: nothing is lost).
+  void end_step();
+  /// Marks the module's parameters as changed on the device: each is written back to its home
+  /// before its memory is freed. usage_error unless a fetch of the module was waited for and not
+  /// yet released.
+  void mark_dirty(module_id module);
+  /// Writes back every dirty parameter and waits for the writes; rethrows the first failure (an
+  /// io_error naming the parameter, the path and the offset). The failed ones stay gathered and
+  /// dirty: a later flush() writes them again.
+  void flush();
+
+  /// The device address of gathered parameter `p` (stable while its module's fetch is waited
+  /// and not released). usage_error naming the parameter when it is not gathered.
+  [[nodiscard]] void* address(parameter_id p) const;
+  /// Bytes of the full parameter `p` (its padded elements at its working type). Never throws for
+  /// a parameter of the layout.
+  [[nodiscard]] std::uint64_t full_bytes(parameter_id p) const;
+  [[nodiscard]] coordinator_stats stats() const;
+  [[nodiscard]] const prefetch_policy& policy() const noexcept;
+  [[nodiscard]] const allocators::arena& arena() const noexcept;
+
+ private:
+  friend class fetch_handle;
+  struct impl;
+  void wait_fetch(detail::fetch_state& state, const stream_view* stream);
+  std::unique_ptr<impl> impl_;
+};
+
+}  // namespace zoe::engine

@@ -1,0 +1,159 @@
+// The parameter swapper: byte-exact round trips from every tier and element type, shards larger
+// than a buffer, back-pressure from a one-buffer pool under many moves at once, and failures under
+// the swap store that name the path and offset and leave the tier manager's statuses right.
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "engine_stack.hpp"
+#include "zoe/core/error.hpp"
+
+namespace zoe::testing {
+namespace {
+
+using engine::parameter_id;
+using engine::state_status;
+
+// Working copies spread over every tier: a third each on device, host and nvme.
+engine::engine_config mixed_tiers(bool pin_memory) {
+  engine::engine_config c = nvme_config();
+  c.zero.offload_param->pin_memory = pin_memory;
+  c.zoe.placement[static_cast<std::size_t>(engine::state_kind::working)] =
+      engine::tier_fractions{.device = 1.0 / 3, .host = 1.0 / 3, .nvme = 1.0 / 3};
+  c.zoe.placement[static_cast<std::size_t>(engine::state_kind::master)] =
+      engine::tier_fractions{.device = 1.0 / 3, .host = 1.0 / 3, .nvme = 1.0 / 3};
+  return c;
+}
+
+std::vector<kernels::dtype> all_types() { return {kernels::dtype::fp16, kernels::dtype::bf16, kernels::dtype::fp32}; }
+
+void round_trip_everything(engine_stack& s) {
+  const auto n = static_cast<parameter_id>(s.layout().parameters().size());
+  bool seen[engine::tier_count] = {};
+  for (parameter_id p = 0; p < n; ++p) {
+    const auto& param = s.layout().parameter(p);
+    seen[static_cast<std::size_t>(s.tiers().location(p, engine::working_state(param)).where)] = true;
+    const std::vector<std::byte> data = s.shard_data(p, 100 + p);
+    s.write_home(p, data);
+    EXPECT_EQ(s.tiers().status(p, engine::working_state(param)), state_status::resident) << param.name;
+    EXPECT_TRUE(same_bytes(s.read_home(p), data)) << param.name;
+  }
+  for (bool t : seen) EXPECT_TRUE(t) << "the placement did not use every tier";
+}
+
+TEST(ParameterSwapper, RoundTripsEveryTierAndTypeByteExact) {
+  for (const bool pin : {true, false}) {
+    engine_stack s({.modules = layered_model(3, 3, 40'000, all_types()), .config = mixed_tiers(pin)});
+    round_trip_everything(s);
+  }
+}
+
+TEST(ParameterSwapper, MovesShardsLargerThanABufferInWholeChunks) {
+  // Buffers of 16 Ki elements (32 KiB of fp16) and shards of about 100 Ki elements: several pieces each.
+  engine_stack s({.modules = layered_model(2, 2, 100'000), .config = nvme_config(2, 16 * 1024)});
+  ASSERT_LT(s.plan().param_buffer_bytes, s.shard_bytes(0));
+  for (parameter_id p = 0; p < 4; ++p) {
+    const std::vector<std::byte> data = s.shard_data(p, p);
+    s.write_home(p, data);
+    EXPECT_TRUE(same_bytes(s.read_home(p), data));
+  }
+}
+
+TEST(ParameterSwapper, AFullPoolMakesMovesWaitNotFail) {
+  // One pinned buffer of two chunk slots for 16 shards read all at once from 4 threads.
+  engine_stack s({.modules = layered_model(4, 4, 30'000), .config = nvme_config(1, 16 * 1024)});
+  ASSERT_EQ(s.plan().param_buffer_count, 1U);
+  ASSERT_EQ(s.swapper().stats().buffer_slots, 2U);
+  std::vector<std::vector<std::byte>> data;
+  for (parameter_id p = 0; p < 16; ++p) {
+    data.push_back(s.shard_data(p, 7 * p));
+    s.write_home(p, data.back());
+  }
+  std::vector<void*> dst(16);
+  for (parameter_id p = 0; p < 16; ++p) dst[p] = s.dev().allocate(s.shard_bytes(p));
+  std::vector<engine::swap_ticket> tickets(16);
+  std::vector<std::jthread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (parameter_id p = static_cast<parameter_id>(t); p < 16; p += 4) tickets[p] = s.swapper().swap_in(p, dst[p]);
+    });
+  }
+  threads.clear();
+  for (parameter_id p = 0; p < 16; ++p) {
+    tickets[p].synchronize();
+    EXPECT_TRUE(same_bytes(s.from_device(dst[p], s.shard_bytes(p)), data[p]));
+    s.dev().deallocate(dst[p], s.shard_bytes(p));
+  }
+  const engine::parameter_swapper_stats st = s.swapper().stats();
+  EXPECT_GT(st.buffer_waits, 0U);
+  EXPECT_EQ(st.peak_buffers_in_use, 2U);
+  EXPECT_LE(s.pinned().peak_bytes_in_use(), s.plan().pinned_bytes);
+}
+
+TEST(ParameterSwapper, AFailedReadNamesThePathAndOffsetAndLeavesTheHomeResident) {
+  auto faults = std::make_shared<fault_plan>();
+  engine_stack s({.modules = layered_model(1, 1, 50'000), .config = nvme_config(), .faults = faults});
+  const std::vector<std::byte> data = s.shard_data(0, 1);
+  s.write_home(0, data);
+  faults->add({.op = io::io_op::read, .inject_errno = EIO});
+  try {
+    (void)s.read_home(0);
+    FAIL() << "the read did not fail";
+  } catch (const io_error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("layer0.w0"), std::string::npos) << m;
+    EXPECT_NE(m.find(s.store()->folders()[0].string()), std::string::npos) << m;
+    EXPECT_NE(m.find("offset"), std::string::npos) << m;
+    EXPECT_EQ(e.os_errno(), EIO);
+  }
+  EXPECT_EQ(s.tiers().status(0, engine::state_kind::working), state_status::resident);
+  EXPECT_TRUE(same_bytes(s.read_home(0), data));  // the rule fired once: the next read works
+}
+
+TEST(ParameterSwapper, AFailedWriteNamesThePathAndOffsetAndLeavesTheStateReleasedAndDirty) {
+  auto faults = std::make_shared<fault_plan>();
+  engine_stack s({.modules = layered_model(1, 1, 50'000), .config = nvme_config(), .faults = faults});
+  const std::vector<std::byte> first = s.shard_data(0, 1);
+  s.write_home(0, first);
+  faults->add({.op = io::io_op::write, .begin = 16 * 1024, .inject_errno = ENOSPC});
+  const std::vector<std::byte> second = s.shard_data(0, 2);
+  try {
+    s.write_home(0, second);
+    FAIL() << "the write did not fail";
+  } catch (const io_error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find(s.store()->folders()[0].string()), std::string::npos) << m;
+    EXPECT_NE(m.find("offset"), std::string::npos) << m;
+    EXPECT_EQ(e.os_errno(), ENOSPC);
+  }
+  EXPECT_EQ(s.tiers().status(0, engine::state_kind::working), state_status::released);
+  EXPECT_TRUE(s.tiers().dirty(0, engine::state_kind::working));
+  EXPECT_THROW((void)s.read_home(0), usage_error);  // nothing valid to read
+  s.write_home(0, second);                          // written again, it is whole
+  EXPECT_FALSE(s.tiers().dirty(0, engine::state_kind::working));
+  EXPECT_TRUE(same_bytes(s.read_home(0), second));
+}
+
+TEST(ParameterSwapper, AStateAnotherMoverHoldsIsRefused) {
+  engine_stack s({.modules = layered_model(1, 1, 50'000), .config = nvme_config()});
+  const std::vector<std::byte> data = s.shard_data(0, 3);
+  s.write_home(0, data);
+  // Another mover (say the optimizer's swapper) has the state in flight.
+  ASSERT_TRUE(s.tiers().begin_move(0, engine::state_kind::working));
+  void* d = s.dev().allocate(s.shard_bytes(0));
+  EXPECT_THROW((void)s.swapper().swap_in(0, d), usage_error);
+  EXPECT_THROW((void)s.swapper().swap_out(0, d), usage_error);
+  s.tiers().abort_move(0, engine::state_kind::working);
+  s.dev().deallocate(d, s.shard_bytes(0));
+  EXPECT_TRUE(same_bytes(s.read_home(0), data));
+}
+
+TEST(ParameterSwapper, BuffersThatHoldNeitherAShardNorAChunkAreAConfigError) {
+  engine_stack s({.modules = layered_model(1, 1, 100'000), .config = nvme_config(2, 16 * 1024)});
+  EXPECT_THROW(engine::parameter_swapper(s.tiers(), s.dev(), s.pinned(), s.store(),
+                                         {.buffer_count = 2, .buffer_bytes = 8 * 1024}),
+               config_error);
+}
+
+}  // namespace
+}  // namespace zoe::testing
