@@ -147,8 +147,10 @@ class engine_state {
   [[nodiscard]] failure os_failure(const raw_slot& r, int os_errno);
   [[nodiscard]] failure failure_of(const raw_slot& r, int os_errno, std::string_view cause);
 
+  /// Declared before the backend, so it outlives it: a thread pool's worker may still be writing
+  /// its eventfd while the backend joins it. Shared: files whose unlock it waits for hold it weakly.
+  std::shared_ptr<notifier> notifier_;
   std::unique_ptr<io_backend> backend_;
-  std::shared_ptr<notifier> notifier_;  ///< shared: files it waits on hold it weakly
   engine_options options_;
   std::size_t bounce_size_ = 0;
 

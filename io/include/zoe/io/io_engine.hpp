@@ -2,9 +2,11 @@
 // The I/O engine: reads and writes of host memory at file offsets, byte-exact at any size, offset
 // and address, with every result checked. It splits requests into block_size chunks, sends the
 // aligned middle straight to the backend and routes unaligned heads and tails through aligned
-// bounce buffers (read-modify-write under a block-range lock for writes), resubmits short
-// transfers, retries EINTR at once and EAGAIN after a pause that grows, and turns every other error into a failed
-// completion that names the file, offset, length and errno text.
+// bounce buffers (lent by engine_options::bounce, else the heap; read-modify-write under a
+// block-range lock for writes), resubmits short transfers, retries EINTR at once and EAGAIN after
+// a pause that grows, and turns every other error into a failed completion that names the file,
+// offset, length and errno text. Callers drive it from their own loop through notify_fd(), or
+// block in wait() (with or without a timeout); stats() counts each direction.
 
 #include <chrono>
 #include <cstddef>
@@ -27,10 +29,11 @@ class engine_state;
 /// Thread-safety: one thread drives an engine at a time (like a ring with a single issuer). Use
 /// one engine per thread; engines may share files. Progress on requests happens inside poll(),
 /// wait() and run(), never inside submit(). Only the driving thread calls the engine's members,
-/// except notify_fd() and stats(), which any thread may call at any time. An engine may be handed to another thread
-/// only while it is idle (outstanding() == 0 and no run() under way); that includes destroying it: the io_uring
-/// backend's ring can be reaped only by the thread that issued into it, so a busy engine destroyed by another thread
-/// stops the process (std::terminate, after saying why) rather than return while the kernel may still write into
+/// except notify_fd() and stats(), which any thread may call at any time. An engine may be
+/// handed to another thread only while it is idle (outstanding() == 0 and no run() under way);
+/// that includes destroying it: the io_uring backend's ring can be reaped only by the thread that
+/// issued into it, so a busy engine destroyed by another thread stops the process
+/// (std::terminate, after saying why) rather than return while the kernel may still write into
 /// buffers the caller frees next.
 ///
 /// The contract for buffers, which swap_channel follows too:
