@@ -29,20 +29,6 @@ using io::io_completion;
 using io::io_op;
 using io::io_request;
 
-/// Long enough never to pass on a working engine, short enough that a broken one fails the test
-/// instead of hanging it.
-constexpr int stuck_ms = 30'000;
-
-/// Whether `fd` is readable within `ms` milliseconds (0: right now).
-bool readable(int fd, int ms) {
-  pollfd p{fd, POLLIN, 0};
-  int n = 0;
-  do {
-    n = ::poll(&p, 1, ms);
-  } while (n < 0 && errno == EINTR);
-  return n > 0;
-}
-
 template <typename Backend>
 class engine_progress_test : public ::testing::Test {
  protected:

@@ -4,11 +4,13 @@
 #include <linux/audit.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
+#include <poll.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstddef>
 
 #include <cstdlib>
@@ -206,6 +208,15 @@ std::optional<std::string> run_with_syscalls_failing(std::initializer_list<long>
 void write_whole_file(const std::filesystem::path& path, std::span<const std::byte> bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+}
+
+bool readable(int fd, int ms) {
+  pollfd p{fd, POLLIN, 0};
+  int n = 0;
+  do {
+    n = ::poll(&p, 1, ms);
+  } while (n < 0 && errno == EINTR);
+  return n > 0;
 }
 
 }  // namespace zoe::testing

@@ -17,6 +17,13 @@
 
 namespace zoe::testing {
 
+/// How long a notification test waits on an fd: long enough never to run out on a working engine,
+/// short enough that a broken one fails the test instead of hanging it.
+inline constexpr int stuck_ms = 30'000;
+
+/// Whether `fd` (an engine's or channel's notify_fd) is readable within `ms` milliseconds (0: right now).
+bool readable(int fd, int ms);
+
 /// A fresh directory under $ZOE_TEST_DIR (default /var/tmp, a real disk, not tmpfs), removed
 /// with its contents on destruction.
 class scratch_dir {

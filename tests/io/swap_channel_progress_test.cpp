@@ -22,17 +22,6 @@ using io::swap_channel;
 using io::swap_extent;
 using io::swap_store;
 
-constexpr int stuck_ms = 30'000;
-
-bool readable(int fd, int ms) {
-  pollfd p{fd, POLLIN, 0};
-  int n = 0;
-  do {
-    n = ::poll(&p, 1, ms);
-  } while (n < 0 && errno == EINTR);
-  return n > 0;
-}
-
 template <typename Backend>
 class swap_channel_progress_test : public ::testing::Test {
  protected:
