@@ -120,6 +120,23 @@ TEST(footprint_plan, OptimizerSwapBuffersHoldTheLargestSubGroup) {
   EXPECT_EQ(item_named(none, "optimizer swap buffers"), nullptr);
 }
 
+// zoe.placement.gradient on nvme (CONFIG.md's way to send gradients there) with the optimizer in
+// host memory: the gradients still go to and come from nvme through pinned buffers, which the plan
+// must count, or the swapper would lock memory the plan never listed.
+TEST(footprint_plan, GradientsOnNvmeAloneGetOptimizerSwapBuffers) {
+  const auto layout = small_and_large();
+  auto config = offload_config(offload_device::none, offload_device::cpu, "/swap/a");
+  config.zero.offload_optimizer->nvme_path = "/swap/a";
+  config.zoe.placement[static_cast<std::size_t>(state_kind::gradient)] = tier_fractions{.nvme = 1.0};
+  const placement where(layout, config);
+  ASSERT_GT(where.bytes(state_kind::gradient, tier::nvme), 0U);
+  const auto plan = make_footprint_plan(layout, config, where);
+  EXPECT_EQ(plan.optimizer_buffer_count, 4U);
+  // One sub-group of 43008 elements; the buffers are sized for fp32 (the gradient, fp16, fits).
+  EXPECT_EQ(plan.optimizer_buffer_bytes, 168 * KiB);
+  EXPECT_NE(item_named(plan, "optimizer swap buffers"), nullptr);
+}
+
 TEST(footprint_plan, ZeroSwapBuffersWithStatesOnNvmeIsAConfigError) {
   const auto layout = small_and_large();
   auto config = everything_on_nvme(1);
