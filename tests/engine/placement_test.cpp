@@ -129,6 +129,18 @@ TEST(placement, OffloadOptimizerRatioOffloadsTheLastSubGroupsByCount) {
   EXPECT_EQ(placement(layout, config).bytes(state_kind::master, tier::device), 0U);
 }
 
+TEST(placement, OffloadOptimizerRatioHasNoEffectWithNvme) {
+  // DeepSpeed swaps every swappable sub-group to nvme whatever the ratio; CONFIG.md says so.
+  const auto layout = layout_of({std::vector<std::uint64_t>(10, 2048)});
+  auto config = offload_config(offload_device::none, offload_device::nvme, "/tmp");
+  config.zero.sub_group_size = 2048;
+  config.zero.offload_optimizer->ratio = 0.3;
+  const placement where(layout, config);
+  EXPECT_EQ(where.bytes(state_kind::master, tier::device), 0U);
+  EXPECT_EQ(where.bytes(state_kind::master, tier::nvme), 10U * 2048 * 4);
+  EXPECT_EQ(where.bytes(state_kind::gradient, tier::host), 10U * 2048 * 2);
+}
+
 TEST(placement, OffloadOptimizerNvmePutsTheGradientInHostMemory) {
   const auto layout = layout_of({{2048, 4096}});
   const placement where(layout, offload_config(offload_device::none, offload_device::nvme, "/tmp"));
