@@ -44,7 +44,6 @@ struct tier_manager::impl {
   struct entry {
     state_status status = state_status::released;
     move_kind moving = move_kind::read;  // the move under way while in_flight
-    state_status before = state_status::released;
     bool dirty = false;
     // During a write: whether the source changed after the write took its bytes (set_dirty while
     // in flight), so finishing the write must leave the home dirty.
@@ -192,7 +191,6 @@ bool tier_manager::begin_move(parameter_id p, state_kind s, move_kind kind) {
   impl::entry& e = impl_->entries[i];
   if (e.status == state_status::in_flight) return false;
   if (kind == move_kind::read && e.status == state_status::released) refuse(p, s, "read", e.status);
-  e.before = e.status;
   e.moving = kind;
   e.dirtied_while_writing = false;
   e.status = state_status::in_flight;
@@ -214,7 +212,7 @@ void tier_manager::abort_move(parameter_id p, state_kind s) {
   impl::entry& e = impl_->entries[i];
   if (e.status != state_status::in_flight) refuse(p, s, "abort a move of", e.status);
   if (e.moving == move_kind::read) {
-    e.status = e.before;
+    e.status = state_status::resident;  // a read starts only from resident, and leaves the home intact
   } else {
     e.status = state_status::released;
     e.dirty = true;
