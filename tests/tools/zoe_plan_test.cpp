@@ -129,6 +129,7 @@ TEST(zoe_plan, ConfigAndUsageErrorsExitTwo) {
            {good + " --params 1e6 --layers 0x2", "--layers"},
            {good + " --params 3 --layers 2", "--layers"},
            {good + " --params 1e6 --world-size 0", "--world-size"},
+           {good + " --params 1e6 --world-size 1e18", "--world-size"},  // the padded shards overflow
            {good + " --params 1e6 --frobnicate", "frobnicate"},
            {"--params 1e6", "--config"},
        }) {
