@@ -239,6 +239,23 @@ TEST(footprint_plan, ShortfallsNameTheBytesAndTheKeys) {
   }
 }
 
+// Pinned bytes that saturate (buffer_count 2e14 swap buffers) plus any pageable bytes must still
+// exceed the host: the sum saturates instead of wrapping to a few bytes that "fit".
+TEST(footprint_plan, SaturatedPinnedBytesWithPageableHomesDoNotFit) {
+  const auto layout = small_and_large();
+  auto config = offload_config(offload_device::cpu, offload_device::nvme, "/swap/a", false);
+  config.zero.offload_optimizer->buffer_count = 200'000'000'000'000;
+  const auto plan = make_footprint_plan(layout, config, placement(layout, config));
+  ASSERT_EQ(plan.pinned_bytes, std::numeric_limits<std::uint64_t>::max());
+  ASSERT_GT(plan.pageable_bytes, 0U);
+  const machine_limits limits{
+      .device_budget = UINT64_MAX, .memlock_limit = UINT64_MAX, .host_available = 64 * GiB, .disk_free = {}};
+  const auto lines = plan_shortfalls(plan, limits);
+  ASSERT_EQ(lines.size(), 1U);
+  EXPECT_TRUE(mentions(lines, "MemAvailable")) << lines[0];
+  EXPECT_TRUE(mentions(lines, "zero_optimization.offload_optimizer.buffer_count")) << lines[0];
+}
+
 TEST(footprint_plan, UnknownFreeSpaceIsNoShortfall) {
   const auto layout = small_and_large();
   const auto config = everything_on_nvme(2);

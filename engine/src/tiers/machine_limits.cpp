@@ -109,7 +109,11 @@ std::vector<std::string> plan_shortfalls(const footprint_plan& plan, const machi
                       " but RLIMIT_MEMLOCK allows ", format_bytes(limits.memlock_limit), "; change ",
                       keys_of(plan, {memory_kind::pinned}, {}), ", or raise the limit (ulimit -l)"));
   }
-  if (const std::uint64_t host = plan.pinned_bytes + plan.pageable_bytes; host > limits.host_available) {
+  // The totals saturate at UINT64_MAX ("more than any machine"); so does their sum, which must
+  // not wrap to a few bytes that fit.
+  const std::uint64_t host =
+      plan.pageable_bytes > unlimited - plan.pinned_bytes ? unlimited : plan.pinned_bytes + plan.pageable_bytes;
+  if (host > limits.host_available) {
     out.push_back(str("host memory: the plan needs ", format_bytes(host), " (", format_bytes(plan.pinned_bytes),
                       " pinned, ", format_bytes(plan.pageable_bytes), " pageable) but MemAvailable is ",
                       format_bytes(limits.host_available), "; change ",
