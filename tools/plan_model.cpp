@@ -32,7 +32,14 @@ engine::model_layout layered_model(std::uint64_t params, std::uint64_t layers, s
                        .parameters = {{.name = str("layer", i, ".weight"), .shape = {n - bias}, .dtype = dtype},
                                       {.name = str("layer", i, ".bias"), .shape = {bias}, .dtype = dtype}}});
   }
-  return engine::model_layout(std::move(modules), {.world_size = static_cast<std::size_t>(world_size)});
+  try {
+    return engine::model_layout(std::move(modules), {.world_size = static_cast<std::size_t>(world_size)});
+  } catch (const usage_error& e) {
+    // The layout names its parameter; the user wrote flags (the padded shards of a huge
+    // --world-size, or of a huge --params, overflow 64 bits).
+    throw usage_error(str("--params ", params, " --layers ", layers, " --world-size ", world_size,
+                          " cannot be laid out: ", e.what()));
+  }
 }
 
 std::string describe_model(std::uint64_t params, std::uint64_t layers, std::uint64_t world_size, kernels::dtype dtype) {

@@ -38,9 +38,11 @@ std::string limit_text(std::uint64_t bytes) {
 std::vector<std::string> missing_path_warnings(const engine::footprint_plan& plan,
                                                const engine::machine_limits& machine) {
   std::vector<std::string> out;
-  for (const auto& [path, free] : machine.disk_free) {
-    if (free || std::find(plan.swap_paths.begin(), plan.swap_paths.end(), path) == plan.swap_paths.end()) continue;
-    out.push_back(str("swap path '", path.string(),
+  for (const auto& disk : machine.disk_free) {
+    if (disk.free || std::find(plan.swap_paths.begin(), plan.swap_paths.end(), disk.path) == plan.swap_paths.end()) {
+      continue;
+    }
+    out.push_back(str("swap path '", disk.path.string(),
                       "' does not exist here: its free space is unknown (an engine refuses it when it starts)"));
   }
   return out;
@@ -64,9 +66,9 @@ std::string render_text(const plan_report& r) {
   }
   out << "\nthis machine:\n  device budget " << format_bytes(r.machine.device_budget) << "\n  RLIMIT_MEMLOCK "
       << limit_text(r.machine.memlock_limit) << "\n  MemAvailable " << format_bytes(r.machine.host_available) << "\n";
-  for (const auto& [path, free] : r.machine.disk_free) {
-    out << "  " << path.string() << ": " << (free ? format_bytes(*free) + " free" : std::string("does not exist"))
-        << "\n";
+  for (const auto& disk : r.machine.disk_free) {
+    out << "  " << disk.path.string() << ": "
+        << (disk.free ? format_bytes(*disk.free) + " free" : std::string("does not exist")) << "\n";
   }
   if (r.shortfalls.empty()) {
     out << "\nthe plan fits this machine\n";
@@ -88,8 +90,9 @@ nlohmann::json render_json(const plan_report& r) {
   nlohmann::json paths = nlohmann::json::array();
   for (const auto& p : r.plan.swap_paths) paths.push_back(p.string());
   nlohmann::json disks = nlohmann::json::array();
-  for (const auto& [path, free] : r.machine.disk_free) {
-    disks.push_back({{"path", path.string()}, {"free_bytes", free ? nlohmann::json(*free) : nlohmann::json(nullptr)}});
+  for (const auto& disk : r.machine.disk_free) {
+    disks.push_back({{"path", disk.path.string()},
+                     {"free_bytes", disk.free ? nlohmann::json(*disk.free) : nlohmann::json(nullptr)}});
   }
   nlohmann::json warnings = nlohmann::json::array();
   for (const auto& w : r.loaded.warnings) warnings.push_back(w.message);

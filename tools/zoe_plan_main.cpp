@@ -23,11 +23,13 @@ constexpr const char* model_help =
     "otherwise, and cut into --world-size shards; the plan is one rank's.";
 
 // A count such as 1000000 or 1e9 (DeepSpeed's files write sizes both ways); it must be integral.
+// Decimal only: std::stod would also read hex ("0x10" as 16) and "inf".
 std::uint64_t parse_count(const std::string& text, const std::string& flag) {
   std::size_t used = 0;
   double value = 0;
   try {
-    value = std::stod(text, &used);
+    const bool decimal = !text.empty() && text.find_first_not_of("0123456789.eE+-") == std::string::npos;
+    value = decimal ? std::stod(text, &used) : 0;
   } catch (const std::exception&) {
     used = 0;
   }

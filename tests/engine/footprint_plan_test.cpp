@@ -120,6 +120,23 @@ TEST(footprint_plan, OptimizerSwapBuffersHoldTheLargestSubGroup) {
   EXPECT_EQ(item_named(none, "optimizer swap buffers"), nullptr);
 }
 
+// zoe.placement.gradient on nvme (CONFIG.md's way to send gradients there) with the optimizer in
+// host memory: the gradients still go to and come from nvme through pinned buffers, which the plan
+// must count, or the swapper would lock memory the plan never listed.
+TEST(footprint_plan, GradientsOnNvmeAloneGetOptimizerSwapBuffers) {
+  const auto layout = small_and_large();
+  auto config = offload_config(offload_device::none, offload_device::cpu, "/swap/a");
+  config.zero.offload_optimizer->nvme_path = "/swap/a";
+  config.zoe.placement[static_cast<std::size_t>(state_kind::gradient)] = tier_fractions{.nvme = 1.0};
+  const placement where(layout, config);
+  ASSERT_GT(where.bytes(state_kind::gradient, tier::nvme), 0U);
+  const auto plan = make_footprint_plan(layout, config, where);
+  EXPECT_EQ(plan.optimizer_buffer_count, 4U);
+  // One sub-group of 43008 elements; the buffers are sized for fp32 (the gradient, fp16, fits).
+  EXPECT_EQ(plan.optimizer_buffer_bytes, 168 * KiB);
+  EXPECT_NE(item_named(plan, "optimizer swap buffers"), nullptr);
+}
+
 TEST(footprint_plan, ZeroSwapBuffersWithStatesOnNvmeIsAConfigError) {
   const auto layout = small_and_large();
   auto config = everything_on_nvme(1);
@@ -222,6 +239,23 @@ TEST(footprint_plan, ShortfallsNameTheBytesAndTheKeys) {
   }
 }
 
+// Pinned bytes that saturate (buffer_count 2e14 swap buffers) plus any pageable bytes must still
+// exceed the host: the sum saturates instead of wrapping to a few bytes that "fit".
+TEST(footprint_plan, SaturatedPinnedBytesWithPageableHomesDoNotFit) {
+  const auto layout = small_and_large();
+  auto config = offload_config(offload_device::cpu, offload_device::nvme, "/swap/a", false);
+  config.zero.offload_optimizer->buffer_count = 200'000'000'000'000;
+  const auto plan = make_footprint_plan(layout, config, placement(layout, config));
+  ASSERT_EQ(plan.pinned_bytes, std::numeric_limits<std::uint64_t>::max());
+  ASSERT_GT(plan.pageable_bytes, 0U);
+  const machine_limits limits{
+      .device_budget = UINT64_MAX, .memlock_limit = UINT64_MAX, .host_available = 64 * GiB, .disk_free = {}};
+  const auto lines = plan_shortfalls(plan, limits);
+  ASSERT_EQ(lines.size(), 1U);
+  EXPECT_TRUE(mentions(lines, "MemAvailable")) << lines[0];
+  EXPECT_TRUE(mentions(lines, "zero_optimization.offload_optimizer.buffer_count")) << lines[0];
+}
+
 TEST(footprint_plan, UnknownFreeSpaceIsNoShortfall) {
   const auto layout = small_and_large();
   const auto config = everything_on_nvme(2);
@@ -231,6 +265,47 @@ TEST(footprint_plan, UnknownFreeSpaceIsNoShortfall) {
                               .host_available = UINT64_MAX,
                               .disk_free = {{"/swap/a", std::nullopt}, {"/swap/b", plan.nvme_bytes / 2}}};
   EXPECT_TRUE(plan_shortfalls(plan, limits).empty()) << "each path holds its half of the store";
+}
+
+// Two swap paths on one filesystem (offload_param under /nvme/param, offload_optimizer under
+// /nvme/optim) take both their shares from its free bytes: each share fitting is not enough.
+TEST(footprint_plan, SwapPathsOnOneFilesystemNeedTheirSharesTogether) {
+  const auto layout = small_and_large();
+  const auto config = everything_on_nvme(2);
+  const auto plan = make_footprint_plan(layout, config, placement(layout, config));
+  const std::uint64_t half = plan.nvme_bytes / 2;
+  machine_limits limits{.device_budget = UINT64_MAX,
+                        .memlock_limit = UINT64_MAX,
+                        .host_available = UINT64_MAX,
+                        .disk_free = {{.path = "/swap/a", .free = half + half / 2, .filesystem = 7},
+                                      {.path = "/swap/b", .free = half + half / 2, .filesystem = 7}}};
+  const auto lines = plan_shortfalls(plan, limits);
+  ASSERT_EQ(lines.size(), 1U) << "one filesystem, one line";
+  EXPECT_TRUE(mentions(lines, "'/swap/a', '/swap/b'")) << lines[0];
+  EXPECT_TRUE(mentions(lines, format_bytes(2 * half))) << lines[0];
+  EXPECT_TRUE(mentions(lines, "zoe.swap.extra_paths")) << lines[0];
+
+  limits.disk_free[1].filesystem = 8;  // two filesystems: each holds its half
+  EXPECT_TRUE(plan_shortfalls(plan, limits).empty());
+  limits.disk_free[0].filesystem = std::nullopt;  // unknown: each path counts alone
+  limits.disk_free[1].filesystem = std::nullopt;
+  EXPECT_TRUE(plan_shortfalls(plan, limits).empty());
+  limits.disk_free = {{.path = "/swap/a", .free = 2 * half, .filesystem = 7},
+                      {.path = "/swap/b", .free = 2 * half, .filesystem = 7}};
+  EXPECT_TRUE(plan_shortfalls(plan, limits).empty()) << "exactly enough for both fits";
+}
+
+TEST(footprint_plan, MeasuredSubfoldersOfOneFolderShareAFilesystem) {
+  const testing::scratch_dir dir;
+  std::filesystem::create_directories(dir / "param");
+  std::filesystem::create_directories(dir / "optim");
+  engine_config config;
+  config.zoe.device_kind = "host";
+  config.zoe.extra_swap_paths = {dir / "param", dir / "optim"};
+  const machine_limits limits = measure_machine(config);
+  ASSERT_EQ(limits.disk_free.size(), 2U);
+  ASSERT_TRUE(limits.disk_free[0].filesystem.has_value());
+  EXPECT_EQ(limits.disk_free[0].filesystem, limits.disk_free[1].filesystem);
 }
 
 TEST(footprint_plan, MeasureMachineReadsTheHostDeviceAndTheSwapPaths) {
@@ -244,10 +319,12 @@ TEST(footprint_plan, MeasureMachineReadsTheHostDeviceAndTheSwapPaths) {
   EXPECT_GT(limits.memlock_limit, 0U);
   EXPECT_GT(limits.host_available, 0U);
   ASSERT_EQ(limits.disk_free.size(), 2U);
-  EXPECT_EQ(limits.disk_free[0].first, dir.path());
-  ASSERT_TRUE(limits.disk_free[0].second.has_value());
-  EXPECT_GT(*limits.disk_free[0].second, 0U);
-  EXPECT_FALSE(limits.disk_free[1].second.has_value()) << "a missing path: free space unknown";
+  EXPECT_EQ(limits.disk_free[0].path, dir.path());
+  ASSERT_TRUE(limits.disk_free[0].free.has_value());
+  EXPECT_GT(*limits.disk_free[0].free, 0U);
+  EXPECT_TRUE(limits.disk_free[0].filesystem.has_value());
+  EXPECT_FALSE(limits.disk_free[1].free.has_value()) << "a missing path: free space unknown";
+  EXPECT_FALSE(limits.disk_free[1].filesystem.has_value());
 }
 
 }  // namespace

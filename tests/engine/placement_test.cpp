@@ -129,6 +129,18 @@ TEST(placement, OffloadOptimizerRatioOffloadsTheLastSubGroupsByCount) {
   EXPECT_EQ(placement(layout, config).bytes(state_kind::master, tier::device), 0U);
 }
 
+TEST(placement, OffloadOptimizerRatioHasNoEffectWithNvme) {
+  // DeepSpeed swaps every swappable sub-group to nvme whatever the ratio; CONFIG.md says so.
+  const auto layout = layout_of({std::vector<std::uint64_t>(10, 2048)});
+  auto config = offload_config(offload_device::none, offload_device::nvme, "/tmp");
+  config.zero.sub_group_size = 2048;
+  config.zero.offload_optimizer->ratio = 0.3;
+  const placement where(layout, config);
+  EXPECT_EQ(where.bytes(state_kind::master, tier::device), 0U);
+  EXPECT_EQ(where.bytes(state_kind::master, tier::nvme), 10U * 2048 * 4);
+  EXPECT_EQ(where.bytes(state_kind::gradient, tier::host), 10U * 2048 * 2);
+}
+
 TEST(placement, OffloadOptimizerNvmePutsTheGradientInHostMemory) {
   const auto layout = layout_of({{2048, 4096}});
   const placement where(layout, offload_config(offload_device::none, offload_device::nvme, "/tmp"));
@@ -214,6 +226,26 @@ TEST(placement, AnFp32ParameterHasNoSeparateWorkingCopy) {
   EXPECT_EQ(where.where(0, state_kind::working), where.where(0, state_kind::master))
       << "the master is the working copy";
   EXPECT_EQ(where.bytes(state_kind::working, tier::host), 0U);
+}
+
+// offload_param that cannot move an fp32 model (its working copy is the master, which follows
+// offload_optimizer) is said, with both keys, rather than dropped without a word.
+TEST(placement, OffloadParamThatCannotMoveFp32ParametersIsAWarningNamingBothKeys) {
+  const auto fp32 = layout_of({{2048, 4096}}, kernels::dtype::fp32);
+  ::testing::internal::CaptureStderr();
+  const placement where(fp32, offload_config(offload_device::nvme, offload_device::none, "/tmp"));
+  const std::string text = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(where.where(0, state_kind::working), tier::device) << "the master's home serves as the working copy";
+  EXPECT_NE(text.find("zero_optimization.offload_param.device"), std::string::npos) << text;
+  EXPECT_NE(text.find("zero_optimization.offload_optimizer.device"), std::string::npos) << text;
+  EXPECT_NE(text.find("2 fp32 parameters"), std::string::npos) << text;
+  EXPECT_NE(text.find("m0.p0"), std::string::npos) << text;
+
+  // Nothing to say when the two blocks agree, or when the parameters have a working copy of their own.
+  ::testing::internal::CaptureStderr();
+  (void)placement(fp32, offload_config(offload_device::cpu, offload_device::cpu));
+  (void)placement(layout_of({{2048}}), offload_config(offload_device::nvme, offload_device::none, "/tmp"));
+  EXPECT_EQ(::testing::internal::GetCapturedStderr(), "");
 }
 
 TEST(placement, PinnedFollowsTheBlockGoverningEachState) {

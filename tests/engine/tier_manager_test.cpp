@@ -375,5 +375,34 @@ TEST(tier_manager, TransitionsAreCheckedAndNameTheState) {
   EXPECT_THROW((void)tiers.status(99, s), usage_error);
 }
 
+// A write-back copies the source as it was when the move began; a change made to the source while
+// the write runs is not in the home, so finishing the write must leave the state dirty (clearing it
+// would lose that change: nothing would write it back again).
+TEST(tier_manager, ADirtyMarkDuringAWriteSurvivesItsFinish) {
+  tiers_fixture f(with_chunk(engine_config{}));
+  tier_manager tiers = f.make();
+  const parameter_id p = 1;
+  const state_kind s = state_kind::master;
+  tiers.mark_written(p, s);
+  tiers.set_dirty(p, s, true);
+  ASSERT_TRUE(tiers.begin_move(p, s, move_kind::write));
+  tiers.finish_move(p, s);
+  EXPECT_FALSE(tiers.dirty(p, s)) << "a write with no change during it makes the home current";
+
+  tiers.set_dirty(p, s, true);
+  ASSERT_TRUE(tiers.begin_move(p, s, move_kind::write));
+  tiers.set_dirty(p, s, true);  // the gathered copy changed again while the write-back ran
+  tiers.finish_move(p, s);
+  EXPECT_EQ(tiers.status(p, s), state_status::resident);
+  EXPECT_TRUE(tiers.dirty(p, s)) << "the change made during the write is not in the home";
+
+  // Clearing during a write (the writer's source was dropped) is honoured too.
+  ASSERT_TRUE(tiers.begin_move(p, s, move_kind::write));
+  tiers.set_dirty(p, s, true);
+  tiers.set_dirty(p, s, false);
+  tiers.finish_move(p, s);
+  EXPECT_FALSE(tiers.dirty(p, s));
+}
+
 }  // namespace
 }  // namespace zoe::engine

@@ -123,8 +123,13 @@ TEST(zoe_plan, ConfigAndUsageErrorsExitTwo) {
            {good + " --params 0", "--params"},
            {good + " --params seven", "--params"},
            {good + " --params 1.5", "--params"},
+           {good + " --params -1", "--params"},
+           {good + " --params 0x10", "--params"},  // std::stod reads hex: 16
+           {good + " --params 0x1p20", "--params"},
+           {good + " --params 1e6 --layers 0x2", "--layers"},
            {good + " --params 3 --layers 2", "--layers"},
            {good + " --params 1e6 --world-size 0", "--world-size"},
+           {good + " --params 1e6 --world-size 1e18", "--world-size"},  // the padded shards overflow
            {good + " --params 1e6 --frobnicate", "frobnicate"},
            {"--params 1e6", "--config"},
        }) {

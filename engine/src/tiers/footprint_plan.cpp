@@ -133,13 +133,15 @@ void add_param_buffers(plan_builder& out, footprint_plan& plan, const model_layo
           {"zero_optimization.offload_param.buffer_count", "zero_optimization.offload_param.buffer_size"});
 }
 
-// The optimizer step streams fp32 states on nvme through buffer_count pinned buffers of the
-// largest sub-group, as DeepSpeed's optimizer swapper sizes them.
+// The optimizer step streams its states on nvme (master, moments, and the gradient where
+// zoe.placement sends it there) through buffer_count pinned buffers of the largest sub-group in
+// fp32, as DeepSpeed's optimizer swapper sizes them; a gradient is never wider than fp32, so it
+// fits them too.
 void add_optimizer_buffers(plan_builder& out, footprint_plan& plan, const model_layout& layout,
                            const engine_config& config, const placement& where) {
-  const bool any = where.bytes(state_kind::master, tier::nvme) + where.bytes(state_kind::exp_avg, tier::nvme) +
-                       where.bytes(state_kind::exp_avg_sq, tier::nvme) >
-                   0;
+  const bool any = std::any_of(all_states.begin(), all_states.end(), [&where](state_kind s) {
+    return s != state_kind::working && where.bytes(s, tier::nvme) > 0;
+  });
   if (!any) return;
   std::uint64_t largest = 0;
   for (const sub_group& g : sub_groups(layout, config.zero.sub_group_size)) largest = std::max(largest, g.shard_numel);

@@ -1,5 +1,6 @@
 // What this machine offers the plan, and where the plan falls short of it.
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 
 #include <algorithm>
@@ -53,6 +54,12 @@ std::optional<std::uint64_t> free_bytes(const std::filesystem::path& path) {
   return static_cast<std::uint64_t>(fs.f_bavail) * fs.f_frsize;
 }
 
+std::optional<std::uint64_t> filesystem_of(const std::filesystem::path& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return std::nullopt;
+  return static_cast<std::uint64_t>(st.st_dev);
+}
+
 // The keys of every item in `memories`, each once, those of the largest items first, then `extra`.
 std::string keys_of(const footprint_plan& plan, std::initializer_list<memory_kind> memories,
                     const std::vector<std::string>& extra) {
@@ -84,7 +91,9 @@ machine_limits measure_machine(const engine_config& config) {
   out.device_budget = selected.dev->usage().budget_bytes;
   out.memlock_limit = memlock_limit(selected.dev->kind());
   out.host_available = mem_available();
-  for (const auto& path : swap_paths(config)) out.disk_free.emplace_back(path, free_bytes(path));
+  for (const auto& path : swap_paths(config)) {
+    out.disk_free.push_back({.path = path, .free = free_bytes(path), .filesystem = filesystem_of(path)});
+  }
   return out;
 }
 
@@ -100,20 +109,44 @@ std::vector<std::string> plan_shortfalls(const footprint_plan& plan, const machi
                       " but RLIMIT_MEMLOCK allows ", format_bytes(limits.memlock_limit), "; change ",
                       keys_of(plan, {memory_kind::pinned}, {}), ", or raise the limit (ulimit -l)"));
   }
-  if (const std::uint64_t host = plan.pinned_bytes + plan.pageable_bytes; host > limits.host_available) {
+  // The totals saturate at UINT64_MAX ("more than any machine"); so does their sum, which must
+  // not wrap to a few bytes that fit.
+  const std::uint64_t host =
+      plan.pageable_bytes > unlimited - plan.pinned_bytes ? unlimited : plan.pinned_bytes + plan.pageable_bytes;
+  if (host > limits.host_available) {
     out.push_back(str("host memory: the plan needs ", format_bytes(host), " (", format_bytes(plan.pinned_bytes),
                       " pinned, ", format_bytes(plan.pageable_bytes), " pageable) but MemAvailable is ",
                       format_bytes(limits.host_available), "; change ",
                       keys_of(plan, {memory_kind::pinned, memory_kind::pageable}, {})));
   }
   if (plan.nvme_bytes > 0 && !plan.swap_paths.empty()) {
-    // The store gives every path an equal share of its capacity (a whole number of stripes).
+    // The store gives every path an equal share of its capacity (a whole number of stripes); the
+    // paths on one filesystem take their shares from the same free bytes.
     const std::uint64_t share = plan.nvme_bytes / plan.swap_paths.size();
-    for (const auto& [path, free] : limits.disk_free) {
-      if (std::find(plan.swap_paths.begin(), plan.swap_paths.end(), path) == plan.swap_paths.end()) continue;
-      if (!free || *free >= share) continue;
-      out.push_back(str("swap path '", path.string(), "': its share of the swap store is ", format_bytes(share),
-                        " but it has ", format_bytes(*free), " free; change ",
+    std::vector<bool> done(limits.disk_free.size(), false);
+    for (std::size_t i = 0; i < limits.disk_free.size(); ++i) {
+      const swap_disk& disk = limits.disk_free[i];
+      if (done[i] || std::find(plan.swap_paths.begin(), plan.swap_paths.end(), disk.path) == plan.swap_paths.end()) {
+        continue;
+      }
+      std::string names = str("'", disk.path.string(), "'");
+      std::uint64_t need = share;
+      for (std::size_t j = i + 1; j < limits.disk_free.size(); ++j) {
+        const swap_disk& other = limits.disk_free[j];
+        if (!disk.filesystem || other.filesystem != disk.filesystem ||
+            std::find(plan.swap_paths.begin(), plan.swap_paths.end(), other.path) == plan.swap_paths.end()) {
+          continue;
+        }
+        done[j] = true;
+        need += share;
+        names += str(", '", other.path.string(), "'");
+      }
+      if (!disk.free || *disk.free >= need) continue;
+      const bool alone = need == share;
+      out.push_back(str(alone ? "swap path " : "swap paths ", names, alone ? "" : " (one filesystem)", ": ",
+                        alone ? "its share" : "their shares", " of the swap store ", alone ? "is " : "are ",
+                        format_bytes(need), alone ? "" : " together", " but ",
+                        alone ? "it has " : "the filesystem has ", format_bytes(*disk.free), " free; change ",
                         keys_of(plan, {memory_kind::nvme}, {"zoe.swap.extra_paths"})));
     }
   }

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "zoe/core/check.hpp"
+#include "zoe/core/log.hpp"
 #include "zoe/core/str.hpp"
 
 namespace zoe::engine {
@@ -124,6 +125,11 @@ std::vector<tier> assign_fractions(const model_layout& layout, state_kind s, con
   const std::uint64_t host_end = f.nvme == 0.0 ? total : std::max(device_end, share(f.device + f.host));
   std::vector<tier> out;
   out.reserve(layout.parameters().size());
+  if (total == 0) {
+    // No bytes to share (the working copies of fp32 parameters): the tier the fractions name first.
+    out.assign(layout.parameters().size(), f.device > 0.0 ? tier::device : f.host > 0.0 ? tier::host : tier::nvme);
+    return out;
+  }
   std::uint64_t before = 0;
   for (const parameter_layout& p : layout.parameters()) {
     out.push_back(before < device_end ? tier::device : before < host_end ? tier::host : tier::nvme);
@@ -205,12 +211,28 @@ placement::placement(const model_layout& layout, const engine_config& config) {
               ".nvme_path, zero_optimization.offload_optimizer.nvme_path or zoe.swap.extra_paths");
     keys_[index(s)] = std::move(rule.keys);
   }
-  // The working copy of an fp32 parameter is its master: report the master's home for it.
+  // The working copy of an fp32 parameter is its master: report the master's home for it. Where
+  // the working copy's rule wanted it elsewhere, that key does nothing for it: say so once.
+  std::size_t overruled = 0;
+  std::size_t first = 0;
+  tier wanted = tier::device;
   for (std::size_t p = 0; p < n; ++p) {
-    if (layout.parameters()[p].dtype == kernels::dtype::fp32) {
-      tiers_[p * state_kind_count + index(state_kind::working)] =
-          tiers_[p * state_kind_count + index(state_kind::master)];
+    if (layout.parameters()[p].dtype != kernels::dtype::fp32) continue;
+    tier& working = tiers_[p * state_kind_count + index(state_kind::working)];
+    const tier master = tiers_[p * state_kind_count + index(state_kind::master)];
+    if (working != master && overruled++ == 0) {
+      first = p;
+      wanted = working;
     }
+    working = master;
+  }
+  if (overruled > 0) {
+    log::warn(keys_[index(state_kind::working)].front(), " would put the working copy of ", overruled,
+              " fp32 parameters (the first '", layout.parameters()[first].name, "') in ", tier_name(wanted),
+              ", but an fp32 parameter's working copy is its fp32 master, which ",
+              keys_[index(state_kind::master)].front(), " places: the first stays in ",
+              tier_name(tiers_[first * state_kind_count + index(state_kind::master)]),
+              " (enable bf16 or fp16 for a working copy of its own)");
   }
 }
 

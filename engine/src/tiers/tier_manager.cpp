@@ -44,8 +44,10 @@ struct tier_manager::impl {
   struct entry {
     state_status status = state_status::released;
     move_kind moving = move_kind::read;  // the move under way while in_flight
-    state_status before = state_status::released;
     bool dirty = false;
+    // During a write: whether the source changed after the write took its bytes (set_dirty while
+    // in flight), so finishing the write must leave the home dirty.
+    bool dirtied_while_writing = false;
   };
 
   impl(device& d, io::swap_store* s) : dev(d), store(s) {}
@@ -189,8 +191,8 @@ bool tier_manager::begin_move(parameter_id p, state_kind s, move_kind kind) {
   impl::entry& e = impl_->entries[i];
   if (e.status == state_status::in_flight) return false;
   if (kind == move_kind::read && e.status == state_status::released) refuse(p, s, "read", e.status);
-  e.before = e.status;
   e.moving = kind;
+  e.dirtied_while_writing = false;
   e.status = state_status::in_flight;
   return true;
 }
@@ -201,7 +203,7 @@ void tier_manager::finish_move(parameter_id p, state_kind s) {
   impl::entry& e = impl_->entries[i];
   if (e.status != state_status::in_flight) refuse(p, s, "finish a move of", e.status);
   e.status = state_status::resident;
-  if (e.moving == move_kind::write) e.dirty = false;
+  if (e.moving == move_kind::write) e.dirty = e.dirtied_while_writing;
 }
 
 void tier_manager::abort_move(parameter_id p, state_kind s) {
@@ -210,7 +212,7 @@ void tier_manager::abort_move(parameter_id p, state_kind s) {
   impl::entry& e = impl_->entries[i];
   if (e.status != state_status::in_flight) refuse(p, s, "abort a move of", e.status);
   if (e.moving == move_kind::read) {
-    e.status = e.before;
+    e.status = state_status::resident;  // a read starts only from resident, and leaves the home intact
   } else {
     e.status = state_status::released;
     e.dirty = true;
@@ -236,7 +238,9 @@ void tier_manager::mark_released(parameter_id p, state_kind s) {
 void tier_manager::set_dirty(parameter_id p, state_kind s, bool dirty) {
   const std::size_t i = slot(p, s);
   const std::lock_guard lock(impl_->mutex);
-  impl_->entries[i].dirty = dirty;
+  impl::entry& e = impl_->entries[i];
+  e.dirty = dirty;
+  if (e.status == state_status::in_flight && e.moving == move_kind::write) e.dirtied_while_writing = dirty;
 }
 
 }  // namespace zoe::engine

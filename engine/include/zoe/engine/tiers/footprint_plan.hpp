@@ -81,13 +81,22 @@ inline constexpr std::uint64_t arena_alignment = 256;
 [[nodiscard]] footprint_plan make_footprint_plan(const model_layout& layout, const engine_config& config,
                                                  const placement& where);
 
+/// One swap path as this machine has it.
+struct swap_disk {
+  std::filesystem::path path;
+  std::optional<std::uint64_t> free;  ///< free bytes; nullopt when the path does not exist here (unknown)
+  /// The filesystem holding it (stat's st_dev), so that paths on one filesystem are checked
+  /// against its free space together; nullopt when unknown (then the path counts alone).
+  std::optional<std::uint64_t> filesystem;
+};
+
 /// What this machine offers, measured once (tests pass their own).
 struct machine_limits {
   std::uint64_t device_budget = 0;   ///< bytes the device hands out
   std::uint64_t memlock_limit = 0;   ///< RLIMIT_MEMLOCK (UINT64_MAX when unlimited or CAP_IPC_LOCK)
   std::uint64_t host_available = 0;  ///< MemAvailable
-  /// Free bytes per swap path (nullopt when the path does not exist here: free space unknown).
-  std::vector<std::pair<std::filesystem::path, std::optional<std::uint64_t>>> disk_free;
+  /// Each swap path, its free bytes and its filesystem.
+  std::vector<swap_disk> disk_free;
 };
 
 /// Measures this machine for `config`: the budget of the device select_device() would open for
@@ -97,7 +106,8 @@ struct machine_limits {
 [[nodiscard]] machine_limits measure_machine(const engine_config& config);
 
 /// Why the plan does not fit, one line per shortfall naming the bytes needed and available and
-/// the keys to change; empty when it fits. A swap path whose free space is unknown is no shortfall
+/// the keys to change; empty when it fits. Swap paths on one filesystem need their shares of the
+/// store from its free space together. A swap path whose free space is unknown is no shortfall
 /// (the swap store refuses a missing path when the engine starts). Never throws beyond allocation.
 [[nodiscard]] std::vector<std::string> plan_shortfalls(const footprint_plan& plan, const machine_limits& limits);
 

@@ -24,7 +24,8 @@
 //       nvme -> master, exp_avg and exp_avg_sq on nvme; the gradient in host memory.
 //  4. Without either block every state is on the device.
 // An fp32 parameter has no separate working copy (the master is it): its working state has no
-// bytes, and where() reports the master's tier for it.
+// bytes, and where() reports the master's tier for it; where rule 1 or 2 wanted the working copy
+// elsewhere, a warning names both keys (the working copy's key does nothing for it).
 //
 // A state of one shard lies whole in one tier: a fraction is met by giving shards, in layout order,
 // to the device until its share of the state's bytes is reached, then to the host, then to nvme (a

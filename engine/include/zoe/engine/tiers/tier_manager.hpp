@@ -85,7 +85,8 @@ class tier_manager {
   /// changing nothing, when the state is already in flight (another mover has it). Throws
   /// usage_error for a read of a released state.
   bool begin_move(parameter_id p, state_kind s, move_kind kind = move_kind::read);
-  /// in_flight -> resident (the move succeeded). After a write the home is current: dirty clears.
+  /// in_flight -> resident (the move succeeded). After a write the home is current: dirty clears,
+  /// unless set_dirty(true) came while the write ran (the source changed after the write took it).
   void finish_move(parameter_id p, state_kind s);
   /// The move failed. After a read: back to resident (the home copy is intact). After a write:
   /// released and dirty (the home may hold part of the write; the source is the only good copy).
@@ -95,6 +96,8 @@ class tier_manager {
   void mark_written(parameter_id p, state_kind s);
   /// resident or released -> released: the data is dropped. usage_error while in flight.
   void mark_released(parameter_id p, state_kind s);
+  /// Sets the dirty flag. While a write is in flight, the last value set also decides what
+  /// finish_move leaves (see there).
   void set_dirty(parameter_id p, state_kind s, bool dirty);
 
  private:
