@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <random>
+#include <string>
 #include <thread>
 
 #include "engine_stack.hpp"
@@ -239,6 +240,40 @@ TEST(Coordinator, AFetchWaitsForAnotherCallersReleaseWhenTheArenaIsFull) {
   other.join();
   s.coord().end_step();
   EXPECT_GT(s.coord().stats().arena_waits, 0U);
+}
+
+// A release that frees a parameter whose read is still in flight waits for the read outside the
+// lock; another caller's pump may see the read arrive first and complete the gather. The policy
+// released the parameter already, so that gather must not report it gathered (the policy refuses
+// it as a usage_error, thrown at whichever caller pumped). Racy by nature: many rounds.
+TEST(Coordinator, AGatherCompletedByAnotherCallerWhileAReleaseWaitsForItsReadIsNoError) {
+  for (int round = 0; round < 50; ++round) {
+    auto faults = std::make_shared<fault_plan>();
+    engine_stack s({.modules = layered_model(1, 1, 20'000), .config = test_config(), .faults = faults});
+    const model_data data(s);
+    faults->add({.op = io::io_op::read, .hold = true, .times = -1});
+    s.coord().begin_step();
+    (void)s.coord().fetch(0);  // its read is held: the parameter stays in flight
+    std::atomic<bool> released{false};
+    std::string failure;
+    std::jthread other([&] {
+      for (int i = 0; !released.load(); ++i) {
+        if (i == 100) faults->release_held();
+        try {
+          s.coord().flush();  // pumps: completes the gathers whose reads arrived
+        } catch (const std::exception& e) {
+          if (failure.empty()) failure = e.what();
+        }
+      }
+    });
+    s.coord().release(0);  // frees the parameter in flight: waits for its read
+    released.store(true);
+    other.join();
+    EXPECT_EQ(failure, "") << "round " << round;
+    EXPECT_NO_THROW(s.coord().end_step());
+    EXPECT_EQ(s.coord().arena().stats().used, 0U) << "round " << round;
+    if (!failure.empty()) break;
+  }
 }
 
 TEST(Coordinator, TwoThreadsFetchAndReleaseTheirOwnModules) {

@@ -136,7 +136,9 @@ void coordinator::impl::complete_gather(parameter_id p) {
   }
   g.block.unpin();  // until a fetch's wait pins it, compaction may move it
   g.at = gathered_parameter::phase::gathered;
-  policy.on_gathered(p);
+  // Not live: the policy released it and a free() waits for this read outside the lock (it drops
+  // the block when it wakes); the policy would refuse it as gathered.
+  if (g.live) policy.on_gathered(p);
 }
 
 void coordinator::impl::retire_writebacks() {
