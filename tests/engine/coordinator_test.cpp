@@ -150,6 +150,28 @@ TEST(Coordinator, DirtyParametersAreWrittenBackBeforeTheirMemoryIsFreed) {
   run_step(s, forward_backward(6), data);
 }
 
+// A persistent parameter stays gathered after its release, so a change to it is written back
+// only by a flush; a coordinator destroyed without one writes it back rather than losing it.
+TEST(Coordinator, ACoordinatorDestroyedWithADirtyParameterWritesItBack) {
+  const engine::engine_config config = test_config();
+  engine_stack s({.modules = layered_model(1, 1, 500), .config = config});
+  model_data data(s);
+  {
+    engine::coordinator coord(
+        s.tiers(), s.swapper(), s.comm(), s.dev(),
+        {.arena_bytes = s.plan().arena_bytes, .limits = engine::prefetch_limits::from(config.zero)});
+    ASSERT_TRUE(coord.policy().persistent(0));
+    coord.begin_step();
+    coord.fetch(0).wait();
+    data.shards[0] = s.shard_data(0, 4242);
+    s.to_device(coord.address(0), data.shards[0]);
+    coord.mark_dirty(0);
+    coord.release(0);
+    coord.end_step();
+  }
+  EXPECT_TRUE(same_bytes(s.read_home(0), data.shards[0]));
+}
+
 TEST(Coordinator, AModuleFetchedAgainWhileItsWriteBackRunsKeepsTheNewestData) {
   engine_stack s({.modules = layered_model(2, 1, 30'000), .config = test_config()});
   model_data data(s);

@@ -320,6 +320,19 @@ coordinator::coordinator(tier_manager& tiers, parameter_swapper& swapper, commun
 
 coordinator::~coordinator() {
   std::unique_lock lock(impl_->mutex);
+  // Changes not yet written home (a persistent parameter, one whose write failed, one never
+  // released) would go with the arena: write them back now; a failure is logged below, naming
+  // the parameter, the path and the offset (call flush() first to have it thrown).
+  for (parameter_id p = 0; p < impl_->params.size(); ++p) {
+    const gathered_parameter& g = impl_->params[p];
+    if (!g.dirty || g.writing || g.at != gathered_parameter::phase::gathered) continue;
+    try {
+      impl_->start_writeback(p);
+    } catch (const std::exception& e) {
+      log::error("parameter '", impl_->tiers.layout().parameter(p).name,
+                 "' was changed and cannot be written back; its changes are lost: ", e.what());
+    }
+  }
   while (!impl_->gathers.empty() || !impl_->writebacks.empty()) {
     const swap_ticket t = impl_->gathers.empty() ? impl_->params[impl_->writebacks.front()].out
                                                  : impl_->params[impl_->gathers.front()].in;

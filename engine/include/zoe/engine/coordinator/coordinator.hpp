@@ -91,8 +91,8 @@ class coordinator {
   /// and the policy. Everything passed must outlive the coordinator.
   coordinator(tier_manager& tiers, parameter_swapper& swapper, communicator& comm, device& dev,
               coordinator_options options);
-  /// Waits for the reads and write-backs in flight (a write that fails then is logged: call
-  /// flush() first to have it thrown). Never throws.
+  /// Writes back the parameters still dirty, then waits for the reads and write-backs in flight
+  /// (a write that fails then is logged: call flush() first to have it thrown). Never throws.
   ~coordinator();
   coordinator(const coordinator&) = delete;
   coordinator& operator=(const coordinator&) = delete;
