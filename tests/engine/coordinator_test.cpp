@@ -172,6 +172,32 @@ TEST(Coordinator, ACoordinatorDestroyedWithADirtyParameterWritesItBack) {
   EXPECT_TRUE(same_bytes(s.read_home(0), data.shards[0]));
 }
 
+// A prefetch whose read the swapper refuses (another mover has the state) backs off like one
+// the arena cannot hold: the fetch that walked ahead succeeds, the parameters behind it are
+// released in the policy (their own fetches gather them), and the step runs to the end.
+TEST(Coordinator, APrefetchTheSwapperRefusesBacksOffAndLeavesNothingInFlight) {
+  engine_stack s({.modules = layered_model(4, 1, 20'000), .config = test_config()});
+  const model_data data(s);
+  const std::vector<module_id> order{0, 1, 2, 3};
+  run_step(s, order, data);                                           // records the trace
+  ASSERT_TRUE(s.tiers().begin_move(2, engine::state_kind::working));  // module 2's only parameter
+  s.coord().begin_step();
+  engine::fetch_handle h;
+  ASSERT_NO_THROW(h = s.coord().fetch(0));
+  EXPECT_EQ(s.coord().policy().status(2), engine::gather_status::released);
+  EXPECT_EQ(s.coord().policy().status(3), engine::gather_status::released);
+  s.tiers().abort_move(2, engine::state_kind::working);
+  h.wait();
+  expect_gathered(s, 0, data);
+  s.coord().release(0);
+  for (const module_id m : {1U, 2U, 3U}) {
+    s.coord().fetch(m).wait();
+    expect_gathered(s, m, data);
+    s.coord().release(m);
+  }
+  s.coord().end_step();
+}
+
 TEST(Coordinator, AModuleFetchedAgainWhileItsWriteBackRunsKeepsTheNewestData) {
   engine_stack s({.modules = layered_model(2, 1, 30'000), .config = test_config()});
   model_data data(s);

@@ -389,15 +389,22 @@ fetch_handle coordinator::fetch(module_id module) {
     for (const parameter_id p : decision.prefetch) impl_->policy.on_freed(p);
     throw;
   }
-  // Ahead of need, in trace order: the first that does not fit ends the walk (the rest are
-  // released again; their own fetch gathers them).
+  // Ahead of need, in trace order: the first that does not fit, or whose read cannot start now
+  // (another mover has its state), ends the walk; it and the rest are released again and their
+  // own fetches gather them (and report a refusal that lasts). A prefetch never fails this fetch.
   bool backed_off = false;
   for (const parameter_id p : decision.prefetch) {
     if (backed_off) {
       impl_->policy.on_freed(p);
       continue;
     }
-    backed_off = !impl_->start(p, false, lock);
+    try {
+      backed_off = !impl_->start(p, false, lock);
+    } catch (const std::exception&) {
+      if (!impl_->params[p].live && impl_->policy.status(p) != gather_status::released) impl_->policy.on_freed(p);
+      ++impl_->stats.prefetch_backoffs;
+      backed_off = true;
+    }
   }
   impl_->pump();
   return fetch_handle(std::move(state));

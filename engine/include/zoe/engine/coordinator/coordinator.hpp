@@ -46,7 +46,7 @@ struct coordinator_stats {
   std::uint64_t fetches = 0;            ///< fetch() calls
   std::uint64_t gathers = 0;            ///< parameters gathered on demand
   std::uint64_t prefetches = 0;         ///< parameters gathered ahead
-  std::uint64_t prefetch_backoffs = 0;  ///< prefetches dropped because the arena was full
+  std::uint64_t prefetch_backoffs = 0;  ///< prefetches dropped: the arena was full or the read could not start
   std::uint64_t evictions = 0;          ///< parameters gathered ahead and freed to make room
   std::uint64_t arena_waits = 0;        ///< demand fetches that waited for arena space
   std::uint64_t write_backs = 0;        ///< dirty parameters written back
