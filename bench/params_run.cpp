@@ -84,7 +84,7 @@ void fill_homes(engine::parameter_path& path) {
 
 struct step_result {
   double seconds = 0;
-  double waited = 0;  // seconds the compute waited on fetches
+  double waited = 0;  // seconds the compute waited on fetches: in fetch() and in the handle's wait
 };
 
 // One forward pass over the layers: fetch, wait, compute (sleep), release.
@@ -93,8 +93,9 @@ step_result run_step(engine::coordinator& coord, std::size_t layers, std::chrono
   const auto start = bench_clock::now();
   coord.begin_step();
   for (std::size_t l = 0; l < layers; ++l) {
-    const engine::fetch_handle h = coord.fetch(static_cast<engine::module_id>(l));
+    // fetch() itself waits when the arena is full (back-pressure): that is waiting on a fetch too.
     const auto before = bench_clock::now();
+    const engine::fetch_handle h = coord.fetch(static_cast<engine::module_id>(l));
     h.wait();
     r.waited += seconds_since(before);
     if (compute.count() > 0) std::this_thread::sleep_for(compute);

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <random>
+#include <string>
 #include <thread>
 
 #include "engine_stack.hpp"
@@ -149,6 +150,54 @@ TEST(Coordinator, DirtyParametersAreWrittenBackBeforeTheirMemoryIsFreed) {
   run_step(s, forward_backward(6), data);
 }
 
+// A persistent parameter stays gathered after its release, so a change to it is written back
+// only by a flush; a coordinator destroyed without one writes it back rather than losing it.
+TEST(Coordinator, ACoordinatorDestroyedWithADirtyParameterWritesItBack) {
+  const engine::engine_config config = test_config();
+  engine_stack s({.modules = layered_model(1, 1, 500), .config = config});
+  model_data data(s);
+  {
+    engine::coordinator coord(
+        s.tiers(), s.swapper(), s.comm(), s.dev(),
+        {.arena_bytes = s.plan().arena_bytes, .limits = engine::prefetch_limits::from(config.zero)});
+    ASSERT_TRUE(coord.policy().persistent(0));
+    coord.begin_step();
+    coord.fetch(0).wait();
+    data.shards[0] = s.shard_data(0, 4242);
+    s.to_device(coord.address(0), data.shards[0]);
+    coord.mark_dirty(0);
+    coord.release(0);
+    coord.end_step();
+  }
+  EXPECT_TRUE(same_bytes(s.read_home(0), data.shards[0]));
+}
+
+// A prefetch whose read the swapper refuses (another mover has the state) backs off like one
+// the arena cannot hold: the fetch that walked ahead succeeds, the parameters behind it are
+// released in the policy (their own fetches gather them), and the step runs to the end.
+TEST(Coordinator, APrefetchTheSwapperRefusesBacksOffAndLeavesNothingInFlight) {
+  engine_stack s({.modules = layered_model(4, 1, 20'000), .config = test_config()});
+  const model_data data(s);
+  const std::vector<module_id> order{0, 1, 2, 3};
+  run_step(s, order, data);                                           // records the trace
+  ASSERT_TRUE(s.tiers().begin_move(2, engine::state_kind::working));  // module 2's only parameter
+  s.coord().begin_step();
+  engine::fetch_handle h;
+  ASSERT_NO_THROW(h = s.coord().fetch(0));
+  EXPECT_EQ(s.coord().policy().status(2), engine::gather_status::released);
+  EXPECT_EQ(s.coord().policy().status(3), engine::gather_status::released);
+  s.tiers().abort_move(2, engine::state_kind::working);
+  h.wait();
+  expect_gathered(s, 0, data);
+  s.coord().release(0);
+  for (const module_id m : {1U, 2U, 3U}) {
+    s.coord().fetch(m).wait();
+    expect_gathered(s, m, data);
+    s.coord().release(m);
+  }
+  s.coord().end_step();
+}
+
 TEST(Coordinator, AModuleFetchedAgainWhileItsWriteBackRunsKeepsTheNewestData) {
   engine_stack s({.modules = layered_model(2, 1, 30'000), .config = test_config()});
   model_data data(s);
@@ -239,6 +288,40 @@ TEST(Coordinator, AFetchWaitsForAnotherCallersReleaseWhenTheArenaIsFull) {
   other.join();
   s.coord().end_step();
   EXPECT_GT(s.coord().stats().arena_waits, 0U);
+}
+
+// A release that frees a parameter whose read is still in flight waits for the read outside the
+// lock; another caller's pump may see the read arrive first and complete the gather. The policy
+// released the parameter already, so that gather must not report it gathered (the policy refuses
+// it as a usage_error, thrown at whichever caller pumped). Racy by nature: many rounds.
+TEST(Coordinator, AGatherCompletedByAnotherCallerWhileAReleaseWaitsForItsReadIsNoError) {
+  for (int round = 0; round < 50; ++round) {
+    auto faults = std::make_shared<fault_plan>();
+    engine_stack s({.modules = layered_model(1, 1, 20'000), .config = test_config(), .faults = faults});
+    const model_data data(s);
+    faults->add({.op = io::io_op::read, .hold = true, .times = -1});
+    s.coord().begin_step();
+    (void)s.coord().fetch(0);  // its read is held: the parameter stays in flight
+    std::atomic<bool> released{false};
+    std::string failure;
+    std::jthread other([&] {
+      for (int i = 0; !released.load(); ++i) {
+        if (i == 100) faults->release_held();
+        try {
+          s.coord().flush();  // pumps: completes the gathers whose reads arrived
+        } catch (const std::exception& e) {
+          if (failure.empty()) failure = e.what();
+        }
+      }
+    });
+    s.coord().release(0);  // frees the parameter in flight: waits for its read
+    released.store(true);
+    other.join();
+    EXPECT_EQ(failure, "") << "round " << round;
+    EXPECT_NO_THROW(s.coord().end_step());
+    EXPECT_EQ(s.coord().arena().stats().used, 0U) << "round " << round;
+    if (!failure.empty()) break;
+  }
 }
 
 TEST(Coordinator, TwoThreadsFetchAndReleaseTheirOwnModules) {

@@ -50,6 +50,7 @@ class engine_stack {
   [[nodiscard]] engine::tier_manager& tiers() { return path_->tiers(); }
   [[nodiscard]] engine::parameter_swapper& swapper() { return path_->swapper(); }
   [[nodiscard]] engine::coordinator& coord() { return path_->coord(); }
+  [[nodiscard]] engine::communicator& comm() { return path_->comm(); }
   [[nodiscard]] allocators::pinned_host_resource& pinned() { return path_->pinned(); }
   [[nodiscard]] io::swap_store* store() { return path_->store(); }
 

@@ -136,7 +136,9 @@ void coordinator::impl::complete_gather(parameter_id p) {
   }
   g.block.unpin();  // until a fetch's wait pins it, compaction may move it
   g.at = gathered_parameter::phase::gathered;
-  policy.on_gathered(p);
+  // Not live: the policy released it and a free() waits for this read outside the lock (it drops
+  // the block when it wakes); the policy would refuse it as gathered.
+  if (g.live) policy.on_gathered(p);
 }
 
 void coordinator::impl::retire_writebacks() {
@@ -318,6 +320,19 @@ coordinator::coordinator(tier_manager& tiers, parameter_swapper& swapper, commun
 
 coordinator::~coordinator() {
   std::unique_lock lock(impl_->mutex);
+  // Changes not yet written home (a persistent parameter, one whose write failed, one never
+  // released) would go with the arena: write them back now; a failure is logged below, naming
+  // the parameter, the path and the offset (call flush() first to have it thrown).
+  for (parameter_id p = 0; p < impl_->params.size(); ++p) {
+    const gathered_parameter& g = impl_->params[p];
+    if (!g.dirty || g.writing || g.at != gathered_parameter::phase::gathered) continue;
+    try {
+      impl_->start_writeback(p);
+    } catch (const std::exception& e) {
+      log::error("parameter '", impl_->tiers.layout().parameter(p).name,
+                 "' was changed and cannot be written back; its changes are lost: ", e.what());
+    }
+  }
   while (!impl_->gathers.empty() || !impl_->writebacks.empty()) {
     const swap_ticket t = impl_->gathers.empty() ? impl_->params[impl_->writebacks.front()].out
                                                  : impl_->params[impl_->gathers.front()].in;
@@ -374,15 +389,22 @@ fetch_handle coordinator::fetch(module_id module) {
     for (const parameter_id p : decision.prefetch) impl_->policy.on_freed(p);
     throw;
   }
-  // Ahead of need, in trace order: the first that does not fit ends the walk (the rest are
-  // released again; their own fetch gathers them).
+  // Ahead of need, in trace order: the first that does not fit, or whose read cannot start now
+  // (another mover has its state), ends the walk; it and the rest are released again and their
+  // own fetches gather them (and report a refusal that lasts). A prefetch never fails this fetch.
   bool backed_off = false;
   for (const parameter_id p : decision.prefetch) {
     if (backed_off) {
       impl_->policy.on_freed(p);
       continue;
     }
-    backed_off = !impl_->start(p, false, lock);
+    try {
+      backed_off = !impl_->start(p, false, lock);
+    } catch (const std::exception&) {
+      if (!impl_->params[p].live && impl_->policy.status(p) != gather_status::released) impl_->policy.on_freed(p);
+      ++impl_->stats.prefetch_backoffs;
+      backed_off = true;
+    }
   }
   impl_->pump();
   return fetch_handle(std::move(state));

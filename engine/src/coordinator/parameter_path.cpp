@@ -1,13 +1,55 @@
 #include "zoe/engine/coordinator/parameter_path.hpp"
 
+#include <filesystem>
+#include <string>
+
+#include "zoe/core/check.hpp"
+#include "zoe/core/str.hpp"
+
 namespace zoe::engine {
+namespace {
+
+// The config key a swap path came from (swap_paths() takes them in this order, each once).
+std::string key_of(const engine_config& config, const std::filesystem::path& path) {
+  if (config.zero.offload_param && config.zero.offload_param->nvme_path == path) {
+    return "zero_optimization.offload_param.nvme_path";
+  }
+  if (config.zero.offload_optimizer && config.zero.offload_optimizer->nvme_path == path) {
+    return "zero_optimization.offload_optimizer.nvme_path";
+  }
+  return "zoe.swap.extra_paths";
+}
+
+// The plan, refused before anything is allocated when this machine (with `dev`'s budget) cannot
+// hold it or a swap path it needs is missing. zoe-plan only warns about a missing path (it may be
+// mounted later); an engine that starts needs it now.
+footprint_plan checked_plan(const model_layout& layout, const engine_config& config, const placement& where,
+                            const device& dev) {
+  footprint_plan plan = make_footprint_plan(layout, config, where);
+  for (const std::filesystem::path& path : plan.swap_paths) {
+    std::error_code ec;
+    ZOE_CHECK(std::filesystem::is_directory(path, ec), config_error, key_of(config, path), " '", path.string(),
+              "' is not an existing folder; create it or point the key at one");
+  }
+  check_plan_fits(plan, measure_machine(config, dev));
+  return plan;
+}
+
+allocators::pinned_options bounded_by(const footprint_plan& plan) {
+  allocators::pinned_options out;
+  out.limit_bytes = plan.pinned_bytes;
+  return out;
+}
+
+}  // namespace
 
 parameter_path::parameter_path(std::vector<module_spec> modules, const engine_config& config, device& dev,
                                parameter_path_options options)
     : layout_(std::make_unique<model_layout>(std::move(modules), layout_options{})),
       placement_(std::make_unique<placement>(*layout_, config)),
-      plan_(make_footprint_plan(*layout_, config, *placement_)),
-      pinned_(std::make_unique<allocators::pinned_host_resource>(dev)) {
+      plan_(checked_plan(*layout_, config, *placement_, dev)),
+      // The plan's pinned bytes are a hard limit, not only a figure to compare the peak with.
+      pinned_(std::make_unique<allocators::pinned_host_resource>(dev, bounded_by(plan_))) {
   if (options.arena_bytes) plan_.arena_bytes = *options.arena_bytes;
   if (!plan_.swap_paths.empty()) {
     io::swap_store_options so;

@@ -35,6 +35,9 @@ struct parameter_swapper::impl {
   };
   // Takes the state for a move (-> in_flight); usage_error when it cannot be moved now.
   started begin(parameter_id p, move_kind kind);
+  // Hands a move of `m`'s NVMe home (in: to `device`; out: from it) to the I/O thread.
+  void enqueue_nvme(parameter_id p, const started& m, io::io_op op, std::byte* device,
+                    std::shared_ptr<detail::ticket_state> ticket);
   std::shared_ptr<detail::ticket_state> new_ticket() {
     auto t = std::make_shared<detail::ticket_state>();
     t->dev = &dev;
@@ -59,6 +62,21 @@ parameter_swapper::impl::started parameter_swapper::impl::begin(parameter_id p, 
   // A read of a released state is refused by the tier manager, naming it.
   ZOE_EXPECTS(tiers.begin_move(p, s, kind), "cannot move ", describe(param, s), ": it is already being moved");
   return {param, s, tiers.location(p, s)};
+}
+
+void parameter_swapper::impl::enqueue_nvme(parameter_id p, const started& m, io::io_op op, std::byte* device,
+                                           std::shared_ptr<detail::ticket_state> ticket) {
+  ZOE_ASSERT(mover != nullptr);
+  auto move = std::make_unique<detail::nvme_move>();
+  move->op = op;
+  move->param = p;
+  move->state = m.state;
+  move->what = describe(m.param, m.state);
+  move->extent = m.home.extent;
+  move->device = device;
+  move->bytes = m.home.bytes;
+  move->ticket = std::move(ticket);
+  mover->enqueue(std::move(move));
 }
 
 parameter_swapper::parameter_swapper(tier_manager& tiers, device& dev, allocators::pinned_host_resource& pinned,
@@ -107,17 +125,7 @@ swap_ticket parameter_swapper::swap_in(parameter_id p, void* dst) {
   auto ticket = impl_->new_ticket();
   const std::uint64_t bytes = m.home.bytes;
   if (m.home.where == tier::nvme) {
-    ZOE_ASSERT(impl_->mover != nullptr);
-    auto move = std::make_unique<detail::nvme_move>();
-    move->op = io::io_op::read;
-    move->param = p;
-    move->state = m.state;
-    move->what = describe(m.param, m.state);
-    move->extent = m.home.extent;
-    move->device = static_cast<std::byte*>(dst);
-    move->bytes = bytes;
-    move->ticket = ticket;
-    impl_->mover->enqueue(std::move(move));
+    impl_->enqueue_nvme(p, m, io::io_op::read, static_cast<std::byte*>(dst), ticket);
     return swap_ticket(std::move(ticket));
   }
   try {
@@ -143,17 +151,7 @@ swap_ticket parameter_swapper::swap_out(parameter_id p, const void* src) {
   const std::uint64_t bytes = m.home.bytes;
   auto* source = static_cast<std::byte*>(const_cast<void*>(src));  // read only: a write never modifies it
   if (m.home.where == tier::nvme) {
-    ZOE_ASSERT(impl_->mover != nullptr);
-    auto move = std::make_unique<detail::nvme_move>();
-    move->op = io::io_op::write;
-    move->param = p;
-    move->state = m.state;
-    move->what = describe(m.param, m.state);
-    move->extent = m.home.extent;
-    move->device = source;
-    move->bytes = bytes;
-    move->ticket = ticket;
-    impl_->mover->enqueue(std::move(move));
+    impl_->enqueue_nvme(p, m, io::io_op::write, source, ticket);
     return swap_ticket(std::move(ticket));
   }
   try {

@@ -85,11 +85,15 @@ std::string keys_of(const footprint_plan& plan, std::initializer_list<memory_kin
 }  // namespace
 
 machine_limits measure_machine(const engine_config& config) {
-  machine_limits out;
   const device_selection selected =
       select_device({.kind = config.zoe.device_kind, .budget_bytes = config.zoe.device_budget, .cuda_ordinal = 0});
-  out.device_budget = selected.dev->usage().budget_bytes;
-  out.memlock_limit = memlock_limit(selected.dev->kind());
+  return measure_machine(config, *selected.dev);
+}
+
+machine_limits measure_machine(const engine_config& config, const device& dev) {
+  machine_limits out;
+  out.device_budget = dev.usage().budget_bytes;
+  out.memlock_limit = memlock_limit(dev.kind());
   out.host_available = mem_available();
   for (const auto& path : swap_paths(config)) {
     out.disk_free.push_back({.path = path, .free = free_bytes(path), .filesystem = filesystem_of(path)});

@@ -46,7 +46,7 @@ struct coordinator_stats {
   std::uint64_t fetches = 0;            ///< fetch() calls
   std::uint64_t gathers = 0;            ///< parameters gathered on demand
   std::uint64_t prefetches = 0;         ///< parameters gathered ahead
-  std::uint64_t prefetch_backoffs = 0;  ///< prefetches dropped because the arena was full
+  std::uint64_t prefetch_backoffs = 0;  ///< prefetches dropped: the arena was full or the read could not start
   std::uint64_t evictions = 0;          ///< parameters gathered ahead and freed to make room
   std::uint64_t arena_waits = 0;        ///< demand fetches that waited for arena space
   std::uint64_t write_backs = 0;        ///< dirty parameters written back
@@ -91,8 +91,8 @@ class coordinator {
   /// and the policy. Everything passed must outlive the coordinator.
   coordinator(tier_manager& tiers, parameter_swapper& swapper, communicator& comm, device& dev,
               coordinator_options options);
-  /// Waits for the reads and write-backs in flight (a write that fails then is logged: call
-  /// flush() first to have it thrown). Never throws.
+  /// Writes back the parameters still dirty, then waits for the reads and write-backs in flight
+  /// (a write that fails then is logged: call flush() first to have it thrown). Never throws.
   ~coordinator();
   coordinator(const coordinator&) = delete;
   coordinator& operator=(const coordinator&) = delete;

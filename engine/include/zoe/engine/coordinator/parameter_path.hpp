@@ -36,8 +36,12 @@ struct parameter_path_options {
 class parameter_path {
  public:
   /// Lays out `modules` at world size 1 and builds every stage for `config` on `dev` (which must
-  /// outlive it). Throws what the stages throw: config_error for a plan that cannot work, io_error
-  /// naming a swap path that cannot hold the store, memory_error when memory is refused.
+  /// outlive it). Before allocating anything, throws config_error naming the keys to change when
+  /// the footprint plan does not fit this machine with `dev`'s budget (check_plan_fits), and
+  /// naming the key and the path when a swap path the plan needs is not an existing folder. Pinned
+  /// memory is limited to the plan's pinned_bytes (0: nothing is pinned, and the resource has no
+  /// limit). Otherwise throws what the stages throw: config_error for a plan that cannot work,
+  /// io_error naming a swap path that cannot hold the store, memory_error when memory is refused.
   parameter_path(std::vector<module_spec> modules, const engine_config& config, device& dev,
                  parameter_path_options options = {});
   ~parameter_path();

@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "zoe/core/device.hpp"
 #include "zoe/engine/config/config.hpp"
 #include "zoe/engine/model/layout.hpp"
 #include "zoe/engine/tiers/placement.hpp"
@@ -104,6 +105,10 @@ struct machine_limits {
 /// MemAvailable, and the free bytes under each of swap_paths(config). Throws what select_device
 /// throws (config_error for a bad zoe.device.kind or ZOE_DEVICE_BUDGET).
 [[nodiscard]] machine_limits measure_machine(const engine_config& config);
+/// Measures this machine for `config` with the device the engine was given (its budget and its
+/// kind, which decides whether RLIMIT_MEMLOCK binds) instead of the one select_device() would open.
+/// Never throws beyond allocation.
+[[nodiscard]] machine_limits measure_machine(const engine_config& config, const device& dev);
 
 /// Why the plan does not fit, one line per shortfall naming the bytes needed and available and
 /// the keys to change; empty when it fits. Swap paths on one filesystem need their shares of the

@@ -1,0 +1,69 @@
+// The parameter path refuses, before allocating anything, a plan this machine cannot hold (naming
+// the keys to change) and a swap path that does not exist (naming the key and the path); once
+// built, its pinned memory cannot grow past the plan's pinned bytes.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "engine_stack.hpp"
+#include "zoe/core/error.hpp"
+
+namespace zoe::testing {
+namespace {
+
+// What constructing a parameter_path on `dev` throws as config_error ("" when nothing is thrown).
+std::string refusal(const engine::engine_config& config, device& dev) {
+  try {
+    const engine::parameter_path path(layered_model(2, 2, 20'000), config, dev);
+  } catch (const config_error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(ParameterPath, APlanLargerThanTheDeviceBudgetIsRefusedNamingTheKeysBeforeAnythingIsAllocated) {
+  const scratch_dir dir;
+  engine::engine_config config = nvme_config();
+  config.zero.offload_param->nvme_path = dir.path();
+  config.zero.param_persistence_threshold = 0;   // every parameter is fetched through the arena
+  const auto dev = make_host_device(16 * 1024);  // less than one gathered layer
+  const std::string what = refusal(config, *dev);
+  EXPECT_NE(what.find("device memory"), std::string::npos) << what;
+  EXPECT_NE(what.find("zoe.device.budget_bytes"), std::string::npos) << what;
+  EXPECT_NE(what.find("stage3_prefetch_bucket_size"), std::string::npos) << what;
+  EXPECT_EQ(dev->usage().peak_bytes, 0U);
+}
+
+TEST(ParameterPath, AMissingNvmePathIsAConfigErrorNamingTheKeyAndThePath) {
+  const scratch_dir dir;
+  engine::engine_config config = nvme_config();
+  config.zero.offload_param->nvme_path = dir.path() / "not-made";
+  const auto dev = make_host_device(std::uint64_t{64} << 20);
+  const std::string what = refusal(config, *dev);
+  EXPECT_NE(what.find("zero_optimization.offload_param.nvme_path"), std::string::npos) << what;
+  EXPECT_NE(what.find((dir.path() / "not-made").string()), std::string::npos) << what;
+  EXPECT_EQ(dev->usage().peak_bytes, 0U);
+}
+
+TEST(ParameterPath, AMissingExtraSwapPathNamesTheZoeKey) {
+  const scratch_dir dir;
+  engine::engine_config config = nvme_config();
+  config.zero.offload_param->nvme_path = dir.path();
+  config.zoe.extra_swap_paths = {dir.path() / "second"};
+  const auto dev = make_host_device(std::uint64_t{64} << 20);
+  const std::string what = refusal(config, *dev);
+  EXPECT_NE(what.find("zoe.swap.extra_paths"), std::string::npos) << what;
+  EXPECT_NE(what.find((dir.path() / "second").string()), std::string::npos) << what;
+}
+
+TEST(ParameterPath, PinnedMemoryIsLimitedToThePlansPinnedBytes) {
+  engine_stack s({.modules = layered_model(2, 2, 20'000), .config = nvme_config()});
+  ASSERT_GT(s.plan().pinned_bytes, 0U);
+  EXPECT_LE(s.pinned().bytes_in_use(), s.plan().pinned_bytes);
+  const std::uint64_t room = s.plan().pinned_bytes - s.pinned().bytes_in_use();
+  EXPECT_THROW((void)s.pinned().allocate(room + 1), memory_error);
+  EXPECT_EQ(s.pinned().bytes_in_use() + room, s.plan().pinned_bytes);
+}
+
+}  // namespace
+}  // namespace zoe::testing
