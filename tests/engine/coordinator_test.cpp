@@ -281,13 +281,18 @@ TEST(Coordinator, AFetchWaitsForAnotherCallersReleaseWhenTheArenaIsFull) {
     expect_gathered(s, 1, data);
     s.coord().release(1);
   });
-  // The other fetch cannot have its space until this release; no timing is asserted.
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  // Release only once the other fetch is seen waiting for space (not after a guessed sleep, which
+  // a loaded machine could outlast before the other thread even starts); the deadline only keeps a
+  // broken coordinator from hanging the test.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (s.coord().stats().arena_waits == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_GT(s.coord().stats().arena_waits, 0U) << "the second fetch never waited for the full arena";
   released.store(true);
   s.coord().release(0);
   other.join();
   s.coord().end_step();
-  EXPECT_GT(s.coord().stats().arena_waits, 0U);
 }
 
 // A release that frees a parameter whose read is still in flight waits for the read outside the

@@ -198,6 +198,8 @@ bool coordinator::impl::start(parameter_id p, bool demand, std::unique_lock<std:
   g.at = gathered_parameter::phase::reading;
   g.live = true;
   gathers.push_back(p);
+  // A wait that found `p` still being started sleeps on `changed` until its read exists.
+  changed.notify_all();
   ++(demand ? stats.gathers : stats.prefetches);
   stats.peak_live_numel = std::max(stats.peak_live_numel, policy.live_numel());
   return true;
