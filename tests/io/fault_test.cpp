@@ -8,6 +8,7 @@
 
 #include "backend_types.hpp"
 #include "fault_injecting_backend.hpp"
+#include "faulty_engine_fixture.hpp"
 #include "io_test_support.hpp"
 #include "zoe/core/units.hpp"
 #include "zoe/io/engine_factory.hpp"
@@ -23,33 +24,17 @@ using io::io_request;
 
 // Every backend under the wrapper: the engine's checks must not depend on which one reports.
 template <typename Backend>
-class fault_test : public ::testing::Test {
+class fault_test : public faulty_engine_fixture<Backend> {
  protected:
-  void SetUp() override {
-    plan_ = std::make_shared<fault_plan>();
-    const io::engine_options o{.block_size = 256 * KiB, .queue_depth = 4};
-    std::unique_ptr<io::io_backend> inner;
-    try {
-      inner = Backend::make(o);
-    } catch (const std::exception& e) {
-      GTEST_SKIP() << e.what();
-    }
-    engine_ = std::make_unique<io::io_engine>(std::make_unique<fault_injecting_backend>(std::move(inner), plan_), o);
-    file_ = std::make_unique<io::file>(dir_ / "f.dat", io::open_mode::read_write, io::file_options{.create = true});
-  }
+  fault_test() : faulty_engine_fixture<Backend>({.block_size = 256 * KiB, .queue_depth = 4}) {}
 
   io_completion one(io_op op, std::span<std::byte> buffer, std::uint64_t offset) {
-    engine_->submit({op, file_.get(), buffer, offset, 7});
+    this->engine_->submit({op, this->file_.get(), buffer, offset, 7});
     std::vector<io_completion> done;
-    engine_->wait(done, 1);
+    this->engine_->wait(done, 1);
     EXPECT_EQ(done.size(), 1u);
     return done.at(0);
   }
-
-  scratch_dir dir_;
-  std::shared_ptr<fault_plan> plan_;
-  std::unique_ptr<io::io_engine> engine_;
-  std::unique_ptr<io::file> file_;
 };
 
 TYPED_TEST_SUITE(fault_test, raw_backend_types, backend_type_names);

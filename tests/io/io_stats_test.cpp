@@ -9,6 +9,7 @@
 
 #include "backend_types.hpp"
 #include "fault_injecting_backend.hpp"
+#include "faulty_engine_fixture.hpp"
 #include "io_test_support.hpp"
 #include "zoe/core/units.hpp"
 #include "zoe/io/file.hpp"
@@ -23,30 +24,15 @@ using io::io_op;
 using io::io_request;
 
 template <typename Backend>
-class io_stats_test : public ::testing::Test {
+class io_stats_test : public faulty_engine_fixture<Backend> {
  protected:
-  void SetUp() override {
-    const io::engine_options o{.block_size = 64 * KiB, .queue_depth = 4};
-    std::unique_ptr<io::io_backend> inner;
-    try {
-      inner = Backend::make(o);
-    } catch (const std::exception& e) {
-      GTEST_SKIP() << e.what();
-    }
-    engine_ = std::make_unique<io::io_engine>(std::make_unique<fault_injecting_backend>(std::move(inner), plan_), o);
-    file_ = std::make_unique<io::file>(dir_ / "f.dat", io::open_mode::read_write, io::file_options{.create = true});
-  }
+  io_stats_test() : faulty_engine_fixture<Backend>({.block_size = 64 * KiB, .queue_depth = 4}) {}
 
   std::vector<io_completion> wait_all() {
     std::vector<io_completion> done;
-    while (engine_->outstanding() > 0) engine_->wait(done, engine_->outstanding());
+    while (this->engine_->outstanding() > 0) this->engine_->wait(done, this->engine_->outstanding());
     return done;
   }
-
-  scratch_dir dir_;
-  std::shared_ptr<fault_plan> plan_ = std::make_shared<fault_plan>();
-  std::unique_ptr<io::io_engine> engine_;
-  std::unique_ptr<io::file> file_;
 };
 
 TYPED_TEST_SUITE(io_stats_test, raw_backend_types, backend_type_names);
