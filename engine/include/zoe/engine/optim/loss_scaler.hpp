@@ -34,11 +34,11 @@ class loss_scale_error : public error {
 
 /// What a checkpoint keeps of the scaler; field names follow DeepSpeed's attributes.
 struct loss_scaler_state {
-  double scale = 1;                       ///< cur_scale
-  std::int64_t cur_iter = 0;              ///< update() calls so far, skipped steps included
-  std::int64_t last_overflow_iter = -1;   ///< cur_iter of the last overflow; -1: none yet
-  std::int64_t cur_hysteresis = 1;        ///< overflows still tolerated before the scale halves
-  std::int64_t optimizer_steps = 0;       ///< steps not skipped: the bias-correction step count
+  double scale = 1;                      ///< cur_scale
+  std::int64_t cur_iter = 0;             ///< update() calls so far, skipped steps included
+  std::int64_t last_overflow_iter = -1;  ///< cur_iter of the last overflow; -1: none yet
+  std::int64_t cur_hysteresis = 1;       ///< overflows still tolerated before the scale halves
+  std::int64_t optimizer_steps = 0;      ///< steps not skipped: the bias-correction step count
 
   friend bool operator==(const loss_scaler_state&, const loss_scaler_state&) = default;
 };
