@@ -9,7 +9,7 @@
 // count that Adam's bias correction uses.
 //
 // Dynamic scaling (fp16.enabled, fp16.loss_scale 0), starting at 2^initial_scale_power:
-//  - overflow with cur_hysteresis > 1 (and hysteresis > 1): cur_hysteresis drops by one, the scale stays;
+//  - overflow with cur_hysteresis > 1: cur_hysteresis drops by one, the scale stays;
 //  - overflow otherwise: the scale halves, never below min_loss_scale; an overflow while the scale
 //    already equals min_loss_scale throws loss_scale_error (DeepSpeed raises there too), leaving
 //    the state untouched;
@@ -37,7 +37,7 @@ struct loss_scaler_state {
   double scale = 1;                      ///< cur_scale
   std::int64_t cur_iter = 0;             ///< update() calls so far, skipped steps included
   std::int64_t last_overflow_iter = -1;  ///< cur_iter of the last overflow; -1: none yet
-  std::int64_t cur_hysteresis = 1;       ///< overflows still tolerated before the scale halves
+  std::int64_t cur_hysteresis = 1;       ///< an overflow halves the scale when this is 1
   std::int64_t optimizer_steps = 0;      ///< steps not skipped: the bias-correction step count
 
   friend bool operator==(const loss_scaler_state&, const loss_scaler_state&) = default;
