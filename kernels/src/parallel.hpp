@@ -3,6 +3,7 @@
 // thread streams one contiguous stretch (the kernels are memory bound and threads are scarce).
 
 #include <cstddef>
+#include <map>
 
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
@@ -62,7 +63,10 @@ void parallel_ranges(std::size_t count, std::size_t grain, std::size_t max_threa
     parallel_ranges(count, grain, fn);
     return;
   }
-  tbb::task_arena arena(static_cast<int>(max_threads));
+  // One arena per budget and calling thread, kept: building a task_arena per call would set up
+  // its worker slots again on every optimizer step.
+  thread_local std::map<std::size_t, tbb::task_arena> arenas;
+  tbb::task_arena& arena = arenas.try_emplace(max_threads, static_cast<int>(max_threads)).first->second;
   arena.execute([&] { parallel_ranges(count, grain, fn); });
 }
 

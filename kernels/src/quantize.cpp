@@ -159,18 +159,21 @@ void quantize(const_tensor_view in, const quant_config& config, quantized_span o
                           [&](std::size_t b, std::size_t e) { k.quantize_blocks(args, b, e); });
 }
 
-void dequantize(const_quantized_span in, const quant_config& config, tensor_view out) {
-  const detail::dequant_args args = detail::make_dequant_args(in, config, out);
+namespace {
+// dequantize and dequantize_accumulate differ only in their arguments (args.accumulate).
+void run_dequantize(const detail::dequant_args& args, const quant_config& config, std::size_t count) {
   const detail::kernel_table& k = detail::active_table();
-  detail::parallel_ranges(config.blocks(out.count), block_grain(config),
+  detail::parallel_ranges(config.blocks(count), block_grain(config),
                           [&](std::size_t b, std::size_t e) { k.dequantize_blocks(args, b, e); });
+}
+}  // namespace
+
+void dequantize(const_quantized_span in, const quant_config& config, tensor_view out) {
+  run_dequantize(detail::make_dequant_args(in, config, out), config, out.count);
 }
 
 void dequantize_accumulate(const_quantized_span in, const quant_config& config, std::span<float> out) {
-  const detail::dequant_args args = detail::make_dequant_accumulate_args(in, config, out);
-  const detail::kernel_table& k = detail::active_table();
-  detail::parallel_ranges(config.blocks(out.size()), block_grain(config),
-                          [&](std::size_t b, std::size_t e) { k.dequantize_blocks(args, b, e); });
+  run_dequantize(detail::make_dequant_accumulate_args(in, config, out), config, out.size());
 }
 
 void reduce_requantize(std::span<const const_quantized_span> inputs, const quant_config& config, std::size_t count,

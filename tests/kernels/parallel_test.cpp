@@ -45,7 +45,7 @@ TEST(parallel_ranges, ABudgetOfOneIsOnePieceOnTheCallingThread) {
   EXPECT_TRUE(r.every_index_once());
   EXPECT_EQ(r.pieces, 1U);
   ASSERT_EQ(r.threads.size(), 1U);
-  EXPECT_EQ(*r.threads.begin(), std::this_thread::get_id()) << "arena.execute from the caller runs on the caller";
+  EXPECT_EQ(*r.threads.begin(), std::this_thread::get_id()) << "a budget of one calls fn on the caller, without TBB";
 }
 
 TEST(parallel_ranges, ABudgetOfTwoUsesAtMostTwoThreads) {

@@ -49,7 +49,8 @@ void nvme_mover::add_stats(parameter_swapper_stats& out) const {
   out.moves_out += stats_.moves_out;
   out.failed_moves += stats_.failed_moves;
   out.buffer_waits += stats_.buffer_waits;
-  out.peak_buffers_in_use = std::max(out.peak_buffers_in_use, stats_.peak_buffers_in_use);
+  // The pool records the fewest free buffers it has seen: the peak in use, without a lock per piece here.
+  out.peak_buffers_in_use = std::max(out.peak_buffers_in_use, pool_.buffer_count() - pool_.stats().min_available);
   out.io_busy_seconds += stats_.io_busy_seconds;
   out.threads += 1;
 }
@@ -179,10 +180,6 @@ bool nvme_mover::start_pieces(io::swap_channel& channel) {
       m.issued += p.bytes;
       ++m.pieces_out;
       started = true;
-      {
-        const std::lock_guard lock(mutex_);
-        stats_.peak_buffers_in_use = std::max(stats_.peak_buffers_in_use, pool_.buffer_count() - pool_.available());
-      }
       if (m.op == io::io_op::read) {
         p.at = stage::reading;
         submit(channel, slot, io::io_op::read);
