@@ -138,8 +138,10 @@ TYPED_TEST(engine_progress_test, AnotherEnginesUnlockWakesAnEngineWaitingForABlo
   auto second = random_bytes(100, 5);
   waiter->submit({io_op::write, this->file_.get(), second, 2000, 2});
   EXPECT_EQ(waiter->poll(done), 0u);
-  EXPECT_EQ(waiter->outstanding(), 1u);
-  EXPECT_FALSE(readable(fd, 0)) << "the waiter has nothing to do until the block is unlocked";
+  EXPECT_EQ(waiter->outstanding(), 1u) << "the waiter can do nothing until the block is unlocked";
+  // Not asserted: that the fd is quiet now. The contract allows a spurious wake (never a missed
+  // one), and under ASan the posix backend was seen to give one here. The event loop below sleeps
+  // on the fd, so it finishes only if the unlock wakes it.
 
   this->plan_->release_held();
   holder->wait(done, 1);
