@@ -58,6 +58,17 @@ struct footprint_plan {
   std::uint64_t param_buffer_bytes = 0;      ///< bytes per parameter swap buffer (4 KiB multiple, >= one chunk)
   std::uint64_t optimizer_buffer_count = 0;  ///< pinned swap buffers of the optimizer step (0 without nvme)
   std::uint64_t optimizer_buffer_bytes = 0;  ///< bytes per optimizer swap buffer (4 KiB multiple)
+  /// Pageable host bytes of the optimizer step's undo log: the in-memory states the step rewrites
+  /// in shards that also have a state on nvme (optimizer_step.hpp).
+  std::uint64_t optimizer_undo_bytes = 0;
+  /// Device buckets the gradients of backward are written into (gradient_path.hpp): 2 with
+  /// overlap_comm, else 1, each of reduce_bucket_size elements but never smaller than the largest
+  /// module's gradients.
+  std::uint64_t gradient_bucket_count = 0;
+  std::uint64_t gradient_bucket_bytes = 0;
+  /// Pinned buffers for the read-modify-writes of gradients on nvme (0 without).
+  std::uint64_t gradient_buffer_count = 0;
+  std::uint64_t gradient_buffer_bytes = 0;
   /// The swap store: its folders (striped) and its block_size (aio.block_size), which the
   /// capacity's rounding assumes. Empty paths when nothing is on nvme.
   std::vector<std::filesystem::path> swap_paths;

@@ -8,8 +8,11 @@
 // status the transition starts from (usage_error naming the parameter, the state and both
 // statuses otherwise).
 //
-// Homes never move: a location is fixed from construction to destruction, so it may be read
-// without a lock.
+// Homes never move, with one exception: an NVMe state the optimizer step rewrites (master,
+// exp_avg, exp_avg_sq, and the working copy on nvme) has a second, shadow extent; the step writes
+// there and commit_shadow() swaps the two once the whole step is known good. Otherwise a location is
+// fixed from construction to destruction; location() may be read without a lock while no
+// commit_shadow() of that state runs (the engine commits only between steps, with no move in flight).
 
 #include <cstdint>
 #include <memory>
@@ -99,6 +102,14 @@ class tier_manager {
   /// Sets the dirty flag. While a write is in flight, the last value set also decides what
   /// finish_move leaves (see there).
   void set_dirty(parameter_id p, state_kind s, bool dirty);
+
+  // ---- the optimizer step's shadow extents (see the header comment) ---------------------------
+  /// The shadow extent of (p, s): an extent of the same size as the home's, allocated with it, for
+  /// the NVMe states the optimizer step rewrites; a zero extent (bytes 0) for every other state.
+  [[nodiscard]] io::swap_extent shadow(parameter_id p, state_kind s) const;
+  /// The shadow now holds the state's data: it becomes the home's extent and the old extent the
+  /// shadow. The state must be resident (usage_error otherwise, or when it has no shadow).
+  void commit_shadow(parameter_id p, state_kind s);
 
  private:
   struct impl;

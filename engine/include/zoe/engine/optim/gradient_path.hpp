@@ -1,0 +1,105 @@
+#pragma once
+// The gradient path: gradients arrive per module from backward in device memory, are reduced over
+// the ranks through the communicator (reduce-scatter; a copy at world size 1) and accumulated in
+// fp32 into each shard's gradient state wherever it lives: device, pinned host, or NVMe (a
+// read-modify-write per micro-batch, pipelined through constant-size pinned buffers).
+//
+// Buckets: backward writes a module's full (padded, working-dtype) gradients into device memory
+// the path lends out of a bucket of zero_optimization.reduce_bucket_size elements (never smaller
+// than the largest module), so no copy is made before the reduction. With overlap_comm there are
+// two buckets: backward fills one while the other is reduced and accumulated. A module that finds
+// no room waits for a bucket to drain (back-pressure).
+//
+// A step is gradient_accumulation_steps micro-batches. The first micro-batch of a step overwrites
+// the gradient state (no read), the later ones add to it. While the last micro-batch accumulates,
+// the path computes the gradient's sum of squares in fp64 and whether any element is inf or NaN,
+// so both are known before the optimizer touches the first sub-group.
+//
+// The sum of squares is one fixed order whatever the tiers: each parameter's value equals
+// kernels::sum_of_squares over its whole fp32 gradient shard (an NVMe shard, processed in pieces,
+// rebuilds it from the per-64Ki-element partials that sum_of_squares' workspace holds), and the
+// total adds the parameters' values in layout order, starting from 0. So the norm is the same bits
+// for every placement.
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "zoe/allocators/pinned_host_resource.hpp"
+#include "zoe/core/device.hpp"
+#include "zoe/engine/comm/communicator.hpp"
+#include "zoe/engine/tiers/footprint_plan.hpp"
+#include "zoe/engine/tiers/tier_manager.hpp"
+#include "zoe/io/swap_store.hpp"
+
+namespace zoe::engine {
+
+struct gradient_path_options {
+  std::uint64_t bucket_bytes = 0;        ///< device bytes per bucket (footprint_plan::gradient_bucket_bytes)
+  std::size_t bucket_count = 1;          ///< 2 with overlap_comm (footprint_plan::gradient_bucket_count)
+  std::size_t staging_buffer_count = 0;  ///< pinned buffers for NVMe read-modify-writes (plan)
+  std::size_t staging_buffer_bytes = 0;  ///< bytes per staging buffer (plan)
+};
+
+/// What the optimizer step needs to know about a step's gradients before it starts.
+struct gradient_summary {
+  double sum_of_squares = 0;  ///< fp64, fixed order (above); of the accumulated (summed, still loss-scaled) gradient
+  bool overflow = false;      ///< an element is inf or NaN (then sum_of_squares is not finite either)
+};
+
+struct gradient_path_stats {
+  std::uint64_t modules_reduced = 0;
+  std::uint64_t bytes_reduced = 0;      ///< bytes handed to the communicator
+  std::uint64_t bytes_read = 0;         ///< NVMe bytes read for read-modify-writes
+  std::uint64_t bytes_written = 0;      ///< NVMe bytes written
+  std::uint64_t bucket_waits = 0;       ///< acquire() calls that waited for a bucket to drain
+  double accumulate_seconds = 0;        ///< time the accumulation work ran
+  std::uint64_t pinned_bytes = 0;       ///< staging memory held
+  std::uint64_t device_bucket_bytes = 0;  ///< device memory of the buckets
+};
+
+/// Thread-safety: acquire/reduce for different modules may come from different threads; begin/end
+/// of micro-batches and summary() from one thread, not concurrently with acquire/reduce. Everything
+/// passed must outlive the path.
+class gradient_path {
+ public:
+  /// Allocates the buckets (device) and the staging buffers (pinned, when a gradient is on nvme).
+  /// Throws memory_error naming the keys (reduce_bucket_size, overlap_comm, ...) when refused.
+  gradient_path(tier_manager& tiers, communicator& comm, device& dev, allocators::pinned_host_resource& pinned,
+                io::swap_store* store, gradient_path_options options);
+  /// Waits for the work in flight. Never throws.
+  ~gradient_path();
+  gradient_path(const gradient_path&) = delete;
+  gradient_path& operator=(const gradient_path&) = delete;
+
+  /// Opens micro-batch `index` of a step of `count` (0-based, count >= 1): index 0 overwrites the
+  /// gradient states, index count-1 computes the summary. usage_error when one is open, index >=
+  /// count, or the order is broken (a step's micro-batches come 0, 1, ..., count-1).
+  void begin_micro_batch(std::size_t index, std::size_t count);
+  /// Device memory for module `m`'s gradients in the current micro-batch: one pointer per parameter
+  /// of the module (in module order), each padded_numel elements of the parameter's working dtype,
+  /// zero-filled in stream order on `stream`. Valid until reduce(m). Blocks while no bucket has room.
+  /// usage_error naming the module when no micro-batch is open, the module is unknown, or it was
+  /// already acquired in this micro-batch.
+  [[nodiscard]] std::vector<void*> acquire(module_id m, stream_view stream);
+  /// The gradients in acquire(m)'s memory are complete once the work queued on `stream` so far is:
+  /// reduces them and adds them to the shards' gradient states (asynchronously). usage_error naming
+  /// the module unless it was acquired and not yet reduced in this micro-batch.
+  void reduce(module_id m, stream_view stream);
+  /// Waits until every module of the micro-batch is reduced and accumulated, and known good. Every
+  /// module that was acquired must have been reduced (usage_error naming one that was not). A
+  /// module never acquired in a micro-batch adds nothing (in micro-batch 0 its gradient is zeroed).
+  /// Throws the first failure (io_error / corruption_error naming the parameter, path and offset).
+  void end_micro_batch();
+  /// The summary of the step whose last micro-batch ended. usage_error before one has.
+  [[nodiscard]] gradient_summary summary() const;
+  [[nodiscard]] gradient_path_stats stats() const;
+
+ private:
+  struct impl;
+  std::unique_ptr<impl> impl_;
+};
+
+}  // namespace zoe::engine

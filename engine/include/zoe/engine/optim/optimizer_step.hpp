@@ -1,0 +1,93 @@
+#pragma once
+// The optimizer step: Adam / AdamW over every shard of this rank, run where the states live, as a
+// pipeline. Each shard is cut into pieces of a fixed element count (one aio.block_size chunk of its
+// 16-bit working copy, or of its fp32 states when the model is fp32), visited sub-group by
+// sub-group in layout order. For a piece with any state on NVMe, the reads of the pieces ahead run
+// in front of Adam, the writes of the pieces behind run after it, as deep as the optimizer's fixed
+// pinned memory allows (footprint_plan::optimizer_buffer_count x optimizer_buffer_bytes, cut into
+// chunk-sized slots; pipeline_read / pipeline_write false turn the read-ahead / write-behind off).
+// States in memory are stepped in place. The new 16-bit working copy goes to its home (device,
+// host or NVMe) in the same pass: nothing reads the masters twice.
+//
+// A step either happens whole or not at all:
+//  - an NVMe state the step rewrites (master, exp_avg, exp_avg_sq, and the working copy on nvme)
+//    is written to its shadow extent (tier_manager::shadow), and the shadows become the homes
+//    (tier_manager::commit_shadow) only once every write of the step is known good;
+//  - a state in memory that belongs to a piece with anything on NVMe is copied to the undo log
+//    (pageable host memory, footprint_plan::optimizer_undo_bytes) before Adam changes it;
+//  - pieces with nothing on NVMe cannot fail: they are stepped in place after every fallible piece
+//    is known good.
+// A failed read or write therefore leaves every state as it was before the step: the undo log is
+// copied back, the shadows are dropped, and the error (io_error or corruption_error naming the
+// state, the parameter, the path and the offset) is rethrown. Retrying the step gives the bits an
+// undisturbed step gives. A write's source slot is not reused until its completion is known good.
+//
+// The gradient states are only read: the step leaves them as they are.
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "zoe/allocators/pinned_host_resource.hpp"
+#include "zoe/core/device.hpp"
+#include "zoe/engine/tiers/footprint_plan.hpp"
+#include "zoe/engine/tiers/tier_manager.hpp"
+#include "zoe/io/swap_store.hpp"
+#include "zoe/kernels/adam.hpp"
+
+namespace zoe::engine {
+
+struct optimizer_step_options {
+  std::uint64_t sub_group_size = 1'000'000'000;  ///< zero_optimization.sub_group_size (elements)
+  std::size_t buffer_count = 0;                  ///< footprint_plan::optimizer_buffer_count
+  std::size_t buffer_bytes = 0;                  ///< footprint_plan::optimizer_buffer_bytes
+  std::uint64_t undo_bytes = 0;                  ///< footprint_plan::optimizer_undo_bytes
+  bool pipeline_read = true;                     ///< offload_optimizer.pipeline_read
+  bool pipeline_write = true;                    ///< offload_optimizer.pipeline_write
+  /// Threads Adam may use (the I/O thread is the step's other one): 0, TBB's default.
+  kernels::thread_budget adam_threads;
+};
+
+/// What one step did, for benchmarks and statistics. Times are wall-clock seconds of this step.
+struct optimizer_step_stats {
+  double seconds = 0;        ///< the whole step
+  double adam_seconds = 0;   ///< time Adam ran (summed over pieces)
+  double read_wait_seconds = 0;  ///< time Adam waited for a read
+  std::uint64_t bytes_read = 0;     ///< from NVMe
+  std::uint64_t bytes_written = 0;  ///< to NVMe
+  std::uint64_t bytes_stepped = 0;  ///< bytes Adam read and wrote (all states, every tier)
+  std::uint64_t pieces = 0;
+  std::size_t max_pieces_in_flight = 0;  ///< deepest the pipeline went
+  std::uint64_t undo_bytes = 0;          ///< copied to the undo log
+  std::uint64_t pinned_bytes = 0;        ///< the step's pinned slots
+};
+
+/// Not thread-safe: one thread runs steps (the step's own I/O thread works for it). Everything
+/// passed must outlive it. No move of any state may be in flight while a step runs (the engine
+/// runs the step between a step's backward and the next forward).
+class optimizer_step {
+ public:
+  /// Cuts the pinned memory into slots (from `pinned`, when any state is on nvme) and starts the
+  /// I/O thread. Throws memory_error when the memory is refused, config_error naming
+  /// offload_optimizer.buffer_count when the slots cannot hold one piece's states.
+  optimizer_step(tier_manager& tiers, device& dev, allocators::pinned_host_resource& pinned, io::swap_store* store,
+                 optimizer_step_options options);
+  ~optimizer_step();
+  optimizer_step(const optimizer_step&) = delete;
+  optimizer_step& operator=(const optimizer_step&) = delete;
+
+  /// One step with `adam` (its step count, learning rate, and grad_scale = the loss scale's
+  /// inverse times the clipping factor times 1/accumulation steps, folded by the caller) over every
+  /// shard: master, exp_avg, exp_avg_sq and the working copy updated from the gradient. Every state
+  /// but the gradient must be resident. Throws (above) with every state as before; usage_error
+  /// naming the parameter and state when one is not resident.
+  void run(const kernels::adam_config& adam);
+  /// The last run's figures (also after a failed one).
+  [[nodiscard]] const optimizer_step_stats& last() const noexcept;
+
+ private:
+  struct impl;
+  std::unique_ptr<impl> impl_;
+};
+
+}  // namespace zoe::engine
