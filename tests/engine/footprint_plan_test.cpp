@@ -42,7 +42,8 @@ bool mentions(const std::vector<std::string>& lines, const std::string& text) {
   return false;
 }
 
-// Parameters of 2048 and 40960 elements (fp16): working 4 KiB and 80 KiB, fp32 states 8 and 160 KiB.
+// Parameters of 2048 and 40960 elements (fp16): working 4 KiB and 80 KiB, fp32 states (the gradient
+// too) 8 and 160 KiB.
 model_layout small_and_large() { return layout_of({{2048}, {40960}}); }
 
 engine_config everything_on_nvme(std::size_t paths) {
@@ -73,12 +74,12 @@ TEST(footprint_plan, TheSwapStoreIsRoundedAsTheStoreRounds) {
   const auto layout = small_and_large();
   const auto config = everything_on_nvme(2);
   const auto plan = make_footprint_plan(layout, config, placement(layout, config));
-  // Small extents round to 4 KiB: 4 + 4 + 8 + 8 + 8 KiB. Those of a block (64 KiB) or more round to
-  // blocks: 80 -> 128 KiB twice, 160 -> 192 KiB three times. 864 KiB, to whole 128 KiB stripes: 896.
-  EXPECT_EQ(plan.state_bytes[static_cast<std::size_t>(memory_kind::nvme)], (32 + 640) * KiB);
-  EXPECT_EQ(plan.nvme_bytes, 896 * KiB);
+  // Small extents round to 4 KiB: 4 + 8 + 8 + 8 + 8 KiB. Those of a block (64 KiB) or more round to
+  // blocks: 80 -> 128 KiB once, 160 -> 192 KiB four times. 932 KiB, to whole 128 KiB stripes: 1024.
+  EXPECT_EQ(plan.state_bytes[static_cast<std::size_t>(memory_kind::nvme)], (36 + 720) * KiB);
+  EXPECT_EQ(plan.nvme_bytes, 1024 * KiB);
   ASSERT_NE(item_named(plan, "swap store rounding"), nullptr);
-  EXPECT_EQ(item_named(plan, "swap store rounding")->bytes, (896 - 672) * KiB);
+  EXPECT_EQ(item_named(plan, "swap store rounding")->bytes, (1024 - 756) * KiB);
   EXPECT_EQ(plan.swap_paths, (std::vector<std::filesystem::path>{"/swap/a", "/swap/b"}));
   EXPECT_EQ(plan.swap_block_size, 64 * KiB);
 }
@@ -132,7 +133,7 @@ TEST(footprint_plan, GradientsOnNvmeAloneGetOptimizerSwapBuffers) {
   ASSERT_GT(where.bytes(state_kind::gradient, tier::nvme), 0U);
   const auto plan = make_footprint_plan(layout, config, where);
   EXPECT_EQ(plan.optimizer_buffer_count, 4U);
-  // One sub-group of 43008 elements; the buffers are sized for fp32 (the gradient, fp16, fits).
+  // One sub-group of 43008 elements; the buffers are sized for fp32, the gradient's dtype.
   EXPECT_EQ(plan.optimizer_buffer_bytes, 168 * KiB);
   EXPECT_NE(item_named(plan, "optimizer swap buffers"), nullptr);
 }
@@ -158,7 +159,7 @@ TEST(footprint_plan, PinMemoryDecidesPinnedOrPageableHomes) {
   for (const bool pinned : {true, false}) {
     const auto config = offload_config(offload_device::cpu, offload_device::cpu, "", pinned);
     const auto plan = make_footprint_plan(layout, config, placement(layout, config));
-    const std::uint64_t host = 6144U * (2 + 2 + 4 + 4 + 4);
+    const std::uint64_t host = 6144U * (2 + 4 + 4 + 4 + 4);  // the gradient is fp32
     EXPECT_EQ(plan.pinned_bytes, pinned ? host : 0U);
     EXPECT_EQ(plan.pageable_bytes, pinned ? 0U : host);
     EXPECT_EQ(plan.state_bytes[static_cast<std::size_t>(pinned ? memory_kind::pinned : memory_kind::pageable)], host);

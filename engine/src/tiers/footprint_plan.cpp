@@ -135,8 +135,7 @@ void add_param_buffers(plan_builder& out, footprint_plan& plan, const model_layo
 
 // The optimizer step streams its states on nvme (master, moments, and the gradient where
 // zoe.placement sends it there) through buffer_count pinned buffers of the largest sub-group in
-// fp32, as DeepSpeed's optimizer swapper sizes them; a gradient is never wider than fp32, so it
-// fits them too.
+// fp32, as DeepSpeed's optimizer swapper sizes them; the gradient is fp32 too.
 void add_optimizer_buffers(plan_builder& out, footprint_plan& plan, const model_layout& layout,
                            const engine_config& config, const placement& where) {
   const bool any = std::any_of(all_states.begin(), all_states.end(), [&where](state_kind s) {
