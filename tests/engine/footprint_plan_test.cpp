@@ -138,6 +138,62 @@ TEST(footprint_plan, GradientsOnNvmeAloneGetOptimizerSwapBuffers) {
   EXPECT_NE(item_named(plan, "optimizer swap buffers"), nullptr);
 }
 
+// Modules of 4 KiB and 80 KiB of fp16 gradients (86016 bytes in all): a bucket of
+// reduce_bucket_size fp16 elements, clamped between the largest module and the whole model.
+TEST(footprint_plan, GradientBucketsFollowReduceBucketSizeBetweenTheLargestModuleAndTheModel) {
+  const auto layout = small_and_large();
+  auto config = everything_on_nvme(1);
+  config.zero.overlap_comm = false;
+  const auto bucket = [&] { return make_footprint_plan(layout, config, placement(layout, config)); };
+  EXPECT_EQ(bucket().gradient_bucket_count, 1U);
+  EXPECT_EQ(bucket().gradient_bucket_bytes, 86016U) << "500M elements would never fill";
+  config.zero.reduce_bucket_size = 1000;
+  EXPECT_EQ(bucket().gradient_bucket_bytes, 81920U) << "a module is lent its gradients whole";
+  config.zero.reduce_bucket_size = 42000;
+  EXPECT_EQ(bucket().gradient_bucket_bytes, 84000U);
+  config.zero.overlap_comm = true;
+  const auto plan = bucket();
+  EXPECT_EQ(plan.gradient_bucket_count, 2U);
+  const plan_item* item = item_named(plan, "gradient buckets");
+  ASSERT_NE(item, nullptr);
+  EXPECT_EQ(item->memory, memory_kind::device);
+  EXPECT_EQ(item->bytes, 2 * 84000U);
+  EXPECT_TRUE(mentions(item->keys, "zero_optimization.reduce_bucket_size"));
+  EXPECT_TRUE(mentions(item->keys, "zero_optimization.overlap_comm"));
+}
+
+// Staging buffers cover whole aio.block_size chunks and whole 64 Ki-element fp32 chunks of the sum
+// of squares (lcm: 256 KiB with 64 KiB blocks), or the largest off-device gradient shard whole.
+TEST(footprint_plan, GradientStagingBuffersCoverWholeChunksOfBothKinds) {
+  auto config = everything_on_nvme(1);
+  const auto small = small_and_large();  // the largest gradient shard: 160 KiB of fp32
+  auto plan = make_footprint_plan(small, config, placement(small, config));
+  EXPECT_EQ(plan.gradient_buffer_count, 4U);
+  EXPECT_EQ(plan.gradient_buffer_bytes, 160 * KiB);
+  const plan_item* item = item_named(plan, "gradient staging buffers");
+  ASSERT_NE(item, nullptr);
+  EXPECT_EQ(item->memory, memory_kind::pinned);
+  EXPECT_EQ(item->bytes, 4 * 160 * KiB);
+
+  const auto large = layout_of({{2048}, {131072}});  // 512 KiB of fp32
+  EXPECT_EQ(make_footprint_plan(large, config, placement(large, config)).gradient_buffer_bytes, 256 * KiB);
+  config.aio.block_size = 1 * MiB;
+  EXPECT_EQ(make_footprint_plan(large, config, placement(large, config)).gradient_buffer_bytes, 512 * KiB);
+  config.aio.block_size = 192 * KiB;  // not a power of two: lcm(192, 256) KiB
+  const auto huge = layout_of({{2048}, {1048576}});
+  EXPECT_EQ(make_footprint_plan(huge, config, placement(huge, config)).gradient_buffer_bytes, 768 * KiB);
+
+  // In host memory the reduced gradient still comes through staging; on the device it does not.
+  config = everything_on_nvme(1);
+  config.zoe.placement[static_cast<std::size_t>(state_kind::gradient)] = tier_fractions{.host = 1};
+  EXPECT_EQ(make_footprint_plan(small, config, placement(small, config)).gradient_buffer_count, 4U);
+  config.zoe.placement[static_cast<std::size_t>(state_kind::gradient)] = tier_fractions{.device = 1};
+  plan = make_footprint_plan(small, config, placement(small, config));
+  EXPECT_EQ(plan.gradient_buffer_count, 0U);
+  EXPECT_EQ(plan.gradient_buffer_bytes, 0U);
+  EXPECT_EQ(item_named(plan, "gradient staging buffers"), nullptr);
+}
+
 TEST(footprint_plan, ZeroSwapBuffersWithStatesOnNvmeIsAConfigError) {
   const auto layout = small_and_large();
   auto config = everything_on_nvme(1);
@@ -160,7 +216,9 @@ TEST(footprint_plan, PinMemoryDecidesPinnedOrPageableHomes) {
     const auto config = offload_config(offload_device::cpu, offload_device::cpu, "", pinned);
     const auto plan = make_footprint_plan(layout, config, placement(layout, config));
     const std::uint64_t host = 6144U * (2 + 4 + 4 + 4 + 4);  // the gradient is fp32
-    EXPECT_EQ(plan.pinned_bytes, pinned ? host : 0U);
+    // The gradient in host memory, pinned or not, also comes through the pinned staging buffers.
+    EXPECT_EQ(plan.gradient_buffer_bytes, 4096U * 4);
+    EXPECT_EQ(plan.pinned_bytes, (pinned ? host : 0U) + plan.gradient_buffer_count * plan.gradient_buffer_bytes);
     EXPECT_EQ(plan.pageable_bytes, pinned ? 0U : host);
     EXPECT_EQ(plan.state_bytes[static_cast<std::size_t>(pinned ? memory_kind::pinned : memory_kind::pageable)], host);
     EXPECT_EQ(plan.nvme_bytes, 0U);
