@@ -34,7 +34,23 @@ cast_args make_cast_args(const_tensor_view src, tensor_view dst) {
   return {src.data, src.type, dst.data, dst.type};
 }
 
+cast_args make_accumulate_args(const_tensor_view src, std::span<float> dst) {
+  expect_data(src, "accumulate: source");
+  ZOE_EXPECTS(dst.empty() || dst.data() != nullptr, "accumulate: null destination with ", dst.size(), " elements");
+  ZOE_EXPECTS(src.count == dst.size(), "accumulate: source has ", src.count, " elements, destination ", dst.size());
+  ZOE_EXPECTS(!ranges_overlap(src.data, src.bytes(), dst.data(), dst.size_bytes()),
+              "accumulate: ", dtype_name(src.type), " source and fp32 destination overlap");
+  return {src.data, src.type, dst.data(), dtype::fp32};
+}
+
 }  // namespace detail
+
+void accumulate(const_tensor_view src, std::span<float> dst) {
+  const detail::cast_args args = detail::make_accumulate_args(src, dst);
+  const detail::kernel_table& k = detail::active_table();
+  detail::parallel_ranges(src.count, detail::elementwise_grain,
+                          [&](std::size_t b, std::size_t e) { k.accumulate_range(args, b, e); });
+}
 
 void cast(const_tensor_view src, tensor_view dst) {
   const detail::cast_args args = detail::make_cast_args(src, dst);

@@ -98,6 +98,8 @@ struct dequant_args {
 /// The checks of dequantize, for out += value.
 [[nodiscard]] dequant_args make_dequant_accumulate_args(const_quantized_span in, const quant_config& config,
                                                         std::span<float> out);
+/// The checks of accumulate (counts equal, no overlap); the result's dst is fp32.
+[[nodiscard]] cast_args make_accumulate_args(const_tensor_view src, std::span<float> dst);
 /// Throws usage_error naming `what` when a view has null data and a nonzero count.
 void expect_data(const_tensor_view x, const char* what);
 /// The checks of reduce_requantize (both configs, equal blocks, non-empty inputs, every size).

@@ -42,7 +42,8 @@ bool mentions(const std::vector<std::string>& lines, const std::string& text) {
   return false;
 }
 
-// Parameters of 2048 and 40960 elements (fp16): working 4 KiB and 80 KiB, fp32 states 8 and 160 KiB.
+// Parameters of 2048 and 40960 elements (fp16): working 4 KiB and 80 KiB, fp32 states (the gradient
+// too) 8 and 160 KiB.
 model_layout small_and_large() { return layout_of({{2048}, {40960}}); }
 
 engine_config everything_on_nvme(std::size_t paths) {
@@ -73,12 +74,12 @@ TEST(footprint_plan, TheSwapStoreIsRoundedAsTheStoreRounds) {
   const auto layout = small_and_large();
   const auto config = everything_on_nvme(2);
   const auto plan = make_footprint_plan(layout, config, placement(layout, config));
-  // Small extents round to 4 KiB: 4 + 4 + 8 + 8 + 8 KiB. Those of a block (64 KiB) or more round to
-  // blocks: 80 -> 128 KiB twice, 160 -> 192 KiB three times. 864 KiB, to whole 128 KiB stripes: 896.
-  EXPECT_EQ(plan.state_bytes[static_cast<std::size_t>(memory_kind::nvme)], (32 + 640) * KiB);
-  EXPECT_EQ(plan.nvme_bytes, 896 * KiB);
+  // Small extents round to 4 KiB: 4 + 8 + 8 + 8 + 8 KiB. Those of a block (64 KiB) or more round to
+  // blocks: 80 -> 128 KiB once, 160 -> 192 KiB four times. 932 KiB, to whole 128 KiB stripes: 1024.
+  EXPECT_EQ(plan.state_bytes[static_cast<std::size_t>(memory_kind::nvme)], (36 + 720) * KiB);
+  EXPECT_EQ(plan.nvme_bytes, 1024 * KiB);
   ASSERT_NE(item_named(plan, "swap store rounding"), nullptr);
-  EXPECT_EQ(item_named(plan, "swap store rounding")->bytes, (896 - 672) * KiB);
+  EXPECT_EQ(item_named(plan, "swap store rounding")->bytes, (1024 - 756) * KiB);
   EXPECT_EQ(plan.swap_paths, (std::vector<std::filesystem::path>{"/swap/a", "/swap/b"}));
   EXPECT_EQ(plan.swap_block_size, 64 * KiB);
 }
@@ -132,9 +133,65 @@ TEST(footprint_plan, GradientsOnNvmeAloneGetOptimizerSwapBuffers) {
   ASSERT_GT(where.bytes(state_kind::gradient, tier::nvme), 0U);
   const auto plan = make_footprint_plan(layout, config, where);
   EXPECT_EQ(plan.optimizer_buffer_count, 4U);
-  // One sub-group of 43008 elements; the buffers are sized for fp32 (the gradient, fp16, fits).
+  // One sub-group of 43008 elements; the buffers are sized for fp32, the gradient's dtype.
   EXPECT_EQ(plan.optimizer_buffer_bytes, 168 * KiB);
   EXPECT_NE(item_named(plan, "optimizer swap buffers"), nullptr);
+}
+
+// Modules of 4 KiB and 80 KiB of fp16 gradients (86016 bytes in all): a bucket of
+// reduce_bucket_size fp16 elements, clamped between the largest module and the whole model.
+TEST(footprint_plan, GradientBucketsFollowReduceBucketSizeBetweenTheLargestModuleAndTheModel) {
+  const auto layout = small_and_large();
+  auto config = everything_on_nvme(1);
+  config.zero.overlap_comm = false;
+  const auto bucket = [&] { return make_footprint_plan(layout, config, placement(layout, config)); };
+  EXPECT_EQ(bucket().gradient_bucket_count, 1U);
+  EXPECT_EQ(bucket().gradient_bucket_bytes, 86016U) << "500M elements would never fill";
+  config.zero.reduce_bucket_size = 1000;
+  EXPECT_EQ(bucket().gradient_bucket_bytes, 81920U) << "a module is lent its gradients whole";
+  config.zero.reduce_bucket_size = 42000;
+  EXPECT_EQ(bucket().gradient_bucket_bytes, 84000U);
+  config.zero.overlap_comm = true;
+  const auto plan = bucket();
+  EXPECT_EQ(plan.gradient_bucket_count, 2U);
+  const plan_item* item = item_named(plan, "gradient buckets");
+  ASSERT_NE(item, nullptr);
+  EXPECT_EQ(item->memory, memory_kind::device);
+  EXPECT_EQ(item->bytes, 2 * 84000U);
+  EXPECT_TRUE(mentions(item->keys, "zero_optimization.reduce_bucket_size"));
+  EXPECT_TRUE(mentions(item->keys, "zero_optimization.overlap_comm"));
+}
+
+// Staging buffers cover whole aio.block_size chunks and whole 64 Ki-element fp32 chunks of the sum
+// of squares (lcm: 256 KiB with 64 KiB blocks), or the largest off-device gradient shard whole.
+TEST(footprint_plan, GradientStagingBuffersCoverWholeChunksOfBothKinds) {
+  auto config = everything_on_nvme(1);
+  const auto small = small_and_large();  // the largest gradient shard: 160 KiB of fp32
+  auto plan = make_footprint_plan(small, config, placement(small, config));
+  EXPECT_EQ(plan.gradient_buffer_count, 4U);
+  EXPECT_EQ(plan.gradient_buffer_bytes, 160 * KiB);
+  const plan_item* item = item_named(plan, "gradient staging buffers");
+  ASSERT_NE(item, nullptr);
+  EXPECT_EQ(item->memory, memory_kind::pinned);
+  EXPECT_EQ(item->bytes, 4 * 160 * KiB);
+
+  const auto large = layout_of({{2048}, {131072}});  // 512 KiB of fp32
+  EXPECT_EQ(make_footprint_plan(large, config, placement(large, config)).gradient_buffer_bytes, 256 * KiB);
+  config.aio.block_size = 1 * MiB;
+  EXPECT_EQ(make_footprint_plan(large, config, placement(large, config)).gradient_buffer_bytes, 512 * KiB);
+  config.aio.block_size = 192 * KiB;  // not a power of two: lcm(192, 256) KiB
+  const auto huge = layout_of({{2048}, {1048576}});
+  EXPECT_EQ(make_footprint_plan(huge, config, placement(huge, config)).gradient_buffer_bytes, 768 * KiB);
+
+  // In host memory the reduced gradient still comes through staging; on the device it does not.
+  config = everything_on_nvme(1);
+  config.zoe.placement[static_cast<std::size_t>(state_kind::gradient)] = tier_fractions{.host = 1};
+  EXPECT_EQ(make_footprint_plan(small, config, placement(small, config)).gradient_buffer_count, 4U);
+  config.zoe.placement[static_cast<std::size_t>(state_kind::gradient)] = tier_fractions{.device = 1};
+  plan = make_footprint_plan(small, config, placement(small, config));
+  EXPECT_EQ(plan.gradient_buffer_count, 0U);
+  EXPECT_EQ(plan.gradient_buffer_bytes, 0U);
+  EXPECT_EQ(item_named(plan, "gradient staging buffers"), nullptr);
 }
 
 TEST(footprint_plan, ZeroSwapBuffersWithStatesOnNvmeIsAConfigError) {
@@ -158,8 +215,10 @@ TEST(footprint_plan, PinMemoryDecidesPinnedOrPageableHomes) {
   for (const bool pinned : {true, false}) {
     const auto config = offload_config(offload_device::cpu, offload_device::cpu, "", pinned);
     const auto plan = make_footprint_plan(layout, config, placement(layout, config));
-    const std::uint64_t host = 6144U * (2 + 2 + 4 + 4 + 4);
-    EXPECT_EQ(plan.pinned_bytes, pinned ? host : 0U);
+    const std::uint64_t host = 6144U * (2 + 4 + 4 + 4 + 4);  // the gradient is fp32
+    // The gradient in host memory, pinned or not, also comes through the pinned staging buffers.
+    EXPECT_EQ(plan.gradient_buffer_bytes, 4096U * 4);
+    EXPECT_EQ(plan.pinned_bytes, (pinned ? host : 0U) + plan.gradient_buffer_count * plan.gradient_buffer_bytes);
     EXPECT_EQ(plan.pageable_bytes, pinned ? 0U : host);
     EXPECT_EQ(plan.state_bytes[static_cast<std::size_t>(pinned ? memory_kind::pinned : memory_kind::pageable)], host);
     EXPECT_EQ(plan.nvme_bytes, 0U);

@@ -41,7 +41,7 @@ TEST(placement, WithoutOffloadEveryStateIsOnTheDevice) {
   // Shards are 2048-element granules: 4096 + 2048 + 2048 elements per state.
   EXPECT_EQ(where.bytes(state_kind::working, tier::device), 8192U * 2);
   EXPECT_EQ(where.bytes(state_kind::master, tier::device), 8192U * 4);
-  EXPECT_EQ(where.bytes(tier::device), 8192U * (2 + 2 + 4 + 4 + 4));
+  EXPECT_EQ(where.bytes(tier::device), 8192U * (2 + 4 + 4 + 4 + 4));  // the gradient is fp32
 }
 
 TEST(placement, OffloadParamCpuPutsTheWorkingCopyInHostMemoryOnly) {
@@ -49,7 +49,7 @@ TEST(placement, OffloadParamCpuPutsTheWorkingCopyInHostMemoryOnly) {
   const placement where(layout, offload_config(offload_device::cpu, offload_device::none));
   EXPECT_EQ(where.bytes(state_kind::working, tier::host), 6144U * 2);
   for (const state_kind s : {state_kind::gradient, state_kind::master, state_kind::exp_avg, state_kind::exp_avg_sq}) {
-    EXPECT_EQ(where.bytes(s, tier::device), 6144U * 4 / (s == state_kind::gradient ? 2 : 1)) << state_kind_name(s);
+    EXPECT_EQ(where.bytes(s, tier::device), 6144U * 4) << state_kind_name(s) << " is fp32";
   }
 }
 
@@ -138,7 +138,7 @@ TEST(placement, OffloadOptimizerRatioHasNoEffectWithNvme) {
   const placement where(layout, config);
   EXPECT_EQ(where.bytes(state_kind::master, tier::device), 0U);
   EXPECT_EQ(where.bytes(state_kind::master, tier::nvme), 10U * 2048 * 4);
-  EXPECT_EQ(where.bytes(state_kind::gradient, tier::host), 10U * 2048 * 2);
+  EXPECT_EQ(where.bytes(state_kind::gradient, tier::host), 10U * 2048 * 4) << "the gradient is fp32";
 }
 
 TEST(placement, OffloadOptimizerNvmePutsTheGradientInHostMemory) {

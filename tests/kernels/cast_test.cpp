@@ -236,6 +236,33 @@ TEST_P(cast_paths, SumOfSquaresIsBitIdenticalToScalarAndAccurate) {
   }
 }
 
+// dst + float(src), one fp32 addition per element: the scalar path's bits on every path, and those
+// of a plain loop (specials in vector bodies and tails; dst is finite, so a NaN comes from src).
+TEST_P(cast_paths, AccumulateIsOneAdditionPerElementOnEveryPath) {
+  auto rng = test::rng_for_test();
+  const std::size_t n = 100003;
+  const std::vector<float> values = values_with_specials(rng, n);
+  const std::vector<float> start = test::normal_values(rng, n, 10.0f);
+  for (const dtype from : {dtype::fp32, dtype::fp16, dtype::bf16}) {
+    const std::vector<std::byte> src = test::encode(values, from);
+    const std::vector<float> widened = test::decode(src, from);
+    std::vector<float> expected(n);
+    for (std::size_t i = 0; i < n; ++i) expected[i] = start[i] + widened[i];
+    std::vector<float> scalar = start;
+    std::vector<float> simd = start;
+    {
+      const test::path_guard p(cpu_path::scalar);
+      accumulate(const_tensor_view{from, src.data(), n}, scalar);
+    }
+    {
+      const test::path_guard p(GetParam());
+      accumulate(const_tensor_view{from, src.data(), n}, simd);
+    }
+    EXPECT_EQ(test::first_difference(expected.data(), scalar.data(), n * 4), -1) << dtype_name(from);
+    EXPECT_EQ(test::first_difference(expected.data(), simd.data(), n * 4), -1) << dtype_name(from);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(kernels, cast_paths, ::testing::ValuesIn(test::simd_paths()),
                          [](const auto& param_info) { return std::string(cpu_path_name(param_info.param)); });
 
@@ -249,6 +276,19 @@ TEST(cast, RejectsMismatchedCountsAndOverlap) {
     EXPECT_NE(std::string(e.what()).find("16"), std::string::npos) << e.what();
   }
   EXPECT_THROW(cast(const_tensor_view{dtype::fp32, a.data(), 8}, tensor_view{dtype::fp16, a.data(), 8}), usage_error);
+}
+
+TEST(accumulate, RejectsMismatchedCountsAndOverlap) {
+  std::vector<float> a(16, 1.0f);
+  std::vector<float> b(15);
+  try {
+    accumulate(view(std::span<const float>(a)), b);
+    FAIL() << "accepted 16 -> 15 elements";
+  } catch (const usage_error& e) {
+    EXPECT_NE(std::string(e.what()).find("16"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(accumulate(const_tensor_view{dtype::fp16, a.data(), 8}, std::span<float>(a).subspan(2, 8)), usage_error);
+  accumulate(const_tensor_view{dtype::fp32, nullptr, 0}, {});  // nothing to add
 }
 
 // Automatic dispatch names the widest SIMD path available, whatever Highway target it picked (a

@@ -58,6 +58,8 @@ TEST(cuda_launchers, RejectBadArgumentsBeforeAnyLaunch) {
   double result = 0.0;
   expect_rejected(
       [&] { cuda::sum_of_squares(const_tensor_view(dtype::fp32, nullptr, 4), &result, workspace, stream); });
+  // 100 elements added to 200.
+  expect_rejected([&] { cuda::accumulate(view(std::span<const float>(values)), longer, stream); });
   // No workspace for the partials.
   expect_rejected([&] { cuda::sum_of_squares(view(std::span<const float>(values)), &result, {}, stream); });
 }

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 #include <limits>
+#include <numeric>
 #include <string>
 
 #include "zoe/core/check.hpp"
@@ -135,8 +136,7 @@ void add_param_buffers(plan_builder& out, footprint_plan& plan, const model_layo
 
 // The optimizer step streams its states on nvme (master, moments, and the gradient where
 // zoe.placement sends it there) through buffer_count pinned buffers of the largest sub-group in
-// fp32, as DeepSpeed's optimizer swapper sizes them; a gradient is never wider than fp32, so it
-// fits them too.
+// fp32, as DeepSpeed's optimizer swapper sizes them; the gradient is fp32 too.
 void add_optimizer_buffers(plan_builder& out, footprint_plan& plan, const model_layout& layout,
                            const engine_config& config, const placement& where) {
   const bool any = std::any_of(all_states.begin(), all_states.end(), [&where](state_kind s) {
@@ -210,6 +210,61 @@ void add_arena(plan_builder& out, footprint_plan& plan, const model_layout& layo
   plan.arena_bytes = window + persistent_bytes;
 }
 
+// The gradient buckets of backward (optim/gradient_path.hpp): reduce_bucket_size elements of the
+// widest working dtype each, as DeepSpeed sizes its reduction bucket, but never smaller than the
+// largest module's padded gradients (a module is lent its memory whole) and never larger than the
+// whole model's (a bigger bucket would never fill). A second bucket with overlap_comm, so backward
+// fills one while the other is reduced and accumulated.
+void add_gradient_buckets(plan_builder& out, footprint_plan& plan, const model_layout& layout,
+                          const engine_config& config) {
+  const std::size_t ranks = layout.options().world_size;
+  std::uint64_t element = 0;
+  std::uint64_t largest_module = 0;
+  std::uint64_t model = 0;
+  for (const module_layout& m : layout.modules()) {
+    std::uint64_t bytes = 0;
+    for (const parameter_id id : m.parameters) {
+      const parameter_layout& p = layout.parameter(id);
+      element = std::max<std::uint64_t>(element, kernels::dtype_size(p.dtype));
+      bytes = saturating_add(bytes, saturating_mul(p.padded_numel(ranks), kernels::dtype_size(p.dtype)));
+    }
+    largest_module = std::max(largest_module, bytes);
+    model = saturating_add(model, bytes);
+  }
+  if (model == 0) return;
+  plan.gradient_bucket_count = config.zero.overlap_comm ? 2 : 1;
+  plan.gradient_bucket_bytes =
+      std::clamp(saturating_mul(config.zero.reduce_bucket_size, element), largest_module, model);
+  out.add("gradient buckets", memory_kind::device,
+          saturating_mul(plan.gradient_bucket_count, plan.gradient_bucket_bytes),
+          {"zero_optimization.reduce_bucket_size", "zero_optimization.overlap_comm"});
+}
+
+// Gradients whose state is not on the device come to the host through pinned staging buffers:
+// the reduced gradient is copied into one, then added to the host home, or to a piece of an nvme
+// home read into a second one and written back. A piece is one buffer of fp32 elements: it must
+// cover whole aio.block_size chunks (a write does) and whole 64 Ki-element chunks of the sum of
+// squares (so the norm of a shard done in pieces is the whole shard's, gradient_path.hpp), so a
+// buffer is the least common multiple of both, or the largest such shard when that is smaller
+// (one piece then covers any shard). Four buffers: a piece holds two (its copy from the device and
+// its read-modify-write), and two pieces in flight let one piece's write overlap the next one's
+// read and accumulation; more would not make one I/O thread faster.
+void add_gradient_buffers(plan_builder& out, footprint_plan& plan, const model_layout& layout,
+                          const engine_config& config, const placement& where) {
+  std::uint64_t largest_shard = 0;
+  for (const parameter_layout& p : layout.parameters()) {
+    if (where.where(p.id, state_kind::gradient) == tier::device) continue;
+    largest_shard = std::max(largest_shard, state_bytes(p, state_kind::gradient));
+  }
+  if (largest_shard == 0) return;
+  const std::uint64_t piece = std::lcm(std::uint64_t{config.aio.block_size}, gradient_sum_chunk_bytes);
+  plan.gradient_buffer_count = gradient_buffer_count;
+  plan.gradient_buffer_bytes = std::min(piece, round_up(largest_shard, page));
+  out.add("gradient staging buffers", memory_kind::pinned,
+          saturating_mul(plan.gradient_buffer_count, plan.gradient_buffer_bytes),
+          {"zoe.placement.gradient", "zero_optimization.offload_optimizer.device", "aio.block_size"});
+}
+
 }  // namespace
 
 memory_kind memory_of(tier t, bool pinned) noexcept {
@@ -253,6 +308,8 @@ footprint_plan make_footprint_plan(const model_layout& layout, const engine_conf
   add_swap_store(out, plan, layout, config, where);
   add_param_buffers(out, plan, layout, config, where);
   add_optimizer_buffers(out, plan, layout, config, where);
+  add_gradient_buckets(out, plan, layout, config);
+  add_gradient_buffers(out, plan, layout, config, where);
   add_arena(out, plan, layout, config);
   return plan;
 }

@@ -158,7 +158,9 @@ std::string_view tier_name(tier t) noexcept {
 }
 
 kernels::dtype state_dtype(const parameter_layout& p, state_kind s) noexcept {
-  return s == state_kind::working || s == state_kind::gradient ? p.dtype : kernels::dtype::fp32;
+  // The gradient is accumulated in fp32 over the micro-batches (issue 11): only the working copy
+  // has the parameter's dtype.
+  return s == state_kind::working ? p.dtype : kernels::dtype::fp32;
 }
 
 std::uint64_t state_bytes(const parameter_layout& p, state_kind s) noexcept {

@@ -12,6 +12,8 @@ namespace zoe::kernels::detail {
 struct kernel_table {
   void (*adam_range)(const adam_args& a, std::size_t begin, std::size_t end);
   void (*cast_range)(const cast_args& a, std::size_t begin, std::size_t end);
+  /// fp32 dst[i] += float(src[i]) for i in [begin, end) (a.dst_type is fp32).
+  void (*accumulate_range)(const cast_args& a, std::size_t begin, std::size_t end);
   void (*scale_f32)(float* x, std::size_t count, float factor);
   bool (*nonfinite_range)(const void* src, dtype type, std::size_t begin, std::size_t end);
   void (*sum_squares)(const float* x, std::size_t count, double* lanes8);

@@ -85,6 +85,23 @@ void cast_range_of(const cast_args& a, std::size_t begin, std::size_t end) {
   });
 }
 
+// dst (fp32) + src widened: one addition per element, the same on every path.
+template <class P, dtype S>
+ZOE_ARITH std::size_t accumulate_lanes(const cast_args& a, std::size_t i, std::size_t end) {
+  const std::size_t n = P::lanes();
+  float* const dst = static_cast<float*>(a.dst);
+  for (; i + n <= end; i += n) P::store_f32(P::load_f32(dst + i) + load_as_float<P, S>(a.src, i), dst + i);
+  return i;
+}
+
+template <class V>
+void accumulate_range_of(const cast_args& a, std::size_t begin, std::size_t end) {
+  with_dtype(a.src_type, [&]<dtype S>() {
+    const std::size_t i = accumulate_lanes<V, S>(a, begin, end);
+    accumulate_lanes<scalar_lanes, S>(a, i, end);
+  });
+}
+
 template <class P>
 ZOE_ARITH std::size_t scale_lanes(float* x, std::size_t i, std::size_t end, float factor) {
   const std::size_t n = P::lanes();

@@ -19,10 +19,10 @@ namespace detail {
 const kernel_table& scalar_table() noexcept {
   using scalar_path::scalar_lanes;
   static const kernel_table table{
-      scalar_path::adam_range_of<scalar_lanes>,        scalar_path::cast_range_of<scalar_lanes>,
-      scalar_path::scale_f32_of<scalar_lanes>,         scalar_path::nonfinite_range_of<scalar_lanes>,
-      scalar_path::sum_squares_of<scalar_lanes>,       scalar_path::quantize_blocks_of<scalar_lanes>,
-      scalar_path::dequantize_blocks_of<scalar_lanes>,
+      scalar_path::adam_range_of<scalar_lanes>,       scalar_path::cast_range_of<scalar_lanes>,
+      scalar_path::accumulate_range_of<scalar_lanes>, scalar_path::scale_f32_of<scalar_lanes>,
+      scalar_path::nonfinite_range_of<scalar_lanes>,  scalar_path::sum_squares_of<scalar_lanes>,
+      scalar_path::quantize_blocks_of<scalar_lanes>,  scalar_path::dequantize_blocks_of<scalar_lanes>,
   };
   return table;
 }

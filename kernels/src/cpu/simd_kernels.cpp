@@ -258,6 +258,9 @@ struct simd_lanes {
 
 void adam_range(const adam_args& a, std::size_t begin, std::size_t end) { adam_range_of<simd_lanes>(a, begin, end); }
 void cast_range(const cast_args& a, std::size_t begin, std::size_t end) { cast_range_of<simd_lanes>(a, begin, end); }
+void accumulate_range(const cast_args& a, std::size_t begin, std::size_t end) {
+  accumulate_range_of<simd_lanes>(a, begin, end);
+}
 void scale_f32(float* x, std::size_t count, float factor) { scale_f32_of<simd_lanes>(x, count, factor); }
 bool nonfinite_range(const void* src, dtype type, std::size_t begin, std::size_t end) {
   return nonfinite_range_of<simd_lanes>(src, type, begin, end);
@@ -278,6 +281,7 @@ namespace zoe::kernels::detail {
 
 HWY_EXPORT(adam_range);
 HWY_EXPORT(cast_range);
+HWY_EXPORT(accumulate_range);
 HWY_EXPORT(scale_f32);
 HWY_EXPORT(nonfinite_range);
 HWY_EXPORT(sum_squares);
@@ -287,6 +291,9 @@ HWY_EXPORT(dequantize_blocks);
 namespace {
 void dispatch_adam(const adam_args& a, std::size_t b, std::size_t e) { HWY_DYNAMIC_DISPATCH(adam_range)(a, b, e); }
 void dispatch_cast(const cast_args& a, std::size_t b, std::size_t e) { HWY_DYNAMIC_DISPATCH(cast_range)(a, b, e); }
+void dispatch_accumulate(const cast_args& a, std::size_t b, std::size_t e) {
+  HWY_DYNAMIC_DISPATCH(accumulate_range)(a, b, e);
+}
 void dispatch_scale(float* x, std::size_t n, float f) { HWY_DYNAMIC_DISPATCH(scale_f32)(x, n, f); }
 bool dispatch_nonfinite(const void* s, dtype t, std::size_t b, std::size_t e) {
   return HWY_DYNAMIC_DISPATCH(nonfinite_range)(s, t, b, e);
@@ -301,8 +308,8 @@ void dispatch_dequantize(const dequant_args& a, std::size_t f, std::size_t l) {
 }  // namespace
 
 const kernel_table& simd_table() noexcept {
-  static const kernel_table table{dispatch_adam,        dispatch_cast,     dispatch_scale,     dispatch_nonfinite,
-                                  dispatch_sum_squares, dispatch_quantize, dispatch_dequantize};
+  static const kernel_table table{dispatch_adam,      dispatch_cast,        dispatch_accumulate, dispatch_scale,
+                                  dispatch_nonfinite, dispatch_sum_squares, dispatch_quantize,   dispatch_dequantize};
   return table;
 }
 

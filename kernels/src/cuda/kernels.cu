@@ -66,6 +66,15 @@ __global__ void cast_kernel(detail::cast_args a, std::size_t n) {
   }
 }
 
+// dst (fp32) + src widened, the CPU's one addition per element.
+template <dtype S>
+__global__ void accumulate_kernel(detail::cast_args a, std::size_t n) {
+  float* const dst = static_cast<float*>(a.dst);
+  for (std::size_t i = first_index(); i < n; i += grid_stride()) {
+    dst[i] = dst[i] + arith::load_as_float<scalar_lanes, S>(a.src, i);
+  }
+}
+
 template <dtype T>
 __global__ void nonfinite_kernel(const void* src, std::size_t n, std::uint32_t* flag) {
   for (std::size_t i = first_index(); i < n; i += grid_stride()) {
@@ -315,6 +324,15 @@ void cast(const_tensor_view src, tensor_view dst, stream_view stream) {
     });
   });
   check_launch("cast");
+}
+
+void accumulate(const_tensor_view src, std::span<float> dst, stream_view stream) {
+  const detail::cast_args a = detail::make_accumulate_args(src, dst);
+  if (src.count == 0) return;
+  with_dtype(src.type, [&]<dtype S>() {
+    accumulate_kernel<S><<<grid_for(src.count), threads_per_block, 0, native(stream)>>>(a, src.count);
+  });
+  check_launch("accumulate");
 }
 
 void quantize(const_tensor_view in, const quant_config& config, quantized_span out, stream_view stream) {

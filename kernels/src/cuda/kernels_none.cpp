@@ -12,6 +12,7 @@ namespace {
 bool available() noexcept { return false; }
 void adam_step(const adam_config&, const adam_shard&, stream_view) { unavailable("adam_step"); }
 void cast(const_tensor_view, tensor_view, stream_view) { unavailable("cast"); }
+void accumulate(const_tensor_view, std::span<float>, stream_view) { unavailable("accumulate"); }
 void quantize(const_tensor_view, const quant_config&, quantized_span, stream_view) { unavailable("quantize"); }
 void dequantize(const_quantized_span, const quant_config&, tensor_view, stream_view) { unavailable("dequantize"); }
 void dequantize_accumulate(const_quantized_span, const quant_config&, std::span<float>, stream_view) {

@@ -26,6 +26,12 @@ namespace zoe::kernels {
 /// views overlap while their types differ (same types: a copy).
 void cast(const_tensor_view src, tensor_view dst);
 
+/// Adds `src` (fp32, fp16 or bf16), widened to fp32, to `dst` element by element: dst[i] =
+/// dst[i] + float(src[i]), one fp32 addition per element, so every path gives the same bits (the
+/// gradient accumulation of micro-batches). Throws usage_error when the counts differ or the two
+/// overlap.
+void accumulate(const_tensor_view src, std::span<float> dst);
+
 /// True when any element of `x` is an infinity or a NaN (the fused overflow check of mixed
 /// precision training). Throws usage_error on a null view with a nonzero count.
 [[nodiscard]] bool has_inf_nan(const_tensor_view x);

@@ -25,6 +25,10 @@ void adam_step(const adam_config& config, const adam_shard& shard, stream_view s
 /// would (a copy-engine copy when they do not overlap).
 void cast(const_tensor_view src, tensor_view dst, stream_view stream);
 
+/// accumulate on the device: `dst` is device fp32 memory, read and written in stream order; the
+/// same bits as the CPU.
+void accumulate(const_tensor_view src, std::span<float> dst, stream_view stream);
+
 /// quantize on the device.
 void quantize(const_tensor_view in, const quant_config& config, quantized_span out, stream_view stream);
 

@@ -20,6 +20,12 @@
 // rebuilds it from the per-64Ki-element partials that sum_of_squares' workspace holds), and the
 // total adds the parameters' values in layout order, starting from 0. So the norm is the same bits
 // for every placement.
+//
+// Threads: one worker thread of the path (it drives the swap channel and does the host side of
+// every accumulation: host homes and nvme read-modify-writes, one parameter at a time, a piece's
+// write overlapping the next piece's read and add) and the path's own device stream (on the host
+// device, one more thread). Device homes are accumulated by a kernel queued on the caller's stream
+// (core's launch_kernel: the CPU kernel as a host task, or the CUDA launcher).
 
 #include <cstddef>
 #include <cstdint>
@@ -37,10 +43,14 @@
 namespace zoe::engine {
 
 struct gradient_path_options {
-  std::uint64_t bucket_bytes = 0;        ///< device bytes per bucket (footprint_plan::gradient_bucket_bytes)
-  std::size_t bucket_count = 1;          ///< 2 with overlap_comm (footprint_plan::gradient_bucket_count)
-  std::size_t staging_buffer_count = 0;  ///< pinned buffers for NVMe read-modify-writes (plan)
-  std::size_t staging_buffer_bytes = 0;  ///< bytes per staging buffer (plan)
+  std::uint64_t bucket_bytes = 0;  ///< device bytes per bucket (footprint_plan::gradient_bucket_bytes)
+  std::size_t bucket_count = 1;    ///< 2 with overlap_comm (footprint_plan::gradient_bucket_count)
+  /// Pinned buffers for gradients off the device (plan: footprint_plan::gradient_buffer_count, at
+  /// least 2 when any gradient is off the device: an nvme piece holds two).
+  std::size_t staging_buffer_count = 0;
+  /// Bytes per staging buffer (plan): whole 64 Ki-element fp32 chunks and whole aio.block_size
+  /// chunks, unless it holds the largest off-device gradient shard whole. usage_error otherwise.
+  std::size_t staging_buffer_bytes = 0;
 };
 
 /// What the optimizer step needs to know about a step's gradients before it starts.
@@ -51,12 +61,12 @@ struct gradient_summary {
 
 struct gradient_path_stats {
   std::uint64_t modules_reduced = 0;
-  std::uint64_t bytes_reduced = 0;      ///< bytes handed to the communicator
-  std::uint64_t bytes_read = 0;         ///< NVMe bytes read for read-modify-writes
-  std::uint64_t bytes_written = 0;      ///< NVMe bytes written
-  std::uint64_t bucket_waits = 0;       ///< acquire() calls that waited for a bucket to drain
-  double accumulate_seconds = 0;        ///< time the accumulation work ran
-  std::uint64_t pinned_bytes = 0;       ///< staging memory held
+  std::uint64_t bytes_reduced = 0;        ///< bytes handed to the communicator
+  std::uint64_t bytes_read = 0;           ///< NVMe bytes read for read-modify-writes
+  std::uint64_t bytes_written = 0;        ///< NVMe bytes written
+  std::uint64_t bucket_waits = 0;         ///< acquire() calls that waited for a bucket to drain
+  double accumulate_seconds = 0;          ///< time the accumulation work ran
+  std::uint64_t pinned_bytes = 0;         ///< staging memory held
   std::uint64_t device_bucket_bytes = 0;  ///< device memory of the buckets
 };
 
@@ -80,9 +90,10 @@ class gradient_path {
   void begin_micro_batch(std::size_t index, std::size_t count);
   /// Device memory for module `m`'s gradients in the current micro-batch: one pointer per parameter
   /// of the module (in module order), each padded_numel elements of the parameter's working dtype,
-  /// zero-filled in stream order on `stream`. Valid until reduce(m). Blocks while no bucket has room.
-  /// usage_error naming the module when no micro-batch is open, the module is unknown, or it was
-  /// already acquired in this micro-batch.
+  /// zero-filled in stream order on `stream`. Valid until reduce(m). Blocks while no bucket has room
+  /// (until modules already acquired are reduced and accumulated: a thread that holds every bucket
+  /// with modules it has not reduced would wait for itself). usage_error naming the module when no
+  /// micro-batch is open, the module is unknown, or it was already acquired in this micro-batch.
   [[nodiscard]] std::vector<void*> acquire(module_id m, stream_view stream);
   /// The gradients in acquire(m)'s memory are complete once the work queued on `stream` so far is:
   /// reduces them and adds them to the shards' gradient states (asynchronously). usage_error naming
@@ -92,6 +103,11 @@ class gradient_path {
   /// module that was acquired must have been reduced (usage_error naming one that was not). A
   /// module never acquired in a micro-batch adds nothing (in micro-batch 0 its gradient is zeroed).
   /// Throws the first failure (io_error / corruption_error naming the parameter, path and offset).
+  /// After a failure the micro-batch is closed and every other parameter was still accumulated, but
+  /// the parameter that failed has its gradient state released and dirty (its home may hold part
+  /// of the micro-batch, or nothing valid), so the step's gradients are lost: the next
+  /// begin_micro_batch must be micro-batch 0 of a new step (it overwrites without reading), and
+  /// summary() has no value for the failed step.
   void end_micro_batch();
   /// The summary of the step whose last micro-batch ended. usage_error before one has.
   [[nodiscard]] gradient_summary summary() const;

@@ -66,7 +66,10 @@ struct footprint_plan {
   /// module's gradients.
   std::uint64_t gradient_bucket_count = 0;
   std::uint64_t gradient_bucket_bytes = 0;
-  /// Pinned buffers for the read-modify-writes of gradients on nvme (0 without).
+  /// Pinned staging buffers of the gradients whose state is not on the device (0 without): the
+  /// reduced gradient's copy from the device, and the read-modify-writes of those on nvme. Each
+  /// holds whole aio.block_size chunks and whole 64 Ki-element chunks of fp32 (or the largest such
+  /// shard whole).
   std::uint64_t gradient_buffer_count = 0;
   std::uint64_t gradient_buffer_bytes = 0;
   /// The swap store: its folders (striped) and its block_size (aio.block_size), which the
@@ -77,6 +80,12 @@ struct footprint_plan {
 
 /// Alignment of every block of the gathered-parameter arena (allocators::arena_options' default).
 inline constexpr std::uint64_t arena_alignment = 256;
+
+/// fp32 bytes of one chunk of kernels::sum_of_squares' fixed order (64 Ki elements): a piece of a
+/// gradient the gradient path stages covers whole ones (gradient_path.hpp).
+inline constexpr std::uint64_t gradient_sum_chunk_bytes = std::uint64_t{65536} * 4;
+/// The gradient path's pinned staging buffers (footprint_plan.cpp says why four).
+inline constexpr std::uint64_t gradient_buffer_count = 4;
 
 /// The parameters that stay gathered for good, as DeepSpeed marks them (parameter_offload.py,
 /// mark_persistent_parameters): in layout order, a parameter of at most

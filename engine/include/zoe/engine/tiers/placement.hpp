@@ -58,8 +58,9 @@ inline constexpr std::size_t tier_count = 3;
 /// "device", "host", "nvme". Never throws.
 [[nodiscard]] std::string_view tier_name(tier t) noexcept;
 
-/// Element type of a state: the working copy has the parameter's dtype, the gradient too, the
-/// master and the moments are fp32. Never throws.
+/// Element type of a state: the working copy has the parameter's dtype; the gradient (accumulated
+/// over micro-batches in fp32, optim/gradient_path.hpp), the master and the moments are fp32.
+/// Never throws.
 [[nodiscard]] kernels::dtype state_dtype(const parameter_layout& p, state_kind s) noexcept;
 /// Bytes of one state of `p`'s shard (shard_numel elements; 0 for the working copy of an fp32
 /// parameter, whose working copy is the master). Never throws.

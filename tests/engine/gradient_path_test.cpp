@@ -1,0 +1,420 @@
+// The gradient path over the whole stack on the host device: micro-batches accumulated in fp32 into
+// gradient homes on the device, in pinned or pageable host memory, on nvme and split over the three,
+// each checked bit for bit against sums made on the host; the summary's fixed order; buckets and
+// back-pressure; usage errors; and failed nvme reads and writes.
+#include "zoe/engine/optim/gradient_path.hpp"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine_stack.hpp"
+#include "zoe/core/error.hpp"
+#include "zoe/core/units.hpp"
+#include "zoe/io/swap_channel.hpp"
+#include "zoe/kernels/cast.hpp"
+
+namespace zoe::testing {
+namespace {
+
+using engine::gradient_path;
+using engine::gradient_path_options;
+using engine::gradient_summary;
+using engine::module_id;
+using engine::parameter_id;
+using engine::state_kind;
+using engine::tier;
+using engine::tier_fractions;
+
+enum class home_kind { device, pinned, pageable, nvme, split };
+
+std::string name_of(home_kind h) {
+  switch (h) {
+    case home_kind::device: return "device";
+    case home_kind::pinned: return "pinned";
+    case home_kind::pageable: return "pageable";
+    case home_kind::nvme: return "nvme";
+    case home_kind::split: return "split";
+  }
+  return "?";
+}
+
+// Working copies on nvme in 16 KiB blocks (nvme_config); the gradient where `h` says.
+engine::engine_config config_for(home_kind h, bool overlap_comm = false, std::uint64_t bucket_elements = 500'000'000) {
+  engine::engine_config c = nvme_config();
+  c.zero.overlap_comm = overlap_comm;
+  c.zero.reduce_bucket_size = bucket_elements;
+  tier_fractions f;
+  switch (h) {
+    case home_kind::device: f = {.device = 1}; break;
+    case home_kind::pinned: f = {.host = 1}; break;
+    case home_kind::pageable: {
+      f = {.host = 1};
+      engine::offload_optimizer_config o;
+      o.device = engine::offload_device::cpu;
+      o.pin_memory = false;
+      c.zero.offload_optimizer = o;
+      break;
+    }
+    case home_kind::nvme: f = {.nvme = 1}; break;
+    case home_kind::split: f = {.device = 0.25, .host = 0.25, .nvme = 0.5}; break;
+  }
+  c.zoe.placement[static_cast<std::size_t>(state_kind::gradient)] = f;
+  // The masters on nvme with the working copies: the fp32 parameter's working copy is its master,
+  // and offload_param would otherwise warn that it cannot move it there.
+  c.zoe.placement[static_cast<std::size_t>(state_kind::master)] = tier_fractions{.nvme = 1};
+  return c;
+}
+
+// Two modules of two parameters of ~150k elements (three 64 Ki-element pieces each on nvme), of
+// fp16, bf16 and fp32, so every source type is accumulated.
+std::vector<engine::module_spec> model() {
+  return layered_model(2, 2, 150'000, {kernels::dtype::fp16, kernels::dtype::bf16, kernels::dtype::fp32});
+}
+
+gradient_path_options options_of(const engine::footprint_plan& plan) {
+  return {.bucket_bytes = plan.gradient_bucket_bytes,
+          .bucket_count = static_cast<std::size_t>(plan.gradient_bucket_count),
+          .staging_buffer_count = static_cast<std::size_t>(plan.gradient_buffer_count),
+          .staging_buffer_bytes = static_cast<std::size_t>(plan.gradient_buffer_bytes)};
+}
+
+// The stack, a gradient path over it sized by the plan, a stream, and the host's reference sums.
+struct bench {
+  explicit bench(home_kind h, bool overlap_comm = false, std::uint64_t bucket_elements = 500'000'000,
+                 std::shared_ptr<fault_plan> faults = nullptr)
+      : s({.modules = model(), .config = config_for(h, overlap_comm, bucket_elements), .faults = std::move(faults)}),
+        path(s.tiers(), s.comm(), s.dev(), s.pinned(), s.store(), options_of(s.plan())),
+        stream(s.dev().create_stream()),
+        reference(s.layout().parameters().size()) {
+    for (const auto& p : s.layout().parameters()) reference[p.id].assign(p.shard_numel, 0.0f);
+  }
+
+  // Micro-batch values of p: N(0, 1) real elements in p's dtype (widened exactly into `widened`),
+  // zero padding; `special` replaces element 17.
+  std::vector<std::byte> values(parameter_id p, std::uint64_t seed, std::vector<float>& widened,
+                                float special = 0.0f) const {
+    const auto& prm = s.layout().parameter(p);
+    std::mt19937_64 rng(seed * 1000 + p);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::vector<float> x(prm.shard_numel, 0.0f);
+    for (std::uint64_t i = 0; i < prm.numel; ++i) x[i] = normal(rng);
+    if (special != 0.0f) x[17] = special;
+    std::vector<std::byte> bytes(x.size() * kernels::dtype_size(prm.dtype));
+    kernels::cast(kernels::view(std::span<const float>(x)), kernels::tensor_view{prm.dtype, bytes.data(), x.size()});
+    widened.resize(x.size());
+    kernels::cast(kernels::const_tensor_view{prm.dtype, bytes.data(), x.size()},
+                  kernels::view(std::span<float>(widened)));
+    return bytes;
+  }
+
+  // Writes module m's gradients of micro-batch `seed` into memory acquire(m) lent.
+  void fill(module_id m, const std::vector<void*>& memory, std::uint64_t seed, bool first, float special = 0.0f) {
+    const auto& params = s.layout().module(m).parameters;
+    ASSERT_EQ(memory.size(), params.size());
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      std::vector<float> widened;
+      const std::vector<std::byte> bytes = values(params[i], seed, widened, special);
+      s.dev().copy_async(memory[i], bytes.data(), bytes.size(), copy_kind::host_to_device, stream.view());
+      s.dev().synchronize(stream.view());  // `bytes` leaves scope
+      std::vector<float>& r = reference[params[i]];
+      for (std::size_t k = 0; k < r.size(); ++k) r[k] = first ? widened[k] : r[k] + widened[k];
+    }
+  }
+
+  void backward(module_id m, std::uint64_t seed, bool first, float special = 0.0f) {
+    const std::vector<void*> memory = path.acquire(m, stream.view());
+    fill(m, memory, seed, first, special);
+    path.reduce(m, stream.view());
+  }
+
+  // One step of `k` micro-batches over every module.
+  gradient_summary step(std::size_t k, std::uint64_t seed = 1) {
+    for (std::size_t mb = 0; mb < k; ++mb) {
+      path.begin_micro_batch(mb, k);
+      for (const auto& m : s.layout().modules()) backward(m.id, seed * 100 + mb, mb == 0);
+      path.end_micro_batch();
+    }
+    return path.summary();
+  }
+
+  // The gradient state of p as its home holds it.
+  std::vector<float> gradient(parameter_id p) {
+    const engine::state_location& loc = s.tiers().location(p, state_kind::gradient);
+    std::vector<float> out(loc.bytes / sizeof(float));
+    switch (loc.where) {
+      case tier::device: {
+        const std::vector<std::byte> b = s.from_device(loc.device, loc.bytes);
+        std::memcpy(out.data(), b.data(), loc.bytes);
+        break;
+      }
+      case tier::host: std::memcpy(out.data(), loc.host.data(), loc.bytes); break;
+      case tier::nvme: {
+        const std::size_t size = round_up(loc.bytes, 4096);
+        std::unique_ptr<std::byte, decltype(&std::free)> buffer(static_cast<std::byte*>(std::aligned_alloc(4096, size)),
+                                                                &std::free);
+        io::swap_channel channel(*s.store());
+        const io::swap_request read{io::io_op::read, loc.extent, 0, std::span<std::byte>(buffer.get(), loc.bytes), 0};
+        channel.run(std::span<const io::swap_request>(&read, 1));
+        std::memcpy(out.data(), buffer.get(), loc.bytes);
+        break;
+      }
+    }
+    return out;
+  }
+
+  // kernels::sum_of_squares of each reference shard, added in layout order from 0.
+  [[nodiscard]] double reference_sum() const {
+    double total = 0.0;
+    for (const auto& r : reference) total += kernels::sum_of_squares(kernels::view(std::span<const float>(r)));
+    return total;
+  }
+
+  void expect_gradients_match(const std::string& what) {
+    for (const auto& p : s.layout().parameters()) {
+      EXPECT_EQ(s.tiers().status(p.id, state_kind::gradient), engine::state_status::resident) << what << " " << p.name;
+      const std::vector<float> got = gradient(p.id);
+      ASSERT_EQ(got.size(), reference[p.id].size());
+      EXPECT_EQ(std::memcmp(got.data(), reference[p.id].data(), got.size() * sizeof(float)), 0)
+          << what << ": the gradient of " << p.name << " in "
+          << engine::tier_name(s.tiers().location(p.id, state_kind::gradient).where);
+    }
+  }
+
+  engine_stack s;
+  gradient_path path;
+  device_stream stream;
+  std::vector<std::vector<float>> reference;
+};
+
+std::uint64_t bits(double x) {
+  std::uint64_t u = 0;
+  std::memcpy(&u, &x, sizeof(u));
+  return u;
+}
+
+class gradient_homes : public ::testing::TestWithParam<home_kind> {};
+
+TEST_P(gradient_homes, ThreeMicroBatchesAccumulateInFp32AsTheHostAddsThem) {
+  bench b(GetParam());
+  // The placement is the one asked for.
+  std::vector<int> per_tier(3, 0);
+  for (const auto& p : b.s.layout().parameters()) {
+    const auto& loc = b.s.tiers().location(p.id, state_kind::gradient);
+    ++per_tier[static_cast<std::size_t>(loc.where)];
+    if (loc.where == tier::host) {
+      EXPECT_EQ(loc.pinned, GetParam() != home_kind::pageable);
+    }
+  }
+  if (GetParam() == home_kind::split) {
+    for (const int n : per_tier) ASSERT_GT(n, 0) << "split puts a gradient in every tier";
+  }
+  const gradient_summary summary = b.step(3);
+  b.expect_gradients_match(name_of(GetParam()));
+  EXPECT_FALSE(summary.overflow);
+  EXPECT_EQ(bits(summary.sum_of_squares), bits(b.reference_sum()));
+  // A second step starts over: micro-batch 0 overwrites.
+  for (auto& r : b.reference) std::fill(r.begin(), r.end(), 0.0f);
+  const gradient_summary again = b.step(2, 7);
+  b.expect_gradients_match(name_of(GetParam()) + ", second step");
+  EXPECT_EQ(bits(again.sum_of_squares), bits(b.reference_sum()));
+  const engine::gradient_path_stats st = b.path.stats();
+  EXPECT_EQ(st.modules_reduced, 2U * 5);
+  if (GetParam() == home_kind::nvme) {
+    EXPECT_GT(st.bytes_read, 0U);
+    EXPECT_GT(st.bytes_written, 0U);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(gradient_path, gradient_homes,
+                         ::testing::Values(home_kind::device, home_kind::pinned, home_kind::pageable, home_kind::nvme,
+                                           home_kind::split),
+                         [](const auto& param_info) { return name_of(param_info.param); });
+
+// The norm is one fixed order whatever the tiers: the same bits everywhere, near the fp64 sum.
+TEST(gradient_path, TheSummaryIsTheSameBitsOnEveryPlacement) {
+  std::vector<std::uint64_t> seen;
+  long double exact = 0;
+  for (const home_kind h :
+       {home_kind::device, home_kind::pinned, home_kind::pageable, home_kind::nvme, home_kind::split}) {
+    bench b(h);
+    seen.push_back(bits(b.step(2, 3).sum_of_squares));
+    if (h == home_kind::device) {
+      for (const auto& r : b.reference) {
+        for (const float x : r) exact += static_cast<long double>(x) * x;
+      }
+    }
+  }
+  for (std::size_t i = 1; i < seen.size(); ++i) EXPECT_EQ(seen[i], seen[0]) << "placement " << i;
+  double first = 0;
+  std::memcpy(&first, seen.data(), sizeof(first));
+  EXPECT_NEAR(first, static_cast<double>(exact), 1e-12 * static_cast<double>(exact));
+}
+
+TEST(gradient_path, AnInfOrANanAnywhereIsAnOverflow) {
+  for (const float special : {std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()}) {
+    bench b(home_kind::split);
+    // Micro-batch 1 of 2, in module 1's parameters (on nvme): the flag comes from a read-modify-write.
+    for (std::size_t mb = 0; mb < 2; ++mb) {
+      b.path.begin_micro_batch(mb, 2);
+      b.backward(0, mb, mb == 0);
+      b.backward(1, mb, mb == 0, mb == 1 ? special : 0.0f);
+      b.path.end_micro_batch();
+    }
+    const gradient_summary summary = b.path.summary();
+    EXPECT_TRUE(summary.overflow) << special;
+    EXPECT_FALSE(std::isfinite(summary.sum_of_squares)) << special;
+  }
+  bench clean(home_kind::split);
+  EXPECT_FALSE(clean.step(1).overflow);
+}
+
+// overlap_comm: two buckets of one module each, both lent at once; the second's gradients are
+// written while the first is still being reduced.
+TEST(gradient_path, OverlapCommLendsTwoBucketsAtOnce) {
+  bench b(home_kind::split, true, 1);
+  ASSERT_EQ(b.s.plan().gradient_bucket_count, 2U);
+  b.path.begin_micro_batch(0, 1);
+  const std::vector<void*> m0 = b.path.acquire(0, b.stream.view());
+  const std::vector<void*> m1 = b.path.acquire(1, b.stream.view());
+  b.fill(0, m0, 5, true);
+  b.fill(1, m1, 5, true);
+  b.path.reduce(1, b.stream.view());
+  b.path.reduce(0, b.stream.view());
+  b.path.end_micro_batch();
+  EXPECT_EQ(b.path.stats().bucket_waits, 0U);
+  EXPECT_EQ(b.path.stats().device_bucket_bytes, 2 * b.s.plan().gradient_bucket_bytes);
+  b.expect_gradients_match("two buckets");
+  EXPECT_EQ(bits(b.path.summary().sum_of_squares), bits(b.reference_sum()));
+}
+
+// One bucket that holds one module: a second acquire waits until the first module is reduced and
+// accumulated, then completes.
+TEST(gradient_path, AModuleWaitsWhileTheOnlyBucketIsBusy) {
+  bench b(home_kind::split, false, 1);
+  ASSERT_EQ(b.s.plan().gradient_bucket_count, 1U);
+  b.path.begin_micro_batch(0, 1);
+  const std::vector<void*> m0 = b.path.acquire(0, b.stream.view());
+  std::vector<void*> m1;
+  std::atomic<bool> got{false};
+  std::thread second([&] {
+    m1 = b.path.acquire(1, b.stream.view());
+    got = true;
+  });
+  while (b.path.stats().bucket_waits == 0) std::this_thread::yield();  // it is waiting now
+  EXPECT_FALSE(got.load());
+  b.fill(0, m0, 9, true);
+  b.path.reduce(0, b.stream.view());
+  second.join();
+  EXPECT_TRUE(got.load());
+  b.fill(1, m1, 9, true);
+  b.path.reduce(1, b.stream.view());
+  b.path.end_micro_batch();
+  EXPECT_EQ(b.path.stats().bucket_waits, 1U);
+  b.expect_gradients_match("one bucket");
+}
+
+// A module never acquired adds nothing; in micro-batch 0 its gradient is zeroed, whatever its
+// home held before (here: a whole earlier step).
+TEST(gradient_path, AModuleNeverAcquiredEndsZero) {
+  for (const home_kind h : {home_kind::device, home_kind::pinned, home_kind::nvme, home_kind::split}) {
+    bench b(h);
+    (void)b.step(1, 11);
+    for (auto& r : b.reference) std::fill(r.begin(), r.end(), 0.0f);
+    for (std::size_t mb = 0; mb < 2; ++mb) {
+      b.path.begin_micro_batch(mb, 2);
+      b.backward(0, 20 + mb, mb == 0);
+      b.path.end_micro_batch();
+    }
+    b.expect_gradients_match(name_of(h));
+    for (const parameter_id p : b.s.layout().module(1).parameters) {
+      for (const float x : b.gradient(p)) ASSERT_EQ(x, 0.0f) << name_of(h);
+    }
+    EXPECT_EQ(bits(b.path.summary().sum_of_squares), bits(b.reference_sum())) << name_of(h);
+  }
+}
+
+template <class Fn>
+void expect_usage_error(Fn&& fn, const std::string& mentions) {
+  try {
+    fn();
+    FAIL() << "no usage_error; expected one mentioning " << mentions;
+  } catch (const usage_error& e) {
+    EXPECT_NE(std::string(e.what()).find(mentions), std::string::npos) << e.what();
+  }
+}
+
+TEST(gradient_path, UsageErrorsNameWhatIsWrong) {
+  bench b(home_kind::pinned);
+  const stream_view st = b.stream.view();
+  expect_usage_error([&] { (void)b.path.acquire(0, st); }, "no micro-batch is open");
+  expect_usage_error([&] { (void)b.path.summary(); }, "summary");
+  expect_usage_error([&] { b.path.begin_micro_batch(1, 2); }, "micro-batch 0");
+  expect_usage_error([&] { b.path.begin_micro_batch(2, 2); }, "[0, count)");
+  b.path.begin_micro_batch(0, 2);
+  expect_usage_error([&] { b.path.begin_micro_batch(1, 2); }, "still open");
+  expect_usage_error([&] { (void)b.path.acquire(7, st); }, "unknown module 7");
+  expect_usage_error([&] { b.path.reduce(0, st); }, "'layer0' was not acquired");
+  const std::vector<void*> m0 = b.path.acquire(0, st);
+  expect_usage_error([&] { (void)b.path.acquire(0, st); }, "'layer0' was already acquired");
+  expect_usage_error([&] { b.path.end_micro_batch(); }, "'layer0' was acquired but not reduced");
+  b.fill(0, m0, 1, true);
+  b.path.reduce(0, st);
+  expect_usage_error([&] { b.path.reduce(0, st); }, "'layer0' was already reduced");
+  b.path.end_micro_batch();
+  expect_usage_error([&] { b.path.begin_micro_batch(0, 2); }, "micro-batch 1 of 2 comes next");
+  expect_usage_error([&] { b.path.begin_micro_batch(1, 3); }, "micro-batch 1 of 2 comes next");
+  b.path.begin_micro_batch(1, 2);
+  b.path.end_micro_batch();
+  (void)b.path.summary();
+}
+
+// A failed read or write of an nvme home is rethrown by end_micro_batch naming the parameter, the
+// swap path and the offset. The parameter's gradient is then released and dirty (its home may
+// hold part of the micro-batch), and the step must start again from micro-batch 0, which works.
+TEST(gradient_path, AFailedNvmeReadOrWriteNamesTheParameterPathAndOffset) {
+  for (const io::io_op op : {io::io_op::read, io::io_op::write}) {
+    auto faults = std::make_shared<fault_plan>();
+    bench b(home_kind::nvme, false, 500'000'000, faults);
+    b.path.begin_micro_batch(0, 2);
+    b.backward(0, 1, true);
+    b.backward(1, 1, true);
+    b.path.end_micro_batch();
+    // The first read-modify-write's read or write fails: that of layer0.w0, the first parameter.
+    faults->add({.op = op, .inject_errno = EIO});
+    b.path.begin_micro_batch(1, 2);
+    b.backward(0, 2, false);
+    b.backward(1, 2, false);
+    try {
+      b.path.end_micro_batch();
+      FAIL() << "the failed " << (op == io::io_op::read ? "read" : "write") << " was not reported";
+    } catch (const io_error& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find("layer0.w0"), std::string::npos) << m;
+      EXPECT_NE(m.find(b.s.store()->folders()[0].string()), std::string::npos) << m;
+      EXPECT_NE(m.find("offset"), std::string::npos) << m;
+      EXPECT_EQ(e.os_errno(), EIO);
+    }
+    EXPECT_EQ(faults->fired(), 1);
+    EXPECT_EQ(b.s.tiers().status(0, state_kind::gradient), engine::state_status::released);
+    EXPECT_TRUE(b.s.tiers().dirty(0, state_kind::gradient));
+    expect_usage_error([&] { b.path.begin_micro_batch(1, 2); }, "micro-batch 0");
+    for (auto& r : b.reference) std::fill(r.begin(), r.end(), 0.0f);
+    const gradient_summary again = b.step(2, 4);
+    b.expect_gradients_match("after the failure");
+    EXPECT_EQ(bits(again.sum_of_squares), bits(b.reference_sum()));
+  }
+}
+
+}  // namespace
+}  // namespace zoe::testing
