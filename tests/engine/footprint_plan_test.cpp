@@ -166,17 +166,38 @@ TEST(footprint_plan, ParameterSwapBuffersHoldAtLeastOneChunk) {
 TEST(footprint_plan, OptimizerSwapBuffersHoldTheLargestSubGroup) {
   const auto layout = small_and_large();
   auto config = everything_on_nvme(1);
+  config.zero.offload_optimizer->buffer_count = 5;
   const auto plan = make_footprint_plan(layout, config, placement(layout, config));
-  // One sub-group (sub_group_size 1e9) of 43008 fp32 elements: 168 KiB per buffer, 4 buffers.
-  EXPECT_EQ(plan.optimizer_buffer_count, 4U);
+  // One sub-group (sub_group_size 1e9) of 43008 fp32 elements: 168 KiB per buffer, 5 buffers.
+  EXPECT_EQ(plan.optimizer_buffer_count, 5U);
   EXPECT_EQ(plan.optimizer_buffer_bytes, 168 * KiB);
   config.zero.sub_group_size = 2048;  // {p0}, {p1}: the largest is 40960 elements
   EXPECT_EQ(make_footprint_plan(layout, config, placement(layout, config)).optimizer_buffer_bytes, 160 * KiB);
   config.zero.offload_optimizer->device = offload_device::cpu;
+  config.zero.offload_param->device = offload_device::cpu;
   config.zoe.placement = {};
   const auto none = make_footprint_plan(layout, config, placement(layout, config));
-  EXPECT_EQ(none.optimizer_buffer_count, 0U) << "nothing of the optimizer on nvme";
+  EXPECT_EQ(none.optimizer_buffer_count, 0U) << "nothing the optimizer step touches on nvme";
   EXPECT_EQ(item_named(none, "optimizer swap buffers"), nullptr);
+}
+
+// The step cuts its buffers into slots of one piece of an fp32 state (one 64 KiB chunk of the fp16
+// working copy: 32768 elements, 128 KiB in fp32), one per state on nvme: every state is, so a piece
+// takes five slots, and fewer buffers are made larger to hold them.
+TEST(footprint_plan, OptimizerSwapBuffersHoldOnePiecesSlots) {
+  const auto layout = small_and_large();
+  auto config = everything_on_nvme(1);
+  config.zero.offload_optimizer->buffer_count = 2;
+  const auto plan = make_footprint_plan(layout, config, placement(layout, config));
+  EXPECT_EQ(plan.optimizer_buffer_count, 2U);
+  EXPECT_EQ(plan.optimizer_buffer_bytes, 3 * 128 * KiB);
+
+  // Only the working copies on nvme: the step writes them, so it still needs one slot a piece.
+  config.zero.offload_optimizer->device = offload_device::cpu;
+  config.zoe.placement = {};
+  const auto working = make_footprint_plan(layout, config, placement(layout, config));
+  EXPECT_EQ(working.optimizer_buffer_count, 2U);
+  EXPECT_EQ(working.optimizer_buffer_bytes, 168 * KiB);
 }
 
 // zoe.placement.gradient on nvme (CONFIG.md's way to send gradients there) with the optimizer in

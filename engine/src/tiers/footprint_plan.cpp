@@ -6,6 +6,7 @@
 #include <limits>
 #include <string>
 
+#include "../optim/step_pieces.hpp"
 #include "zoe/core/check.hpp"
 #include "zoe/core/str.hpp"
 #include "zoe/core/units.hpp"
@@ -188,30 +189,33 @@ void add_param_buffers(plan_builder& out, footprint_plan& plan, const model_layo
           {"zero_optimization.offload_param.buffer_count", "zero_optimization.offload_param.buffer_size"});
 }
 
-// The optimizer step streams its states on nvme (master, moments, and the gradient where
-// zoe.placement sends it there) through buffer_count pinned buffers of the largest sub-group in
-// fp32, as DeepSpeed's optimizer swapper sizes them; a gradient is never wider than fp32, so it
-// fits them too.
+// The optimizer step streams its states on nvme (master, moments, the working copy, and the
+// gradient where zoe.placement sends it there) through buffer_count pinned buffers of the largest
+// sub-group in fp32, as DeepSpeed's optimizer swapper sizes them; a gradient is never wider than
+// fp32, so it fits them too. The step cuts that memory into slots of one piece of an fp32 state
+// (optim/step_pieces.hpp), one per state on nvme (or in device memory) of a piece: the buffers are
+// made large enough for one piece's slots whatever the sub-group size.
 void add_optimizer_buffers(plan_builder& out, footprint_plan& plan, const model_layout& layout,
                            const engine_config& config, const placement& where) {
-  const bool any = std::any_of(all_states.begin(), all_states.end(), [&where](state_kind s) {
-    return s != state_kind::working && where.bytes(s, tier::nvme) > 0;
-  });
-  if (!any) return;
+  const detail::piece_geometry geometry = detail::make_piece_geometry(
+      layout, [&where](parameter_id p, state_kind s) { return where.where(p, s); }, config.aio.block_size);
+  if (geometry.slots_per_piece == 0) return;
   std::uint64_t largest = 0;
   for (const sub_group& g : sub_groups(layout, config.zero.sub_group_size)) largest = std::max(largest, g.shard_numel);
   const offload_optimizer_config block = config.zero.offload_optimizer.value_or(offload_optimizer_config{});
   ZOE_CHECK(block.buffer_count > 0, config_error,
-            "zero_optimization.offload_optimizer.buffer_count is 0, but optimizer states are on nvme: they need at "
-            "least one swap buffer");
+            "zero_optimization.offload_optimizer.buffer_count is 0, but states the optimizer step rewrites are on "
+            "nvme: they need at least one swap buffer");
   ZOE_CHECK(block.buffer_count <= max_buffer_elements, config_error,
             "zero_optimization.offload_optimizer.buffer_count ", block.buffer_count, " must be at most ",
             max_buffer_elements);
+  const std::uint64_t slots_per_buffer = (geometry.slots_per_piece + block.buffer_count - 1) / block.buffer_count;
   plan.optimizer_buffer_count = block.buffer_count;
-  plan.optimizer_buffer_bytes = round_up(largest * kernels::dtype_size(kernels::dtype::fp32), page);
+  plan.optimizer_buffer_bytes = std::max(round_up(largest * kernels::dtype_size(kernels::dtype::fp32), page),
+                                         slots_per_buffer * geometry.slot_bytes);
   out.add("optimizer swap buffers", memory_kind::pinned,
           saturating_mul(plan.optimizer_buffer_count, plan.optimizer_buffer_bytes),
-          {"zero_optimization.offload_optimizer.buffer_count", "zero_optimization.sub_group_size"});
+          {"zero_optimization.offload_optimizer.buffer_count", "zero_optimization.sub_group_size", "aio.block_size"});
 }
 
 // The device arena holds gathered (full, padded) parameters. Its size:
