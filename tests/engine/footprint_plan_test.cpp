@@ -74,14 +74,73 @@ TEST(footprint_plan, TheSwapStoreIsRoundedAsTheStoreRounds) {
   const auto layout = small_and_large();
   const auto config = everything_on_nvme(2);
   const auto plan = make_footprint_plan(layout, config, placement(layout, config));
-  // Small extents round to 4 KiB: 4 + 8 + 8 + 8 + 8 KiB. Those of a block (64 KiB) or more round to
-  // blocks: 80 -> 128 KiB once, 160 -> 192 KiB four times. 932 KiB, to whole 128 KiB stripes: 1024.
+  // Small extents round to 4 KiB: 4 + 8 + 8 + 8 + 8 KiB (the gradient is fp32). Those of a block
+  // (64 KiB) or more round to blocks: 80 -> 128 KiB once, 160 -> 192 KiB four times: 932 KiB of
+  // homes. The optimizer step's shadows (every state but the gradients): 4 + 8 + 8 + 8 + 128 + 3 x
+  // 192 = 732 KiB. 1664 KiB, already whole 128 KiB stripes.
   EXPECT_EQ(plan.state_bytes[static_cast<std::size_t>(memory_kind::nvme)], (36 + 720) * KiB);
-  EXPECT_EQ(plan.nvme_bytes, 1024 * KiB);
+  EXPECT_EQ(plan.nvme_bytes, 1664 * KiB);
+  std::uint64_t shadows = 0;
+  for (const auto& item : plan.items) {
+    if (item.what.find("optimizer step shadow extents") != std::string::npos) shadows += item.bytes;
+  }
+  EXPECT_EQ(shadows, (28 + 80 + 3 * 160) * KiB);
   ASSERT_NE(item_named(plan, "swap store rounding"), nullptr);
-  EXPECT_EQ(item_named(plan, "swap store rounding")->bytes, (1024 - 756) * KiB);
+  EXPECT_EQ(item_named(plan, "swap store rounding")->bytes, (1664 - 756 - 588) * KiB);
   EXPECT_EQ(plan.swap_paths, (std::vector<std::filesystem::path>{"/swap/a", "/swap/b"}));
   EXPECT_EQ(plan.swap_block_size, 64 * KiB);
+}
+
+TEST(footprint_plan, ShadowExtentsAreListedPerStateWithTheKeysThatPutThemOnNvme) {
+  const auto layout = small_and_large();
+  // The optimizer on nvme, the working copies in host memory: shadows of the fp32 states only.
+  auto config = offload_config(offload_device::cpu, offload_device::nvme, "/swap/a");
+  config.aio.block_size = 64 * KiB;
+  const auto plan = make_footprint_plan(layout, config, placement(layout, config));
+  EXPECT_EQ(item_named(plan, "shadow extents of working"), nullptr);
+  EXPECT_EQ(item_named(plan, "shadow extents of gradient"), nullptr);
+  for (const std::string s : {"master", "exp_avg", "exp_avg_sq"}) {
+    const plan_item* item = item_named(plan, "optimizer step shadow extents of " + s);
+    ASSERT_NE(item, nullptr) << s;
+    EXPECT_EQ(item->memory, memory_kind::nvme);
+    EXPECT_EQ(item->bytes, 168 * KiB) << s;
+    EXPECT_TRUE(mentions(item->keys, "zero_optimization.offload_optimizer.device")) << s;
+  }
+  // Homes 8 + 160 -> 8 + 192 KiB three times, shadows the same: 1200 KiB, in 64 KiB stripes: 1216.
+  EXPECT_EQ(plan.nvme_bytes, 1216 * KiB);
+  EXPECT_EQ(sum_of(plan, memory_kind::nvme), plan.nvme_bytes);
+}
+
+// The undo log holds the in-memory states the step rewrites, of the shards with a state on nvme.
+TEST(footprint_plan, TheUndoLogHoldsTheInMemoryStatesOfShardsWithAStateOnNvme) {
+  const auto layout = small_and_large();
+  auto config = offload_config(offload_device::cpu, offload_device::nvme, "/swap/a");
+  config.aio.block_size = 64 * KiB;
+  // The masters of both in host memory (zoe.placement), the working copies too (offload_param cpu).
+  config.zoe.placement[static_cast<std::size_t>(state_kind::master)] = tier_fractions{.host = 1.0};
+  auto plan = make_footprint_plan(layout, config, placement(layout, config));
+  // working 4 + 80 KiB, master 8 + 160 KiB, of shards whose moments are on nvme.
+  EXPECT_EQ(plan.optimizer_undo_bytes, (84 + 168) * KiB);
+  const plan_item* item = item_named(plan, "optimizer step undo log");
+  ASSERT_NE(item, nullptr);
+  EXPECT_EQ(item->memory, memory_kind::pageable);
+  EXPECT_EQ(item->bytes, plan.optimizer_undo_bytes);
+  EXPECT_EQ(sum_of(plan, memory_kind::pageable), plan.pageable_bytes);
+
+  // Only the large parameter's gradient on nvme: its working copy and fp32 states are logged.
+  auto gradient_only = offload_config(offload_device::cpu, offload_device::cpu, "/swap/a");
+  gradient_only.aio.block_size = 64 * KiB;
+  gradient_only.zoe.extra_swap_paths = {"/swap/a"};
+  gradient_only.zoe.placement[static_cast<std::size_t>(state_kind::gradient)] =
+      tier_fractions{.host = 0.04, .nvme = 0.96};
+  plan = make_footprint_plan(layout, gradient_only, placement(layout, gradient_only));
+  EXPECT_EQ(plan.optimizer_undo_bytes, (80 + 3 * 160) * KiB);
+
+  // Nothing on nvme: no undo log.
+  config = offload_config(offload_device::cpu, offload_device::cpu);
+  plan = make_footprint_plan(layout, config, placement(layout, config));
+  EXPECT_EQ(plan.optimizer_undo_bytes, 0U);
+  EXPECT_EQ(item_named(plan, "optimizer step undo log"), nullptr);
 }
 
 TEST(footprint_plan, ParameterSwapBuffersHoldAtLeastOneChunk) {
@@ -108,17 +167,42 @@ TEST(footprint_plan, ParameterSwapBuffersHoldAtLeastOneChunk) {
 TEST(footprint_plan, OptimizerSwapBuffersHoldTheLargestSubGroup) {
   const auto layout = small_and_large();
   auto config = everything_on_nvme(1);
+  config.zero.offload_optimizer->buffer_count = 5;
   const auto plan = make_footprint_plan(layout, config, placement(layout, config));
-  // One sub-group (sub_group_size 1e9) of 43008 fp32 elements: 168 KiB per buffer, 4 buffers.
-  EXPECT_EQ(plan.optimizer_buffer_count, 4U);
+  // One sub-group (sub_group_size 1e9) of 43008 fp32 elements: 168 KiB per buffer, 5 buffers.
+  EXPECT_EQ(plan.optimizer_buffer_count, 5U);
   EXPECT_EQ(plan.optimizer_buffer_bytes, 168 * KiB);
   config.zero.sub_group_size = 2048;  // {p0}, {p1}: the largest is 40960 elements
   EXPECT_EQ(make_footprint_plan(layout, config, placement(layout, config)).optimizer_buffer_bytes, 160 * KiB);
   config.zero.offload_optimizer->device = offload_device::cpu;
+  config.zero.offload_param->device = offload_device::cpu;
   config.zoe.placement = {};
   const auto none = make_footprint_plan(layout, config, placement(layout, config));
-  EXPECT_EQ(none.optimizer_buffer_count, 0U) << "nothing of the optimizer on nvme";
+  EXPECT_EQ(none.optimizer_buffer_count, 0U) << "nothing the optimizer step touches on nvme";
   EXPECT_EQ(item_named(none, "optimizer swap buffers"), nullptr);
+}
+
+// The step cuts its buffers into slots of one piece of an fp32 state (one 64 KiB chunk of the fp16
+// working copy: 32768 elements, 128 KiB in fp32), one per state on nvme: every state is, so a piece
+// takes five slots, and fewer buffers are made larger to hold them.
+TEST(footprint_plan, OptimizerSwapBuffersHoldOnePiecesSlots) {
+  const auto layout = small_and_large();
+  auto config = everything_on_nvme(1);
+  config.zero.offload_optimizer->buffer_count = 2;
+  const auto plan = make_footprint_plan(layout, config, placement(layout, config));
+  EXPECT_EQ(plan.optimizer_buffer_count, 2U);
+  EXPECT_EQ(plan.optimizer_buffer_bytes, 3 * 128 * KiB);
+
+  // Only the working copies on nvme: the step writes them, so it still needs one slot a piece.
+  config.zero.offload_optimizer->device = offload_device::cpu;
+  config.zero.offload_param->max_in_cpu = 0;
+  config.zoe.placement = {};
+  const placement working_where(layout, config);
+  ASSERT_GT(working_where.bytes(state_kind::working, tier::nvme), 0U);
+  ASSERT_EQ(working_where.bytes(state_kind::master, tier::nvme), 0U);
+  const auto working = make_footprint_plan(layout, config, working_where);
+  EXPECT_EQ(working.optimizer_buffer_count, 2U);
+  EXPECT_EQ(working.optimizer_buffer_bytes, 168 * KiB);
 }
 
 // zoe.placement.gradient on nvme (CONFIG.md's way to send gradients there) with the optimizer in

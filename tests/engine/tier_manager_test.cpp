@@ -205,6 +205,14 @@ TEST_P(tier_combinations, HomesFollowThePlacementAndRoundTripByteExact) {
         }
         if (loc.where == tier::nvme) {
           EXPECT_EQ(loc.extent.bytes, loc.bytes);
+          // The optimizer step's second extent, for the states it rewrites.
+          const io::swap_extent shadow = tiers.shadow(p.id, s);
+          EXPECT_EQ(shadow.bytes, s == state_kind::gradient ? 0U : loc.bytes) << p.name << " " << state_kind_name(s);
+          if (shadow.bytes > 0) {
+            EXPECT_NE(shadow.id, loc.extent.id);
+          }
+        } else {
+          EXPECT_EQ(tiers.shadow(p.id, s).bytes, 0U) << "only nvme states have a shadow";
         }
         seen[static_cast<std::size_t>(memory_of(loc.where, f.where.host_pinned(s)))] += loc.bytes;
       }
@@ -402,6 +410,88 @@ TEST(tier_manager, ADirtyMarkDuringAWriteSurvivesItsFinish) {
   tiers.set_dirty(p, s, false);
   tiers.finish_move(p, s);
   EXPECT_FALSE(tiers.dirty(p, s));
+}
+
+// The optimizer step's rewrite: it starts from resident only, and however it ends the state is
+// resident with its dirty flag as it was (the home was never touched, or was put back).
+TEST(tier_manager, ARewriteEndsResidentWithItsDirtyFlagAsItWas) {
+  tiers_fixture f(with_chunk(engine_config{}));
+  tier_manager tiers = f.make();
+  const parameter_id p = 1;
+  const state_kind s = state_kind::exp_avg_sq;
+  EXPECT_THROW((void)tiers.begin_move(p, s, move_kind::rewrite), usage_error) << "nothing to rewrite yet";
+  EXPECT_EQ(tiers.status(p, s), state_status::released);
+  tiers.mark_written(p, s);
+  for (const bool dirty : {false, true}) {
+    tiers.set_dirty(p, s, dirty);
+    ASSERT_TRUE(tiers.begin_move(p, s, move_kind::rewrite));
+    EXPECT_FALSE(tiers.begin_move(p, s, move_kind::read)) << "nothing else moves it meanwhile";
+    tiers.abort_move(p, s);
+    EXPECT_EQ(tiers.status(p, s), state_status::resident);
+    EXPECT_EQ(tiers.dirty(p, s), dirty);
+    ASSERT_TRUE(tiers.begin_move(p, s, move_kind::rewrite));
+    tiers.finish_move(p, s);
+    EXPECT_EQ(tiers.status(p, s), state_status::resident);
+    EXPECT_EQ(tiers.dirty(p, s), dirty);
+  }
+}
+
+// commit_shadow swaps the home and the shadow; a step that does not commit leaves the old home.
+TEST(tier_manager, CommittingAShadowSwapsItWithTheHomeAndAnAbortKeepsTheOldHome) {
+  const testing::scratch_dir a;
+  const testing::scratch_dir b;
+  tiers_fixture f(combinations()[3].config(a.path(), b.path()));  // every state on nvme
+  {
+    tier_manager tiers = f.make();
+    const parameter_id p = 0;  // embed.w: 160 KiB fp32 states, several chunks
+    const state_kind s = state_kind::master;
+    const std::uint64_t bytes = tiers.location(p, s).bytes;
+    const io::swap_extent home = tiers.location(p, s).extent;
+    const io::swap_extent shadow = tiers.shadow(p, s);
+    ASSERT_EQ(shadow.bytes, bytes);
+    EXPECT_THROW(tiers.commit_shadow(p, s), usage_error) << "a released state has nothing to commit";
+
+    testing::aligned_buffer old_data(bytes);
+    const auto old_bytes = testing::random_bytes(bytes, 11);
+    std::memcpy(old_data.data(), old_bytes.data(), bytes);
+    write_home(tiers, f, p, s, old_data.span());
+    testing::aligned_buffer new_data(bytes);
+    const auto new_bytes = testing::random_bytes(bytes, 12);
+    std::memcpy(new_data.data(), new_bytes.data(), bytes);
+    testing::aligned_buffer back(bytes);
+
+    // A step that fails after writing the shadow: the old home is still the home, resident, clean.
+    ASSERT_TRUE(tiers.begin_move(p, s, move_kind::rewrite));
+    {
+      io::swap_channel ch(*f.store);
+      testing::store_write(ch, shadow, 0, new_data.span());
+    }
+    EXPECT_THROW(tiers.commit_shadow(p, s), usage_error) << "not while the step holds it";
+    tiers.abort_move(p, s);
+    EXPECT_EQ(tiers.status(p, s), state_status::resident);
+    EXPECT_FALSE(tiers.dirty(p, s));
+    EXPECT_EQ(tiers.location(p, s).extent.id, home.id);
+    read_home(tiers, f, p, s, back.span());
+    EXPECT_TRUE(testing::same_bytes(back.span(), old_bytes));
+
+    // A step that succeeds: the shadow becomes the home, the old home the next shadow.
+    ASSERT_TRUE(tiers.begin_move(p, s, move_kind::rewrite));
+    tiers.finish_move(p, s);
+    tiers.commit_shadow(p, s);
+    EXPECT_EQ(tiers.location(p, s).extent.id, shadow.id);
+    EXPECT_EQ(tiers.shadow(p, s).id, home.id);
+    EXPECT_EQ(tiers.status(p, s), state_status::resident);
+    read_home(tiers, f, p, s, back.span());
+    EXPECT_TRUE(testing::same_bytes(back.span(), new_bytes));
+
+    try {
+      tiers.commit_shadow(p, state_kind::gradient);
+      FAIL() << "the gradient has no shadow";
+    } catch (const usage_error& e) {
+      EXPECT_NE(std::string(e.what()).find("embed.w"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_TRUE(f.nothing_allocated()) << "both extents are freed";
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <numeric>
 #include <string>
 
+#include "../optim/step_pieces.hpp"
 #include "zoe/core/check.hpp"
 #include "zoe/core/str.hpp"
 #include "zoe/core/units.hpp"
@@ -73,7 +74,58 @@ void add_states(plan_builder& out, footprint_plan& plan, const placement& where)
   }
 }
 
-// The swap store's capacity for these states. The store rounds every extent to 4 KiB and starts
+// Whether the optimizer step rewrites state `s` of `p` on nvme, and so the tier manager gives it a
+// second (shadow) extent of the same size (tier_manager.hpp): master, exp_avg, exp_avg_sq, and the
+// working copy when it has bytes (an fp32 parameter's working copy is its master).
+bool has_shadow_extent(const parameter_layout& p, state_kind s, const placement& where) {
+  return s != state_kind::gradient && state_bytes(p, s) > 0 && where.where(p.id, s) == tier::nvme;
+}
+
+// The optimizer step's shadow extents, listed on their own; the swap store's capacity counts them
+// with the homes (add_swap_store).
+void add_shadow_extents(plan_builder& out, const model_layout& layout, const placement& where) {
+  for (const state_kind s : all_states) {
+    std::uint64_t bytes = 0;
+    for (const parameter_layout& p : layout.parameters()) {
+      if (has_shadow_extent(p, s, where)) bytes += state_bytes(p, s);
+    }
+    std::vector<std::string> keys(where.keys(s).begin(), where.keys(s).end());
+    out.add(str("optimizer step shadow extents of ", state_kind_name(s)), memory_kind::nvme, bytes, std::move(keys));
+  }
+}
+
+// The optimizer step's undo log (optimizer_step.hpp): pageable host memory for the states in
+// memory (device or host) that the step rewrites (working, master, exp_avg, exp_avg_sq) of every
+// parameter with any state on nvme, copied before Adam changes them so a failed read or write can
+// put them back.
+void add_optimizer_undo_log(plan_builder& out, footprint_plan& plan, const model_layout& layout,
+                            const placement& where) {
+  const std::array rewritten = {state_kind::working, state_kind::master, state_kind::exp_avg, state_kind::exp_avg_sq};
+  std::uint64_t bytes = 0;
+  std::vector<bool> involved(state_kind_count, false);
+  for (const parameter_layout& p : layout.parameters()) {
+    const bool on_nvme = std::any_of(all_states.begin(), all_states.end(), [&](state_kind s) {
+      return state_bytes(p, s) > 0 && where.where(p.id, s) == tier::nvme;
+    });
+    if (!on_nvme) continue;
+    for (const state_kind s : rewritten) {
+      if (where.where(p.id, s) == tier::nvme || state_bytes(p, s) == 0) continue;
+      bytes += state_bytes(p, s);
+      involved[static_cast<std::size_t>(s)] = true;
+    }
+  }
+  plan.optimizer_undo_bytes = bytes;
+  std::vector<std::string> keys;
+  for (const state_kind s : all_states) {
+    if (!involved[static_cast<std::size_t>(s)]) continue;
+    keys.insert(keys.end(), where.keys(s).begin(), where.keys(s).end());
+  }
+  out.add("optimizer step undo log (in-memory states of shards with a state on nvme)", memory_kind::pageable, bytes,
+          std::move(keys));
+}
+
+// The swap store's capacity for these states and the optimizer step's shadow extents (every extent
+// the tier manager takes). The store rounds every extent to 4 KiB and starts
 // one of block_size or more on a block_size boundary; the tier manager takes the large extents
 // first, so they lie end to end, each within its size rounded up to block_size, and the small ones
 // then fit in the gaps or after them. Their sum, rounded up to whole stripes (block_size on every
@@ -89,7 +141,8 @@ void add_swap_store(plan_builder& out, footprint_plan& plan, const model_layout&
     for (const state_kind s : all_states) {
       const std::uint64_t bytes = state_bytes(p, s);
       if (bytes == 0 || where.where(p.id, s) != tier::nvme) continue;
-      extents += bytes >= block ? round_up(bytes, block) : round_up(bytes, page);
+      const std::uint64_t rounded = bytes >= block ? round_up(bytes, block) : round_up(bytes, page);
+      extents += has_shadow_extent(p, s, where) ? 2 * rounded : rounded;
     }
   }
   const std::uint64_t capacity = round_up(extents, block * plan.swap_paths.size());
@@ -97,8 +150,11 @@ void add_swap_store(plan_builder& out, footprint_plan& plan, const model_layout&
     std::vector<std::string> keys(where.keys(s).begin(), where.keys(s).end());
     out.add(str(state_kind_name(s), " on nvme"), memory_kind::nvme, where.bytes(s, tier::nvme), std::move(keys));
   }
+  const std::uint64_t before = plan.nvme_bytes;
+  add_shadow_extents(out, layout, where);
+  const std::uint64_t shadows = plan.nvme_bytes - before;
   out.add("swap store rounding (extents to 4 KiB or aio.block_size, the whole to stripes)", memory_kind::nvme,
-          capacity - plan.state_bytes[static_cast<std::size_t>(memory_kind::nvme)],
+          capacity - plan.state_bytes[static_cast<std::size_t>(memory_kind::nvme)] - shadows,
           {"aio.block_size", "zero_optimization.offload_param.nvme_path", "zoe.swap.extra_paths"});
 }
 
@@ -134,29 +190,33 @@ void add_param_buffers(plan_builder& out, footprint_plan& plan, const model_layo
           {"zero_optimization.offload_param.buffer_count", "zero_optimization.offload_param.buffer_size"});
 }
 
-// The optimizer step streams its states on nvme (master, moments, and the gradient where
-// zoe.placement sends it there) through buffer_count pinned buffers of the largest sub-group in
-// fp32, as DeepSpeed's optimizer swapper sizes them; the gradient is fp32 too.
+// The optimizer step streams its states on nvme (master, moments, the working copy, and the
+// gradient where zoe.placement sends it there) through buffer_count pinned buffers of the largest
+// sub-group in fp32, as DeepSpeed's optimizer swapper sizes them; the gradient is fp32
+// too. The step cuts that memory into slots of one piece of an fp32 state
+// (optim/step_pieces.hpp), one per state on nvme (or in device memory) of a piece: the buffers are
+// made large enough for one piece's slots whatever the sub-group size.
 void add_optimizer_buffers(plan_builder& out, footprint_plan& plan, const model_layout& layout,
                            const engine_config& config, const placement& where) {
-  const bool any = std::any_of(all_states.begin(), all_states.end(), [&where](state_kind s) {
-    return s != state_kind::working && where.bytes(s, tier::nvme) > 0;
-  });
-  if (!any) return;
+  const detail::piece_geometry geometry = detail::make_piece_geometry(
+      layout, [&where](parameter_id p, state_kind s) { return where.where(p, s); }, config.aio.block_size);
+  if (geometry.slots_per_piece == 0) return;
   std::uint64_t largest = 0;
   for (const sub_group& g : sub_groups(layout, config.zero.sub_group_size)) largest = std::max(largest, g.shard_numel);
   const offload_optimizer_config block = config.zero.offload_optimizer.value_or(offload_optimizer_config{});
   ZOE_CHECK(block.buffer_count > 0, config_error,
-            "zero_optimization.offload_optimizer.buffer_count is 0, but optimizer states are on nvme: they need at "
-            "least one swap buffer");
+            "zero_optimization.offload_optimizer.buffer_count is 0, but states the optimizer step rewrites are on "
+            "nvme: they need at least one swap buffer");
   ZOE_CHECK(block.buffer_count <= max_buffer_elements, config_error,
             "zero_optimization.offload_optimizer.buffer_count ", block.buffer_count, " must be at most ",
             max_buffer_elements);
+  const std::uint64_t slots_per_buffer = (geometry.slots_per_piece + block.buffer_count - 1) / block.buffer_count;
   plan.optimizer_buffer_count = block.buffer_count;
-  plan.optimizer_buffer_bytes = round_up(largest * kernels::dtype_size(kernels::dtype::fp32), page);
+  plan.optimizer_buffer_bytes = std::max(round_up(largest * kernels::dtype_size(kernels::dtype::fp32), page),
+                                         slots_per_buffer * geometry.slot_bytes);
   out.add("optimizer swap buffers", memory_kind::pinned,
           saturating_mul(plan.optimizer_buffer_count, plan.optimizer_buffer_bytes),
-          {"zero_optimization.offload_optimizer.buffer_count", "zero_optimization.sub_group_size"});
+          {"zero_optimization.offload_optimizer.buffer_count", "zero_optimization.sub_group_size", "aio.block_size"});
 }
 
 // The device arena holds gathered (full, padded) parameters. Its size:
@@ -310,6 +370,7 @@ footprint_plan make_footprint_plan(const model_layout& layout, const engine_conf
   add_optimizer_buffers(out, plan, layout, config, where);
   add_gradient_buckets(out, plan, layout, config);
   add_gradient_buffers(out, plan, layout, config, where);
+  add_optimizer_undo_log(out, plan, layout, where);
   add_arena(out, plan, layout, config);
   return plan;
 }

@@ -20,6 +20,11 @@ namespace {
 // Pageable homes are page-aligned so O_DIRECT reads and writes can use them as they are.
 constexpr std::size_t page = 4096;
 
+// Whether the optimizer step rewrites state `s` in place on nvme, and so needs a shadow extent.
+bool has_shadow(const state_location& loc, state_kind s) noexcept {
+  return loc.where == tier::nvme && loc.bytes > 0 && s != state_kind::gradient;
+}
+
 struct free_deleter {
   void operator()(std::byte* p) const noexcept { std::free(p); }  // NOLINT(cppcoreguidelines-no-malloc)
 };
@@ -38,6 +43,7 @@ std::string_view state_status_name(state_status s) noexcept {
 struct tier_manager::impl {
   struct home {
     state_location location;
+    io::swap_extent shadow;  // the optimizer step's second extent (bytes 0 when none)
     allocators::pinned_buffer pinned;
     std::unique_ptr<std::byte, free_deleter> pageable;
   };
@@ -54,13 +60,18 @@ struct tier_manager::impl {
   ~impl() {
     for (home& h : homes) {
       if (h.location.device != nullptr) dev.deallocate(h.location.device, h.location.bytes);
-      if (h.location.where == tier::nvme && h.location.extent.bytes > 0) {
-        try {
-          store->free(h.location.extent);
-        } catch (const std::exception& e) {
-          log::error("tier manager: cannot free swap extent ", h.location.extent.id, ": ", e.what());
-        }
+      if (h.location.where == tier::nvme) {
+        free_extent(h.location.extent);
+        free_extent(h.shadow);
       }
+    }
+  }
+  void free_extent(const io::swap_extent& e) noexcept {
+    if (e.bytes == 0) return;
+    try {
+      store->free(e);
+    } catch (const std::exception& x) {
+      log::error("tier manager: cannot free swap extent ", e.id, ": ", x.what());
     }
   }
   impl(const impl&) = delete;
@@ -124,31 +135,49 @@ tier_manager::tier_manager(const model_layout& layout, const placement& where, c
               "tier manager: ", format_bytes(wanted[static_cast<std::size_t>(memory_kind::nvme)]),
               " of states are placed on nvme but no swap store was given");
 
-  // Device and host homes in layout order, then the extents largest first: the plan's store
-  // capacity counts on that order (footprint_plan.cpp).
-  std::vector<std::size_t> order;
-  std::vector<std::size_t> extents;
+  // Device and host homes in layout order, then the extents (homes and the optimizer step's
+  // shadows alike) largest first: the plan's store capacity counts on that order
+  // (footprint_plan.cpp).
+  struct allocation {
+    std::size_t index;
+    bool shadow;
+  };
+  std::vector<allocation> order;
+  std::vector<allocation> extents;
   for (std::size_t i = 0; i < m.homes.size(); ++i) {
     const state_location& loc = m.homes[i].location;
-    if (loc.bytes > 0) (loc.where == tier::nvme ? extents : order).push_back(i);
+    if (loc.bytes == 0) continue;
+    if (loc.where != tier::nvme) {
+      order.push_back({i, false});
+      continue;
+    }
+    extents.push_back({i, false});
+    if (has_shadow(loc, all_states[i % state_kind_count])) extents.push_back({i, true});
   }
-  std::stable_sort(extents.begin(), extents.end(), [&m](std::size_t a, std::size_t b) {
-    return m.homes[a].location.bytes > m.homes[b].location.bytes;
+  std::stable_sort(extents.begin(), extents.end(), [&m](const allocation& a, const allocation& b) {
+    return m.homes[a.index].location.bytes > m.homes[b.index].location.bytes;
   });
   order.insert(order.end(), extents.begin(), extents.end());
-  for (const std::size_t i : order) {
-    impl::home& h = m.homes[i];
+  for (const allocation& a : order) {
+    impl::home& h = m.homes[a.index];
     const bool pinned = h.location.pinned;
-    h.location.pinned = false;  // set again from what the OS granted
+    if (!a.shadow) h.location.pinned = false;  // set again from what the OS granted
     try {
-      m.allocate(h, resources.pinned, pinned);
+      if (a.shadow) {
+        h.shadow = resources.store->allocate(h.location.bytes);
+      } else {
+        m.allocate(h, resources.pinned, pinned);
+      }
     } catch (const memory_error& e) {
-      const parameter_layout& p = layout.parameter(static_cast<parameter_id>(i / state_kind_count));
-      throw memory_error(str("tier manager: cannot allocate the ", format_bytes(h.location.bytes), " home of ",
-                             state_kind_name(all_states[i % state_kind_count]), " of parameter '", p.name, "' in ",
-                             tier_name(h.location.where), ": ", e.what()));
+      const parameter_layout& p = layout.parameter(static_cast<parameter_id>(a.index / state_kind_count));
+      throw memory_error(str("tier manager: cannot allocate the ", format_bytes(h.location.bytes),
+                             a.shadow ? " shadow extent (for the optimizer step) of " : " home of ",
+                             state_kind_name(all_states[a.index % state_kind_count]), " of parameter '", p.name,
+                             "' in ", tier_name(h.location.where), ": ", e.what()));
     }
-    m.bytes[static_cast<std::size_t>(memory_of(h.location.where, h.location.pinned))] += h.location.bytes;
+    if (!a.shadow) {
+      m.bytes[static_cast<std::size_t>(memory_of(h.location.where, h.location.pinned))] += h.location.bytes;
+    }
   }
 }
 
@@ -190,7 +219,9 @@ bool tier_manager::begin_move(parameter_id p, state_kind s, move_kind kind) {
   const std::lock_guard lock(impl_->mutex);
   impl::entry& e = impl_->entries[i];
   if (e.status == state_status::in_flight) return false;
-  if (kind == move_kind::read && e.status == state_status::released) refuse(p, s, "read", e.status);
+  if (kind != move_kind::write && e.status == state_status::released) {
+    refuse(p, s, kind == move_kind::read ? "read" : "rewrite", e.status);
+  }
   e.moving = kind;
   e.dirtied_while_writing = false;
   e.status = state_status::in_flight;
@@ -211,8 +242,10 @@ void tier_manager::abort_move(parameter_id p, state_kind s) {
   const std::lock_guard lock(impl_->mutex);
   impl::entry& e = impl_->entries[i];
   if (e.status != state_status::in_flight) refuse(p, s, "abort a move of", e.status);
-  if (e.moving == move_kind::read) {
-    e.status = state_status::resident;  // a read starts only from resident, and leaves the home intact
+  if (e.moving != move_kind::write) {
+    // A read or a rewrite starts only from resident and leaves the home intact (a rewrite wrote
+    // the shadow, or its caller put the undo copy back): still resident, dirty as it was.
+    e.status = state_status::resident;
   } else {
     e.status = state_status::released;
     e.dirty = true;
@@ -241,6 +274,23 @@ void tier_manager::set_dirty(parameter_id p, state_kind s, bool dirty) {
   impl::entry& e = impl_->entries[i];
   e.dirty = dirty;
   if (e.status == state_status::in_flight && e.moving == move_kind::write) e.dirtied_while_writing = dirty;
+}
+
+io::swap_extent tier_manager::shadow(parameter_id p, state_kind s) const { return impl_->homes[slot(p, s)].shadow; }
+
+void tier_manager::commit_shadow(parameter_id p, state_kind s) {
+  const std::size_t i = slot(p, s);
+  impl::home& h = impl_->homes[i];
+  const std::lock_guard lock(impl_->mutex);
+  if (h.shadow.bytes == 0) {
+    throw usage_error(str("tier manager: cannot commit the shadow of ", state_kind_name(s), " of parameter '",
+                          layout_->parameter(p).name,
+                          "': it has none (only states on nvme the optimizer step "
+                          "rewrites do)"));
+  }
+  const impl::entry& e = impl_->entries[i];
+  if (e.status != state_status::resident) refuse(p, s, "commit the shadow of", e.status);
+  std::swap(h.location.extent, h.shadow);
 }
 
 }  // namespace zoe::engine

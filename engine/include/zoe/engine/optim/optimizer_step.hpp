@@ -1,28 +1,39 @@
 #pragma once
 // The optimizer step: Adam / AdamW over every shard of this rank, run where the states live, as a
-// pipeline. Each shard is cut into pieces of a fixed element count (one aio.block_size chunk of its
-// 16-bit working copy, or of its fp32 states when the model is fp32), visited sub-group by
-// sub-group in layout order. For a piece with any state on NVMe, the reads of the pieces ahead run
-// in front of Adam, the writes of the pieces behind run after it, as deep as the optimizer's fixed
-// pinned memory allows (footprint_plan::optimizer_buffer_count x optimizer_buffer_bytes, cut into
-// chunk-sized slots; pipeline_read / pipeline_write false turn the read-ahead / write-behind off).
-// States in memory are stepped in place. The new 16-bit working copy goes to its home (device,
-// host or NVMe) in the same pass: nothing reads the masters twice.
+// pipeline. Each shard is cut into pieces of a fixed element count (one aio.block_size chunk of
+// its narrowest state on nvme: the 16-bit working copy, or the fp32 states when nothing narrower
+// is on nvme), so every NVMe write covers whole chunks of its extent; pieces are visited
+// sub-group by sub-group in layout order. For a piece with any state on NVMe, the reads of the
+// pieces ahead run in front of Adam, the writes of the pieces behind run after it, as deep as the
+// optimizer's fixed pinned memory allows (footprint_plan::optimizer_buffer_count x
+// optimizer_buffer_bytes, cut into slots of one piece of one fp32 state; a piece takes one slot per
+// state on nvme or in device memory; pipeline_read / pipeline_write false turn the read-ahead /
+// write-behind off: no read starts before the previous piece's Adam is done, and no Adam starts
+// before the previous piece's writes are known good). One I/O thread of the step drives its swap
+// channel; the calling thread runs Adam (with adam_threads). The new 16-bit working copy goes to
+// its home (device, host or NVMe) in the same pass: nothing reads the masters twice.
 //
 // A step either happens whole or not at all:
 //  - an NVMe state the step rewrites (master, exp_avg, exp_avg_sq, and the working copy on nvme)
 //    is written to its shadow extent (tier_manager::shadow), and the shadows become the homes
 //    (tier_manager::commit_shadow) only once every write of the step is known good;
 //  - a state in memory that belongs to a piece with anything on NVMe is copied to the undo log
-//    (pageable host memory, footprint_plan::optimizer_undo_bytes) before Adam changes it;
-//  - pieces with nothing on NVMe cannot fail: they are stepped in place after every fallible piece
-//    is known good.
-// A failed read or write therefore leaves every state as it was before the step: the undo log is
-// copied back, the shadows are dropped, and the error (io_error or corruption_error naming the
-// state, the parameter, the path and the offset) is rethrown. Retrying the step gives the bits an
-// undisturbed step gives. A write's source slot is not reused until its completion is known good.
+//    (pageable host memory, footprint_plan::optimizer_undo_bytes) before Adam changes it (a part in
+//    device memory is staged through a slot: copied in, stepped there, copied back);
+//  - shards with nothing on NVMe cannot fail: they are stepped in place, whole, after every
+//    fallible piece is known good (on the host when every state is in host memory, with the
+//    device's kernel (launch_kernel) when every state is in device memory, else with the device
+//    parts staged through host memory).
+// While it runs, the step holds every state of every shard in flight (tier_manager::begin_move
+// with move_kind::rewrite; the gradient with move_kind::read), so nothing else moves one meanwhile.
+// A failed read or write therefore leaves every state as it was before the step (resident, dirty as
+// before): the undo log is copied back, the shadows are dropped, and the error (io_error or
+// corruption_error naming the state, the parameter, the path and the offset) is rethrown. Retrying
+// the step gives the bits an undisturbed step gives. A write's source slot is not reused until its
+// completion is known good.
 //
-// The gradient states are only read: the step leaves them as they are.
+// The gradient states are only read: the step leaves them as they are. The gradient's type is
+// state_dtype(p, gradient) (fp32, fp16 or bf16: the kernel takes each).
 
 #include <cstddef>
 #include <cstdint>
@@ -50,9 +61,10 @@ struct optimizer_step_options {
 
 /// What one step did, for benchmarks and statistics. Times are wall-clock seconds of this step.
 struct optimizer_step_stats {
-  double seconds = 0;        ///< the whole step
-  double adam_seconds = 0;   ///< time Adam ran (summed over pieces)
-  double read_wait_seconds = 0;  ///< time Adam waited for a read
+  double seconds = 0;               ///< the whole step
+  double adam_seconds = 0;          ///< time Adam ran (summed over pieces)
+  double read_wait_seconds = 0;     ///< time Adam waited for a read
+  double write_wait_seconds = 0;    ///< time spent waiting for writes (for a slot, at the end, or pipeline_write false)
   std::uint64_t bytes_read = 0;     ///< from NVMe
   std::uint64_t bytes_written = 0;  ///< to NVMe
   std::uint64_t bytes_stepped = 0;  ///< bytes Adam read and wrote (all states, every tier)
@@ -60,6 +72,13 @@ struct optimizer_step_stats {
   std::size_t max_pieces_in_flight = 0;  ///< deepest the pipeline went
   std::uint64_t undo_bytes = 0;          ///< copied to the undo log
   std::uint64_t pinned_bytes = 0;        ///< the step's pinned slots
+};
+
+/// Which stages of the step run_stages() runs.
+struct step_stages {
+  bool read = true;   ///< the NVMe reads of every piece into its slots
+  bool adam = true;   ///< Adam over every piece
+  bool write = true;  ///< the NVMe writes of every piece's slots to the shadow extents
 };
 
 /// Not thread-safe: one thread runs steps (the step's own I/O thread works for it). Everything
@@ -82,6 +101,15 @@ class optimizer_step {
   /// but the gradient must be resident. Throws (above) with every state as before; usage_error
   /// naming the parameter and state when one is not resident.
   void run(const kernels::adam_config& adam);
+  /// The step with only some of its stages, to time each alone over the same data (zoe-bench
+  /// optimizer). All three: exactly run(). Otherwise nothing is committed and every state is as it
+  /// was before the call: the reads bring the NVMe parts into the slots; Adam runs on the slots
+  /// for the NVMe parts (whatever they hold when the reads are off) and on copies of the in-memory
+  /// parts (the copying is not counted in adam_seconds), in pieces as run() cuts them, shards
+  /// without NVMe parts too; the writes write what the slots hold to the shadow extents. The
+  /// pipeline runs as in run() (its depth, pipeline_read, pipeline_write). The same states must be
+  /// resident and the same errors come (with every state as before). last() has the figures.
+  void run_stages(const kernels::adam_config& adam, step_stages which);
   /// The last run's figures (also after a failed one).
   [[nodiscard]] const optimizer_step_stats& last() const noexcept;
 

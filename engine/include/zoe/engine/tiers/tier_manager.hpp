@@ -36,6 +36,11 @@ enum class state_status : std::uint8_t { released = 0, resident = 1, in_flight =
 enum class move_kind : std::uint8_t {
   read = 0,   ///< bytes leave the home (the home must hold data: resident)
   write = 1,  ///< bytes arrive at the home (from resident or released)
+  /// The optimizer step: the home is read, and its new contents go to the shadow (NVMe) or into the
+  /// home in place with an undo copy kept (memory). Starts from resident; however it ends, the
+  /// state is resident again with its dirty flag as it was: a failed step leaves the old home good
+  /// (the shadow held the new bytes, or the undo copy was put back).
+  rewrite = 2,
 };
 
 /// Where one state lives. Exactly one of device / host / extent is set, per `where`; a state of
@@ -84,15 +89,16 @@ class tier_manager {
   [[nodiscard]] std::uint64_t home_bytes(memory_kind m) const noexcept;
 
   // ---- transitions (swappers and the coordinator call these) ----------------------------------
-  /// Starts a move: resident (read) or resident/released (write) -> in_flight. Returns false,
-  /// changing nothing, when the state is already in flight (another mover has it). Throws
-  /// usage_error for a read of a released state.
+  /// Starts a move: resident (read, rewrite) or resident/released (write) -> in_flight. Returns
+  /// false, changing nothing, when the state is already in flight (another mover has it). Throws
+  /// usage_error for a read or rewrite of a released state.
   bool begin_move(parameter_id p, state_kind s, move_kind kind = move_kind::read);
   /// in_flight -> resident (the move succeeded). After a write the home is current: dirty clears,
   /// unless set_dirty(true) came while the write ran (the source changed after the write took it).
   void finish_move(parameter_id p, state_kind s);
-  /// The move failed. After a read: back to resident (the home copy is intact). After a write:
-  /// released and dirty (the home may hold part of the write; the source is the only good copy).
+  /// The move failed. After a read or a rewrite: back to resident (the home copy is intact, or was
+  /// put back). After a write: released and dirty (the home may hold part of the write; the source
+  /// is the only good copy).
   void abort_move(parameter_id p, state_kind s);
   /// released or resident -> resident: the home was written in place (initialization, or an
   /// update of a device or host home). usage_error while in flight.
@@ -105,10 +111,13 @@ class tier_manager {
 
   // ---- the optimizer step's shadow extents (see the header comment) ---------------------------
   /// The shadow extent of (p, s): an extent of the same size as the home's, allocated with it, for
-  /// the NVMe states the optimizer step rewrites; a zero extent (bytes 0) for every other state.
+  /// the NVMe states the optimizer step rewrites (master, exp_avg, exp_avg_sq, and the working copy
+  /// when it has bytes); a zero extent (bytes 0) for every other state. Both extents are freed
+  /// with the tier manager.
   [[nodiscard]] io::swap_extent shadow(parameter_id p, state_kind s) const;
   /// The shadow now holds the state's data: it becomes the home's extent and the old extent the
-  /// shadow. The state must be resident (usage_error otherwise, or when it has no shadow).
+  /// shadow. The state must be resident (usage_error otherwise, or when it has no shadow). The
+  /// status and dirty flag stay as they are.
   void commit_shadow(parameter_id p, state_kind s);
 
  private:

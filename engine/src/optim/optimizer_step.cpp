@@ -1,0 +1,586 @@
+// The pipelined optimizer step (optimizer_step.hpp): the shards with a state on nvme piece by
+// piece through pinned slots (reads ahead on the I/O thread, Adam here, writes to the shadows
+// behind), then the shards in memory, then the commit.
+#include "zoe/engine/optim/optimizer_step.hpp"
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstring>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "step_io.hpp"
+#include "step_pieces.hpp"
+#include "undo_log.hpp"
+#include "zoe/allocators/buffer_pool.hpp"
+#include "zoe/core/check.hpp"
+#include "zoe/core/log.hpp"
+#include "zoe/core/str.hpp"
+#include "zoe/core/stream_launch.hpp"
+#include "zoe/core/units.hpp"
+#include "zoe/kernels/cuda.hpp"
+
+namespace zoe::engine {
+namespace {
+
+using clock = std::chrono::steady_clock;
+
+double seconds_since(clock::time_point t) { return std::chrono::duration<double>(clock::now() - t).count(); }
+
+// The states Adam rewrites (the gradient is only read).
+constexpr std::array<state_kind, 4> rewritten = {state_kind::working, state_kind::master, state_kind::exp_avg,
+                                                 state_kind::exp_avg_sq};
+
+bool is_rewritten(state_kind s) noexcept { return s != state_kind::gradient; }
+
+std::size_t index_of(state_kind s) noexcept { return static_cast<std::size_t>(s); }
+
+// Adam's view of one piece: `data[s]` holds elements [0, count) of state s of `p`.
+kernels::adam_shard shard_view(const parameter_layout& p, const std::array<std::byte*, state_kind_count>& data,
+                               std::uint64_t count) {
+  const auto floats = [&](state_kind s) {
+    return std::span<float>(
+        reinterpret_cast<float*>(data[index_of(s)]),  // NOLINT(cppcoreguidelines-pro-type-reinterpret-cast)
+        static_cast<std::size_t>(count));
+  };
+  kernels::adam_shard shard{
+      .params = floats(state_kind::master),
+      .exp_avg = floats(state_kind::exp_avg),
+      .exp_avg_sq = floats(state_kind::exp_avg_sq),
+      .grad = kernels::const_tensor_view(state_dtype(p, state_kind::gradient), data[index_of(state_kind::gradient)],
+                                         static_cast<std::size_t>(count)),
+      .working = std::nullopt};
+  if (state_bytes(p, state_kind::working) > 0) {
+    shard.working = kernels::tensor_view{state_dtype(p, state_kind::working), data[index_of(state_kind::working)],
+                                         static_cast<std::size_t>(count)};
+  }
+  return shard;
+}
+
+// Bytes Adam reads and writes for `count` elements of `p`: the fp32 states both ways, the gradient
+// read, the working copy written.
+std::uint64_t stepped_bytes(const parameter_layout& p, std::uint64_t count) {
+  const std::uint64_t fp32 = kernels::dtype_size(kernels::dtype::fp32);
+  return count * (6 * fp32 + kernels::dtype_size(state_dtype(p, state_kind::gradient)) +
+                  (state_bytes(p, state_kind::working) > 0 ? kernels::dtype_size(p.dtype) : 0));
+}
+
+}  // namespace
+
+struct optimizer_step::impl {
+  impl(tier_manager& t, device& d, allocators::pinned_host_resource& pinned, io::swap_store* s,
+       optimizer_step_options o);
+  ~impl() {
+    io.reset();  // joins the I/O thread while the slots are still there
+    try {
+      dev.synchronize(stream.view());
+    } catch (const std::exception& e) {
+      log::error("optimizer step: the device failed while the step was torn down: ", e.what());
+    }
+  }
+  impl(const impl&) = delete;
+  impl& operator=(const impl&) = delete;
+
+  // One piece of a shard with a state on nvme, on its way through the pipeline.
+  struct piece_run {
+    std::array<allocators::buffer_lease, state_kind_count> slots;
+    std::vector<state_kind> read_states;   // the read batch's requests, in order
+    std::vector<state_kind> write_states;  // the write batch's requests, in order
+    bool read_done = false;
+    bool write_done = false;
+    bool holding = false;  // counted in the pieces in flight
+  };
+
+  const model_layout& layout() const noexcept { return tiers.layout(); }
+  void execute(const kernels::adam_config& adam, step_stages which);
+  // Every state of every shard -> in flight (rewrite; the gradient read). usage_error, with
+  // nothing held, when one is not resident.
+  void hold_states();
+  // Every held state back to resident; with `commit`, the shadows of the rewritten nvme states
+  // become their homes.
+  void release_states(bool commit) noexcept;
+  void abort_states() noexcept;
+  void run_nvme_pieces(const kernels::adam_config& adam, step_stages which);
+  void start_reads(std::size_t i, bool read);
+  void start_writes(std::size_t i);
+  // Waits for the next I/O batch; throws (io_error / corruption_error naming the state, the
+  // parameter, the path and the offset) when it failed.
+  void reap_one();
+  // Gives back the slots of `r` that no write uses (the gradient's, the device parts'), or all.
+  void release_slots(const parameter_layout& p, piece_run& r, bool all) noexcept;
+  // The data of every state of one piece where Adam can reach it, Adam, and the new bytes home.
+  // `staging[s]`: host memory for state s (a slot, or scratch). `in_place`: the step proper (the
+  // in-memory parts change; with `undo`, logged first); otherwise a stage alone (copies only).
+  void step_piece(const parameter_layout& p, std::uint64_t first, std::uint64_t count,
+                  const std::array<std::byte*, state_kind_count>& staging, bool in_place, bool undo,
+                  const kernels::adam_config& adam);
+  void run_memory_shards(const kernels::adam_config& adam, bool in_place);
+  std::array<std::byte*, state_kind_count> scratch_staging();
+  [[noreturn]] void raise_io(const detail::io_batch_result& r) const;
+  void drain() noexcept;
+
+  tier_manager& tiers;
+  device& dev;
+  io::swap_store* store;
+  optimizer_step_options options;
+  detail::tier_of where;
+  detail::piece_geometry geometry;
+  std::vector<detail::piece> pieces;        // of the shards with a state on nvme, in sub-group order
+  std::vector<parameter_id> memory_shards;  // the others, in sub-group order
+  std::vector<std::pair<parameter_id, state_kind>> held;
+  std::vector<piece_run> runs;
+  std::size_t next_read = 0;
+  std::size_t holding = 0;
+  detail::undo_log undo;
+  std::vector<std::byte> scratch;  // staging for stage runs and mixed device/host shards, made when first needed
+  device_stream stream;
+  optimizer_step_stats stats;
+  std::optional<allocators::buffer_pool> pool;
+  std::unique_ptr<detail::step_io> io;  // last: its thread uses the pool's memory
+};
+
+namespace {
+
+std::uint64_t undo_bytes_needed(const tier_manager& tiers, const detail::tier_of& where) {
+  std::uint64_t bytes = 0;
+  for (const parameter_layout& p : tiers.layout().parameters()) {
+    if (!detail::has_nvme_state(p, where)) continue;
+    for (const state_kind s : rewritten) {
+      if (where(p.id, s) != tier::nvme) bytes += state_bytes(p, s);
+    }
+  }
+  return bytes;
+}
+
+}  // namespace
+
+optimizer_step::impl::impl(tier_manager& t, device& d, allocators::pinned_host_resource& pinned, io::swap_store* s,
+                           optimizer_step_options o)
+    : tiers(t),
+      dev(d),
+      store(s),
+      options(o),
+      where([&t](parameter_id p, state_kind k) { return t.location(p, k).where; }),
+      geometry(detail::make_piece_geometry(t.layout(), where,
+                                           s != nullptr ? s->options().io.block_size : detail::default_piece_chunk)),
+      undo([&] {
+        const std::uint64_t needed = undo_bytes_needed(t, where);
+        ZOE_EXPECTS(o.undo_bytes >= needed, "optimizer step: the undo log needs ", format_bytes(needed),
+                    " (footprint_plan::optimizer_undo_bytes) but options.undo_bytes is ", format_bytes(o.undo_bytes));
+        return needed;
+      }()),
+      stream(d.create_stream()) {
+  const auto on_nvme = [this](const parameter_layout& p) { return detail::has_nvme_state(p, where); };
+  for (const sub_group& g : sub_groups(layout(), options.sub_group_size)) {
+    for (parameter_id id = g.first; id < g.last; ++id) {
+      if (!on_nvme(layout().parameter(id))) memory_shards.push_back(id);
+    }
+  }
+  if (geometry.slots_per_piece == 0) return;
+  ZOE_EXPECTS(store != nullptr, "optimizer step: states are on nvme but no swap store was given");
+  // The planned pinned memory (buffer_count buffers of buffer_bytes) is cut into slots of one
+  // piece of an fp32 state: the pipeline holds as many pieces as the slots allow.
+  const std::uint64_t planned = static_cast<std::uint64_t>(options.buffer_count) * options.buffer_bytes;
+  const std::uint64_t count = planned / geometry.slot_bytes;
+  if (count < geometry.slots_per_piece) {
+    throw config_error(str("optimizer step: ", options.buffer_count, " optimizer swap buffers of ",
+                           format_bytes(options.buffer_bytes), " hold ", count, " slots of ",
+                           format_bytes(geometry.slot_bytes), " (one piece of an fp32 state), but one piece needs ",
+                           geometry.slots_per_piece,
+                           ": raise zero_optimization.offload_optimizer.buffer_count (or "
+                           "zero_optimization.sub_group_size, which sizes the buffers)"));
+  }
+  pool.emplace(pinned, allocators::buffer_pool_options{.buffer_count = static_cast<std::size_t>(count),
+                                                       .buffer_size = static_cast<std::size_t>(geometry.slot_bytes),
+                                                       .name = "optimizer swap buffers"});
+  stats.pinned_bytes = count * geometry.slot_bytes;
+  pieces = detail::cut_pieces(layout(), options.sub_group_size, geometry.piece_numel, on_nvme);
+  const auto slots = pool->buffers();
+  io = std::make_unique<detail::step_io>(
+      *store,
+      std::span<std::byte>(slots.front().data(),
+                           static_cast<std::size_t>(slots.back().data() + slots.back().size() - slots.front().data())));
+}
+
+void optimizer_step::impl::execute(const kernels::adam_config& adam, step_stages which) {
+  const auto started = clock::now();
+  const std::uint64_t pinned_bytes = stats.pinned_bytes;
+  stats = {};
+  stats.pinned_bytes = pinned_bytes;
+  const bool whole = which.read && which.adam && which.write;
+  kernels::adam_step(adam, {});  // checks the settings before anything moves
+  hold_states();
+  try {
+    run_nvme_pieces(adam, which);
+    if (which.adam) run_memory_shards(adam, whole);
+  } catch (...) {
+    drain();
+    try {
+      undo.restore(tiers, dev, stream.view());
+    } catch (const std::exception& e) {
+      log::error("optimizer step: putting the undo log back failed: ", e.what());
+    }
+    abort_states();
+    stats.seconds = seconds_since(started);
+    throw;
+  }
+  // A stage alone changed nothing in place and commits nothing: the homes are as they were.
+  release_states(whole);
+  undo.clear();
+  stats.seconds = seconds_since(started);
+}
+
+void optimizer_step::impl::hold_states() {
+  held.clear();
+  try {
+    for (const parameter_layout& p : layout().parameters()) {
+      for (const state_kind s : all_states) {
+        if (state_bytes(p, s) == 0) continue;
+        const state_status status = tiers.status(p.id, s);
+        if (status != state_status::resident) {
+          throw usage_error(str("optimizer step: ", state_kind_name(s), " of parameter '", p.name, "' is ",
+                                state_status_name(status),
+                                "; every state must be resident for the step (nothing may move one meanwhile)"));
+        }
+        if (!tiers.begin_move(p.id, s, is_rewritten(s) ? move_kind::rewrite : move_kind::read)) {
+          throw usage_error(str("optimizer step: ", state_kind_name(s), " of parameter '", p.name,
+                                "' is in flight; no move may run during the step"));
+        }
+        held.emplace_back(p.id, s);
+      }
+    }
+  } catch (...) {
+    abort_states();
+    throw;
+  }
+}
+
+void optimizer_step::impl::release_states(bool commit) noexcept {
+  for (const auto& [p, s] : held) {
+    try {
+      tiers.finish_move(p, s);
+      if (commit && is_rewritten(s) && tiers.location(p, s).where == tier::nvme) tiers.commit_shadow(p, s);
+    } catch (const std::exception& e) {
+      log::error("optimizer step: releasing ", state_kind_name(s), " of parameter ", p, ": ", e.what());
+    }
+  }
+  held.clear();
+}
+
+void optimizer_step::impl::abort_states() noexcept {
+  for (const auto& [p, s] : held) {
+    try {
+      tiers.abort_move(p, s);
+    } catch (const std::exception& e) {
+      log::error("optimizer step: releasing ", state_kind_name(s), " of parameter ", p, ": ", e.what());
+    }
+  }
+  held.clear();
+}
+
+void optimizer_step::impl::drain() noexcept {
+  while (io && io->outstanding() > 0) {
+    try {
+      (void)io->wait_any();
+    } catch (const std::exception& e) {
+      log::error("optimizer step: ", e.what());
+      break;
+    }
+  }
+  runs.clear();  // every slot back
+  holding = 0;
+}
+
+void optimizer_step::impl::run_nvme_pieces(const kernels::adam_config& adam, step_stages which) {
+  runs.clear();
+  runs.resize(pieces.size());
+  next_read = 0;
+  holding = 0;
+  for (std::size_t i = 0; i < pieces.size(); ++i) {
+    const detail::piece& piece = pieces[i];
+    const parameter_layout& p = layout().parameter(piece.param);
+    // Read ahead as far as the slots allow (only this piece without pipeline_read: the previous
+    // piece's Adam is done by now).
+    start_reads(i, which.read);
+    piece_run& r = runs[i];
+    const auto waiting = clock::now();
+    while (!r.read_done) reap_one();
+    stats.read_wait_seconds += seconds_since(waiting);
+    if (which.adam) {
+      // The step proper changes the in-memory parts in place (logged first); a stage alone
+      // steps copies of them in scratch memory.
+      const bool whole = which.read && which.write;
+      std::array<std::byte*, state_kind_count> staging{};
+      const std::array<std::byte*, state_kind_count> spare = whole ? staging : scratch_staging();
+      for (const state_kind s : all_states) {
+        const std::size_t k = index_of(s);
+        staging[k] = r.slots[k] ? r.slots[k].data() : spare[k];
+      }
+      step_piece(p, piece.first, piece.count, staging, whole, whole, adam);
+    }
+    ++stats.pieces;
+    release_slots(p, r, false);  // the slots of what is not written (the gradient, device parts)
+    if (which.write) {
+      start_writes(i);
+      if (!options.pipeline_write) {
+        const auto writing = clock::now();
+        while (!r.write_done) reap_one();
+        stats.write_wait_seconds += seconds_since(writing);
+      }
+    } else {
+      release_slots(p, r, true);
+    }
+  }
+  const auto writing = clock::now();
+  while (io && io->outstanding() > 0) reap_one();
+  stats.write_wait_seconds += seconds_since(writing);
+  runs.clear();
+}
+
+void optimizer_step::impl::start_reads(std::size_t i, bool read) {
+  while (next_read < pieces.size()) {
+    if (!options.pipeline_read && next_read > i) return;
+    const detail::piece& piece = pieces[next_read];
+    const parameter_layout& p = layout().parameter(piece.param);
+    std::vector<state_kind> slot_states;
+    for (const state_kind s : all_states) {
+      if (detail::takes_slot(p, s, where)) slot_states.push_back(s);
+    }
+    std::optional<std::vector<allocators::buffer_lease>> leases = pool->try_acquire_many(slot_states.size());
+    if (!leases) {
+      if (next_read > i) return;  // read ahead later, when writes behind give slots back
+      reap_one();                 // this piece's own slots: wait for a write behind to finish
+      continue;
+    }
+    piece_run& r = runs[next_read];
+    for (std::size_t k = 0; k < slot_states.size(); ++k) r.slots[index_of(slot_states[k])] = std::move((*leases)[k]);
+    r.holding = true;
+    stats.max_pieces_in_flight = std::max(stats.max_pieces_in_flight, ++holding);
+    std::vector<io::swap_request> requests;
+    for (const state_kind s : slot_states) {
+      // The working copy is only written; a stage without reads leaves the slots as they are.
+      if (!read || s == state_kind::working || where(p.id, s) != tier::nvme) continue;
+      const std::uint64_t size = kernels::dtype_size(state_dtype(p, s));
+      requests.push_back({.op = io::io_op::read,
+                          .extent = tiers.location(p.id, s).extent,
+                          .offset = piece.first * size,
+                          .buffer = r.slots[index_of(s)].span().first(static_cast<std::size_t>(piece.count * size))});
+      r.read_states.push_back(s);
+    }
+    if (requests.empty()) {
+      r.read_done = true;
+    } else {
+      io->submit(2 * next_read, std::move(requests));
+    }
+    ++next_read;
+  }
+}
+
+void optimizer_step::impl::start_writes(std::size_t i) {
+  const detail::piece& piece = pieces[i];
+  const parameter_layout& p = layout().parameter(piece.param);
+  piece_run& r = runs[i];
+  std::vector<io::swap_request> requests;
+  for (const state_kind s : rewritten) {
+    if (state_bytes(p, s) == 0 || where(p.id, s) != tier::nvme) continue;
+    const std::uint64_t size = kernels::dtype_size(state_dtype(p, s));
+    requests.push_back({.op = io::io_op::write,
+                        .extent = tiers.shadow(p.id, s),
+                        .offset = piece.first * size,
+                        .buffer = r.slots[index_of(s)].span().first(static_cast<std::size_t>(piece.count * size))});
+    r.write_states.push_back(s);
+  }
+  if (requests.empty()) {
+    r.write_done = true;
+    release_slots(p, r, true);
+    return;
+  }
+  io->submit(2 * i + 1, std::move(requests));
+}
+
+void optimizer_step::impl::reap_one() {
+  ZOE_CHECK(io && io->outstanding() > 0, internal_error,
+            "optimizer step: waiting for a slot with no read or write out (the slots cannot hold one piece)");
+  const detail::io_batch_result done = io->wait_any();
+  if (done.failed_request) raise_io(done);
+  const auto i = static_cast<std::size_t>(done.batch / 2);
+  const bool write = done.batch % 2 == 1;
+  const detail::piece& piece = pieces[i];
+  const parameter_layout& p = layout().parameter(piece.param);
+  piece_run& r = runs[i];
+  for (const state_kind s : write ? r.write_states : r.read_states) {
+    (write ? stats.bytes_written : stats.bytes_read) += piece.count * kernels::dtype_size(state_dtype(p, s));
+  }
+  if (write) {
+    r.write_done = true;
+    release_slots(p, r, true);  // known good: the slots may take the next pieces
+  } else {
+    r.read_done = true;
+  }
+}
+
+void optimizer_step::impl::raise_io(const detail::io_batch_result& done) const {
+  const auto i = static_cast<std::size_t>(done.batch / 2);
+  const bool write = done.batch % 2 == 1;
+  const detail::piece& piece = pieces[i];
+  const parameter_layout& p = layout().parameter(piece.param);
+  const std::vector<state_kind>& states = write ? runs[i].write_states : runs[i].read_states;
+  std::string folders;
+  for (const auto& f : store->folders()) folders += (folders.empty() ? "'" : ", '") + f.string() + "'";
+  std::string what = str("parameter '", p.name, "'");
+  if (*done.failed_request < states.size()) {
+    const state_kind s = states[*done.failed_request];
+    const std::uint64_t size = kernels::dtype_size(state_dtype(p, s));
+    const io::swap_extent extent = write ? tiers.shadow(p.id, s) : tiers.location(p.id, s).extent;
+    what =
+        str(state_kind_name(s), " of parameter '", p.name, "' ", write ? "to its shadow extent " : "from swap extent ",
+            extent.id, " at offset ", piece.first * size, " (", piece.count * size, " bytes: elements ", piece.first,
+            " to ", piece.first + piece.count, " of the shard)");
+  }
+  carried_error{done.failure.category, done.failure.os_errno,
+                str("optimizer step: ", write ? "writing " : "reading ", what, " in the swap store at ", folders,
+                    " failed: ", done.failure.message, "; every state is as it was before the step")}
+      .raise();
+}
+
+void optimizer_step::impl::release_slots(const parameter_layout& p, piece_run& r, bool all) noexcept {
+  for (const state_kind s : all_states) {
+    const bool written = is_rewritten(s) && where(p.id, s) == tier::nvme;
+    if (all || !written) r.slots[index_of(s)].release();
+  }
+  if (all && r.holding) {
+    r.holding = false;
+    --holding;
+  }
+}
+
+std::array<std::byte*, state_kind_count> optimizer_step::impl::scratch_staging() {
+  if (scratch.empty()) scratch.resize(static_cast<std::size_t>(state_kind_count * geometry.slot_bytes));
+  std::array<std::byte*, state_kind_count> out{};
+  for (std::size_t k = 0; k < state_kind_count; ++k) out[k] = scratch.data() + k * geometry.slot_bytes;
+  return out;
+}
+
+void optimizer_step::impl::step_piece(const parameter_layout& p, std::uint64_t first, std::uint64_t count,
+                                      const std::array<std::byte*, state_kind_count>& staging, bool in_place,
+                                      bool log_undo, const kernels::adam_config& adam) {
+  std::array<std::byte*, state_kind_count> data{};
+  bool copied_in = false;
+  for (const state_kind s : all_states) {
+    if (state_bytes(p, s) == 0) continue;
+    const std::size_t k = index_of(s);
+    const std::uint64_t size = kernels::dtype_size(state_dtype(p, s));
+    const std::uint64_t offset = first * size;
+    const auto len = static_cast<std::size_t>(count * size);
+    const state_location& home = tiers.location(p.id, s);
+    switch (home.where) {
+      case tier::nvme: data[k] = staging[k]; break;
+      case tier::device:
+        data[k] = staging[k];
+        // Adam only writes the working copy: its old bytes are wanted only for the undo log.
+        if (s != state_kind::working || log_undo) {
+          dev.copy_async(staging[k], static_cast<const std::byte*>(home.device) + offset, len,
+                         copy_kind::device_to_host, stream.view());
+          copied_in = true;
+        }
+        break;
+      case tier::host:
+        if (in_place || s == state_kind::gradient) {
+          data[k] = home.host.data() + offset;
+        } else {
+          data[k] = staging[k];
+          if (s != state_kind::working) std::memcpy(staging[k], home.host.data() + offset, len);
+        }
+        break;
+    }
+  }
+  if (copied_in) dev.synchronize(stream.view());
+  if (log_undo) {
+    for (const state_kind s : rewritten) {
+      if (state_bytes(p, s) == 0 || tiers.location(p.id, s).where == tier::nvme) continue;
+      const std::uint64_t size = kernels::dtype_size(state_dtype(p, s));
+      const auto len = static_cast<std::size_t>(count * size);
+      undo.record(p.id, s, first * size, {data[index_of(s)], len});
+      stats.undo_bytes += len;
+    }
+  }
+  const auto adam_started = clock::now();
+  kernels::adam_step(adam, shard_view(p, data, count), options.adam_threads);
+  stats.adam_seconds += seconds_since(adam_started);
+  stats.bytes_stepped += stepped_bytes(p, count);
+  if (!in_place) return;
+  bool copied_out = false;
+  for (const state_kind s : rewritten) {
+    const state_location& home = tiers.location(p.id, s);
+    if (state_bytes(p, s) == 0 || home.where != tier::device) continue;
+    const std::uint64_t size = kernels::dtype_size(state_dtype(p, s));
+    dev.copy_async(static_cast<std::byte*>(home.device) + first * size, data[index_of(s)],
+                   static_cast<std::size_t>(count * size), copy_kind::host_to_device, stream.view());
+    copied_out = true;
+  }
+  if (copied_out) dev.synchronize(stream.view());
+}
+
+void optimizer_step::impl::run_memory_shards(const kernels::adam_config& adam, bool in_place) {
+  const auto started = clock::now();
+  bool launched = false;
+  for (const parameter_id id : memory_shards) {
+    const parameter_layout& p = layout().parameter(id);
+    bool all_host = true;
+    bool all_device = true;
+    std::array<std::byte*, state_kind_count> data{};
+    for (const state_kind s : all_states) {
+      if (state_bytes(p, s) == 0) continue;
+      const state_location& home = tiers.location(id, s);
+      all_host = all_host && home.where == tier::host;
+      all_device = all_device && home.where == tier::device;
+      data[index_of(s)] = home.where == tier::host ? home.host.data() : static_cast<std::byte*>(home.device);
+    }
+    if (in_place && all_host) {
+      const auto adam_started = clock::now();
+      kernels::adam_step(adam, shard_view(p, data, p.shard_numel), options.adam_threads);
+      stats.adam_seconds += seconds_since(adam_started);
+      stats.bytes_stepped += stepped_bytes(p, p.shard_numel);
+      continue;
+    }
+    if (in_place && all_device) {
+      // In stream order on the device: the host device runs the CPU kernel as a host task, CUDA
+      // its own; both give the same bits.
+      const kernels::adam_shard shard = shard_view(p, data, p.shard_numel);
+      const kernels::thread_budget budget = options.adam_threads;
+      launch_kernel(
+          dev, stream.view(), [adam, shard, budget] { kernels::adam_step(adam, shard, budget); },
+          [&](stream_view s) { kernels::cuda::adam_step(adam, shard, s); });
+      launched = true;
+      stats.bytes_stepped += stepped_bytes(p, p.shard_numel);
+      continue;
+    }
+    // Device and host parts together (or a stage alone, on copies): piece by piece through
+    // scratch host memory.
+    const std::array<std::byte*, state_kind_count> staging = scratch_staging();
+    const std::uint64_t piece = geometry.slot_bytes / kernels::dtype_size(kernels::dtype::fp32);
+    for (std::uint64_t first = 0; first < p.shard_numel; first += piece) {
+      step_piece(p, first, std::min(piece, p.shard_numel - first), staging, in_place, false, adam);
+    }
+  }
+  if (launched) {
+    dev.synchronize(stream.view());
+    stats.adam_seconds += seconds_since(started);
+  }
+}
+
+optimizer_step::optimizer_step(tier_manager& tiers, device& dev, allocators::pinned_host_resource& pinned,
+                               io::swap_store* store, optimizer_step_options options)
+    : impl_(std::make_unique<impl>(tiers, dev, pinned, store, options)) {}
+
+optimizer_step::~optimizer_step() = default;
+
+void optimizer_step::run(const kernels::adam_config& adam) { impl_->execute(adam, step_stages{}); }
+
+void optimizer_step::run_stages(const kernels::adam_config& adam, step_stages which) { impl_->execute(adam, which); }
+
+const optimizer_step_stats& optimizer_step::last() const noexcept { return impl_->stats; }
+
+}  // namespace zoe::engine

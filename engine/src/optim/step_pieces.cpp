@@ -1,0 +1,65 @@
+// The optimizer step's pieces and slots.
+#include "step_pieces.hpp"
+
+#include <algorithm>
+
+#include "zoe/core/units.hpp"
+
+namespace zoe::engine::detail {
+namespace {
+constexpr std::uint64_t page = 4096;
+}  // namespace
+
+bool has_nvme_state(const parameter_layout& p, const tier_of& where) {
+  return std::any_of(all_states.begin(), all_states.end(),
+                     [&](state_kind s) { return state_bytes(p, s) > 0 && where(p.id, s) == tier::nvme; });
+}
+
+bool takes_slot(const parameter_layout& p, state_kind s, const tier_of& where) {
+  if (state_bytes(p, s) == 0) return false;
+  const tier t = where(p.id, s);
+  return t == tier::nvme || (t == tier::device && has_nvme_state(p, where));
+}
+
+piece_geometry make_piece_geometry(const model_layout& layout, const tier_of& where, std::uint64_t chunk) {
+  std::uint64_t narrowest = kernels::dtype_size(kernels::dtype::fp32);
+  std::uint64_t largest_nvme_shard = 0;
+  std::size_t slots = 0;
+  for (const parameter_layout& p : layout.parameters()) {
+    if (!has_nvme_state(p, where)) continue;
+    largest_nvme_shard = std::max(largest_nvme_shard, p.shard_numel);
+    std::size_t n = 0;
+    for (const state_kind s : all_states) {
+      if (!takes_slot(p, s, where)) continue;
+      ++n;
+      if (where(p.id, s) == tier::nvme) {
+        narrowest = std::min<std::uint64_t>(narrowest, kernels::dtype_size(state_dtype(p, s)));
+      }
+    }
+    slots = std::max(slots, n);
+  }
+  piece_geometry g;
+  g.piece_numel = std::max<std::uint64_t>(chunk / narrowest, 1);
+  const std::uint64_t widest = kernels::dtype_size(kernels::dtype::fp32);
+  const std::uint64_t slot_numel = slots == 0 ? g.piece_numel : std::min(g.piece_numel, largest_nvme_shard);
+  g.slot_bytes = round_up(slot_numel * widest, page);
+  g.slots_per_piece = slots;
+  return g;
+}
+
+std::vector<piece> cut_pieces(const model_layout& layout, std::uint64_t sub_group_size, std::uint64_t piece_numel,
+                              const std::function<bool(const parameter_layout&)>& select) {
+  std::vector<piece> out;
+  for (const sub_group& g : sub_groups(layout, sub_group_size)) {
+    for (parameter_id id = g.first; id < g.last; ++id) {
+      const parameter_layout& p = layout.parameter(id);
+      if (!select(p)) continue;
+      for (std::uint64_t first = 0; first < p.shard_numel; first += piece_numel) {
+        out.push_back({.param = id, .first = first, .count = std::min(piece_numel, p.shard_numel - first)});
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace zoe::engine::detail

@@ -1,0 +1,53 @@
+#pragma once
+// The optimizer step's pieces (optimizer_step.hpp): how many elements one piece holds, how large a
+// pinned slot is, which states of a shard go through a slot, and the pieces of the shards with a
+// state on nvme in sub-group order. The footprint plan sizes the optimizer's pinned buffers with
+// the same geometry, so the step can always cut them into enough slots.
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "zoe/engine/model/layout.hpp"
+#include "zoe/engine/tiers/placement.hpp"
+
+namespace zoe::engine::detail {
+
+/// Where state `s` of parameter `p` lives (a placement's or a tier manager's view).
+using tier_of = std::function<tier(parameter_id, state_kind)>;
+
+/// Without a swap store, the chunk pieces are cut from (for staging only; nothing must align).
+inline constexpr std::uint64_t default_piece_chunk = std::uint64_t{1} << 20;
+
+struct piece_geometry {
+  /// Elements per piece: one `chunk` of the narrowest state on nvme, so a piece of any state on
+  /// nvme covers whole chunks of its extent (or ends at the extent's end).
+  std::uint64_t piece_numel = 0;
+  /// Bytes of one slot: a piece of an fp32 state (or the largest shard on nvme in fp32, when that
+  /// is smaller), in whole 4 KiB pages.
+  std::uint64_t slot_bytes = 0;
+  /// The most slots one piece takes (0 when nothing is on nvme).
+  std::size_t slots_per_piece = 0;
+};
+
+/// Whether any state of `p` with bytes lies on nvme.
+[[nodiscard]] bool has_nvme_state(const parameter_layout& p, const tier_of& where);
+/// Whether the step moves state `s` of `p` through a slot: a state with bytes on nvme, or in device
+/// memory in a shard with a state on nvme (the CPU kernel steps such pieces).
+[[nodiscard]] bool takes_slot(const parameter_layout& p, state_kind s, const tier_of& where);
+/// `chunk` is aio.block_size (default_piece_chunk without a store).
+[[nodiscard]] piece_geometry make_piece_geometry(const model_layout& layout, const tier_of& where, std::uint64_t chunk);
+
+struct piece {
+  parameter_id param = 0;
+  std::uint64_t first = 0;  ///< first element within the shard
+  std::uint64_t count = 0;
+};
+/// The pieces of the shards `select` accepts, sub-group by sub-group in layout order, each shard
+/// cut into pieces of `piece_numel` elements (the last may be shorter).
+[[nodiscard]] std::vector<piece> cut_pieces(const model_layout& layout, std::uint64_t sub_group_size,
+                                            std::uint64_t piece_numel,
+                                            const std::function<bool(const parameter_layout&)>& select);
+
+}  // namespace zoe::engine::detail
