@@ -12,14 +12,22 @@
 //     manifest.json        written last: format version, the model (names, shapes, dtypes), each
 //                          file's size and XXH3-64, the scaler state, the optimizer settings
 //   ROOT/latest            the tag of the newest complete checkpoint (replaced atomically)
-// Each file is written under a temporary name, fsynced and renamed; the folder is fsynced; then the
-// manifest the same way; then `latest` the same way, and ROOT fsynced. Loading validates the
+//   ROOT/.<tag>.partial/   where a save builds <tag> (removed by the save; one left by a crash is
+//                          removed by the next save of that tag)
+// The folder is built as ROOT/.<tag>.partial: each file written under a temporary name, fsynced and
+// renamed; the folder fsynced; then the manifest the same way and the folder fsynced again. It is
+// then renamed to ROOT/<tag> (atomically exchanged with an older ROOT/<tag>, so that one stays
+// whole until the new one is) and ROOT fsynced; then `latest` is written the same way, and ROOT
+// fsynced. A crash at any point leaves `latest` naming a complete checkpoint. Loading validates the
 // manifest, the model, every size and every checksum before it overwrites any state, and names the
 // file and what is wrong. The gradient state is not saved: a checkpoint is taken between steps,
 // where the next micro-batch overwrites the gradient.
 //
 // NVMe states go to and from the checkpoint files through the I/O engine (state_io), never
-// through a tensor library.
+// through a tensor library. A save reads the next state (state_io on a thread of its own, or a host
+// home in place) while it writes the one before; it holds at most two states' bytes of staging
+// memory besides the homes, and the file system's write buffers (checkpoint_fs.hpp). A load
+// streams each file into the homes one state at a time.
 
 #include <cstdint>
 #include <filesystem>
