@@ -58,10 +58,13 @@ struct checkpoint_meta {
 
 /// Saves every state but the gradient of every parameter of `tiers`' layout (which must all be
 /// resident) under root/tag, then points root/latest at it. root is created when missing; a
-/// checkpoint of the same tag already there is replaced only once the new one is complete.
-/// Throws io_error naming the path when a write, fsync or rename fails (the previous checkpoint
-/// and `latest` are untouched then), usage_error for a tag that is not a plain folder name or a
-/// state not resident.
+/// checkpoint of the same tag already there is replaced only once the new one is complete (root/tag
+/// is always one or the other, whole, even across a crash).
+/// Throws io_error naming the path when a write, fsync or rename fails: the previous checkpoint
+/// and `latest` are untouched then, except after a failure of the very last fsync of root, when
+/// `latest` may already name the new (complete) checkpoint. Throws usage_error for a tag that is
+/// not a plain folder name or a state not resident (before writing anything), and what state_io
+/// throws for a state it cannot read. `io` is driven by a thread of the save's own while it runs.
 void save_checkpoint(const std::filesystem::path& root, const std::string& tag, tier_manager& tiers, state_io& io,
                      const checkpoint_meta& meta, checkpoint_fs& fs = checkpoint_fs::posix());
 
