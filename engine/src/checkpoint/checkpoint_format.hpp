@@ -2,6 +2,7 @@
 // What a checkpoint folder holds and how its names are made: shared by the save, the load and the
 // manifest.
 
+#include <cstddef>
 #include <cstdint>
 #include <filesystem>
 #include <string>
@@ -20,6 +21,9 @@ inline constexpr std::string_view manifest_name = "manifest.json";
 inline constexpr std::string_view latest_name = "latest";
 /// Appended to a file's name while it is written; it is renamed once durable.
 inline constexpr std::string_view temp_suffix = ".tmp";
+/// The most of a state a save or load holds in staging memory at once (a save holds two such
+/// pieces, a load one): states not in host memory move through state_io in pieces of this size.
+inline constexpr std::size_t piece_bytes = std::size_t{4} << 20;
 
 /// "<state>.bin".
 [[nodiscard]] std::string state_file(state_kind s);

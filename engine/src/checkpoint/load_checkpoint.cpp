@@ -15,9 +15,6 @@ namespace zoe::engine {
 
 namespace {
 
-// Validation reads each file in pieces of this size: bounded memory whatever the model.
-constexpr std::size_t hash_piece_bytes = std::size_t{4} << 20;
-
 std::string quoted(const std::filesystem::path& p) { return str("'", p.string(), "'"); }
 
 detail::manifest read_manifest(checkpoint_fs& fs, const std::filesystem::path& folder) {
@@ -74,7 +71,7 @@ std::vector<detail::manifest_file> check_files(checkpoint_fs& fs, const std::fil
         throw checkpoint_error(str("checkpoint file ", quoted(path), " has ", reader->size(),
                                    " bytes; the manifest says ", entry->bytes, " (truncated or torn)"));
       }
-      if (piece.size() == 0) piece = detail::aligned_buffer(hash_piece_bytes);
+      if (piece.size() == 0) piece = detail::aligned_buffer(detail::piece_bytes);
       detail::xxh3_stream hash;
       for (std::uint64_t at = 0; at < entry->bytes;) {
         const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(piece.size(), entry->bytes - at));
@@ -133,12 +130,22 @@ void load_state(checkpoint_fs& fs, const std::filesystem::path& folder, const de
       tiers.finish_move(p.id, s);
       hash.update(home.host.first(real));
     } else {
-      if (staging.size() < bytes) staging = detail::aligned_buffer(bytes);
-      const std::span<std::byte> data = staging.span().first(bytes);
-      reader->read(offset, data.first(real));
-      std::memset(data.data() + real, 0, bytes - real);
-      hash.update(data.first(real));
-      io.write(p.id, s, data);
+      // Pieces that start where an NVMe write may (multiples of the write granule): the file's
+      // bytes, then the zero padding up to the state's end.
+      const std::uint64_t granule = io.write_granule();
+      const std::uint64_t step = std::max<std::uint64_t>(detail::piece_bytes / granule, 1) * granule;
+      const auto need = static_cast<std::size_t>(std::min<std::uint64_t>(step, bytes));
+      if (staging.size() < need) staging = detail::aligned_buffer(need);
+      for (std::uint64_t at = 0; at < bytes;) {
+        const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(step, bytes - at));
+        const std::span<std::byte> data = staging.span().first(n);
+        const auto from_file = static_cast<std::size_t>(at < real ? std::min<std::uint64_t>(n, real - at) : 0);
+        reader->read(offset + at, data.first(from_file));
+        std::memset(data.data() + from_file, 0, n - from_file);
+        hash.update(data.first(from_file));
+        io.write(p.id, s, at, data);
+        at += n;
+      }
     }
     offset += real;
   }

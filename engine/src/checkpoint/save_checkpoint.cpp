@@ -96,7 +96,7 @@ void save_checkpoint(const std::filesystem::path& root, const std::string& tag, 
     detail::remove_flat_folder(fs, staging);  // left by a save that failed or crashed
     fs.create_directory(staging);
     {
-      detail::state_source source(tiers, io, states);
+      detail::state_source source(tiers, io, states, detail::piece_bytes);
       write_state_files(fs, staging, layout, source, states, m.files);
     }
     fs.sync_directory(staging);

@@ -16,18 +16,17 @@ std::uint64_t largest_staged_state(const tier_manager& tiers, const std::vector<
   std::uint64_t largest = 0;
   for (const parameter_layout& p : tiers.layout().parameters()) {
     for (const state_kind s : states) {
-      if (real_bytes(p, s) > 0 && tiers.location(p.id, s).where != tier::host) {
-        largest = std::max(largest, state_bytes(p, s));
-      }
+      if (tiers.location(p.id, s).where != tier::host) largest = std::max(largest, real_bytes(p, s));
     }
   }
   return largest;
 }
 }  // namespace
 
-state_source::state_source(tier_manager& tiers, state_io& io, std::vector<state_kind> states)
-    : tiers_(tiers), io_(io), states_(std::move(states)) {
-  const std::uint64_t largest = largest_staged_state(tiers, states_);
+state_source::state_source(tier_manager& tiers, state_io& io, std::vector<state_kind> states, std::size_t piece)
+    : tiers_(tiers), io_(io), states_(std::move(states)), piece_bytes_(piece) {
+  ZOE_EXPECTS(piece > 0, "state_source: pieces of 0 bytes");
+  const std::uint64_t largest = std::min<std::uint64_t>(largest_staged_state(tiers, states_), piece);
   if (largest > 0) {
     for (int b = 0; b < 2; ++b) {
       buffers_[b] = aligned_buffer(static_cast<std::size_t>(largest));
@@ -86,38 +85,43 @@ void state_source::read_all() {
       const std::uint64_t real = real_bytes(p, s);
       if (real == 0) continue;
       const state_location& home = tiers_.location(p.id, s);
-      held h{{s, p.id, {}}, -1};
-      {
-        std::unique_lock lock(mutex_);
-        const bool in_place = home.where == tier::host;
-        changed_.wait(lock,
-                      [&] { return stop_ || (ready_.size() < queue_limit && (in_place || !free_buffers_.empty())); });
-        if (stop_) return;
-        if (!in_place) {
-          h.buffer = free_buffers_.back();
-          free_buffers_.pop_back();
+      const bool in_place = home.where == tier::host;
+      // In place: one piece, the whole state. Otherwise pieces of one staging buffer.
+      for (std::uint64_t offset = 0; offset < real;) {
+        const std::uint64_t n = in_place ? real : std::min<std::uint64_t>(piece_bytes_, real - offset);
+        held h{{s, p.id, {}}, -1};
+        {
+          std::unique_lock lock(mutex_);
+          changed_.wait(lock,
+                        [&] { return stop_ || (ready_.size() < queue_limit && (in_place || !free_buffers_.empty())); });
+          if (stop_) return;
+          if (!in_place) {
+            h.buffer = free_buffers_.back();
+            free_buffers_.pop_back();
+          }
         }
-      }
-      if (h.buffer < 0) {
-        // Read in place: the read move keeps every mover from writing the home meanwhile.
-        ZOE_EXPECTS(tiers_.begin_move(p.id, s, move_kind::read), "cannot save the ", state_kind_name(s),
-                    " state of parameter '", p.name, "': another move has it in flight");
-        h.piece.bytes = home.host.first(static_cast<std::size_t>(real));
-      } else {
-        const std::span<std::byte> staging = buffers_[h.buffer].span();
-        try {
-          io_.read(p.id, s, staging.first(static_cast<std::size_t>(state_bytes(p, s))));
-        } catch (...) {
-          release(h);
-          throw;
+        if (in_place) {
+          // The read move keeps every mover from writing the home while the caller reads it.
+          ZOE_EXPECTS(tiers_.begin_move(p.id, s, move_kind::read), "cannot save the ", state_kind_name(s),
+                      " state of parameter '", p.name, "': another move has it in flight");
+          h.piece.bytes = home.host.first(static_cast<std::size_t>(real));
+        } else {
+          const std::span<std::byte> staging = buffers_[h.buffer].span().first(static_cast<std::size_t>(n));
+          try {
+            io_.read(p.id, s, offset, staging);
+          } catch (...) {
+            release(h);
+            throw;
+          }
+          h.piece.bytes = staging;
         }
-        h.piece.bytes = staging.first(static_cast<std::size_t>(real));
+        offset += n;
+        {
+          const std::lock_guard lock(mutex_);
+          ready_.push_back(h);
+        }
+        changed_.notify_all();
       }
-      {
-        const std::lock_guard lock(mutex_);
-        ready_.push_back(h);
-      }
-      changed_.notify_all();
     }
   }
 }

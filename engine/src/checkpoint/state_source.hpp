@@ -1,9 +1,10 @@
 #pragma once
 // The read side of a save: a thread that takes every saved state of every parameter, in file
-// order, while the caller writes the one before. A state whose home is host memory is handed out
-// in place (held by a read move of the tier manager until the caller is done with it); any other
-// is read through state_io into one of two staging buffers, so at most two states' bytes are held
-// besides the homes: the one the caller writes and the one being read.
+// order, while the caller writes the piece before. A state whose home is host memory is handed out
+// whole and in place (held by a read move of the tier manager until the caller is done with it);
+// any other is read through state_io in pieces of at most piece_bytes into one of two staging
+// buffers, so a save holds two pieces of staging memory whatever the size of a state: the one the
+// caller writes and the one being read.
 
 #include <condition_variable>
 #include <cstddef>
@@ -21,7 +22,7 @@
 
 namespace zoe::engine::detail {
 
-/// One state of one parameter: its real (unpadded) bytes.
+/// Consecutive real (unpadded) bytes of one state of one parameter.
 struct state_piece {
   state_kind state = state_kind::master;
   parameter_id param = 0;
@@ -32,9 +33,10 @@ struct state_piece {
 /// to destruction.
 class state_source {
  public:
-  /// Starts reading the states `states` (in that order) of every parameter with real bytes in it.
-  /// Throws memory_error when the staging buffers cannot be had.
-  state_source(tier_manager& tiers, state_io& io, std::vector<state_kind> states);
+  /// Starts reading the states `states` (in that order) of every parameter with real bytes in it,
+  /// in pieces of at most `piece_bytes` (> 0) where they are not in host memory. Throws
+  /// memory_error when the staging buffers cannot be had.
+  state_source(tier_manager& tiers, state_io& io, std::vector<state_kind> states, std::size_t piece_bytes);
   /// Stops the reading thread and lets go of every piece. Never throws.
   ~state_source();
   state_source(const state_source&) = delete;
@@ -58,6 +60,7 @@ class state_source {
   tier_manager& tiers_;
   state_io& io_;
   std::vector<state_kind> states_;
+  std::size_t piece_bytes_;
   aligned_buffer buffers_[2];
 
   std::mutex mutex_;
