@@ -42,6 +42,9 @@ engine_stack::engine_stack(stack_options options) {
   if (config.zero.offload_param && config.zero.offload_param->device == engine::offload_device::nvme) {
     config.zero.offload_param->nvme_path = dir_.path();
   }
+  if (config.zero.offload_optimizer && config.zero.offload_optimizer->device == engine::offload_device::nvme) {
+    config.zero.offload_optimizer->nvme_path = dir_.path();
+  }
   dev_ = make_host_device(options.device_budget);
   engine::parameter_path_options po{.arena_bytes = options.arena_bytes, .wrap_backend = {}};
   if (options.faults) {

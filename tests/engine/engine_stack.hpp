@@ -19,8 +19,8 @@
 namespace zoe::testing {
 
 /// A stage-3 config with the working copies on nvme (engine_stack points nvme_path at its scratch
-/// folder), small aio blocks so shards take several chunks, and `buffer_count` swap buffers of
-/// `buffer_elements`.
+/// folder, and offload_optimizer's too when it is on nvme), small aio blocks so shards take several
+/// chunks, and `buffer_count` swap buffers of `buffer_elements`.
 [[nodiscard]] engine::engine_config nvme_config(std::uint64_t buffer_count = 4,
                                                 std::uint64_t buffer_elements = 64 * 1024);
 

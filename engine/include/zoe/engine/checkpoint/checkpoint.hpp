@@ -12,14 +12,22 @@
 //     manifest.json        written last: format version, the model (names, shapes, dtypes), each
 //                          file's size and XXH3-64, the scaler state, the optimizer settings
 //   ROOT/latest            the tag of the newest complete checkpoint (replaced atomically)
-// Each file is written under a temporary name, fsynced and renamed; the folder is fsynced; then the
-// manifest the same way; then `latest` the same way, and ROOT fsynced. Loading validates the
+//   ROOT/.<tag>.partial/   where a save builds <tag> (removed by the save; one left by a crash is
+//                          removed by the next save of that tag)
+// The folder is built as ROOT/.<tag>.partial: each file written under a temporary name, fsynced and
+// renamed; the folder fsynced; then the manifest the same way and the folder fsynced again. It is
+// then renamed to ROOT/<tag> (atomically exchanged with an older ROOT/<tag>, so that one stays
+// whole until the new one is) and ROOT fsynced; then `latest` is written the same way, and ROOT
+// fsynced. A crash at any point leaves `latest` naming a complete checkpoint. Loading validates the
 // manifest, the model, every size and every checksum before it overwrites any state, and names the
 // file and what is wrong. The gradient state is not saved: a checkpoint is taken between steps,
 // where the next micro-batch overwrites the gradient.
 //
 // NVMe states go to and from the checkpoint files through the I/O engine (state_io), never
-// through a tensor library.
+// through a tensor library. A save reads the next state (state_io on a thread of its own, or a host
+// home in place) while it writes the one before; it holds at most two states' bytes of staging
+// memory besides the homes, and the file system's write buffers (checkpoint_fs.hpp). A load
+// streams each file into the homes one state at a time.
 
 #include <cstdint>
 #include <filesystem>
@@ -50,10 +58,13 @@ struct checkpoint_meta {
 
 /// Saves every state but the gradient of every parameter of `tiers`' layout (which must all be
 /// resident) under root/tag, then points root/latest at it. root is created when missing; a
-/// checkpoint of the same tag already there is replaced only once the new one is complete.
-/// Throws io_error naming the path when a write, fsync or rename fails (the previous checkpoint
-/// and `latest` are untouched then), usage_error for a tag that is not a plain folder name or a
-/// state not resident.
+/// checkpoint of the same tag already there is replaced only once the new one is complete (root/tag
+/// is always one or the other, whole, even across a crash).
+/// Throws io_error naming the path when a write, fsync or rename fails: the previous checkpoint
+/// and `latest` are untouched then, except after a failure of the very last fsync of root, when
+/// `latest` may already name the new (complete) checkpoint. Throws usage_error for a tag that is
+/// not a plain folder name or a state not resident (before writing anything), and what state_io
+/// throws for a state it cannot read. `io` is driven by a thread of the save's own while it runs.
 void save_checkpoint(const std::filesystem::path& root, const std::string& tag, tier_manager& tiers, state_io& io,
                      const checkpoint_meta& meta, checkpoint_fs& fs = checkpoint_fs::posix());
 

@@ -1,0 +1,60 @@
+#include "checkpoint_format.hpp"
+
+#include "zoe/core/str.hpp"
+
+namespace zoe::engine::detail {
+
+std::string state_file(state_kind s) { return str(state_kind_name(s), ".bin"); }
+
+std::vector<state_kind> saved_states(const model_layout& layout) {
+  std::vector<state_kind> out;
+  if (file_bytes(layout, state_kind::working) > 0) out.push_back(state_kind::working);
+  out.insert(out.end(), {state_kind::master, state_kind::exp_avg, state_kind::exp_avg_sq});
+  return out;
+}
+
+std::uint64_t real_bytes(const parameter_layout& p, state_kind s) noexcept {
+  if (state_bytes(p, s) == 0) return 0;
+  return p.numel * kernels::dtype_size(state_dtype(p, s));
+}
+
+std::uint64_t file_bytes(const model_layout& layout, state_kind s) noexcept {
+  std::uint64_t total = 0;
+  for (const parameter_layout& p : layout.parameters()) total += real_bytes(p, s);
+  return total;
+}
+
+bool valid_tag(std::string_view tag) noexcept {
+  return !tag.empty() && tag.size() <= 200 && tag.front() != '.' && tag != latest_name &&
+         tag.find('/') == std::string_view::npos && tag.find('\0') == std::string_view::npos;
+}
+
+std::filesystem::path staging_folder(const std::filesystem::path& root, std::string_view tag) {
+  return root / str(".", tag, ".partial");
+}
+
+std::string read_whole(checkpoint_fs& fs, const std::filesystem::path& path) {
+  const auto reader = fs.open(path);
+  std::string text(reader->size(), '\0');
+  reader->read(0, std::as_writable_bytes(std::span(text)));
+  return text;
+}
+
+void write_durably(checkpoint_fs& fs, const std::filesystem::path& path, std::string_view text) {
+  std::filesystem::path temp = path;
+  temp += temp_suffix;
+  {
+    const auto writer = fs.create(temp);
+    writer->append(std::as_bytes(std::span(text)));
+    writer->sync();
+  }
+  fs.rename(temp, path);
+}
+
+void remove_flat_folder(checkpoint_fs& fs, const std::filesystem::path& path) {
+  if (!fs.exists(path)) return;
+  for (const std::string& name : fs.list(path)) fs.remove(path / name);
+  fs.remove(path);
+}
+
+}  // namespace zoe::engine::detail
