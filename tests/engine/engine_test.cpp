@@ -51,6 +51,11 @@ engine::engine_config config_on(const std::string& where, const std::filesystem:
   oo.pipeline_read = true;
   oo.pipeline_write = true;
   c.zero.offload_optimizer = oo;
+  // Few, small parameter swap buffers: DeepSpeed's defaults pin a gigabyte, which takes seconds.
+  engine::offload_param_config op;
+  op.buffer_count = 2;
+  op.buffer_size = 64 * 1024;
+  c.zero.offload_param = op;
   for (auto& p : c.zoe.placement) {
     if (where == "split") {
       p = engine::tier_fractions{.device = 1.0 / 3, .host = 1.0 / 3, .nvme = 1.0 / 3};
@@ -92,7 +97,7 @@ struct rig {
   void micro_batch(const std::vector<std::vector<float>>& grads) {
     const device_stream s = dev->create_stream();
     e->begin_micro_batch();
-    const std::size_t modules = e->layout().modules().size();
+    const auto modules = static_cast<module_id>(e->layout().modules().size());
     for (module_id m = 0; m < modules; ++m) {
       e->fetch(m).wait();
       e->release(m, s.view());
@@ -102,11 +107,13 @@ struct rig {
       const std::vector<void*> buffers = e->gradient_buffers(m, s.view());
       dev->synchronize(s.view());
       const engine::module_layout& ml = e->layout().module(m);
+      // The copies read their sources in stream order: they live until the synchronize.
+      std::vector<std::vector<std::byte>> sources;
       for (std::size_t i = 0; i < ml.parameters.size(); ++i) {
         const engine::parameter_layout& p = e->layout().parameter(ml.parameters[i]);
         std::vector<float> scaled(grads[p.id]);
         for (float& x : scaled) x = static_cast<float>(x * e->loss_scale());
-        std::vector<std::byte> cast(p.numel * kernels::dtype_size(p.dtype));
+        std::vector<std::byte>& cast = sources.emplace_back(p.numel * kernels::dtype_size(p.dtype));
         kernels::cast({kernels::dtype::fp32, scaled.data(), scaled.size()}, {p.dtype, cast.data(), p.numel});
         dev->copy_async(buffers[i], cast.data(), cast.size(), copy_kind::host_to_device, s.view());
       }
