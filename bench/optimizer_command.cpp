@@ -13,7 +13,8 @@ void add_optimizer_command(CLI::App& app) {
       app.add_subcommand("optimizer", "the pipelined optimizer step against each of its stages alone (and memcpy)");
   cmd->footer(
       "Builds a model of --params parameters in fp16 tensors of --tensor-size elements (working copies on the "
-      "device), its optimizer states (fp32 master, exp_avg, exp_avg_sq) on nvme under DIR (offload_optimizer nvme, "
+      "device, or in pinned host memory with --working cpu), its optimizer states (fp32 master, exp_avg, exp_avg_sq) "
+      "on nvme under DIR (offload_optimizer nvme, "
       "pipeline_read and pipeline_write on) or in pinned host memory (offload_optimizer cpu), and random fp16 "
       "gradients in pinned host memory; gives every state random initial values; runs one untimed step and each "
       "stage once, then --steps rounds, each a whole step (step_s) followed by each stage alone over the same data: "
@@ -29,6 +30,11 @@ void add_optimizer_command(CLI::App& app) {
   cmd->add_option("--params", s->params_text, "parameters in all (e.g. 256M, 1.3G)")->capture_default_str();
   cmd->add_option("--offload", s->offload, "where the optimizer states live: nvme (under --path) or cpu (pinned)")
       ->check(CLI::IsMember({"nvme", "cpu"}))
+      ->capture_default_str();
+  cmd->add_option("--working", s->working,
+                  "where the fp16 working copies live: device (ZeRO-Offload's place; the step sends the new ones "
+                  "there) or cpu (offload_param cpu: pinned host memory, stepped in place)")
+      ->check(CLI::IsMember({"device", "cpu"}))
       ->capture_default_str();
   cmd->add_option("--path", s->path, "folder for the optimizer states with --offload nvme (a real drive, not tmpfs)");
   cmd->add_option("--sub-group-size", s->sub_group_text,

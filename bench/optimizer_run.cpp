@@ -101,7 +101,12 @@ void optimizer_settings::check() {
   ZOE_EXPECTS(memcpy_cap > 0, "--memcpy-size must be positive");
 
   config = {};
-  config.zero.stage = 3;  // the working copies stay on the device (no offload_param block)
+  config.zero.stage = 3;
+  if (working == "cpu") {
+    engine::offload_param_config op;
+    op.device = engine::offload_device::cpu;  // pinned host memory (pin_memory's default)
+    config.zero.offload_param = op;
+  }  // else no offload_param block: the working copies stay on the device
   if (block_text) config.aio.block_size = parse_bytes(*block_text, "--block-size");
   if (queue_depth) config.aio.queue_depth = *queue_depth;
   check_engine_options(config.aio.block_size, config.aio.queue_depth, "--block-size / --queue-depth");
@@ -136,7 +141,8 @@ nlohmann::json run_optimizer(const optimizer_settings& s) {
   std::uint64_t largest_group = 0;
   for (const auto& g : groups) largest_group = std::max(largest_group, g.shard_numel);
   std::cerr << tag << s.params << " parameters in " << layout.parameters().size() << " fp16 tensors of up to "
-            << s.tensor_numel << " elements on the device; master, exp_avg, exp_avg_sq "
+            << s.tensor_numel << " elements " << (s.working == "cpu" ? "in pinned host memory" : "on the device")
+            << "; master, exp_avg, exp_avg_sq "
             << (nvme ? "on nvme under " + s.path : std::string("in pinned host memory"))
             << ", gradients in pinned host memory\n"
             << tag << "sub_group_size " << s.sub_group_size
@@ -221,6 +227,7 @@ nlohmann::json run_optimizer(const optimizer_settings& s) {
                    {"tensors", layout.parameters().size()},
                    {"tensor_size", s.tensor_numel},
                    {"offload", s.offload},
+                   {"working", s.working},
                    {"sub_group_size", s.sub_group_size},
                    {"sub_groups", groups.size()},
                    {"largest_sub_group", largest_group},

@@ -20,6 +20,7 @@ struct optimizer_settings {
   std::string params_text = "256M";  ///< parameters in all (decimal suffixes k, M, G)
   std::string offload = "nvme";      ///< offload_optimizer.device: nvme or cpu
   std::string path;                  ///< offload_optimizer.nvme_path (nvme only)
+  std::string working = "device";    ///< where the fp16 working copies live: device, or cpu (offload_param cpu)
   /// zero_optimization.sub_group_size; unset: 1/32 of the parameters, rounded up to whole chunks.
   std::optional<std::string> sub_group_text;
   /// Elements per parameter tensor; unset: 16M, or a 1/8 of the parameters when that is less.

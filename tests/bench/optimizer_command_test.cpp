@@ -57,6 +57,7 @@ TEST_F(optimizer_command, BadValuesExitTwoNamingTheFlag) {
        std::vector<std::pair<std::string, std::string>>{{" --params 12parsecs", "--params"},
                                                         {" --params 0", "--params"},
                                                         {" --offload disk", "--offload"},
+                                                        {" --working gpu", "--working"},
                                                         {" --sub-group-size 0", "--sub-group-size"},
                                                         {" --sub-group-size lots", "--sub-group-size"},
                                                         {" --params 1M --tensor-size 2M", "--tensor-size"},
@@ -91,6 +92,7 @@ TEST_F(optimizer_command, NvmeStatesGiveOneConsistentJsonLine) {
   const nlohmann::json j = only_json(r);
   expect_consistent(j);
   EXPECT_EQ(j.at("offload"), "nvme");
+  EXPECT_EQ(j.at("working"), "device");
   EXPECT_GT(j.at("read_s").get<double>(), 0.0) << j.dump();
   EXPECT_GT(j.at("write_s").get<double>(), 0.0) << j.dump();
   EXPECT_GT(j.at("rw_s").get<double>(), 0.0) << j.dump();
@@ -120,11 +122,13 @@ TEST_F(optimizer_command, AGivenSubGroupSizeIsTheOneUsed) {
 }
 
 TEST_F(optimizer_command, CpuStatesReportZeroIoAndTheMemcpyFraction) {
-  const auto r = run("optimizer --offload cpu --memcpy-size 1MiB" + tiny() + " --json");
+  // Working copies in pinned host memory too: everything is stepped in place.
+  const auto r = run("optimizer --offload cpu --working cpu --memcpy-size 1MiB" + tiny() + " --json");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const nlohmann::json j = only_json(r);
   expect_consistent(j);
   EXPECT_EQ(j.at("offload"), "cpu");
+  EXPECT_EQ(j.at("working"), "cpu");
   for (const char* key : {"read_s", "write_s", "rw_s"}) EXPECT_EQ(j.at(key).get<double>(), 0.0) << key;
   EXPECT_EQ(j.at("bound_s"), j.at("adam_s"));
   EXPECT_EQ(j.at("nvme_state_bytes"), 0U);
