@@ -101,6 +101,37 @@ TEST(Coordinator, GathersEveryModuleByteExactStepAfterStepWithPrefetch) {
   expect_within_plan(s);
 }
 
+TEST(Coordinator, DroppingTheGatheredParametersMakesTheNextFetchReadTheNewHomes) {
+  engine_stack s({.modules = model_with_persistent(), .config = mixed_config()});
+  model_data data(s);
+  const auto order = forward_backward(6);
+  run_step(s, order, data);
+  // The persistent parameters stay gathered across steps: a home rewritten under them (as the
+  // optimizer step does) is not seen until they are dropped.
+  s.coord().begin_step();
+  const engine::fetch_handle open = s.coord().fetch(0);
+  open.wait();
+  const std::string refused = [&] {
+    try {
+      s.coord().drop_gathered();
+    } catch (const usage_error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no usage_error");
+  }();
+  EXPECT_NE(refused.find("module 'layer0' has an open fetch"), std::string::npos) << refused;
+  s.coord().release(0);
+  s.coord().end_step();
+  for (const auto& p : s.layout().parameters()) {
+    data.shards[p.id] = s.shard_data(p.id, 2000 + p.id);
+    s.write_home(p.id, data.shards[p.id]);
+  }
+  s.coord().drop_gathered();
+  EXPECT_EQ(s.coord().stats().arena.used, 0U);
+  run_step(s, order, data);
+  expect_within_plan(s);
+}
+
 TEST(Coordinator, AStreamOrderedWaitOrdersTheCallersWorkAfterTheGather) {
   engine_stack s({.modules = layered_model(3, 2, 30'000), .config = mixed_config()});
   const model_data data(s);

@@ -194,8 +194,12 @@ TEST(footprint_plan, OptimizerSwapBuffersHoldOnePiecesSlots) {
 
   // Only the working copies on nvme: the step writes them, so it still needs one slot a piece.
   config.zero.offload_optimizer->device = offload_device::cpu;
+  config.zero.offload_param->max_in_cpu = 0;
   config.zoe.placement = {};
-  const auto working = make_footprint_plan(layout, config, placement(layout, config));
+  const placement working_where(layout, config);
+  ASSERT_GT(working_where.bytes(state_kind::working, tier::nvme), 0U);
+  ASSERT_EQ(working_where.bytes(state_kind::master, tier::nvme), 0U);
+  const auto working = make_footprint_plan(layout, config, working_where);
   EXPECT_EQ(working.optimizer_buffer_count, 2U);
   EXPECT_EQ(working.optimizer_buffer_bytes, 168 * KiB);
 }

@@ -532,6 +532,28 @@ void coordinator::flush() {
   }
 }
 
+void coordinator::drop_gathered() {
+  flush();
+  std::unique_lock lock(impl_->mutex);
+  const model_layout& layout = impl_->tiers.layout();
+  for (const module_layout& m : layout.modules()) {
+    ZOE_EXPECTS(impl_->open[m.id].empty(), "cannot drop the gathered parameters while module '", m.name,
+                "' has an open fetch: release it first");
+  }
+  for (parameter_id p = 0; p < impl_->params.size(); ++p) {
+    gathered_parameter& g = impl_->params[p];
+    if (g.at == gathered_parameter::phase::none) continue;
+    ZOE_EXPECTS(g.at == gathered_parameter::phase::gathered, "cannot drop the gathered parameters while parameter '",
+                layout.parameter(p).name, "' is being prefetched: end the step first");
+    ZOE_ASSERT(!g.dirty && !g.writing);  // flushed above, and no fetch could dirty it since
+    if (g.live) {
+      g.live = false;
+      impl_->policy.on_freed(p);
+    }
+    impl_->drop(p);
+  }
+}
+
 void* coordinator::address(parameter_id p) const {
   const std::lock_guard lock(impl_->mutex);
   const parameter_layout& param = impl_->tiers.layout().parameter(p);

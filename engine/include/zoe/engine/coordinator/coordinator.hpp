@@ -121,6 +121,13 @@ class coordinator {
   /// dirty: a later flush() writes them again.
   void flush();
 
+  /// Writes back every dirty parameter (as flush()), then frees every gathered parameter,
+  /// persistent ones too, so that each is gathered again from its home at its next fetch: the
+  /// engine calls it between steps (after end_step), once the optimizer step has rewritten the
+  /// homes. usage_error while a fetch is open (naming its module) or a prefetch is still reading
+  /// (a step is open); rethrows what flush() throws (nothing is freed then).
+  void drop_gathered();
+
   /// The device address of gathered parameter `p` (stable while its module's fetch is waited
   /// and not released). usage_error naming the parameter when it is not gathered.
   [[nodiscard]] void* address(parameter_id p) const;

@@ -1,0 +1,153 @@
+#pragma once
+// The one object a user holds: a model's states on their tiers and everything that moves them,
+// wired from a configuration and a device. A training step is gradient_accumulation_steps
+// micro-batches, each a forward and a backward pass, then step():
+//
+//   for each micro-batch:
+//     begin_micro_batch()
+//     forward:  fetch(m) -> wait -> compute with address(p) -> release(m, stream)   (every module)
+//     backward: fetch(m) -> wait -> gradient_buffers(m, stream) -> write the module's gradients of
+//               the loss multiplied by loss_scale() -> reduce_gradients(m, stream) -> release(m, stream)
+//     end_micro_batch()
+//   step(lr)
+//
+// The gradients are summed over the micro-batches in fp32 and averaged by step() (so k
+// micro-batches of b samples step like one batch of k*b), unscaled by the loss scale and clipped to
+// gradient_clipping by their global norm, all folded into Adam's grad_scale. An inf or NaN in them
+// skips the step (the loss scale drops; fp16's dynamic scaling as DeepSpeed does it), and a skipped
+// step does not advance the step count that bias correction uses. A step that fails (an NVMe read or
+// write) leaves every state and the loss scaler as they were: call step() again.
+//
+// Thread-safety: fetch, release, address, gradient_buffers and reduce_gradients may be called from
+// several threads (for different modules); the rest from one thread, not concurrently with them.
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "zoe/core/device.hpp"
+#include "zoe/engine/checkpoint/checkpoint_fs.hpp"
+#include "zoe/engine/config/config.hpp"
+#include "zoe/engine/coordinator/coordinator.hpp"
+#include "zoe/engine/coordinator/parameter_path.hpp"
+#include "zoe/engine/model/layout.hpp"
+#include "zoe/engine/optim/gradient_path.hpp"
+#include "zoe/engine/optim/loss_scaler.hpp"
+#include "zoe/engine/optim/optimizer_step.hpp"
+#include "zoe/engine/swap/state_io.hpp"
+
+namespace zoe::engine {
+
+struct engine_options {
+  /// Passed to parameter_path_options (tests: a smaller arena, fault injection under the store).
+  std::optional<std::uint64_t> arena_bytes;
+  std::function<std::unique_ptr<io::io_backend>(std::unique_ptr<io::io_backend>)> wrap_backend;
+  /// The file system checkpoints go through (tests: a fault-injecting one); null: the real one.
+  checkpoint_fs* checkpoint_files = nullptr;
+};
+
+/// What step() did.
+struct step_result {
+  bool skipped = false;              ///< an inf or NaN in the gradients: no state changed but the loss scale
+  double grad_norm = 0;              ///< global L2 norm of the averaged, unscaled gradients (inf or NaN when skipped)
+  double clip_coefficient = 1;       ///< what clipping multiplied the gradients by (1: not clipped)
+  double loss_scale = 1;             ///< the scale for the next step's loss
+  std::int64_t optimizer_steps = 0;  ///< steps taken so far, skipped ones not counted (bias correction's count)
+};
+
+class offload_engine {
+ public:
+  /// Lays the model out, plans its footprint and builds every stage (see parameter_path: the plan
+  /// is checked against this machine before anything is allocated, naming the keys to change).
+  /// Every state starts released: set_parameter() (or load_checkpoint()) gives each parameter its
+  /// value. Throws config_error naming the key for a configuration the engine cannot run, and what
+  /// the stages throw. `dev` must outlive the engine.
+  offload_engine(std::vector<module_spec> modules, const engine_config& config, device& dev,
+                 engine_options options = {});
+  ~offload_engine();
+  offload_engine(const offload_engine&) = delete;
+  offload_engine& operator=(const offload_engine&) = delete;
+
+  [[nodiscard]] const engine_config& config() const noexcept { return config_; }
+  [[nodiscard]] const model_layout& layout() const noexcept { return path_->layout(); }
+  [[nodiscard]] const footprint_plan& plan() const noexcept { return path_->plan(); }
+
+  // ---- values --------------------------------------------------------------------------------
+  /// Gives `p` its value: `values` holds its numel elements (fp32, row-major). The master takes
+  /// them (padding zero), the working copy their cast to its dtype, both moments zero. usage_error
+  /// naming the parameter for another count, or while a micro-batch is open.
+  void set_parameter(parameter_id p, std::span<const float> values);
+  /// The numel real elements of state `s` of `p`, as fp32 (the gradient: as accumulated so far,
+  /// summed and still loss-scaled). usage_error naming it while the state holds nothing yet, or
+  /// while a micro-batch is open.
+  [[nodiscard]] std::vector<float> read_state(parameter_id p, state_kind s);
+
+  // ---- a micro-batch ---------------------------------------------------------------------------
+  /// Opens the next micro-batch of the step. usage_error when one is open, or when the step's
+  /// micro-batches are all done and step() has not run.
+  void begin_micro_batch();
+  /// Forward and backward fetches: coordinator::fetch / release / address.
+  [[nodiscard]] fetch_handle fetch(module_id m);
+  void release(module_id m, stream_view stream = {});
+  [[nodiscard]] void* address(parameter_id p) const;
+  /// Device memory for module `m`'s gradients (gradient_path::acquire) and their hand-in
+  /// (gradient_path::reduce).
+  [[nodiscard]] std::vector<void*> gradient_buffers(module_id m, stream_view stream);
+  void reduce_gradients(module_id m, stream_view stream);
+  /// Closes the micro-batch: every fetch released, every gradient reduced and accumulated. A
+  /// failure (an NVMe read or write of a gradient) is rethrown and the step's accumulation starts
+  /// again at micro-batch 0.
+  void end_micro_batch();
+
+  // ---- the step --------------------------------------------------------------------------------
+  /// What the loss is multiplied by before backward (fp16's loss scale; 1 otherwise).
+  [[nodiscard]] double loss_scale() const noexcept { return scaler_.scale(); }
+  /// One optimizer step with learning rate `lr` over the gradients of the step's micro-batches.
+  /// usage_error unless all gradient_accumulation_steps micro-batches are done; loss_scale_error
+  /// when fp16's scale would go below fp16.min_loss_scale; the I/O errors of the optimizer step,
+  /// with every state as it was.
+  step_result step(double lr);
+
+  // ---- checkpoints -----------------------------------------------------------------------------
+  /// Saves every state (but the gradient), the loss scaler and the optimizer settings under
+  /// root/tag (tag empty: "step-<n>", n the steps attempted) and points root/latest at it. Between
+  /// steps only (usage_error while a micro-batch is open or the step's micro-batches are done and
+  /// step() has not run). Returns the tag.
+  std::string save_checkpoint(const std::filesystem::path& root, const std::string& tag = "");
+  /// Loads root/tag (root/latest when empty) into every state, the loss scaler and the learning
+  /// rate; checkpoint_error naming the file when it is missing, torn, corrupt or of another model
+  /// (nothing changed then). Between steps only; the next micro-batch starts a new step.
+  void load_checkpoint(const std::filesystem::path& root, const std::string& tag = "");
+
+  // ---- the stages, for statistics and benchmarks -----------------------------------------------
+  [[nodiscard]] parameter_path& parameters() noexcept { return *path_; }
+  [[nodiscard]] gradient_path& gradients() noexcept { return *gradients_; }
+  [[nodiscard]] optimizer_step& optimizer() noexcept { return *optimizer_; }
+  [[nodiscard]] const loss_scaler& scaler() const noexcept { return scaler_; }
+  [[nodiscard]] double lr() const noexcept { return lr_; }
+
+ private:
+  void expect_between_steps(const char* what) const;
+  /// Makes the next fetches gather from the homes again (after the homes were rewritten).
+  void refresh_gathered();
+
+  engine_config config_;
+  optimizer_config adam_settings_;
+  std::unique_ptr<parameter_path> path_;
+  std::unique_ptr<state_io> io_;
+  std::unique_ptr<gradient_path> gradients_;
+  std::unique_ptr<optimizer_step> optimizer_;
+  checkpoint_fs* files_;
+  loss_scaler scaler_;
+  double lr_ = 0;
+  std::size_t micro_batches_done_ = 0;  ///< of the current step
+  bool micro_batch_open_ = false;
+  bool homes_rewritten_ = false;  ///< gathered copies may be older than the homes
+};
+
+}  // namespace zoe::engine

@@ -1,0 +1,238 @@
+// The engine: the stages wired together, and the arithmetic of a step that sits between them
+// (averaging over micro-batches, loss scale, clipping), folded into Adam's grad_scale.
+#include "zoe/engine/engine.hpp"
+
+#include <cmath>
+#include <cstring>
+#include <utility>
+
+#include "zoe/core/check.hpp"
+#include "zoe/core/log.hpp"
+#include "zoe/core/str.hpp"
+#include "zoe/engine/checkpoint/checkpoint.hpp"
+#include "zoe/kernels/cast.hpp"
+
+namespace zoe::engine {
+namespace {
+
+parameter_path_options path_options(engine_options& o) {
+  return {.arena_bytes = o.arena_bytes, .wrap_backend = std::move(o.wrap_backend)};
+}
+
+gradient_path_options gradient_options(const footprint_plan& plan) {
+  return {.bucket_bytes = plan.gradient_bucket_bytes,
+          .bucket_count = static_cast<std::size_t>(plan.gradient_bucket_count),
+          .staging_buffer_count = static_cast<std::size_t>(plan.gradient_buffer_count),
+          .staging_buffer_bytes = static_cast<std::size_t>(plan.gradient_buffer_bytes)};
+}
+
+optimizer_step_options step_options(const footprint_plan& plan, const engine_config& config) {
+  const offload_optimizer_config block = config.zero.offload_optimizer.value_or(offload_optimizer_config{});
+  return {.sub_group_size = config.zero.sub_group_size,
+          .buffer_count = static_cast<std::size_t>(plan.optimizer_buffer_count),
+          .buffer_bytes = static_cast<std::size_t>(plan.optimizer_buffer_bytes),
+          .undo_bytes = plan.optimizer_undo_bytes,
+          .pipeline_read = block.pipeline_read,
+          .pipeline_write = block.pipeline_write,
+          .adam_threads = {}};
+}
+
+// How much the gradient is scaled down before Adam: DeepSpeed's unscale_and_clip_grads (stage 3)
+// on the gradient averaged over the micro-batches. `norm` is the averaged, still loss-scaled norm.
+struct unscale {
+  double combined = 1;  // the gradient is divided by this (loss scale, times the clip factor)
+  double clip = 1;      // what clipping multiplies the unscaled gradient by
+};
+unscale unscale_and_clip(double norm, double loss_scale, double max_norm) {
+  unscale out{.combined = loss_scale, .clip = 1};
+  if (max_norm > 0) {
+    const double c = (norm / loss_scale + 1e-6) / max_norm;
+    if (c > 1) {
+      out.combined = c * loss_scale;
+      out.clip = 1 / c;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+offload_engine::offload_engine(std::vector<module_spec> modules, const engine_config& config, device& dev,
+                               engine_options options)
+    : config_(config),
+      adam_settings_(config.optimizer.value_or(optimizer_config{})),
+      path_(std::make_unique<parameter_path>(std::move(modules), config, dev, path_options(options))),
+      io_(std::make_unique<state_io>(path_->tiers(), dev, path_->store())),
+      gradients_(std::make_unique<gradient_path>(path_->tiers(), path_->comm(), dev, path_->pinned(), path_->store(),
+                                                 gradient_options(path_->plan()))),
+      optimizer_(std::make_unique<optimizer_step>(path_->tiers(), dev, path_->pinned(), path_->store(),
+                                                  step_options(path_->plan(), config))),
+      files_(options.checkpoint_files != nullptr ? options.checkpoint_files : &checkpoint_fs::posix()),
+      scaler_(config.fp16),
+      lr_(adam_settings_.lr) {}
+
+offload_engine::~offload_engine() = default;
+
+void offload_engine::expect_between_steps(const char* what) const {
+  ZOE_EXPECTS(!micro_batch_open_, what, " while a micro-batch is open: end it first");
+}
+
+void offload_engine::refresh_gathered() {
+  if (!homes_rewritten_) return;
+  path_->coord().drop_gathered();
+  homes_rewritten_ = false;
+}
+
+void offload_engine::set_parameter(parameter_id p, std::span<const float> values) {
+  expect_between_steps("set_parameter");
+  const parameter_layout& param = layout().parameter(p);
+  ZOE_EXPECTS(values.size() == param.numel, "set_parameter: parameter '", param.name, "' has ", param.numel,
+              " elements, not ", values.size());
+  std::vector<float> master(param.shard_numel, 0.0F);
+  std::memcpy(master.data(), values.data(), values.size_bytes());
+  // Make the gathered copies stale before the homes change: the next fetch reads the new value.
+  homes_rewritten_ = true;
+  refresh_gathered();
+  io_->write(p, state_kind::master, std::as_bytes(std::span(master)));
+  if (state_bytes(param, state_kind::working) > 0) {
+    std::vector<std::byte> working(state_bytes(param, state_kind::working));
+    kernels::cast({kernels::dtype::fp32, master.data(), master.size()}, {param.dtype, working.data(), master.size()});
+    io_->write(p, state_kind::working, working);
+  }
+  const std::vector<std::byte> zeros(state_bytes(param, state_kind::exp_avg), std::byte{0});
+  io_->write(p, state_kind::exp_avg, zeros);
+  io_->write(p, state_kind::exp_avg_sq, zeros);
+}
+
+std::vector<float> offload_engine::read_state(parameter_id p, state_kind s) {
+  expect_between_steps("read_state");
+  const parameter_layout& param = layout().parameter(p);
+  // An fp32 parameter's working copy is its master.
+  const state_kind held = s == state_kind::working && state_bytes(param, s) == 0 ? state_kind::master : s;
+  std::vector<std::byte> raw(state_bytes(param, held));
+  io_->read(p, held, raw);
+  std::vector<float> out(param.numel);
+  kernels::cast({state_dtype(param, held), raw.data(), param.numel}, {kernels::dtype::fp32, out.data(), out.size()});
+  return out;
+}
+
+void offload_engine::begin_micro_batch() {
+  expect_between_steps("begin_micro_batch");
+  const std::size_t k = config_.gradient_accumulation_steps;
+  ZOE_EXPECTS(micro_batches_done_ < k, "begin_micro_batch: the step's ", k,
+              " micro-batches (gradient_accumulation_steps) are done; call step() first");
+  refresh_gathered();
+  path_->coord().begin_step();
+  try {
+    gradients_->begin_micro_batch(micro_batches_done_, k);
+  } catch (...) {
+    path_->coord().end_step();
+    throw;
+  }
+  micro_batch_open_ = true;
+}
+
+fetch_handle offload_engine::fetch(module_id m) { return path_->coord().fetch(m); }
+
+void offload_engine::release(module_id m, stream_view stream) { path_->coord().release(m, stream); }
+
+void* offload_engine::address(parameter_id p) const { return path_->coord().address(p); }
+
+std::vector<void*> offload_engine::gradient_buffers(module_id m, stream_view stream) {
+  return gradients_->acquire(m, stream);
+}
+
+void offload_engine::reduce_gradients(module_id m, stream_view stream) { gradients_->reduce(m, stream); }
+
+void offload_engine::end_micro_batch() {
+  ZOE_EXPECTS(micro_batch_open_, "end_micro_batch without begin_micro_batch");
+  micro_batch_open_ = false;
+  try {
+    gradients_->end_micro_batch();
+  } catch (...) {
+    micro_batches_done_ = 0;  // the accumulated gradients are incomplete: the step starts over
+    path_->coord().end_step();
+    throw;
+  }
+  path_->coord().end_step();
+  ++micro_batches_done_;
+}
+
+step_result offload_engine::step(double lr) {
+  expect_between_steps("step");
+  const std::size_t k = config_.gradient_accumulation_steps;
+  ZOE_EXPECTS(micro_batches_done_ == k, "step: ", micro_batches_done_, " of the step's ", k,
+              " micro-batches (gradient_accumulation_steps) have handed in their gradients");
+  ZOE_EXPECTS(std::isfinite(lr) && lr >= 0, "step: the learning rate ", lr, " is not a finite number >= 0");
+  const gradient_summary g = gradients_->summary();
+  const double scale = scaler_.scale();
+  const double averaged_norm = std::sqrt(g.sum_of_squares) / static_cast<double>(k);
+  const loss_scaler_state before = scaler_.state();
+
+  step_result out;
+  out.grad_norm = averaged_norm / scale;
+  if (scaler_.update(g.overflow)) {
+    micro_batches_done_ = 0;
+    out.skipped = true;
+    out.loss_scale = scaler_.scale();
+    out.optimizer_steps = scaler_.optimizer_steps();
+    log::info("step skipped: the gradients hold an inf or NaN; loss scale ", scale, " -> ", out.loss_scale);
+    return out;
+  }
+  const unscale u = unscale_and_clip(averaged_norm, scale, config_.gradient_clipping);
+  kernels::adam_config adam{.lr = static_cast<float>(lr),
+                            .beta1 = static_cast<float>(adam_settings_.betas[0]),
+                            .beta2 = static_cast<float>(adam_settings_.betas[1]),
+                            .eps = static_cast<float>(adam_settings_.eps),
+                            .weight_decay = static_cast<float>(adam_settings_.weight_decay),
+                            .adamw = adam_settings_.adam_w_mode,
+                            .bias_correction = adam_settings_.bias_correction,
+                            .step = scaler_.optimizer_steps(),
+                            .grad_scale = static_cast<float>(1 / (static_cast<double>(k) * u.combined))};
+  try {
+    // The gathered copies are about to be stale; changes made to them on the device go home first.
+    path_->coord().drop_gathered();
+    optimizer_->run(adam);
+  } catch (...) {
+    scaler_.restore(before);
+    throw;
+  }
+  homes_rewritten_ = true;
+  micro_batches_done_ = 0;
+  lr_ = lr;
+  out.clip_coefficient = u.clip;
+  out.loss_scale = scaler_.scale();
+  out.optimizer_steps = scaler_.optimizer_steps();
+  return out;
+}
+
+std::string offload_engine::save_checkpoint(const std::filesystem::path& root, const std::string& tag) {
+  expect_between_steps("save_checkpoint");
+  ZOE_EXPECTS(micro_batches_done_ == 0, "save_checkpoint: ", micro_batches_done_,
+              " micro-batches of a step have gradients that are not stepped yet; save after step()");
+  // Changes made to gathered parameters on the device belong in the checkpoint.
+  path_->coord().flush();
+  const std::string name = tag.empty() ? str("step-", scaler_.state().cur_iter) : tag;
+  zoe::engine::save_checkpoint(root, name, path_->tiers(), *io_,
+                               checkpoint_meta{.scaler = scaler_.state(), .optimizer = adam_settings_, .lr = lr_},
+                               *files_);
+  return name;
+}
+
+void offload_engine::load_checkpoint(const std::filesystem::path& root, const std::string& tag) {
+  expect_between_steps("load_checkpoint");
+  path_->coord().drop_gathered();
+  const checkpoint_meta meta = zoe::engine::load_checkpoint(root, tag, path_->tiers(), *io_, *files_);
+  scaler_.restore(meta.scaler);
+  lr_ = meta.lr;
+  micro_batches_done_ = 0;
+  if (meta.optimizer.betas != adam_settings_.betas || meta.optimizer.eps != adam_settings_.eps ||
+      meta.optimizer.weight_decay != adam_settings_.weight_decay ||
+      meta.optimizer.adam_w_mode != adam_settings_.adam_w_mode) {
+    log::warn("the checkpoint under ", root.string(),
+              " was stepped with other optimizer settings than "
+              "this configuration's; the configuration's are used from here on");
+  }
+}
+
+}  // namespace zoe::engine

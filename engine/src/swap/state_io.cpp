@@ -1,0 +1,143 @@
+// Synchronous access to one state's home, for initialization, checkpoints and debugging reads.
+#include "zoe/engine/swap/state_io.hpp"
+
+#include <cstring>
+#include <exception>
+#include <optional>
+#include <string>
+
+#include "zoe/core/check.hpp"
+#include "zoe/core/str.hpp"
+#include "zoe/engine/swap/carried_error.hpp"
+#include "zoe/io/swap_channel.hpp"
+
+namespace zoe::engine {
+namespace {
+
+std::string describe(const parameter_layout& p, state_kind s) {
+  return str("the ", state_kind_name(s), " state of parameter '", p.name, "'");
+}
+
+}  // namespace
+
+struct state_io::impl {
+  impl(tier_manager& t, device& d, io::swap_store* s) : tiers(t), dev(d), store(s), stream(d.create_stream()) {}
+
+  tier_manager& tiers;
+  device& dev;
+  io::swap_store* store;
+  device_stream stream;
+  // Made by the first NVMe access, on the thread that drives this state_io from then on.
+  std::unique_ptr<io::swap_channel> channel;
+
+  // Checks the range and takes the state for the move; returns its home.
+  const state_location& begin(parameter_id p, state_kind s, std::uint64_t offset, std::uint64_t bytes, move_kind kind);
+  // Runs `move` on the taken state; finishes the move, or aborts it and rethrows the failure with
+  // the state named.
+  template <typename Move>
+  void run(parameter_id p, state_kind s, Move&& move);
+  void nvme(io::io_op op, const io::swap_extent& extent, std::uint64_t offset, std::span<std::byte> buffer);
+};
+
+const state_location& state_io::impl::begin(parameter_id p, state_kind s, std::uint64_t offset, std::uint64_t bytes,
+                                            move_kind kind) {
+  const parameter_layout& param = tiers.layout().parameter(p);
+  const state_location& home = tiers.location(p, s);
+  ZOE_EXPECTS(offset <= home.bytes && bytes <= home.bytes - offset, "state_io: bytes [", offset, ", ", offset + bytes,
+              ") pass the end of ", describe(param, s), " (", home.bytes, " bytes)");
+  if (kind == move_kind::write && home.where == tier::nvme) {
+    const std::uint64_t granule = store->options().io.block_size;
+    const std::uint64_t end = offset + bytes;
+    ZOE_EXPECTS(offset % granule == 0 && (end % granule == 0 || end == home.bytes), "state_io: a write of bytes [",
+                offset, ", ", end, ") of ", describe(param, s),
+                " on nvme must start and end on a multiple of aio.block_size (", granule,
+                " bytes) or end at the state's end");
+  }
+  // A read of a released state is refused by the tier manager, naming it.
+  ZOE_EXPECTS(tiers.begin_move(p, s, kind), "state_io: cannot access ", describe(param, s),
+              ": it is being moved by another part of the engine");
+  return home;
+}
+
+template <typename Move>
+void state_io::impl::run(parameter_id p, state_kind s, Move&& move) {
+  try {
+    move();
+  } catch (...) {
+    tiers.abort_move(p, s);
+    carried_error failure = carried_error::of(std::current_exception());
+    failure.message = str(describe(tiers.layout().parameter(p), s), ": ", failure.message);
+    failure.raise();
+  }
+  tiers.finish_move(p, s);
+}
+
+void state_io::impl::nvme(io::io_op op, const io::swap_extent& extent, std::uint64_t offset,
+                          std::span<std::byte> buffer) {
+  ZOE_ASSERT(store != nullptr);
+  if (!channel) channel = std::make_unique<io::swap_channel>(*store);
+  const io::swap_request request{.op = op, .extent = extent, .offset = offset, .buffer = buffer};
+  channel->run({&request, 1});
+}
+
+state_io::state_io(tier_manager& tiers, device& dev, io::swap_store* store)
+    : impl_(std::make_unique<impl>(tiers, dev, store)) {}
+
+state_io::~state_io() = default;
+
+void state_io::read(parameter_id p, state_kind s, std::uint64_t offset, std::span<std::byte> out) {
+  const state_location& home = impl_->begin(p, s, offset, out.size(), move_kind::read);
+  impl_->run(p, s, [&] {
+    if (out.empty()) return;
+    switch (home.where) {
+      case tier::device:
+        impl_->dev.copy_async(out.data(), static_cast<const std::byte*>(home.device) + offset, out.size(),
+                              copy_kind::device_to_host, impl_->stream.view());
+        impl_->dev.synchronize(impl_->stream.view());
+        break;
+      case tier::host: std::memcpy(out.data(), home.host.data() + offset, out.size()); break;
+      case tier::nvme: impl_->nvme(io::io_op::read, home.extent, offset, out); break;
+    }
+  });
+}
+
+void state_io::read(parameter_id p, state_kind s, std::span<std::byte> out) {
+  const std::uint64_t bytes = impl_->tiers.location(p, s).bytes;
+  ZOE_EXPECTS(out.size() == bytes, "state_io: reading ", describe(impl_->tiers.layout().parameter(p), s), " into ",
+              out.size(), " bytes; it has ", bytes);
+  read(p, s, 0, out);
+}
+
+void state_io::write(parameter_id p, state_kind s, std::uint64_t offset, std::span<const std::byte> data) {
+  const state_location& home = impl_->begin(p, s, offset, data.size(), move_kind::write);
+  impl_->run(p, s, [&] {
+    if (data.empty()) return;
+    switch (home.where) {
+      case tier::device:
+        impl_->dev.copy_async(static_cast<std::byte*>(home.device) + offset, data.data(), data.size(),
+                              copy_kind::host_to_device, impl_->stream.view());
+        impl_->dev.synchronize(impl_->stream.view());
+        break;
+      case tier::host: std::memcpy(home.host.data() + offset, data.data(), data.size()); break;
+      case tier::nvme:
+        // The channel only reads a write's buffer; swap_request holds a mutable span for both directions.
+        impl_->nvme(
+            io::io_op::write, home.extent, offset,
+            {const_cast<std::byte*>(data.data()), data.size()});  // NOLINT(cppcoreguidelines-pro-type-const-cast)
+        break;
+    }
+  });
+}
+
+void state_io::write(parameter_id p, state_kind s, std::span<const std::byte> data) {
+  const std::uint64_t bytes = impl_->tiers.location(p, s).bytes;
+  ZOE_EXPECTS(data.size() == bytes, "state_io: writing ", data.size(), " bytes to ",
+              describe(impl_->tiers.layout().parameter(p), s), "; it has ", bytes);
+  write(p, s, 0, data);
+}
+
+std::uint64_t state_io::write_granule() const noexcept {
+  return impl_->store != nullptr ? impl_->store->options().io.block_size : 4096;
+}
+
+}  // namespace zoe::engine
