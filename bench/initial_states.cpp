@@ -1,14 +1,11 @@
 #include "initial_states.hpp"
 
 #include <algorithm>
-#include <cstring>
-#include <optional>
 #include <vector>
 
 #include "support/host_buffer.hpp"
 #include "support/uniform_fill.hpp"
-#include "zoe/core/check.hpp"
-#include "zoe/io/swap_channel.hpp"
+#include "zoe/engine/swap/state_io.hpp"
 #include "zoe/kernels/cast.hpp"
 
 namespace zoe::bench {
@@ -41,39 +38,21 @@ std::uint64_t write_initial_states(engine::parameter_path& path, device& dev) {
   // Staged in pinned memory: O_DIRECT writes and device copies take it at full speed.
   const host_buffer staging(largest);
   std::vector<float> values;
-  std::optional<io::swap_channel> channel;
-  if (path.store() != nullptr) channel.emplace(*path.store());
-  const device_stream stream = dev.create_stream();
+  engine::state_io io(path.tiers(), dev, path.store());
   std::uint64_t written = 0;
   for (const auto& p : layout.parameters()) {
     for (const engine::state_kind s : engine::all_states) {
       const std::uint64_t bytes = engine::state_bytes(p, s);
       if (bytes == 0) continue;  // the working copy of an fp32 parameter: the master is it
-      const kernels::dtype type = engine::state_dtype(p, s);
-      const std::uint64_t real = p.real_numel(0);
       values.assign(p.shard_numel, 0.0f);
       const value_range r = range_of(s);
       // A salt per (parameter, state), so no two states hold the same values.
-      uniform_fill(std::span(values).first(real), r.lo, r.hi, (std::uint64_t{p.id} << 3) + static_cast<unsigned>(s));
+      uniform_fill(std::span(values).first(p.real_numel(0)), r.lo, r.hi,
+                   (std::uint64_t{p.id} << 3) + static_cast<unsigned>(s));
       const std::span<std::byte> data = staging.span().first(bytes);
       kernels::cast(kernels::const_tensor_view{kernels::dtype::fp32, values.data(), p.shard_numel},
-                    kernels::tensor_view{type, data.data(), p.shard_numel});
-      const engine::state_location& home = path.tiers().location(p.id, s);
-      switch (home.where) {
-        case engine::tier::device:
-          dev.copy_async(home.device, data.data(), bytes, copy_kind::host_to_device, stream.view());
-          dev.synchronize(stream.view());
-          break;
-        case engine::tier::host: std::memcpy(home.host.data(), data.data(), bytes); break;
-        case engine::tier::nvme: {
-          ZOE_CHECK(channel.has_value(), internal_error, "state ", engine::state_kind_name(s), " of '", p.name,
-                    "' is on nvme but the path has no swap store");
-          const io::swap_request write{io::io_op::write, home.extent, 0, data, 0};
-          channel->run({&write, 1});
-          break;
-        }
-      }
-      path.tiers().mark_written(p.id, s);
+                    kernels::tensor_view{engine::state_dtype(p, s), data.data(), p.shard_numel});
+      io.write(p.id, s, data);
       written += bytes;
     }
   }

@@ -12,9 +12,9 @@ namespace zoe::bench {
 
 /// Gives each state of each shard values of the size training has (master weights and working
 /// copies in [-1, 1), exp_avg in [-1e-3, 1e-3), exp_avg_sq in [1e-8, 1e-6), gradients in
-/// [-1e-2, 1e-2); never subnormal, so no CPU path slows down on them; padding zero), writes them to
-/// the state's home and marks the state written (resident). `dev` is the path's device. Returns
-/// the bytes written. Throws what the device copy or the swap store's write throws.
+/// [-1e-2, 1e-2); never subnormal, so no CPU path slows down on them; padding zero) and writes them
+/// to the state's home through engine::state_io (resident and clean afterwards). `dev` is the
+/// path's device. Returns the bytes written. Throws what state_io::write throws.
 std::uint64_t write_initial_states(engine::parameter_path& path, device& dev);
 
 }  // namespace zoe::bench
