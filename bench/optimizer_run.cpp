@@ -61,8 +61,8 @@ std::uint64_t bytes_on_nvme(engine::parameter_path& path) {
 }
 
 // The seconds that stand for a run of `which` alone: the call's wall-clock time, except for Adam
-// alone, where it is the time Adam ran (run_stages copies the in-memory states for Adam to step
-// without changing them, and that copying is the bench's, not the step's).
+// alone, where it is the time Adam ran: run_stages steps copies of the in-memory states, so that
+// it changes nothing, and that copying is no part of a real step.
 double stages_seconds(engine::optimizer_step& step, const kernels::adam_config& adam, engine::step_stages which) {
   step.run_stages(adam, which);
   return which.read || which.write ? step.last().seconds : step.last().adam_seconds;
