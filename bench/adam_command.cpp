@@ -8,12 +8,12 @@
 
 #include <nlohmann/json.hpp>
 #include <tbb/global_control.h>
-#include <tbb/parallel_for.h>
 
 #include "commands.hpp"
 #include "support/cache_limits.hpp"
 #include "support/host_buffer.hpp"
 #include "support/measure.hpp"
+#include "support/uniform_fill.hpp"
 #include "zoe/core/check.hpp"
 #include "zoe/core/units.hpp"
 #include "zoe/kernels/adam.hpp"
@@ -34,22 +34,6 @@ struct adam_settings {
   bool json = false;
 };
 
-// Fills a float buffer with values in [lo, hi) from a cheap hash of the index, in parallel: the
-// values never matter for speed as long as none is subnormal, and 4 GiB of normal draws would take
-// longer than the benchmark.
-void fill(std::span<float> x, float lo, float hi, std::uint64_t salt) {
-  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, x.size(), 1 << 20), [&](const auto& r) {
-    for (std::size_t i = r.begin(); i < r.end(); ++i) {
-      std::uint64_t h = (i + salt) * 0x9e3779b97f4a7c15ULL;
-      h ^= h >> 31;
-      h *= 0xbf58476d1ce4e5b9ULL;
-      h ^= h >> 29;
-      const float u = static_cast<float>(h >> 40) * 0x1p-24f;  // [0, 1)
-      x[i] = lo + (hi - lo) * u;
-    }
-  });
-}
-
 void run_adam(const adam_settings& s) {
   const std::size_t n = parse_bytes(s.params_text, "--params");
   ZOE_EXPECTS(n > 0, "--params must be at least 1");
@@ -68,12 +52,12 @@ void run_adam(const adam_settings& s) {
   std::optional<host_buffer> working;
   if (working_bytes != 0) working.emplace(n * working_bytes);
   const auto floats = [n](const host_buffer& b) { return std::span(reinterpret_cast<float*>(b.span().data()), n); };
-  fill(floats(params), -1.0f, 1.0f, 1);
-  fill(floats(exp_avg), -1e-3f, 1e-3f, 2);
-  fill(floats(exp_avg_sq), 1e-8f, 1e-6f, 3);
+  uniform_fill(floats(params), -1.0f, 1.0f, 1);
+  uniform_fill(floats(exp_avg), -1e-3f, 1e-3f, 2);
+  uniform_fill(floats(exp_avg_sq), 1e-8f, 1e-6f, 3);
   {
     std::vector<float> g(std::min<std::size_t>(n, 1 << 20));
-    fill(g, -1e-2f, 1e-2f, 4);
+    uniform_fill(g, -1e-2f, 1e-2f, 4);
     for (std::size_t i = 0; i < n; i += g.size()) {
       const std::size_t len = std::min(g.size(), n - i);
       kernels::cast(kernels::const_tensor_view{kernels::dtype::fp32, g.data(), len},

@@ -22,4 +22,7 @@ void add_quant_command(CLI::App& app);
 /// `zoe-bench params`: ZeRO-3 parameter fetch with prefetch from NVMe against raw reads.
 void add_params_command(CLI::App& app);
 
+/// `zoe-bench optimizer`: the pipelined optimizer step against each of its stages alone.
+void add_optimizer_command(CLI::App& app);
+
 }  // namespace zoe::bench

@@ -1,7 +1,6 @@
 #include "params_run.hpp"
 
 #include <algorithm>
-#include <charconv>
 #include <chrono>
 #include <iomanip>
 #include <iostream>
@@ -10,6 +9,7 @@
 
 #include "io_pass.hpp"
 #include "io_settings.hpp"
+#include "support/counts.hpp"
 #include "support/measure.hpp"
 #include "zoe/core/check.hpp"
 #include "zoe/core/device.hpp"
@@ -19,29 +19,6 @@
 
 namespace zoe::bench {
 namespace {
-
-// "256M", "1.5G", "1000000", "1e9": a count of parameters (decimal suffixes, as model sizes go).
-std::uint64_t parse_count(const std::string& text, std::string_view flag) {
-  double value = 0;
-  const char* end = text.data() + text.size();
-  const auto [rest, ec] = std::from_chars(text.data(), end, value);
-  ZOE_EXPECTS(ec == std::errc() && value > 0, flag, " must be a positive number of parameters (e.g. 256M), got '", text,
-              "'");
-  double scale = 1;
-  const std::string_view suffix(rest, static_cast<std::size_t>(end - rest));
-  if (suffix == "k" || suffix == "K") {
-    scale = 1e3;
-  } else if (suffix == "M" || suffix == "m") {
-    scale = 1e6;
-  } else if (suffix == "G" || suffix == "g" || suffix == "B") {
-    scale = 1e9;
-  } else {
-    ZOE_EXPECTS(suffix.empty(), flag, ": unknown suffix '", suffix, "' in '", text, "' (use k, M or G)");
-  }
-  const double n = value * scale;
-  ZOE_EXPECTS(n < 1e15, flag, " '", text, "' is too large");
-  return static_cast<std::uint64_t>(n);
-}
 
 std::vector<engine::module_spec> make_model(const params_settings& s, kernels::dtype type) {
   const std::uint64_t count = s.layers * s.per_layer;

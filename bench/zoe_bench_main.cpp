@@ -1,5 +1,5 @@
 // zoe-bench: the benchmarks users run on their own machines, one subcommand each (io, alloc,
-// adam, quant, params). Each prints a readable table or line on stdout, progress on stderr, and with --json
+// adam, quant, params, optimizer). Each prints a readable table or line on stdout, progress on stderr, and with --json
 // one JSON object per result. Bad flags exit 2 naming the flag.
 #include <csignal>
 #include <exception>
@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   zoe::bench::add_adam_command(app);
   zoe::bench::add_quant_command(app);
   zoe::bench::add_params_command(app);
+  zoe::bench::add_optimizer_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

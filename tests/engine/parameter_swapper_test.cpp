@@ -155,5 +155,22 @@ TEST(ParameterSwapper, BuffersThatHoldNeitherAShardNorAChunkAreAConfigError) {
                config_error);
 }
 
+TEST(ParameterSwapper, AStoreHoldingNoWorkingCopyNeedsNoBuffers) {
+  // Optimizer states on nvme, working copies on the device (ZeRO-Offload with offload_optimizer
+  // nvme): the plan gives the swapper no buffers, and it needs none.
+  engine::engine_config c = nvme_config();
+  c.zoe.placement[static_cast<std::size_t>(engine::state_kind::working)] = engine::tier_fractions{.device = 1.0};
+  c.zoe.placement[static_cast<std::size_t>(engine::state_kind::master)] = engine::tier_fractions{.nvme = 1.0};
+  engine_stack s({.modules = layered_model(2, 2, 10'000), .config = c});
+  ASSERT_NE(s.store(), nullptr);
+  EXPECT_EQ(s.plan().param_buffer_count, 0U);
+  EXPECT_EQ(s.swapper().stats().pinned_bytes, 0U);
+  for (parameter_id p = 0; p < 4; ++p) {
+    const std::vector<std::byte> data = s.shard_data(p, p);
+    s.write_home(p, data);
+    EXPECT_TRUE(same_bytes(s.read_home(p), data));
+  }
+}
+
 }  // namespace
 }  // namespace zoe::testing
