@@ -17,7 +17,8 @@ namespace {
 constexpr std::uint64_t tensors = 8;
 constexpr std::uint64_t shard_numel = 126'976;
 // Adam reads and writes the fp32 master and moments, reads the fp16 gradient, writes the fp16 copy.
-constexpr std::uint64_t step_bytes = tensors * shard_numel * (3 * 4 * 2 + 2 + 2);
+// Adam reads and writes the master and both moments, reads the fp32 gradient, writes the fp16 working copy.
+constexpr std::uint64_t step_bytes = tensors * shard_numel * (3 * 4 * 2 + 4 + 2);
 
 class optimizer_command : public ::testing::Test {
  protected:
