@@ -16,7 +16,6 @@ namespace {
 // 8 tensors of 125000 fp16 elements, each padded to whole 2048-element granules: 126976.
 constexpr std::uint64_t tensors = 8;
 constexpr std::uint64_t shard_numel = 126'976;
-// Adam reads and writes the fp32 master and moments, reads the fp16 gradient, writes the fp16 copy.
 // Adam reads and writes the master and both moments, reads the fp32 gradient, writes the fp16 working copy.
 constexpr std::uint64_t step_bytes = tensors * shard_numel * (3 * 4 * 2 + 4 + 2);
 
