@@ -391,6 +391,17 @@ TEST_F(checkpoint_refusal, another_format_version) {
   expect_load_refused((folder() / "manifest.json").string());
 }
 
+TEST_F(checkpoint_refusal, a_manifest_missing_a_field_names_the_field) {
+  edit_manifest("\"optimizer_steps\"", "\"optimizer_stepz\"");
+  expect_load_refused("loss_scaler.optimizer_steps");
+}
+
+TEST_F(checkpoint_refusal, a_tag_that_was_never_saved) {
+  expect_refused([&] { (void)engine::load_checkpoint(root_.path(), "step-7", r_.stack.tiers(), r_.io); },
+                 (root_.path() / "step-7").string());
+  expect_states(r_, current_, "after a refused load");
+}
+
 TEST_F(checkpoint_refusal, a_manifest_of_another_model) {
   // The same layout under another name: everything else would load.
   edit_manifest("\"layer1.w0\"", "\"layer1.w9\"");
