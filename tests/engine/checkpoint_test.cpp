@@ -174,6 +174,9 @@ struct round_trip_case {
   engine::engine_config (*load_config)();
 };
 
+// gtest names a case by its parameter: the name, not the bytes.
+void PrintTo(const round_trip_case& c, std::ostream* out) { *out << c.name; }  // NOLINT(readability-identifier-naming)
+
 class checkpoint_round_trip : public ::testing::TestWithParam<round_trip_case> {};
 
 TEST_P(checkpoint_round_trip, loads_every_state_bit_exact_into_a_fresh_stack) {
