@@ -89,6 +89,9 @@ parameter_swapper::parameter_swapper(tier_manager& tiers, device& dev, allocator
     const state_location& home = tiers.location(param.id, working_state(param));
     if (home.where == tier::nvme) largest = std::max(largest, home.bytes);
   }
+  // The store may hold only optimizer states (offload_param cpu, offload_optimizer nvme): with no
+  // working copy on NVMe the swapper moves nothing there, and the plan gives it no buffers.
+  if (largest == 0) return;
   // The planned pinned memory (buffer_count buffers of buffer_bytes) is cut into slots of one
   // aio.block_size chunk: a shard streams through them chunk by chunk, read, copied and returned,
   // so the memory keeps as many chunks in flight as it holds instead of one shard per buffer. A
