@@ -89,8 +89,8 @@ parameter_swapper::parameter_swapper(tier_manager& tiers, device& dev, allocator
     const state_location& home = tiers.location(param.id, working_state(param));
     if (home.where == tier::nvme) largest = std::max(largest, home.bytes);
   }
-  // The store may hold only optimizer states (offload_param cpu, offload_optimizer nvme): with no
-  // working copy on NVMe the swapper moves nothing there, and the plan gives it no buffers.
+  // The store may hold only other states (offload_optimizer nvme with the working copies in
+  // memory): then there is nothing to swap, and the plan gives no buffers to swap with.
   if (largest == 0) return;
   // The planned pinned memory (buffer_count buffers of buffer_bytes) is cut into slots of one
   // aio.block_size chunk: a shard streams through them chunk by chunk, read, copied and returned,
