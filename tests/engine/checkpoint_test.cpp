@@ -63,8 +63,10 @@ struct rig {
   engine_stack stack;
   engine::state_io io;
 
-  rig(std::vector<engine::module_spec> modules, engine::engine_config config)
-      : stack(stack_options{.modules = std::move(modules), .config = std::move(config)}),
+  /// `faults`, when given, wraps every backend of the swap store.
+  rig(std::vector<engine::module_spec> modules, engine::engine_config config,
+      std::shared_ptr<fault_plan> faults = nullptr)
+      : stack(stack_options{.modules = std::move(modules), .config = std::move(config), .faults = std::move(faults)}),
         io(stack.tiers(), stack.dev(), stack.store()) {}
 };
 
@@ -173,6 +175,9 @@ struct round_trip_case {
   engine::engine_config (*save_config)();
   engine::engine_config (*load_config)();
 };
+
+// gtest names a case by its parameter: the name, not the bytes.
+void PrintTo(const round_trip_case& c, std::ostream* out) { *out << c.name; }  // NOLINT(readability-identifier-naming)
 
 class checkpoint_round_trip : public ::testing::TestWithParam<round_trip_case> {};
 
@@ -297,6 +302,32 @@ TEST(checkpoint, saving_a_tag_again_replaces_it_whole) {
   EXPECT_FALSE(fs::exists(root.path() / ".step-1.partial"));
 }
 
+TEST(checkpoint, a_state_that_cannot_be_read_fails_the_save_and_leaves_the_previous_checkpoint) {
+  scratch_dir root;
+  const auto faults = std::make_shared<fault_plan>();
+  // Working copies in host memory, the optimizer's states on nvme: the save writes working.bin
+  // from the homes in place, then meets the failed read of the first master.
+  engine::engine_config config = offload_config(engine::offload_device::cpu, engine::offload_device::nvme);
+  config.aio.block_size = 16 * 1024;
+  rig r(small_model(), config, faults);
+  const contents a = random_states(r.stack.layout(), 1);
+  write_states(r, a);
+  engine::save_checkpoint(root.path(), "step-1", r.stack.tiers(), r.io, sample_meta(1), small_block_fs());
+  const contents b = random_states(r.stack.layout(), 2);
+  write_states(r, b);
+  faults->add({.op = io::io_op::read, .inject_errno = EIO, .times = 1});
+  EXPECT_THROW(engine::save_checkpoint(root.path(), "step-2", r.stack.tiers(), r.io, sample_meta(2), small_block_fs()),
+               io_error);
+  EXPECT_EQ(faults->fired(), 1);
+  EXPECT_EQ(engine::latest_checkpoint(root.path(), small_block_fs()), "step-1");
+  EXPECT_FALSE(fs::exists(root.path() / ".step-2.partial"));
+  EXPECT_FALSE(fs::exists(root.path() / "step-2"));
+  // A failed read leaves every state resident as it was.
+  expect_states(r, b, "after the failed save");
+  (void)engine::load_checkpoint(root.path(), "", r.stack.tiers(), r.io, small_block_fs());
+  expect_states(r, without_gradients(a), "step-1 after the failed save");
+}
+
 TEST(checkpoint, save_refuses_a_bad_tag_and_a_state_not_resident) {
   scratch_dir root;
   rig r(small_model(), host_states());
@@ -389,6 +420,17 @@ TEST_F(checkpoint_refusal, another_format_version) {
   edit_manifest("\"format_version\": 1", "\"format_version\": 2");
   expect_load_refused("format version 2");
   expect_load_refused((folder() / "manifest.json").string());
+}
+
+TEST_F(checkpoint_refusal, a_manifest_missing_a_field_names_the_field) {
+  edit_manifest("\"optimizer_steps\"", "\"optimizer_stepz\"");
+  expect_load_refused("loss_scaler.optimizer_steps");
+}
+
+TEST_F(checkpoint_refusal, a_tag_that_was_never_saved) {
+  expect_refused([&] { (void)engine::load_checkpoint(root_.path(), "step-7", r_.stack.tiers(), r_.io); },
+                 (root_.path() / "step-7").string());
+  expect_states(r_, current_, "after a refused load");
 }
 
 TEST_F(checkpoint_refusal, a_manifest_of_another_model) {

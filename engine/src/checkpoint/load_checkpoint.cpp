@@ -44,6 +44,11 @@ std::vector<detail::manifest_file> check_files(checkpoint_fs& fs, const std::fil
       throw checkpoint_error(str("checkpoint manifest ", quoted(manifest_path), " lists a file of the ",
                                  state_kind_name(f.state), " state, which this model does not keep"));
     }
+    if (std::count_if(m.files.begin(), m.files.end(),
+                      [&](const detail::manifest_file& g) { return g.state == f.state; }) > 1) {
+      throw checkpoint_error(str("checkpoint manifest ", quoted(manifest_path), " lists the ", state_kind_name(f.state),
+                                 " state more than once"));
+    }
   }
   std::vector<detail::manifest_file> out;
   detail::aligned_buffer piece;

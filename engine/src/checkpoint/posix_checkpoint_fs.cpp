@@ -38,9 +38,9 @@ class posix_writer final : public checkpoint_writer {
   posix_writer(const std::filesystem::path& path, const posix_checkpoint_fs_options& o)
       : file_(path, io::open_mode::read_write, {.create = true, .truncate = true, .direct = o.direct}),
         block_(o.block_size),
-        buffers_(o.block_size * o.write_buffers),
+        buffers_(o.write_buffers),
         engine_(io::make_engine(o.backend, engine_options_of(o))) {
-    for (std::size_t i = 0; i < o.write_buffers; ++i) free_.push_back(i);
+    for (std::size_t i = 0; i < o.write_buffers; ++i) free_.push_back(o.write_buffers - 1 - i);
   }
   // The engine (declared last) is destroyed first: it waits for every write still using a buffer.
   ~posix_writer() override = default;
@@ -74,8 +74,10 @@ class posix_writer final : public checkpoint_writer {
   [[nodiscard]] std::uint64_t size() const noexcept override { return size_; }
 
  private:
-  [[nodiscard]] std::span<std::byte> buffer(std::size_t slot) const {
-    return buffers_.span().subspan(slot * block_, block_);
+  /// Buffers are allocated when first used: a small file (a manifest, `latest`) takes one.
+  [[nodiscard]] std::span<std::byte> buffer(std::size_t slot) {
+    if (buffers_[slot].size() == 0) buffers_[slot] = detail::aligned_buffer(block_);
+    return buffers_[slot].span();
   }
 
   void check_usable() const {
@@ -120,7 +122,7 @@ class posix_writer final : public checkpoint_writer {
 
   io::file file_;
   std::size_t block_;
-  detail::aligned_buffer buffers_;
+  std::vector<detail::aligned_buffer> buffers_;
   std::vector<std::size_t> free_;
   std::optional<std::size_t> current_;  ///< the buffer being filled
   std::size_t fill_ = 0;                ///< bytes in it

@@ -21,9 +21,11 @@ using detail::state_file;
 /// Creates root and the folders above it that are missing, each made durable in its parent.
 void make_root(checkpoint_fs& fs, const std::filesystem::path& root) {
   if (fs.exists(root)) return;
-  const std::filesystem::path parent = root.has_relative_path() ? root.parent_path() : root;
-  if (!parent.empty() && parent != root) make_root(fs, parent);
-  fs.create_directory(root);
+  // "a/b/" names the folder "a/b": its parent is "a".
+  const std::filesystem::path folder = root.has_filename() ? root : root.parent_path();
+  const std::filesystem::path parent = folder.parent_path();
+  if (!parent.empty() && parent != folder) make_root(fs, parent);
+  fs.create_directory(folder);
   fs.sync_directory(parent.empty() ? std::filesystem::path(".") : parent);
 }
 
@@ -51,8 +53,8 @@ void write_state_files(checkpoint_fs& fs, const std::filesystem::path& folder, c
     detail::xxh3_stream hash;
     {
       const auto writer = fs.create(temp);
-      // append() copies the piece and writes it in the background while the source reads the
-      // next state: the drive and the state reads overlap.
+      // append() copies the piece and writes it in the background while the source's thread
+      // reads the next piece: the drive and the state reads overlap.
       for (; piece && piece->state == s; piece = source.next()) {
         hash.update(piece->bytes);
         writer->append(piece->bytes);

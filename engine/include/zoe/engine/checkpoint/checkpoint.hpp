@@ -24,10 +24,11 @@
 // where the next micro-batch overwrites the gradient.
 //
 // NVMe states go to and from the checkpoint files through the I/O engine (state_io), never
-// through a tensor library. A save reads the next state (state_io on a thread of its own, or a host
-// home in place) while it writes the one before; it holds at most two states' bytes of staging
-// memory besides the homes, and the file system's write buffers (checkpoint_fs.hpp). A load
-// streams each file into the homes one state at a time.
+// through a tensor library. A save reads the next piece of a state (state_io on a thread of its
+// own, in pieces of 4 MiB; a host home whole and in place) while it writes the one before: it holds
+// two pieces of staging memory besides the homes, and the file system's write buffers
+// (checkpoint_fs.hpp). A load reads each file twice (its checksum, then its states), in pieces, into
+// a host home in place or through state_io from one piece of staging memory.
 
 #include <cstdint>
 #include <filesystem>
@@ -74,11 +75,13 @@ void save_checkpoint(const std::filesystem::path& root, const std::string& tag, 
                                                            checkpoint_fs& fs = checkpoint_fs::posix());
 
 /// Loads root/tag (root/latest when tag is empty) into every state but the gradient (the gradient
-/// states are left as they are). Validates everything first: checkpoint_error naming the file for a
-/// missing or unreadable manifest, another format version, a model that differs (naming the
-/// parameter), a file of the wrong size, or a checksum that does not match; nothing is changed then.
-/// A failure while writing the states (an io_error from an NVMe home) leaves them partly loaded:
-/// load again.
+/// states are left as they are), and returns what the checkpoint keeps besides the states.
+/// Validates everything first: checkpoint_error naming the file for no `latest` (tag empty), a
+/// missing folder, a missing or unreadable manifest, another format version, a model that differs
+/// (naming the parameter), a missing file, a file of the wrong size, or a checksum that does not
+/// match; usage_error for a tag that is not a plain folder name or a state in flight; nothing is
+/// changed then. A failure while writing the states (an io_error from an NVMe home, or a file that
+/// changed after it was validated: checkpoint_error) leaves them partly loaded: load again.
 [[nodiscard]] checkpoint_meta load_checkpoint(const std::filesystem::path& root, const std::string& tag,
                                               tier_manager& tiers, state_io& io,
                                               checkpoint_fs& fs = checkpoint_fs::posix());
