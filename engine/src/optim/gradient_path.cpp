@@ -675,9 +675,10 @@ std::vector<void*> gradient_path::acquire(module_id m, stream_view stream) {
     slot.memory.push_back(at);
     at += round_up(p.padded_numel(s.comm.size()) * kernels::dtype_size(p.dtype), bucket_alignment);
   }
+  std::vector<void*> out = slot.memory;
   lock.unlock();
   if (need > 0) s.dev.memset_async(lease->memory, 0, need, stream);
-  return slot.memory;
+  return out;
 }
 
 void gradient_path::reduce(module_id m, stream_view stream) {
