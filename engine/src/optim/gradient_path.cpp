@@ -208,6 +208,9 @@ gradient_path::impl::impl(tier_manager& t, communicator& c, device& d, allocator
     throw memory_error(
         str("gradient_path: ", options.bucket_count, " gradient bucket(s) of ", options.bucket_bytes,
             " bytes (zero_optimization.reduce_bucket_size, zero_optimization.overlap_comm): ", e.what()));
+  } catch (...) {
+    for (std::byte* m : bucket_memory) dev.deallocate(m, options.bucket_bytes);
+    throw;
   }
   buckets.emplace(bucket_memory, options.bucket_bytes);
   counters.device_bucket_bytes = options.bucket_bytes * options.bucket_count;
