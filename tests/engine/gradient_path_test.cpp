@@ -234,6 +234,10 @@ TEST_P(gradient_homes, ThreeMicroBatchesAccumulateInFp32AsTheHostAddsThem) {
     EXPECT_GT(st.bytes_read, 0U);
     EXPECT_GT(st.bytes_written, 0U);
   }
+  // The memory the plan listed, and no more.
+  EXPECT_EQ(st.pinned_bytes, b.s.plan().gradient_buffer_count * b.s.plan().gradient_buffer_bytes);
+  EXPECT_EQ(st.device_bucket_bytes, b.s.plan().gradient_bucket_count * b.s.plan().gradient_bucket_bytes);
+  EXPECT_LE(b.s.pinned().peak_bytes_in_use(), b.s.plan().pinned_bytes);
 }
 
 INSTANTIATE_TEST_SUITE_P(gradient_path, gradient_homes,

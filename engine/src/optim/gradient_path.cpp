@@ -208,6 +208,9 @@ gradient_path::impl::impl(tier_manager& t, communicator& c, device& d, allocator
     throw memory_error(
         str("gradient_path: ", options.bucket_count, " gradient bucket(s) of ", options.bucket_bytes,
             " bytes (zero_optimization.reduce_bucket_size, zero_optimization.overlap_comm): ", e.what()));
+  } catch (...) {
+    for (std::byte* m : bucket_memory) dev.deallocate(m, options.bucket_bytes);
+    throw;
   }
   buckets.emplace(bucket_memory, options.bucket_bytes);
   counters.device_bucket_bytes = options.bucket_bytes * options.bucket_count;
@@ -675,9 +678,10 @@ std::vector<void*> gradient_path::acquire(module_id m, stream_view stream) {
     slot.memory.push_back(at);
     at += round_up(p.padded_numel(s.comm.size()) * kernels::dtype_size(p.dtype), bucket_alignment);
   }
+  std::vector<void*> out = slot.memory;
   lock.unlock();
   if (need > 0) s.dev.memset_async(lease->memory, 0, need, stream);
-  return slot.memory;
+  return out;
 }
 
 void gradient_path::reduce(module_id m, stream_view stream) {
