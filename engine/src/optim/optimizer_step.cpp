@@ -525,6 +525,7 @@ void optimizer_step::impl::step_piece(const parameter_layout& p, std::uint64_t f
 
 void optimizer_step::impl::run_memory_shards(const kernels::adam_config& adam, bool in_place) {
   const auto started = clock::now();
+  const double adam_before = stats.adam_seconds;
   bool launched = false;
   for (const parameter_id id : memory_shards) {
     const parameter_layout& p = layout().parameter(id);
@@ -566,8 +567,9 @@ void optimizer_step::impl::run_memory_shards(const kernels::adam_config& adam, b
     }
   }
   if (launched) {
+    // The device's kernels ran beside the host's: this whole pass was Adam.
     dev.synchronize(stream.view());
-    stats.adam_seconds += seconds_since(started);
+    stats.adam_seconds = adam_before + seconds_since(started);
   }
 }
 

@@ -88,7 +88,9 @@ class optimizer_step {
  public:
   /// Cuts the pinned memory into slots (from `pinned`, when any state is on nvme) and starts the
   /// I/O thread. Throws memory_error when the memory is refused, config_error naming
-  /// offload_optimizer.buffer_count when the slots cannot hold one piece's states.
+  /// offload_optimizer.buffer_count when the slots cannot hold one piece's states, usage_error when
+  /// options.undo_bytes is less than the undo log needs (the plan was made for another placement).
+  /// The undo log (the pageable bytes it needs, which the plan lists) is taken here too.
   optimizer_step(tier_manager& tiers, device& dev, allocators::pinned_host_resource& pinned, io::swap_store* store,
                  optimizer_step_options options);
   ~optimizer_step();
@@ -98,8 +100,9 @@ class optimizer_step {
   /// One step with `adam` (its step count, learning rate, and grad_scale = the loss scale's
   /// inverse times the clipping factor times 1/accumulation steps, folded by the caller) over every
   /// shard: master, exp_avg, exp_avg_sq and the working copy updated from the gradient. Every state
-  /// but the gradient must be resident. Throws (above) with every state as before; usage_error
-  /// naming the parameter and state when one is not resident.
+  /// must be resident (the gradient too: it is read, not changed). Throws (above) with every state
+  /// as before; usage_error naming the parameter and state when one is not resident or in flight,
+  /// or when `adam`'s settings are invalid (checked before anything moves).
   void run(const kernels::adam_config& adam);
   /// The step with only some of its stages, to time each alone over the same data (zoe-bench
   /// optimizer). All three: exactly run(). Otherwise nothing is committed and every state is as it
