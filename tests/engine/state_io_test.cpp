@@ -48,7 +48,7 @@ TEST_P(state_io_test, EveryStateRoundTripsWholeAndInRanges) {
     for (const state_kind k : engine::all_states) {
       const std::uint64_t bytes = engine::state_bytes(p, k);
       if (bytes == 0) continue;
-      const std::vector<std::byte> data = random_bytes(bytes, p.id * 10 + static_cast<int>(k));
+      const std::vector<std::byte> data = random_bytes(bytes, p.id * 10 + static_cast<std::uint64_t>(k));
       io.write(p.id, k, data);
       EXPECT_EQ(s.tiers().status(p.id, k), state_status::resident);
       EXPECT_FALSE(s.tiers().dirty(p.id, k));
