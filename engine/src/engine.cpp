@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <exception>
 #include <utility>
 
 #include "zoe/core/check.hpp"
@@ -146,16 +147,49 @@ void offload_engine::reduce_gradients(module_id m, stream_view stream) { gradien
 
 void offload_engine::end_micro_batch() {
   ZOE_EXPECTS(micro_batch_open_, "end_micro_batch without begin_micro_batch");
-  micro_batch_open_ = false;
+  // A call out of order is refused (usage_error) by the part that sees it before that part changes
+  // anything: the micro-batch then stays open, to be ended again once the caller has done what is
+  // missing. The coordinator's step ends first (it refuses a fetch not yet released), then the
+  // gradient path's micro-batch (it refuses a module acquired and not reduced). Ending the
+  // coordinator's step last left, after its refusal, the gradient path a micro-batch further on
+  // than the engine and the coordinator's step open: no micro-batch could begin again.
+  std::exception_ptr writeback_failure;
+  if (!coordinator_step_ended_) {
+    try {
+      path_->coord().end_step();
+    } catch (const usage_error&) {
+      throw;
+    } catch (...) {
+      // A parameter's write-back failed (it stays dirty; the next flush writes it again). The
+      // coordinator's step is over all the same, and the micro-batch's gradients are unaffected.
+      writeback_failure = std::current_exception();
+    }
+    coordinator_step_ended_ = true;
+  }
   try {
     gradients_->end_micro_batch();
+  } catch (const usage_error&) {
+    if (writeback_failure) {
+      // Thrown in its place: logged, so that it is not lost (the parameter stays dirty).
+      try {
+        std::rethrow_exception(writeback_failure);
+      } catch (const std::exception& w) {
+        log::error("while ending a micro-batch: ", w.what());
+      }
+    }
+    throw;
   } catch (...) {
+    micro_batch_open_ = false;
+    coordinator_step_ended_ = false;
     micro_batches_done_ = 0;  // the accumulated gradients are incomplete: the step starts over
-    path_->coord().end_step();
     throw;
   }
-  path_->coord().end_step();
+  micro_batch_open_ = false;
+  coordinator_step_ended_ = false;
+  // The gradient path has this micro-batch: count it whatever else failed, so both agree on the
+  // next one.
   ++micro_batches_done_;
+  if (writeback_failure) std::rethrow_exception(writeback_failure);
 }
 
 step_result offload_engine::step(double lr) {
@@ -221,8 +255,23 @@ std::string offload_engine::save_checkpoint(const std::filesystem::path& root, c
 
 void offload_engine::load_checkpoint(const std::filesystem::path& root, const std::string& tag) {
   expect_between_steps("load_checkpoint");
+  // Between two micro-batches of a step the gradient path expects the step's next micro-batch, not
+  // micro-batch 0 of a new one: no micro-batch could begin after the load. (After a failed step
+  // every micro-batch is done and the next one starts a step: a load may come then.)
+  const std::size_t k = config_.gradient_accumulation_steps;
+  ZOE_EXPECTS(micro_batches_done_ == 0 || micro_batches_done_ == k, "load_checkpoint: ", micro_batches_done_,
+              " of the step's ", k,
+              " micro-batches (gradient_accumulation_steps) are done; load between steps (finish the step's "
+              "micro-batches and step() first)");
   path_->coord().drop_gathered();
-  const checkpoint_meta meta = zoe::engine::load_checkpoint(root, tag, path_->tiers(), *io_, *files_);
+  // The saved scaler state must suit this configuration (fp16.hysteresis, min_loss_scale) before
+  // any state is overwritten: refused afterwards, the states would be the checkpoint's and the
+  // scaler, the step count and the learning rate not.
+  const checkpoint_meta meta =
+      zoe::engine::load_checkpoint(root, tag, path_->tiers(), *io_, *files_, [this](const checkpoint_meta& m) {
+        loss_scaler probe(config_.fp16);
+        probe.restore(m.scaler);
+      });
   scaler_.restore(meta.scaler);
   lr_ = meta.lr;
   micro_batches_done_ = 0;

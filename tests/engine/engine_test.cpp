@@ -18,6 +18,7 @@
 #include "fault_injecting_backend.hpp"
 #include "io_test_support.hpp"
 #include "usage_message.hpp"
+#include "zoe/engine/checkpoint/checkpoint.hpp"
 #include "zoe/core/str.hpp"
 #include "zoe/kernels/cast.hpp"
 
@@ -333,6 +334,104 @@ TEST(offload_engine, ACheckpointResumesBitForBitOnAnotherPlacement) {
   for (const state_kind k : {state_kind::working, state_kind::master, state_kind::exp_avg, state_kind::exp_avg_sq}) {
     EXPECT_EQ(resumed.state(k), first.state(k)) << engine::state_kind_name(k);
   }
+}
+
+// A checkpoint is loaded between steps: between two micro-batches of a step the gradient path
+// expects the step's next micro-batch, so a load there would leave no micro-batch able to begin.
+TEST(offload_engine, ACheckpointLoadsBetweenStepsNotBetweenMicroBatches) {
+  scratch_dir checkpoints;
+  const auto two = [](engine::engine_config& c) { c.gradient_accumulation_steps = 2; };
+  rig r("host", kernels::dtype::fp32, two);
+  rig clean("host", kernels::dtype::fp32, two);
+  (void)r.e->save_checkpoint(checkpoints.path());
+  const auto g1 = gradients(r.e->layout(), 1);
+  const auto g2 = gradients(r.e->layout(), 2);
+  r.micro_batch(g1);
+  EXPECT_NE(usage_message([&] { r.e->load_checkpoint(checkpoints.path()); }).find("1 of the step's 2 micro-batches"),
+            std::string::npos);
+  // The step goes on as if the load had never been tried.
+  r.micro_batch(g2);
+  clean.micro_batch(g1);
+  clean.micro_batch(g2);
+  r.e->step(1e-2);
+  clean.e->step(1e-2);
+  EXPECT_EQ(r.state(state_kind::master), clean.state(state_kind::master));
+  // Between steps it loads, and the next step starts at micro-batch 0.
+  r.e->load_checkpoint(checkpoints.path());
+  r.micro_batch(g1);
+  r.micro_batch(g2);
+  EXPECT_FALSE(r.e->step(1e-2).skipped);
+}
+
+// A checkpoint whose scaler state this configuration cannot take (saved with fp16.hysteresis 2,
+// loaded with 1) is refused naming its manifest before any state changes.
+TEST(offload_engine, ACheckpointWhoseScalerStateTheConfigurationRefusesChangesNothing) {
+  scratch_dir checkpoints;
+  rig saved("nvme", kernels::dtype::fp16, [](engine::engine_config& c) {
+    c.fp16.enabled = true;
+    c.fp16.hysteresis = 2;
+  });
+  saved.micro_batch(gradients(saved.e->layout(), 1, 0.01F));
+  saved.e->step(1e-3);  // its states now differ from a new engine's
+  (void)saved.e->save_checkpoint(checkpoints.path());
+  ASSERT_EQ(saved.e->scaler().state().cur_hysteresis, 2);
+  rig other("nvme", kernels::dtype::fp16, [](engine::engine_config& c) {
+    c.fp16.enabled = true;
+    c.fp16.hysteresis = 1;
+  });
+  const auto master = other.state(state_kind::master);
+  const auto working = other.state(state_kind::working);
+  const engine::loss_scaler_state scaler = other.e->scaler().state();
+  try {
+    other.e->load_checkpoint(checkpoints.path());
+    FAIL() << "the scaler state must be refused";
+  } catch (const engine::checkpoint_error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("manifest.json"), std::string::npos) << m;
+    EXPECT_NE(m.find("cur_hysteresis"), std::string::npos) << m;
+  }
+  EXPECT_EQ(other.state(state_kind::master), master);
+  EXPECT_EQ(other.state(state_kind::working), working);
+  EXPECT_EQ(other.e->scaler().state(), scaler);
+}
+
+// Ending a micro-batch with a fetch still open is refused naming the module, and changes nothing:
+// once the fetch is released the same micro-batch ends, and the step is the undisturbed one.
+TEST(offload_engine, EndingAMicroBatchWithAFetchOpenIsRefusedAndItEndsOnceReleased) {
+  const auto two = [](engine::engine_config& c) { c.gradient_accumulation_steps = 2; };
+  rig r("host", kernels::dtype::fp32, two);
+  rig clean("host", kernels::dtype::fp32, two);
+  const auto g1 = gradients(r.e->layout(), 1);
+  const auto g2 = gradients(r.e->layout(), 2);
+  r.e->begin_micro_batch();
+  const engine::fetch_handle open = r.e->fetch(0);
+  open.wait();
+  EXPECT_NE(usage_message([&] { r.e->end_micro_batch(); }).find("layer0"), std::string::npos);
+  r.e->release(0);
+  r.e->end_micro_batch();  // micro-batch 0, with no gradients handed in
+  r.micro_batch(g2);
+  std::vector<std::vector<float>> zeros;
+  for (const auto& v : g1) zeros.emplace_back(v.size(), 0.0F);
+  clean.micro_batch(zeros);
+  clean.micro_batch(g2);
+  r.e->step(1e-2);
+  clean.e->step(1e-2);
+  EXPECT_EQ(r.state(state_kind::master), clean.state(state_kind::master));
+}
+
+// Ending a micro-batch with a module's gradients acquired and not reduced is refused naming it;
+// once reduced the same micro-batch ends.
+TEST(offload_engine, EndingAMicroBatchWithGradientsNotReducedIsRefusedAndItEndsOnceReduced) {
+  const auto two = [](engine::engine_config& c) { c.gradient_accumulation_steps = 2; };
+  rig r("host", kernels::dtype::fp32, two);
+  const device_stream s = r.dev->create_stream();
+  r.e->begin_micro_batch();
+  (void)r.e->gradient_buffers(1, s.view());
+  EXPECT_NE(usage_message([&] { r.e->end_micro_batch(); }).find("layer1"), std::string::npos);
+  r.e->reduce_gradients(1, s.view());
+  r.e->end_micro_batch();
+  r.micro_batch(gradients(r.e->layout(), 2));
+  EXPECT_FALSE(r.e->step(1e-2).skipped);
 }
 
 TEST(offload_engine, CallsOutOfOrderAreRefusedNamingWhatIsMissing) {

@@ -189,7 +189,8 @@ std::optional<std::string> latest_checkpoint(const std::filesystem::path& root, 
 }
 
 checkpoint_meta load_checkpoint(const std::filesystem::path& root, const std::string& tag, tier_manager& tiers,
-                                state_io& io, checkpoint_fs& fs) {
+                                state_io& io, checkpoint_fs& fs,
+                                const std::function<void(const checkpoint_meta&)>& accept) {
   std::string chosen = tag;
   if (chosen.empty()) {
     const std::optional<std::string> latest = latest_checkpoint(root, fs);
@@ -211,6 +212,14 @@ checkpoint_meta load_checkpoint(const std::filesystem::path& root, const std::st
   const detail::manifest m = read_manifest(fs, folder);
   detail::check_model(m, layout, folder / detail::manifest_name);
   const std::vector<detail::manifest_file> files = check_files(fs, folder, m, layout);
+  if (accept) {
+    try {
+      accept(m.meta);
+    } catch (const usage_error& e) {
+      throw checkpoint_error(
+          str(quoted(folder / detail::manifest_name), " cannot be loaded into this configuration: ", e.what()));
+    }
+  }
 
   detail::aligned_buffer staging;
   for (const detail::manifest_file& f : files) load_state(fs, folder, f, tiers, io, staging);

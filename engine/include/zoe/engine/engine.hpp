@@ -101,7 +101,9 @@ class offload_engine {
   void reduce_gradients(module_id m, stream_view stream);
   /// Closes the micro-batch: every fetch released, every gradient reduced and accumulated. A
   /// failure (an NVMe read or write of a gradient) is rethrown and the step's accumulation starts
-  /// again at micro-batch 0.
+  /// again at micro-batch 0. usage_error naming the module while one has a fetch not released or
+  /// gradients acquired and not reduced: the micro-batch stays open (release / reduce it, then end
+  /// it again). A parameter's failed write-back is rethrown after the micro-batch is counted.
   void end_micro_batch();
 
   // ---- the step --------------------------------------------------------------------------------
@@ -120,8 +122,10 @@ class offload_engine {
   /// step() has not run). Returns the tag.
   std::string save_checkpoint(const std::filesystem::path& root, const std::string& tag = "");
   /// Loads root/tag (root/latest when empty) into every state, the loss scaler and the learning
-  /// rate; checkpoint_error naming the file when it is missing, torn, corrupt or of another model
-  /// (nothing changed then). Between steps only; the next micro-batch starts a new step.
+  /// rate; checkpoint_error naming the file when it is missing, torn, corrupt, of another model, or
+  /// holds a scaler state this configuration refuses (nothing changed then). Between steps only
+  /// (usage_error while a micro-batch is open or only some of the step's are done); the next
+  /// micro-batch starts a new step.
   void load_checkpoint(const std::filesystem::path& root, const std::string& tag = "");
 
   // ---- the stages, for statistics and benchmarks -----------------------------------------------
@@ -147,6 +151,10 @@ class offload_engine {
   double lr_ = 0;
   std::size_t micro_batches_done_ = 0;  ///< of the current step
   bool micro_batch_open_ = false;
+  /// end_micro_batch ended the coordinator's step, then the gradient path refused to end its
+  /// micro-batch (a module acquired and not reduced): ending the micro-batch again skips the
+  /// coordinator.
+  bool coordinator_step_ended_ = false;
   bool homes_rewritten_ = false;  ///< gathered copies may be older than the homes
 };
 

@@ -32,6 +32,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -82,8 +83,12 @@ void save_checkpoint(const std::filesystem::path& root, const std::string& tag, 
 /// match; usage_error for a tag that is not a plain folder name or a state in flight; nothing is
 /// changed then. A failure while writing the states (an io_error from an NVMe home, or a file that
 /// changed after it was validated: checkpoint_error) leaves them partly loaded: load again.
+/// `accept`, when given, sees the checkpoint's meta once everything above is validated and before
+/// any state changes; a usage_error it throws (the meta cannot serve the caller: a scaler state the
+/// configuration refuses) comes out as checkpoint_error naming the manifest, nothing changed.
 [[nodiscard]] checkpoint_meta load_checkpoint(const std::filesystem::path& root, const std::string& tag,
                                               tier_manager& tiers, state_io& io,
-                                              checkpoint_fs& fs = checkpoint_fs::posix());
+                                              checkpoint_fs& fs = checkpoint_fs::posix(),
+                                              const std::function<void(const checkpoint_meta&)>& accept = {});
 
 }  // namespace zoe::engine
