@@ -472,5 +472,29 @@ TEST(gradient_path, AFailedWaitForTheDeviceLeavesItsHomesReleasedNotInFlight) {
   EXPECT_EQ(bits(again.sum_of_squares), bits(b.reference_sum()));
 }
 
+// On a GPU the path keeps each device home's sum of squares and inf/NaN flag in device scratch
+// until the step's last micro-batch ends: the plan must list that memory with the buckets, or the
+// device budget it checks does not cover what the path takes. (The fake device reports a GPU, so
+// the path takes its CUDA branch; nothing is launched.)
+TEST(gradient_path, TheDeviceMemoryItTakesOnAGpuIsInThePlan) {
+  bench b(home_kind::device, false, 500'000'000, nullptr, true);
+  fake_device& fake = *b.s.fake();
+  std::uint64_t planned = 0;
+  for (const engine::plan_item& item : b.s.plan().items) {
+    // The gradient path's own items (not the homes: "gradient in device memory").
+    if (item.memory == engine::memory_kind::device && item.what.starts_with("gradient") &&
+        item.what.find(" in ") == std::string::npos) {
+      planned += item.bytes;
+    }
+  }
+  fake.report_kind(device_kind::cuda);
+  const std::uint64_t before = fake.usage().current_bytes;
+  {
+    const gradient_path gpu(b.s.tiers(), b.s.comm(), fake, b.s.pinned(), b.s.store(), options_of(b.s.plan()));
+    EXPECT_LE(fake.usage().current_bytes - before, planned);
+  }
+  fake.report_kind(device_kind::host);
+}
+
 }  // namespace
 }  // namespace zoe::testing

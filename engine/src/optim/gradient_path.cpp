@@ -230,11 +230,12 @@ gradient_path::impl::impl(tier_manager& t, communicator& c, device& d, allocator
       slots.resize(n);
       for (const parameter_layout& prm : layout.parameters()) {
         if (home(prm.id).where != tier::device) continue;
+        // The workspace, then the result and the flag in the last 16 bytes (as the plan counts it).
+        const std::uint64_t end = scratch_bytes + gradient_norm_scratch_bytes(prm.shard_numel);
         slots[prm.id].workspace = scratch_bytes;
-        scratch_bytes += round_up(kernels::cuda::sum_of_squares_workspace(prm.shard_numel), 8);
-        slots[prm.id].result = scratch_bytes;
-        slots[prm.id].flag = scratch_bytes + 8;
-        scratch_bytes += 16;
+        slots[prm.id].result = end - 16;
+        slots[prm.id].flag = end - 8;
+        scratch_bytes = end;
       }
       if (scratch_bytes > 0) scratch = static_cast<std::byte*>(dev.allocate(scratch_bytes));
     }
