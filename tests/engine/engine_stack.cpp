@@ -46,6 +46,11 @@ engine_stack::engine_stack(stack_options options) {
     config.zero.offload_optimizer->nvme_path = dir_.path();
   }
   dev_ = make_host_device(options.device_budget);
+  if (options.use_fake_device) {
+    auto fake = std::make_unique<fake_device>(std::move(dev_));
+    fake_ = fake.get();
+    dev_ = std::move(fake);
+  }
   engine::parameter_path_options po{.arena_bytes = options.arena_bytes, .wrap_backend = {}};
   if (options.faults) {
     po.wrap_backend = [faults = options.faults](std::unique_ptr<io::io_backend> inner) {

@@ -10,6 +10,7 @@
 #include <span>
 #include <vector>
 
+#include "fake_device.hpp"
 #include "fault_injecting_backend.hpp"
 #include "io_test_support.hpp"
 #include "zoe/allocators/pinned_host_resource.hpp"
@@ -37,6 +38,7 @@ struct stack_options {
   std::uint64_t device_budget = std::uint64_t{512} << 20;
   std::shared_ptr<fault_plan> faults;        ///< when set, every store backend is wrapped in it
   std::optional<std::uint64_t> arena_bytes;  ///< overrides the plan's arena size
+  bool use_fake_device = false;              ///< wrap the host device in a fake_device (fake())
 };
 
 class engine_stack {
@@ -45,6 +47,8 @@ class engine_stack {
   ~engine_stack();
 
   [[nodiscard]] device& dev() { return *dev_; }
+  /// The fake_device the stack's device is, with stack_options::use_fake_device; null otherwise.
+  [[nodiscard]] fake_device* fake() { return fake_; }
   [[nodiscard]] const engine::model_layout& layout() const { return path_->layout(); }
   [[nodiscard]] const engine::footprint_plan& plan() const { return path_->plan(); }
   [[nodiscard]] engine::tier_manager& tiers() { return path_->tiers(); }
@@ -70,6 +74,7 @@ class engine_stack {
  private:
   scratch_dir dir_;
   std::unique_ptr<device> dev_;
+  fake_device* fake_ = nullptr;
   std::unique_ptr<engine::parameter_path> path_;
 };
 

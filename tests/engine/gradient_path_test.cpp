@@ -92,8 +92,11 @@ gradient_path_options options_of(const engine::footprint_plan& plan) {
 // The stack, a gradient path over it sized by the plan, a stream, and the host's reference sums.
 struct bench {
   explicit bench(home_kind h, bool overlap_comm = false, std::uint64_t bucket_elements = 500'000'000,
-                 std::shared_ptr<fault_plan> faults = nullptr)
-      : s({.modules = model(), .config = config_for(h, overlap_comm, bucket_elements), .faults = std::move(faults)}),
+                 std::shared_ptr<fault_plan> faults = nullptr, bool use_fake_device = false)
+      : s({.modules = model(),
+           .config = config_for(h, overlap_comm, bucket_elements),
+           .faults = std::move(faults),
+           .use_fake_device = use_fake_device}),
         path(s.tiers(), s.comm(), s.dev(), s.pinned(), s.store(), options_of(s.plan())),
         stream(s.dev().create_stream()),
         reference(s.layout().parameters().size()) {
@@ -418,6 +421,79 @@ TEST(gradient_path, AFailedNvmeReadOrWriteNamesTheParameterPathAndOffset) {
     b.expect_gradients_match("after the failure");
     EXPECT_EQ(bits(again.sum_of_squares), bits(b.reference_sum()));
   }
+}
+
+// A reduce() that throws once it has begun (here: another mover holds the module's second
+// parameter; a refused launch or a failed reduction would do the same) fails the micro-batch: it
+// leaves no gradient in flight, gives its bucket back (a single bucket here, so a leaked one would
+// block the next acquire for good), end_micro_batch reports it, and the step starts over.
+TEST(gradient_path, AReduceThatThrowsFailsTheMicroBatchAndLeavesNothingInFlight) {
+  bench b(home_kind::device, false, 1);
+  ASSERT_EQ(b.s.plan().gradient_bucket_count, 1U);
+  const stream_view st = b.stream.view();
+  const std::vector<parameter_id>& params = b.s.layout().module(0).parameters;
+  ASSERT_GE(params.size(), 2U);
+  b.path.begin_micro_batch(0, 1);
+  const std::vector<void*> m0 = b.path.acquire(0, st);
+  b.fill(0, m0, 1, true);
+  ASSERT_TRUE(b.s.tiers().begin_move(params[1], state_kind::gradient, engine::move_kind::write));
+  expect_usage_error([&] { b.path.reduce(0, st); }, "in flight elsewhere");
+  b.s.tiers().abort_move(params[1], state_kind::gradient);
+  expect_usage_error([&] { b.path.end_micro_batch(); }, "in flight elsewhere");
+  for (const parameter_id p : params) {
+    ASSERT_NE(b.s.tiers().status(p, state_kind::gradient), engine::state_status::in_flight) << p;
+  }
+  expect_usage_error([&] { b.path.begin_micro_batch(1, 2); }, "micro-batch 0");
+  for (auto& r : b.reference) std::fill(r.begin(), r.end(), 0.0f);
+  const gradient_summary again = b.step(1, 6);
+  b.expect_gradients_match("after the failed reduce");
+  EXPECT_EQ(bits(again.sum_of_squares), bits(b.reference_sum()));
+}
+
+// The device reports a fault when the path waits for a module's reduction and accumulation (as a
+// CUDA event sync reports a kernel that faulted): end_micro_batch throws it, and the device homes
+// whose kernels that module queued are released and dirty, not in flight for good, so the step
+// starts over and works.
+TEST(gradient_path, AFailedWaitForTheDeviceLeavesItsHomesReleasedNotInFlight) {
+  bench b(home_kind::device, false, 500'000'000, nullptr, true);
+  ASSERT_NE(b.s.fake(), nullptr);
+  b.path.begin_micro_batch(0, 1);
+  b.s.fake()->fail_event_syncs(true);
+  b.backward(0, 1, true);
+  EXPECT_THROW(b.path.end_micro_batch(), zoe::error);
+  b.s.fake()->fail_event_syncs(false);
+  for (const parameter_id p : b.s.layout().module(0).parameters) {
+    ASSERT_EQ(b.s.tiers().status(p, state_kind::gradient), engine::state_status::released) << p;
+    EXPECT_TRUE(b.s.tiers().dirty(p, state_kind::gradient)) << p;
+  }
+  for (auto& r : b.reference) std::fill(r.begin(), r.end(), 0.0f);
+  const gradient_summary again = b.step(1, 8);
+  b.expect_gradients_match("after the failed wait");
+  EXPECT_EQ(bits(again.sum_of_squares), bits(b.reference_sum()));
+}
+
+// On a GPU the path keeps each device home's sum of squares and inf/NaN flag in device scratch
+// until the step's last micro-batch ends: the plan must list that memory with the buckets, or the
+// device budget it checks does not cover what the path takes. (The fake device reports a GPU, so
+// the path takes its CUDA branch; nothing is launched.)
+TEST(gradient_path, TheDeviceMemoryItTakesOnAGpuIsInThePlan) {
+  bench b(home_kind::device, false, 500'000'000, nullptr, true);
+  fake_device& fake = *b.s.fake();
+  std::uint64_t planned = 0;
+  for (const engine::plan_item& item : b.s.plan().items) {
+    // The gradient path's own items (not the homes: "gradient in device memory").
+    if (item.memory == engine::memory_kind::device && item.what.starts_with("gradient") &&
+        item.what.find(" in ") == std::string::npos) {
+      planned += item.bytes;
+    }
+  }
+  fake.report_kind(device_kind::cuda);
+  const std::uint64_t before = fake.usage().current_bytes;
+  {
+    const gradient_path gpu(b.s.tiers(), b.s.comm(), fake, b.s.pinned(), b.s.store(), options_of(b.s.plan()));
+    EXPECT_LE(fake.usage().current_bytes - before, planned);
+  }
+  fake.report_kind(device_kind::host);
 }
 
 }  // namespace

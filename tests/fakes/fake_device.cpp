@@ -31,6 +31,11 @@ void fake_device::refuse_launches(bool refuse) {
   refuse_launches_ = refuse;
 }
 
+void fake_device::fail_event_syncs(bool fail) {
+  const std::lock_guard lock(mutex_);
+  fail_event_syncs_ = fail;
+}
+
 void fake_device::report_kind(device_kind kind) {
   const std::lock_guard lock(mutex_);
   reported_kind_ = kind;
@@ -115,7 +120,11 @@ const device_event& fake_device::inner_event(const device_event& e) const {
 void fake_device::record(const device_event& event, stream_view stream) { inner_->record(inner_event(event), stream); }
 bool fake_device::query(const device_event& event) { return inner_->query(inner_event(event)); }
 void fake_device::wait(stream_view stream, const device_event& event) { inner_->wait(stream, inner_event(event)); }
-void fake_device::synchronize(const device_event& event) { inner_->synchronize(inner_event(event)); }
+void fake_device::synchronize(const device_event& event) {
+  inner_->synchronize(inner_event(event));
+  const std::lock_guard lock(mutex_);
+  if (fail_event_syncs_) throw device_error(str(name(), ": injected failure of an event's work"));
+}
 float fake_device::elapsed_ms(const device_event& start, const device_event& end) {
   return inner_->elapsed_ms(inner_event(start), inner_event(end));
 }

@@ -44,6 +44,9 @@ class fake_device final : public device {
   void delay_tasks(std::chrono::milliseconds delay);
   /// While set, launch_host() throws device_error without queuing, as a refused cudaLaunchHostFunc.
   void refuse_launches(bool refuse);
+  /// While set, synchronize(event) waits for the event and then throws device_error, as a CUDA
+  /// event sync reports a kernel that faulted before it.
+  void fail_event_syncs(bool fail);
   /// Reports `kind` from kind() from now on, while the inner device still does the work: code that
   /// branches on the kind (launch_kernel) takes its CUDA branch on a machine without a GPU.
   void report_kind(device_kind kind);
@@ -87,6 +90,7 @@ class fake_device final : public device {
   int allocations_until_failure_ = 0;  // 0: none planned
   bool refuse_registration_ = false;
   bool refuse_launches_ = false;
+  bool fail_event_syncs_ = false;
   std::optional<device_kind> reported_kind_;
   std::chrono::milliseconds delay_{0};
   // The inner owners, by native handle; destroying ours destroys theirs.

@@ -85,6 +85,9 @@ struct gradient_path::impl {
   [[nodiscard]] std::uint64_t module_bytes(module_id m) const;
   void launch_device_home(parameter_id p, const std::byte* source, bool first, bool last, stream_view stream);
   void enqueue(job j);
+  /// Called from the handler of a reduce() that threw after it took the module's bucket: records the
+  /// failure for end_micro_batch, aborts the device homes' moves it began and gives the bucket back.
+  void abandon(std::size_t bucket, const std::vector<parameter_id>& begun, stream_view on) noexcept;
   void wait_idle(std::unique_lock<std::mutex>& lock);
 
   // ---- worker side ----
@@ -227,11 +230,12 @@ gradient_path::impl::impl(tier_manager& t, communicator& c, device& d, allocator
       slots.resize(n);
       for (const parameter_layout& prm : layout.parameters()) {
         if (home(prm.id).where != tier::device) continue;
+        // The workspace, then the result and the flag in the last 16 bytes (as the plan counts it).
+        const std::uint64_t end = scratch_bytes + gradient_norm_scratch_bytes(prm.shard_numel);
         slots[prm.id].workspace = scratch_bytes;
-        scratch_bytes += round_up(kernels::cuda::sum_of_squares_workspace(prm.shard_numel), 8);
-        slots[prm.id].result = scratch_bytes;
-        slots[prm.id].flag = scratch_bytes + 8;
-        scratch_bytes += 16;
+        slots[prm.id].result = end - 16;
+        slots[prm.id].flag = end - 8;
+        scratch_bytes = end;
       }
       if (scratch_bytes > 0) scratch = static_cast<std::byte*>(dev.allocate(scratch_bytes));
     }
@@ -325,6 +329,31 @@ void gradient_path::impl::launch_device_home(parameter_id p, const std::byte* so
   launch_kernel(dev, on, std::move(host_task), cuda_launcher);
 }
 
+void gradient_path::impl::abandon(std::size_t bucket, const std::vector<parameter_id>& begun, stream_view on) noexcept {
+  // The module's gradients are lost: end_micro_batch reports this failure, and the step starts over.
+  fail(carried_error::of(std::current_exception()));
+  // Kernels already queued on the caller's stream read the bucket and write the device homes: let
+  // them finish before the homes are given up and the bucket is lent again. A device whose stream
+  // cannot be synchronized runs nothing more, so its bucket is handed back all the same.
+  try {
+    dev.synchronize(on);
+  } catch (const std::exception& e) {
+    log::error("gradient_path: the stream of a reduce that failed cannot be synchronized: ", e.what());
+  }
+  for (const parameter_id p : begun) {
+    try {
+      tiers.abort_move(p, state_kind::gradient);  // released and dirty: the next step overwrites it
+    } catch (const std::exception& e) {
+      log::error("gradient_path: cannot end the move of the gradient of '", param(p).name, "': ", e.what());
+    }
+  }
+  {
+    const std::lock_guard lock(mutex);
+    buckets->release(bucket);
+  }
+  changed.notify_all();
+}
+
 void gradient_path::impl::enqueue(job j) {
   {
     const std::lock_guard lock(mutex);
@@ -378,7 +407,24 @@ void gradient_path::impl::run() noexcept {
 }
 
 void gradient_path::impl::process(job& j, io::swap_channel* channel) {
-  if (j.ready.valid()) dev.synchronize(j.ready);
+  if (j.ready.valid()) {
+    try {
+      dev.synchronize(j.ready);
+    } catch (...) {
+      // The device homes' kernels reduce() queued (their write moves begun there) may not have
+      // run: their moves end failed, leaving them released and dirty, not in flight for good.
+      for (std::size_t i = 0; i < j.params.size() && !j.sources.empty(); ++i) {
+        if (home(j.params[i]).where != tier::device) continue;
+        try {
+          tiers.abort_move(j.params[i], state_kind::gradient);
+        } catch (const std::exception& e) {
+          log::error("gradient_path: cannot end the move of the gradient of '", param(j.params[i]).name,
+                     "': ", e.what());
+        }
+      }
+      throw;
+    }
+  }
   for (std::size_t i = 0; i < j.params.size(); ++i) {
     const parameter_id p = j.params[i];
     const std::byte* source = j.sources.empty() ? nullptr : j.sources[i];
@@ -711,17 +757,25 @@ void gradient_path::reduce(module_id m, stream_view stream) {
     ++s.counters.modules_reduced;
   }
   // The reduction and the device homes' kernels go on the caller's stream, in order after backward.
-  for (std::size_t i = 0; i < j.params.size(); ++i) {
-    const parameter_layout& p = s.param(j.params[i]);
-    s.comm.reduce_scatter(s.modules[m].memory[i], j.sources[i], p.shard_numel, p.dtype, reduce_op::mean, stream);
-    if (s.home(p.id).where == tier::device) {
-      ZOE_EXPECTS(s.tiers.begin_move(p.id, state_kind::gradient, move_kind::write),
-                  "gradient_path::reduce: the gradient of '", p.name, "' is in flight elsewhere");
-      s.launch_device_home(p.id, j.sources[i], j.first, j.last, stream);
+  std::vector<parameter_id> begun;  // device homes whose write move this call began
+  try {
+    for (std::size_t i = 0; i < j.params.size(); ++i) {
+      const parameter_layout& p = s.param(j.params[i]);
+      s.comm.reduce_scatter(s.modules[m].memory[i], j.sources[i], p.shard_numel, p.dtype, reduce_op::mean, stream);
+      if (s.home(p.id).where == tier::device) {
+        ZOE_EXPECTS(s.tiers.begin_move(p.id, state_kind::gradient, move_kind::write),
+                    "gradient_path::reduce: the gradient of '", p.name, "' is in flight elsewhere");
+        begun.push_back(p.id);
+        s.launch_device_home(p.id, j.sources[i], j.first, j.last, stream);
+      }
     }
+    j.ready = s.dev.create_event();
+    s.dev.record(j.ready, stream);
+  } catch (...) {
+    // No job will end these moves or give the bucket back: do it here, and fail the micro-batch.
+    s.abandon(*j.bucket, begun, stream);
+    throw;
   }
-  j.ready = s.dev.create_event();
-  s.dev.record(j.ready, stream);
   s.enqueue(std::move(j));
 }
 

@@ -11,6 +11,7 @@
 #include "zoe/core/check.hpp"
 #include "zoe/core/str.hpp"
 #include "zoe/core/units.hpp"
+#include "zoe/kernels/cuda.hpp"
 
 namespace zoe::engine {
 namespace {
@@ -325,7 +326,24 @@ void add_gradient_buffers(plan_builder& out, footprint_plan& plan, const model_l
           {"zoe.placement.gradient", "zero_optimization.offload_optimizer.device", "aio.block_size"});
 }
 
+// On a CUDA device the gradient path keeps each device-home gradient's sum of squares and
+// inf/NaN flag on the device until the step's last micro-batch ends (gradient_path.cpp), in one
+// allocation (rounded as the device rounds one). Listed for every device: the host device's path
+// takes none, so there it is an upper bound.
+void add_gradient_norm_scratch(plan_builder& out, const model_layout& layout, const placement& where) {
+  std::uint64_t bytes = 0;
+  for (const parameter_layout& p : layout.parameters()) {
+    if (where.where(p.id, state_kind::gradient) == tier::device) bytes += gradient_norm_scratch_bytes(p.shard_numel);
+  }
+  out.add("gradient norm scratch (the device homes' sums of squares, on a GPU)", memory_kind::device,
+          round_up(bytes, arena_alignment), {"zoe.placement.gradient"});
+}
+
 }  // namespace
+
+std::uint64_t gradient_norm_scratch_bytes(std::uint64_t shard_numel) noexcept {
+  return round_up(kernels::cuda::sum_of_squares_workspace(static_cast<std::size_t>(shard_numel)), 8) + 16;
+}
 
 memory_kind memory_of(tier t, bool pinned) noexcept {
   switch (t) {
@@ -370,6 +388,7 @@ footprint_plan make_footprint_plan(const model_layout& layout, const engine_conf
   add_optimizer_buffers(out, plan, layout, config, where);
   add_gradient_buckets(out, plan, layout, config);
   add_gradient_buffers(out, plan, layout, config, where);
+  add_gradient_norm_scratch(out, layout, where);
   add_optimizer_undo_log(out, plan, layout, where);
   add_arena(out, plan, layout, config);
   return plan;

@@ -86,6 +86,10 @@ inline constexpr std::uint64_t arena_alignment = 256;
 inline constexpr std::uint64_t gradient_sum_chunk_bytes = std::uint64_t{65536} * 4;
 /// The gradient path's pinned staging buffers (footprint_plan.cpp says why four).
 inline constexpr std::uint64_t gradient_buffer_count = 4;
+/// Device bytes of the gradient path's norm scratch for one parameter whose gradient lives on a
+/// CUDA device (gradient_path.cpp): the sum of squares' workspace for its shard of `shard_numel`
+/// elements, then the fp64 result and the uint32 inf/NaN flag (16 bytes). Never throws.
+[[nodiscard]] std::uint64_t gradient_norm_scratch_bytes(std::uint64_t shard_numel) noexcept;
 
 /// The parameters that stay gathered for good, as DeepSpeed marks them (parameter_offload.py,
 /// mark_persistent_parameters): in layout order, a parameter of at most
