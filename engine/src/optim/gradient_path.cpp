@@ -113,6 +113,9 @@ struct gradient_path::impl {
   std::vector<std::byte*> bucket_memory;
   std::optional<detail::gradient_buckets> buckets;
   std::optional<allocators::buffer_pool> staging;
+  // Staging buffers of requests a failed swap channel may still hold: they go back to the pool only
+  // when the path closes, after the worker (and with it the channel) is gone.
+  std::vector<allocators::buffer_lease> quarantined;
   device_stream stream;  ///< the path's copies and the device homes' work it starts itself
 
   // CUDA only: the device-home summaries' scratch (see device_summary_slot).
@@ -263,6 +266,7 @@ gradient_path::impl::~impl() {
     log::error("gradient_path: the path's stream failed while closing: ", e.what());
   }
   stream = device_stream{};
+  quarantined.clear();
   staging.reset();
   if (scratch != nullptr) dev.deallocate(scratch, scratch_bytes);
   for (std::byte* m : bucket_memory) dev.deallocate(m, options.bucket_bytes);
@@ -570,6 +574,8 @@ void gradient_path::impl::process_nvme(parameter_id p, const std::byte* source, 
       if (it != writes.end()) writes.erase(it);
     }
   };
+  // The piece in hand: its read and its device copy may be in flight until the cleanup below.
+  std::optional<flight> current;
   try {
     for (std::uint64_t e = 0; e < n && !failed; e += piece) {
       const std::uint64_t len = std::min(piece, n - e);
@@ -581,7 +587,7 @@ void gradient_path::impl::process_nvme(parameter_id p, const std::byte* source, 
       std::optional<std::vector<allocators::buffer_lease>> leases;
       while (!(leases = staging->try_acquire_many(want)) && !writes.empty()) collect();
       if (!leases) leases = staging->acquire_many(want);
-      flight f{.source = {}, .data = std::move(leases->back()), .offset = offset};
+      flight& f = current.emplace(flight{.source = {}, .data = std::move(leases->back()), .offset = offset});
       if (source != nullptr) f.source = std::move(leases->front());
       if (read) {
         read_done = false;
@@ -623,18 +629,41 @@ void gradient_path::impl::process_nvme(parameter_id p, const std::byte* source, 
         f.source.release();
         writes.push_back(std::move(f));
       }
+      current.reset();
     }
   } catch (...) {
     if (!failed) failed = carried_error::of(std::current_exception());
   }
-  // Drain every write: a buffer must not return while the kernel may still read it.
-  while (!writes.empty() && channel.outstanding() > 0) {
-    try {
-      collect();
-    } catch (...) {
-      if (!failed) failed = carried_error::of(std::current_exception());
-      break;  // the channel itself failed: its buffers stay with the requests (swap_channel.hpp)
+  // No buffer goes back while anything may still fill or read it: the piece in hand's device copy
+  // and read, then every write.
+  try {
+    dev.synchronize(stream.view());
+  } catch (...) {
+    if (!failed) failed = carried_error::of(std::current_exception());
+  }
+  bool channel_broken = false;
+  const auto drain = [&](auto&& busy) {
+    while (!channel_broken && busy() && channel.outstanding() > 0) {
+      try {
+        collect();
+      } catch (...) {
+        if (!failed) failed = carried_error::of(std::current_exception());
+        channel_broken = true;
+      }
     }
+  };
+  drain([&] { return current && read && !read_done; });
+  drain([&] { return !writes.empty(); });
+  if (channel_broken) {
+    // Its requests may still use their buffers (swap_channel.hpp): keep them until the path closes.
+    const auto keep = [this](allocators::buffer_lease& lease) {
+      if (lease) quarantined.push_back(std::move(lease));
+    };
+    if (current) {
+      keep(current->source);
+      keep(current->data);
+    }
+    for (flight& w : writes) keep(w.data);
   }
   if (failed) {
     tiers.abort_move(p, state_kind::gradient);
