@@ -422,6 +422,13 @@ TEST_F(checkpoint_refusal, another_format_version) {
   expect_load_refused((folder() / "manifest.json").string());
 }
 
+TEST_F(checkpoint_refusal, a_changed_value_in_the_manifest) {
+  // Still valid JSON of the right shape: only the manifest's own checksum can tell.
+  edit_manifest("\"cur_iter\": 18", "\"cur_iter\": 19");
+  expect_load_refused((folder() / "manifest.json").string());
+  expect_load_refused("does not match its own checksum");
+}
+
 TEST_F(checkpoint_refusal, a_manifest_missing_a_field_names_the_field) {
   edit_manifest("\"optimizer_steps\"", "\"optimizer_stepz\"");
   expect_load_refused("loss_scaler.optimizer_steps");

@@ -211,6 +211,10 @@ checkpoint_meta load_checkpoint(const std::filesystem::path& root, const std::st
   // Everything that can be refused is refused here, before the first state changes.
   const detail::manifest m = read_manifest(fs, folder);
   detail::check_model(m, layout, folder / detail::manifest_name);
+  if (!m.intact) {
+    throw checkpoint_error(str("checkpoint manifest ", quoted(folder / detail::manifest_name),
+                               " does not match its own checksum (manifest_xxh3): a byte of it changed"));
+  }
   const std::vector<detail::manifest_file> files = check_files(fs, folder, m, layout);
   if (accept) {
     try {

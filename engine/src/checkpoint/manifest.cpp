@@ -64,6 +64,14 @@ std::string shape_text(const std::vector<std::uint64_t>& shape) {
   return out.str();
 }
 
+// The field holding the manifest's own checksum, and the hash it holds.
+constexpr const char* self_checksum_key = "manifest_xxh3";
+std::uint64_t text_hash(const std::string& text) {
+  xxh3_stream hash;
+  hash.update(std::as_bytes(std::span(text.data(), text.size())));
+  return hash.digest();
+}
+
 }  // namespace
 
 std::vector<manifest_parameter> describe_model(const model_layout& layout) {
@@ -107,7 +115,9 @@ std::string to_json(const manifest& m) {
                     {"adam_w_mode", o.adam_w_mode},
                     {"bias_correction", o.bias_correction}};
   j["lr"] = m.meta.lr;
-  // nlohmann writes doubles in the shortest form that reads back to the same bits.
+  // nlohmann writes doubles in the shortest form that reads back to the same bits, and keys in
+  // order, so the text parsed back and written again is this text: the checksum covers it.
+  j[self_checksum_key] = hash_hex(text_hash(j.dump(1)));
   return j.dump(1) + "\n";
 }
 
@@ -187,6 +197,12 @@ manifest parse_manifest(std::string_view text, const std::filesystem::path& wher
   opt.adam_w_mode = value<bool>(o, "adam_w_mode", "optimizer", where);
   opt.bias_correction = value<bool>(o, "bias_correction", "optimizer", where);
   m.meta.lr = value<double>(j, "lr", "manifest", where);
+  const auto recorded = j.find(self_checksum_key);
+  if (recorded != j.end() && recorded->is_string()) {
+    json content = j;
+    content.erase(self_checksum_key);
+    m.intact = recorded->get<std::string>() == hash_hex(text_hash(content.dump(1)));
+  }
   return m;
 }
 

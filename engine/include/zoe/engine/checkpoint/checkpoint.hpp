@@ -10,7 +10,8 @@
 //                          layout order, at the state's dtype, so the files do not depend on the
 //                          world size or on where the states lived
 //     manifest.json        written last: format version, the model (names, shapes, dtypes), each
-//                          file's size and XXH3-64, the scaler state, the optimizer settings
+//                          file's size and XXH3-64, the scaler state, the optimizer settings,
+//                          and its own XXH3-64 (manifest_xxh3), so a changed value is refused too
 //   ROOT/latest            the tag of the newest complete checkpoint (replaced atomically)
 //   ROOT/.<tag>.partial/   where a save builds <tag> (removed by the save; one left by a crash is
 //                          removed by the next save of that tag)
