@@ -78,12 +78,6 @@ void offload_engine::expect_between_steps(const char* what) const {
   ZOE_EXPECTS(!micro_batch_open_, what, " while a micro-batch is open: end it first");
 }
 
-void offload_engine::refresh_gathered() {
-  if (!homes_rewritten_) return;
-  path_->coord().drop_gathered();
-  homes_rewritten_ = false;
-}
-
 void offload_engine::set_parameter(parameter_id p, std::span<const float> values) {
   expect_between_steps("set_parameter");
   const parameter_layout& param = layout().parameter(p);
@@ -91,9 +85,8 @@ void offload_engine::set_parameter(parameter_id p, std::span<const float> values
               " elements, not ", values.size());
   std::vector<float> master(param.shard_numel, 0.0F);
   std::memcpy(master.data(), values.data(), values.size_bytes());
-  // Make the gathered copies stale before the homes change: the next fetch reads the new value.
-  homes_rewritten_ = true;
-  refresh_gathered();
+  // Gathered copies would go stale as the homes change: drop them, so the next fetch reads the new value.
+  path_->coord().drop_gathered();
   io_->write(p, state_kind::master, std::as_bytes(std::span(master)));
   if (state_bytes(param, state_kind::working) > 0) {
     std::vector<std::byte> working(state_bytes(param, state_kind::working));
@@ -122,7 +115,6 @@ void offload_engine::begin_micro_batch() {
   const std::size_t k = config_.gradient_accumulation_steps;
   ZOE_EXPECTS(micro_batches_done_ < k, "begin_micro_batch: the step's ", k,
               " micro-batches (gradient_accumulation_steps) are done; call step() first");
-  refresh_gathered();
   path_->coord().begin_step();
   try {
     gradients_->begin_micro_batch(micro_batches_done_, k);
@@ -231,7 +223,6 @@ step_result offload_engine::step(double lr) {
     scaler_.restore(before);
     throw;
   }
-  homes_rewritten_ = true;
   micro_batches_done_ = 0;
   lr_ = lr;
   out.clip_coefficient = u.clip;

@@ -137,8 +137,6 @@ class offload_engine {
 
  private:
   void expect_between_steps(const char* what) const;
-  /// Makes the next fetches gather from the homes again (after the homes were rewritten).
-  void refresh_gathered();
 
   engine_config config_;
   optimizer_config adam_settings_;
@@ -155,7 +153,6 @@ class offload_engine {
   /// micro-batch (a module acquired and not reduced): ending the micro-batch again skips the
   /// coordinator.
   bool coordinator_step_ended_ = false;
-  bool homes_rewritten_ = false;  ///< gathered copies may be older than the homes
 };
 
 }  // namespace zoe::engine
