@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "zoe/core/device.hpp"
+#include "zoe/engine/activations/activation_store.hpp"
 #include "zoe/engine/checkpoint/checkpoint_fs.hpp"
 #include "zoe/engine/config/config.hpp"
 #include "zoe/engine/coordinator/coordinator.hpp"
@@ -49,6 +50,13 @@ struct engine_options {
   std::function<std::unique_ptr<io::io_backend>(std::unique_ptr<io::io_backend>)> wrap_backend;
   /// The file system checkpoints go through (tests: a fault-injecting one); null: the real one.
   checkpoint_fs* checkpoint_files = nullptr;
+};
+
+/// Each stage of a training step's offload timed alone (measure_stages()).
+struct stage_times {
+  double param_io_s = 0;      ///< every module fetched, waited for and released in forward order, then in reverse
+  double adam_s = 0;          ///< optimizer_step::run_stages with Adam alone
+  double optimizer_io_s = 0;  ///< optimizer_step::run_stages with the reads and writes, without Adam
 };
 
 /// What step() did.
@@ -128,6 +136,18 @@ class offload_engine {
   /// micro-batch starts a new step.
   void load_checkpoint(const std::filesystem::path& root, const std::string& tag = "");
 
+  // ---- activation checkpoints -------------------------------------------------------------------
+  /// The store activations are saved in during a micro-batch (sized by zoe.activations.*);
+  /// end_micro_batch() clears it.
+  [[nodiscard]] activation_store& activations() noexcept { return *activations_; }
+  [[nodiscard]] bool micro_batch_open() const noexcept { return micro_batch_open_; }
+
+  // ---- timing ------------------------------------------------------------------------------------
+  /// Times each offload stage of a step alone over the model's real states, changing none of them
+  /// (the optimizer stages write shadow extents and drop them; the fetches are not recorded in the
+  /// prefetch trace). Between steps and after at least one step: usage_error otherwise.
+  stage_times measure_stages();
+
   // ---- the stages, for statistics and benchmarks -----------------------------------------------
   [[nodiscard]] parameter_path& parameters() noexcept { return *path_; }
   [[nodiscard]] gradient_path& gradients() noexcept { return *gradients_; }
@@ -144,6 +164,7 @@ class offload_engine {
   std::unique_ptr<state_io> io_;
   std::unique_ptr<gradient_path> gradients_;
   std::unique_ptr<optimizer_step> optimizer_;
+  std::unique_ptr<activation_store> activations_;
   checkpoint_fs* files_;
   loss_scaler scaler_;
   double lr_ = 0;

@@ -1,0 +1,340 @@
+/* zoe.h: the C API of zoe, the ZeRO Offload Engine.
+ *
+ * Train a model whose states do not fit in device memory: zoe keeps every parameter's working copy,
+ * gradient, fp32 master and Adam moments in device memory, pinned host memory or on NVMe (as a
+ * DeepSpeed-style JSON configuration places them), and hands the caller device pointers to compute
+ * with. One training step of `gradient_accumulation_steps` micro-batches looks like:
+ *
+ *   for each micro-batch:
+ *     zoe_begin_micro_batch(e)
+ *     forward, module by module:
+ *       zoe_fetch(e, m, ZOE_PASS_FORWARD, s)      -> compute with zoe_parameter_address() on s
+ *       zoe_activation_save(e, act, bytes, s, &a)  (optional: keep an activation until backward)
+ *       zoe_release(e, m, s)
+ *     backward, modules in reverse:
+ *       zoe_fetch(e, m, ZOE_PASS_BACKWARD, s)
+ *       zoe_activation_load(e, a, s, &act)         (brings it back; the ones before it prefetch)
+ *       zoe_module_gradients(e, m, s, bufs, n)     -> write d(loss * loss_scale)/d(param) into bufs
+ *       zoe_reduce_gradients(e, m, s)              (hands them in)
+ *       zoe_activation_free(e, a, s)
+ *       zoe_release(e, m, s)
+ *     zoe_end_micro_batch(e)
+ *   zoe_step(e, lr, &result)                       (result.loss_scale: the next step's loss scale)
+ *
+ * Conventions (as NCCL's API):
+ *   - Every call returns a zoe_status. On failure the calling thread's zoe_last_error() says what
+ *     went wrong and names the object (the config key, the path and offset, the module, the size).
+ *     No C++ exception crosses this boundary.
+ *   - Out-parameters come last; every pointer is checked (NULL where one is required is
+ *     ZOE_ERROR_USAGE, and nothing is written to the out-parameters of a failed call).
+ *   - Handles are opaque and come in create/destroy pairs. A handle passed after its destroy (or
+ *     one zoe never made) is ZOE_ERROR_USAGE, never a crash: zoe keeps a registry of live handles.
+ *   - Structs begin with their own size (`struct_size`, set it with the ZOE_..._INIT macros) so that
+ *     later versions can add fields at the end without breaking callers built against this one.
+ *   - Thread-safety is stated per call. "One thread" means: calls on one engine that say so must
+ *     not run concurrently with each other or with any other call on that engine.
+ *   - Streams: work zoe queues for a call on a stream `s` runs in order with the caller's work on s.
+ *     A NULL stream is the device's default stream.
+ */
+#ifndef ZOE_ZOE_H
+#define ZOE_ZOE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(__GNUC__)
+#define ZOE_API __attribute__((visibility("default")))
+#else
+#define ZOE_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- status and errors ----------------------------------------------------------------------- */
+
+/** Every call's result. The values are stable (zoe::error_category's). */
+typedef enum zoe_status {
+  ZOE_SUCCESS = 0,
+  ZOE_ERROR_INTERNAL = 1, /**< a bug in zoe: an invariant did not hold */
+  ZOE_ERROR_USAGE = 2,    /**< a bad argument, handle, size or dtype, or a call out of order */
+  ZOE_ERROR_CONFIG = 3,   /**< a configuration key has a wrong type, value or combination */
+  ZOE_ERROR_IO = 4,       /**< a file operation failed (the message names the path and offset) */
+  ZOE_ERROR_CORRUPT = 5,  /**< stored data (swap file, checkpoint) failed its integrity check */
+  ZOE_ERROR_MEMORY = 6,   /**< out of memory in some tier (device budget, pinned host, arena) */
+  ZOE_ERROR_DEVICE = 7,   /**< the compute device failed */
+  ZOE_ERROR_COMM = 8,     /**< a collective failed */
+  ZOE_ERROR_TIMEOUT = 9   /**< a bounded wait ran out */
+} zoe_status;
+
+/** "success", "usage", "config", ... for a status; "unknown" for a value not listed. Thread-safe. */
+ZOE_API const char* zoe_status_string(zoe_status status);
+
+/** The message of the calling thread's last failed call ("" when none failed yet). The string is
+ *  valid until the thread's next failing call. Thread-safe (thread-local). */
+ZOE_API const char* zoe_last_error(void);
+
+/** The library's version as "major.minor.patch". Thread-safe. */
+ZOE_API const char* zoe_version(void);
+
+/* ---- devices, streams and device memory -------------------------------------------------------- */
+
+typedef struct zoe_device zoe_device;
+typedef struct zoe_stream zoe_stream;
+
+typedef enum zoe_device_kind {
+  ZOE_DEVICE_AUTO = 0, /**< CUDA when a usable GPU is present, else the host device */
+  ZOE_DEVICE_HOST = 1, /**< the host-emulated device: host memory with a hard budget */
+  ZOE_DEVICE_CUDA = 2
+} zoe_device_kind;
+
+typedef struct zoe_device_options {
+  size_t struct_size;   /**< sizeof(zoe_device_options) */
+  zoe_device_kind kind; /**< ZOE_DEVICE_AUTO honours the environment variable ZOE_DEVICE */
+  uint64_t budget_bytes; /**< the host device's budget; 0: ZOE_DEVICE_BUDGET, else half of memory */
+  int cuda_ordinal;
+} zoe_device_options;
+#define ZOE_DEVICE_OPTIONS_INIT {sizeof(zoe_device_options), ZOE_DEVICE_AUTO, 0, 0}
+
+/** Opens a device. ZOE_ERROR_CONFIG for an unknown kind, ZOE_ERROR_DEVICE when CUDA is asked for
+ *  and unusable. Thread-safe. */
+ZOE_API zoe_status zoe_device_create(const zoe_device_options* options, zoe_device** device);
+/** Closes a device made by zoe_device_create. Every engine and stream using it must be destroyed
+ *  first (ZOE_ERROR_USAGE otherwise, and the device stays open). Thread-safe. */
+ZOE_API zoe_status zoe_device_destroy(zoe_device* device);
+/** The device's kind (ZOE_DEVICE_HOST or ZOE_DEVICE_CUDA). Thread-safe. */
+ZOE_API zoe_status zoe_device_get_kind(const zoe_device* device, zoe_device_kind* kind);
+/** Device memory in use now, the most ever in use, and the budget, in bytes. Thread-safe. */
+ZOE_API zoe_status zoe_device_memory(const zoe_device* device, uint64_t* current_bytes, uint64_t* peak_bytes,
+                                     uint64_t* budget_bytes);
+
+/** A new stream of `device`. Thread-safe. */
+ZOE_API zoe_status zoe_stream_create(zoe_device* device, zoe_stream** stream);
+/** Waits for the work queued on the stream, then destroys it. Thread-safe (not concurrently with
+ *  other calls using this stream). */
+ZOE_API zoe_status zoe_stream_destroy(zoe_stream* stream);
+/** Blocks until the work queued on `stream` has completed; returns the failure of that work.
+ *  Thread-safe. */
+ZOE_API zoe_status zoe_stream_synchronize(zoe_stream* stream);
+/** The native handle: the cudaStream_t on a CUDA device (for cuBLAS and kernels), NULL on the host
+ *  device (whose memory is host memory: synchronize the stream, then compute on the host). */
+ZOE_API zoe_status zoe_stream_native(const zoe_stream* stream, void** native);
+
+/** `bytes` of device memory (counted against the budget), usable by work on `stream`.
+ *  ZOE_ERROR_MEMORY naming the size, the usage and the budget when it does not fit. Thread-safe. */
+ZOE_API zoe_status zoe_device_allocate(zoe_device* device, size_t bytes, zoe_stream* stream, void** pointer);
+/** Frees memory from zoe_device_allocate (`bytes` as allocated) after the work on `stream`. */
+ZOE_API zoe_status zoe_device_free(zoe_device* device, void* pointer, size_t bytes, zoe_stream* stream);
+
+typedef enum zoe_copy_kind {
+  ZOE_COPY_HOST_TO_DEVICE = 0,
+  ZOE_COPY_DEVICE_TO_HOST = 1,
+  ZOE_COPY_DEVICE_TO_DEVICE = 2
+} zoe_copy_kind;
+/** Copies `bytes` from `src` to `dst` in order with the work on `stream`. Thread-safe. */
+ZOE_API zoe_status zoe_copy_async(zoe_device* device, void* dst, const void* src, size_t bytes, zoe_copy_kind kind,
+                                  zoe_stream* stream);
+
+/* ---- the model --------------------------------------------------------------------------------- */
+
+typedef struct zoe_model zoe_model;
+typedef uint32_t zoe_module_id;
+typedef uint32_t zoe_parameter_id;
+
+typedef enum zoe_dtype { ZOE_FP32 = 0, ZOE_FP16 = 1, ZOE_BF16 = 2 } zoe_dtype;
+
+typedef enum zoe_init {
+  ZOE_INIT_DATA = 0,    /**< `data` holds numel fp32 values, row-major (read by zoe_engine_create) */
+  ZOE_INIT_ZEROS = 1,
+  ZOE_INIT_UNIFORM = 2, /**< uniform in [-scale, scale) */
+  ZOE_INIT_NORMAL = 3   /**< normal with mean 0 and standard deviation `scale` */
+} zoe_init;
+
+/** One parameter. The seeded initializers give the same values for the same (seed, shape) on every
+ *  machine, whatever the thread count or the configuration. */
+typedef struct zoe_parameter_desc {
+  size_t struct_size;     /**< sizeof(zoe_parameter_desc) */
+  const char* name;       /**< unique in the model; copied */
+  size_t ndim;            /**< 0: a scalar */
+  const uint64_t* shape;  /**< ndim extents, each > 0; copied */
+  zoe_dtype dtype;        /**< the working copy's type (ZOE_FP32: the fp32 master is the working copy) */
+  zoe_init init;
+  const float* data;      /**< ZOE_INIT_DATA: numel values, kept by the caller until zoe_engine_create returns */
+  float scale;            /**< ZOE_INIT_UNIFORM / ZOE_INIT_NORMAL */
+  uint64_t seed;          /**< ZOE_INIT_UNIFORM / ZOE_INIT_NORMAL */
+} zoe_parameter_desc;
+#define ZOE_PARAMETER_DESC_INIT {sizeof(zoe_parameter_desc), NULL, 0, NULL, ZOE_FP32, ZOE_INIT_ZEROS, NULL, 0.0f, 0}
+
+/** An empty model to register modules and parameters in. One thread per model. */
+ZOE_API zoe_status zoe_model_create(zoe_model** model);
+ZOE_API zoe_status zoe_model_destroy(zoe_model* model);
+/** Adds a module (the unit of fetch and release); ids count from 0 in the order added. `name` is
+ *  copied and must be unique (ZOE_ERROR_USAGE naming it otherwise). */
+ZOE_API zoe_status zoe_model_add_module(zoe_model* model, const char* name, zoe_module_id* module);
+/** Adds a parameter to `module`; ids count from 0 over the whole model in the order added.
+ *  ZOE_ERROR_USAGE naming the parameter for an unknown module, a duplicate name, a zero extent, an
+ *  unknown dtype or initializer, ZOE_INIT_DATA without data. */
+ZOE_API zoe_status zoe_model_add_parameter(zoe_model* model, zoe_module_id module, const zoe_parameter_desc* desc,
+                                           zoe_parameter_id* parameter);
+
+/* ---- the engine -------------------------------------------------------------------------------- */
+
+typedef struct zoe_engine zoe_engine;
+
+typedef struct zoe_engine_desc {
+  size_t struct_size;      /**< sizeof(zoe_engine_desc) */
+  const char* config_json; /**< a DeepSpeed-style JSON document, or NULL ... */
+  const char* config_path; /**< ... a file holding one (exactly one of the two; "{}" for defaults) */
+  const zoe_model* model;  /**< read during the call; may be destroyed afterwards */
+  zoe_device* device;      /**< NULL: the engine opens the device the config's zoe.device names */
+} zoe_engine_desc;
+#define ZOE_ENGINE_DESC_INIT {sizeof(zoe_engine_desc), NULL, NULL, NULL, NULL}
+
+/** Parses the configuration, lays the model out, plans its footprint (checked against this
+ *  machine before anything is allocated), builds every stage and gives each parameter its initial
+ *  value. ZOE_ERROR_CONFIG naming the key, ZOE_ERROR_MEMORY naming the plan item, ZOE_ERROR_IO
+ *  naming the swap path. Config warnings (unknown keys) go to zoe's log. Thread-safe. */
+ZOE_API zoe_status zoe_engine_create(const zoe_engine_desc* desc, zoe_engine** engine);
+/** Waits for the engine's work, frees every tier's memory and removes its swap files. */
+ZOE_API zoe_status zoe_engine_destroy(zoe_engine* engine);
+/** The device the engine runs on (borrowed: valid until zoe_engine_destroy). Thread-safe. */
+ZOE_API zoe_status zoe_engine_device(zoe_engine* engine, zoe_device** device);
+
+/* ---- a micro-batch ----------------------------------------------------------------------------- */
+
+typedef enum zoe_pass { ZOE_PASS_FORWARD = 0, ZOE_PASS_BACKWARD = 1 } zoe_pass;
+
+/** Opens the next micro-batch. ZOE_ERROR_USAGE when one is open or the step's micro-batches are
+ *  all done and zoe_step has not run. One thread. */
+ZOE_API zoe_status zoe_begin_micro_batch(zoe_engine* engine);
+/** Closes it: every fetch released and every fetched-for-backward module's gradients reduced
+ *  (ZOE_ERROR_USAGE naming the module otherwise; the micro-batch stays open). One thread. */
+ZOE_API zoe_status zoe_end_micro_batch(zoe_engine* engine);
+
+/** Brings module `module`'s parameters to the device for `pass`; work queued on `stream` after
+ *  this call sees them (the call blocks only until the gathers are queued). ZOE_ERROR_USAGE for an
+ *  unknown module, outside a micro-batch, or when the module is fetched and not yet released;
+ *  ZOE_ERROR_IO / ZOE_ERROR_CORRUPT naming the path and offset when its shard cannot be read.
+ *  Thread-safe for different modules. */
+ZOE_API zoe_status zoe_fetch(zoe_engine* engine, zoe_module_id module, zoe_pass pass, zoe_stream* stream);
+/** Ends the module's fetch once the work queued on `stream` so far is done (an event recorded on
+ *  it); its parameter pointers are invalid after this call. ZOE_ERROR_USAGE when it is not fetched,
+ *  or fetched for backward with gradients acquired and not reduced. Thread-safe for different
+ *  modules. */
+ZOE_API zoe_status zoe_release(zoe_engine* engine, zoe_module_id module, zoe_stream* stream);
+/** The device address of parameter `parameter`'s full value (its working dtype, row-major),
+ *  valid from its module's zoe_fetch until its zoe_release. ZOE_ERROR_USAGE when its module is not
+ *  fetched. Thread-safe. */
+ZOE_API zoe_status zoe_parameter_address(zoe_engine* engine, zoe_parameter_id parameter, void** address);
+
+/** zoe-owned device buffers for module `module`'s gradients, one per parameter in the order they
+ *  were added, each numel elements of the parameter's working dtype, zero-filled in order with
+ *  `stream`. `count` must equal the module's parameter count. Write d(loss * loss_scale)/d(param)
+ *  into them on `stream`, then hand them in with zoe_reduce_gradients. ZOE_ERROR_USAGE when the
+ *  module is not fetched for backward, or its gradients were already acquired in this micro-batch.
+ *  Thread-safe for different modules. */
+ZOE_API zoe_status zoe_module_gradients(zoe_engine* engine, zoe_module_id module, zoe_stream* stream,
+                                        void** buffers, size_t count);
+/** Hands in the module's gradients once the work queued on `stream` is done: they are reduced
+ *  and summed into the gradient state (fp32) wherever it lives. The buffers are invalid after this
+ *  call. ZOE_ERROR_USAGE when they were not acquired. Thread-safe for different modules. */
+ZOE_API zoe_status zoe_reduce_gradients(zoe_engine* engine, zoe_module_id module, zoe_stream* stream);
+
+/* ---- activation checkpoints (ZeRO-R Pa+cpu) ---------------------------------------------------- */
+
+typedef uint64_t zoe_activation_id;
+
+/** Keeps a copy of `bytes` of device memory at `pointer` until backward: zoe copies it off the
+ *  device in order with `stream` (work queued on `stream` after this call may change or free the
+ *  buffer) into pinned host memory, or onto NVMe when the host share (zoe.activations.host_bytes)
+ *  is full. ZOE_ERROR_USAGE outside a micro-batch or for NULL / zero bytes. One thread. */
+ZOE_API zoe_status zoe_activation_save(zoe_engine* engine, const void* pointer, size_t bytes, zoe_stream* stream,
+                                       zoe_activation_id* activation);
+/** Brings activation `activation` back into device memory zoe allocates (counted against the
+ *  budget); work queued on `stream` after this call sees it. Loading one starts bringing back the
+ *  ones saved before it (reverse order, as backward asks for them), as far as the device share
+ *  allows. ZOE_ERROR_USAGE for an unknown or freed id, or one already loaded; ZOE_ERROR_IO /
+ *  ZOE_ERROR_CORRUPT naming the path and offset. One thread. */
+ZOE_API zoe_status zoe_activation_load(zoe_engine* engine, zoe_activation_id activation, zoe_stream* stream,
+                                       void** pointer);
+/** Frees the activation (its device memory after the work queued on `stream`). Activations not
+ *  freed by zoe_end_micro_batch are freed there. One thread. */
+ZOE_API zoe_status zoe_activation_free(zoe_engine* engine, zoe_activation_id activation, zoe_stream* stream);
+
+/* ---- the step ---------------------------------------------------------------------------------- */
+
+/** What the loss is multiplied by before backward (fp16's dynamic loss scale; 1 otherwise). */
+ZOE_API zoe_status zoe_loss_scale(const zoe_engine* engine, double* scale);
+
+typedef struct zoe_step_result {
+  size_t struct_size;       /**< sizeof(zoe_step_result), set by the caller */
+  int skipped;              /**< 1: an inf or NaN in the gradients; no state changed but the loss scale */
+  double loss_scale;        /**< the scale for the next step's loss */
+  double grad_norm;         /**< global L2 norm of the averaged, unscaled gradients */
+  double clip_coefficient;  /**< what clipping multiplied the gradients by (1: not clipped) */
+  int64_t optimizer_steps;  /**< steps taken so far, skipped ones not counted */
+} zoe_step_result;
+#define ZOE_STEP_RESULT_INIT {sizeof(zoe_step_result), 0, 1.0, 0.0, 1.0, 0}
+
+/** One optimizer step with learning rate `lr` over the gradients of the step's micro-batches
+ *  (averaged, unscaled, clipped to gradient_clipping). ZOE_ERROR_USAGE unless all
+ *  gradient_accumulation_steps micro-batches are done; on an I/O failure every state is as it was
+ *  and the step may be retried. One thread. */
+ZOE_API zoe_status zoe_step(zoe_engine* engine, double lr, zoe_step_result* result);
+
+/* ---- reading states (debugging) --------------------------------------------------------------- */
+
+typedef enum zoe_state {
+  ZOE_STATE_PARAMETER = 0,  /**< the fp32 master value */
+  ZOE_STATE_GRADIENT = 1,   /**< as accumulated so far: summed over micro-batches, still loss-scaled */
+  ZOE_STATE_EXP_AVG = 2,
+  ZOE_STATE_EXP_AVG_SQ = 3
+} zoe_state;
+
+/** Copies state `state` of parameter `parameter` into `values` (`count` must be its numel) as
+ *  fp32. ZOE_ERROR_USAGE for a wrong count, an unknown parameter or state, inside a micro-batch,
+ *  or a gradient before any was reduced. One thread. */
+ZOE_API zoe_status zoe_read_state(zoe_engine* engine, zoe_parameter_id parameter, zoe_state state, float* values,
+                                  size_t count);
+/** The parameter's element count. Thread-safe. */
+ZOE_API zoe_status zoe_parameter_numel(const zoe_engine* engine, zoe_parameter_id parameter, uint64_t* numel);
+
+/* ---- checkpoints ------------------------------------------------------------------------------- */
+
+/** Saves every state (but the gradient), the loss scaler and the learning rate under
+ *  `directory`/`tag` (tag NULL or "": "step-<n>") and points `directory`/latest at it, crash-safe:
+ *  a process killed during the save leaves the previous checkpoint loadable. Between steps only
+ *  (ZOE_ERROR_USAGE otherwise). One thread. */
+ZOE_API zoe_status zoe_checkpoint_save(zoe_engine* engine, const char* directory, const char* tag);
+/** Loads `directory`/`tag` (NULL or "": the latest). ZOE_ERROR_CORRUPT naming the file when it is
+ *  missing, torn, corrupt or of another model, with nothing changed. Between steps only. One thread. */
+ZOE_API zoe_status zoe_checkpoint_load(zoe_engine* engine, const char* directory, const char* tag);
+
+/* ---- statistics and timing --------------------------------------------------------------------- */
+
+/** The engine's statistics as one JSON object: bytes and bandwidth per tier and direction, the time
+ *  spent waiting on fetches, the optimizer's and the activations' figures, and the footprint plan
+ *  against the peak use of each tier. Writes at most `capacity` bytes (NUL included) into `buffer`
+ *  and sets *length to the JSON's length without the NUL; a NULL buffer or a short capacity only
+ *  sets *length (call again with *length + 1). One thread. */
+ZOE_API zoe_status zoe_statistics(zoe_engine* engine, char* buffer, size_t capacity, size_t* length);
+
+/** Each stage of a training step's offload timed alone, over the model's real states. */
+typedef struct zoe_stage_times {
+  size_t struct_size;     /**< sizeof(zoe_stage_times), set by the caller */
+  double param_io_s;      /**< every module fetched and released for forward, then for backward: the step's parameter reads alone */
+  double adam_s;          /**< Adam over every shard with its NVMe parts already read */
+  double optimizer_io_s;  /**< the optimizer's NVMe reads and writes together, without Adam */
+} zoe_stage_times;
+#define ZOE_STAGE_TIMES_INIT {sizeof(zoe_stage_times), 0.0, 0.0, 0.0}
+
+/** Times the stages above; changes no state (the optimizer stages write shadow extents and drop
+ *  them). Between steps only, after at least one step (ZOE_ERROR_USAGE otherwise). One thread. */
+ZOE_API zoe_status zoe_measure_stages(zoe_engine* engine, zoe_stage_times* times);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* ZOE_ZOE_H */
