@@ -166,6 +166,14 @@ typedef struct zoe_parameter_desc {
 } zoe_parameter_desc;
 #define ZOE_PARAMETER_DESC_INIT {sizeof(zoe_parameter_desc), NULL, 0, NULL, ZOE_FP32, ZOE_INIT_ZEROS, NULL, 0.0f, 0}
 
+/** Writes elements [first, first + count) of the values the seeded initializer `init`
+ *  (ZOE_INIT_ZEROS, ZOE_INIT_UNIFORM or ZOE_INIT_NORMAL) gives a parameter with this `scale` and
+ *  `seed`: element i depends only on (init, scale, seed, i), so a reference implementation can
+ *  reproduce zoe's initial values piece by piece. ZOE_ERROR_USAGE for ZOE_INIT_DATA or an unknown
+ *  initializer. Thread-safe. */
+ZOE_API zoe_status zoe_initializer_fill(zoe_init init, float scale, uint64_t seed, uint64_t first, float* values,
+                                        size_t count);
+
 /** An empty model to register modules and parameters in. One thread per model. */
 ZOE_API zoe_status zoe_model_create(zoe_model** model);
 ZOE_API zoe_status zoe_model_destroy(zoe_model* model);
