@@ -40,7 +40,7 @@ struct entry {
   std::uint64_t bytes = 0;
   stage at = stage::saved;
   std::optional<std::uint64_t> slot;  ///< offset in the host share, while the pinned copy is held
-  device_event host_ready;            ///< after the copy into the slot
+  device_event host_ready;            ///< after the last copy into or out of the slot
   std::optional<io::swap_extent> extent;
   void* device = nullptr;     ///< prefetched or loaded
   device_event device_ready;  ///< after the prefetch's copy to `device`
@@ -179,16 +179,42 @@ struct activation_store::impl {
     stats.load_wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
 
-  // Queues the copy of `e`'s pinned copy to `dst` on `stream` and gives its slot back after it.
+  // Queues the copy of `e`'s pinned copy to `dst` on `stream`; the slot's last use is then that
+  // copy (host_ready is recorded after it).
   void copy_from_host(entry& e, void* dst, stream_view stream) {
     dev.wait(stream, e.host_ready);
     dev.copy_async(dst, share.at(*e.slot), e.bytes, copy_kind::host_to_device, stream);
-    device_event done = dev.create_event();
-    dev.record(done, stream);
-    share.give_back(*e.slot, e.bytes, std::move(done));
-    e.slot.reset();
+    dev.record(e.host_ready, stream);
     const std::lock_guard lock(stats_mutex);
     stats.bytes_to_device += e.bytes;
+  }
+
+  // The pinned copy is not needed once the device copy is loaded: the slot goes back after the
+  // copy that read it.
+  void give_back_slot(entry& e) {
+    if (!e.slot) return;
+    share.give_back(*e.slot, e.bytes, std::move(e.host_ready));
+    e.slot.reset();
+  }
+
+  // Device memory for a load: the device budget comes first for the caller, so prefetched
+  // activations give theirs back (those loaded last first) until the allocation fits.
+  void* allocate_for_load(activation_id id, std::uint64_t bytes, stream_view stream) {
+    for (;;) {
+      try {
+        return dev.allocate(static_cast<std::size_t>(bytes), stream);
+      } catch (const memory_error&) {
+        const auto victim = std::find_if(entries.begin(), entries.end(), [id](const auto& kv) {
+          return kv.first != id && kv.second.at == stage::prefetched;
+        });
+        if (victim == entries.end()) throw;
+        entry& v = victim->second;
+        dev.deallocate(v.device, static_cast<std::size_t>(v.bytes), v.device_stream);
+        v.device = nullptr;
+        v.at = stage::saved;
+        prefetched_bytes -= v.bytes;
+      }
+    }
   }
 
   void drop_extent(entry& e) {
@@ -215,7 +241,7 @@ struct activation_store::impl {
       }
       try {
         copy_from_host(e, dst, s);
-        e.device_ready = dev.create_event();
+        if (!e.device_ready.valid()) e.device_ready = dev.create_event();
         dev.record(e.device_ready, s);
       } catch (...) {
         dev.deallocate(dst, static_cast<std::size_t>(e.bytes), s);
@@ -235,10 +261,7 @@ struct activation_store::impl {
       if (e.at == stage::prefetched) prefetched_bytes -= e.bytes;
       e.device = nullptr;
     }
-    if (e.slot) {
-      share.give_back(*e.slot, e.bytes, std::move(e.host_ready));
-      e.slot.reset();
-    }
+    give_back_slot(e);
     try {
       drop_extent(e);
     } catch (const std::exception& x) {
@@ -324,7 +347,7 @@ void* activation_store::load(activation_id id, stream_view stream) {
     const std::lock_guard lock(s.stats_mutex);
     ++s.stats.prefetch_hits;
   } else {
-    void* dst = s.dev.allocate(static_cast<std::size_t>(e.bytes), stream);
+    void* dst = s.allocate_for_load(id, e.bytes, stream);
     try {
       if (e.slot) {
         s.copy_from_host(e, dst, stream);
@@ -337,6 +360,7 @@ void* activation_store::load(activation_id id, stream_view stream) {
     }
     e.device = dst;
   }
+  s.give_back_slot(e);
   e.at = stage::loaded;
   e.device_stream = stream;
   {
