@@ -228,7 +228,9 @@ TEST(activation_store, ACorruptNvmeCopyIsDetectedNeverRead) {
     const std::string m = e.what();
     EXPECT_NE(m.find(r.dir.path().string()), std::string::npos) << m;
     EXPECT_NE(m.find("activation " + std::to_string(id)), std::string::npos) << m;
+    EXPECT_NE(m.find("at offset " + std::to_string(store_chunk)), std::string::npos) << m;
   }
+  r.dev->synchronize(r.s.view());  // the failed load's memory is freed in order with its stream
   EXPECT_EQ(r.dev->usage().current_bytes, 0U) << "the failed load's device memory went back";
   r.acts->free(id, r.s.view());
   EXPECT_EQ(r.store->free_bytes(), r.store->capacity());

@@ -16,8 +16,10 @@
 // The pinned share and the staging memory are taken from the pinned resource at the first save
 // that needs them, so an engine that never saves an activation holds none of it.
 //
-// Thread-safety: one thread drives save/load/free/clear (the engine's micro-batch thread); the
-// store's own I/O thread works for it. stats() may be read from any thread.
+// Thread-safety: one thread drives save/load/free/clear (the engine's micro-batch thread). The
+// store starts no thread: its NVMe reads and writes run on that thread, through a swap channel it
+// makes at the first one, and its copies on the caller's streams and a prefetch stream of its own.
+// stats() may be read from any thread.
 
 #include <cstddef>
 #include <cstdint>
