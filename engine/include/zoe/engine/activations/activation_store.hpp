@@ -52,8 +52,8 @@ struct activation_stats {
   std::uint64_t saves = 0;
   std::uint64_t loads = 0;
   std::uint64_t prefetch_hits = 0;    ///< loads whose bytes were already on their way or back
-  std::uint64_t bytes_to_host = 0;    ///< device -> pinned host
-  std::uint64_t bytes_to_device = 0;  ///< pinned host -> device
+  std::uint64_t bytes_to_host = 0;    ///< device -> pinned host (the share, or the staging memory to NVMe)
+  std::uint64_t bytes_to_device = 0;  ///< pinned host -> device (the share, or the staging memory from NVMe)
   std::uint64_t bytes_written = 0;    ///< to NVMe
   std::uint64_t bytes_read = 0;       ///< from NVMe
   std::uint64_t peak_host_bytes = 0;  ///< most of the pinned share in use
@@ -63,8 +63,9 @@ struct activation_stats {
 
 class activation_store {
  public:
-  /// `store` may be null: everything must then fit the host share. Makes a stream on `dev` for
-  /// prefetching (device_error if refused). Everything passed must outlive the store.
+  /// `store` may be null: everything must then fit the host share. With prefetch_bytes, makes a
+  /// stream on `dev` for prefetching (device_error if refused). Everything passed must outlive the
+  /// store.
   activation_store(device& dev, allocators::pinned_host_resource& pinned, io::swap_store* store,
                    activation_store_options options);
   ~activation_store();
