@@ -66,6 +66,7 @@ json gradient_figures(const gradient_path_stats& s) {
   json j;
   add_nvme(j, s.bytes_read, s.bytes_written, s.accumulate_seconds);
   j["accumulate_seconds"] = s.accumulate_seconds;
+  j["device_to_host_bytes"] = s.bytes_to_host;
   j["modules_reduced"] = s.modules_reduced;
   j["reduced_bytes"] = s.bytes_reduced;
   j["bucket_waits"] = s.bucket_waits;
@@ -159,7 +160,7 @@ std::string statistics_json(offload_engine& engine) {
   // Totals over the stages, per tier and direction.
   j["nvme_read_bytes"] = params.bytes_read + grads.bytes_read + optim.bytes_read;
   j["nvme_write_bytes"] = params.bytes_written + grads.bytes_written + optim.bytes_written;
-  j["host_device_copy_bytes"] = params.bytes_copied;
+  j["host_device_copy_bytes"] = params.bytes_copied + grads.bytes_to_host;
   j["fetch_wait_seconds"] = fetches.wait_seconds;
   j["optimizer_steps"] = engine.scaler().optimizer_steps();
   j["loss_scale"] = engine.loss_scale();

@@ -39,6 +39,10 @@ TEST(statistics_json, AfterNvmeStepsCountsEachStagesBytesAndCarriesThePlan) {
   EXPECT_GT(j.at("parameters").at("nvme_read_bytes").get<std::uint64_t>(), 0U);
   EXPECT_GT(j.at("parameters").at("nvme_read_gib_per_s").get<double>(), 0);
   EXPECT_GT(j.at("gradients").at("nvme_write_bytes").get<std::uint64_t>(), 0U);
+  EXPECT_GT(j.at("gradients").at("device_to_host_bytes").get<std::uint64_t>(), 0U);
+  EXPECT_EQ(j.at("host_device_copy_bytes").get<std::uint64_t>(),
+            j.at("parameters").at("host_device_copy_bytes").get<std::uint64_t>() +
+                j.at("gradients").at("device_to_host_bytes").get<std::uint64_t>());
   EXPECT_GT(j.at("optimizer").at("nvme_read_bytes").get<std::uint64_t>(), 0U);
   EXPECT_GT(j.at("optimizer").at("nvme_write_bytes").get<std::uint64_t>(), 0U);
   EXPECT_EQ(j.at("optimizer").at("steps").get<std::uint64_t>(), 2U);

@@ -12,14 +12,16 @@ namespace zoe::engine {
 /// One JSON object (no newline), keys in snake_case with their unit in the name. The counters add
 /// up everything since the engine was made (measure_stages' I/O included):
 ///   nvme_read_bytes, nvme_write_bytes   every stage's NVMe bytes summed
-///   host_device_copy_bytes              parameter moves between device and host homes
+///   host_device_copy_bytes              parameter moves between device and host homes, and the
+///                                       reduced gradients copied off the device
 ///   fetch_wait_seconds                  time callers spent waiting on fetches
 ///   optimizer_steps, loss_scale
 ///   parameters   the parameter swapper: nvme_{read,write}_bytes and _gib_per_s over io_busy_seconds
 ///                (the time its I/O thread had NVMe I/O in flight), moves, buffer waits
 ///   fetches      the coordinator: fetches, gathers, prefetches, prefetch_backoffs, evictions,
 ///                arena waits and peak, fetch_wait_seconds
-///   gradients    the gradient path: nvme_{read,write}_bytes and _gib_per_s over accumulate_seconds
+///   gradients    the gradient path: nvme_{read,write}_bytes and _gib_per_s over accumulate_seconds,
+///                device_to_host_bytes
 ///   optimizer    the optimizer step's totals (steps, stage_runs, seconds, adam_seconds, NVMe bytes
 ///                and _gib_per_s over its seconds) and last_step (the last whole step's figures)
 ///   footprint    the plan beside the use: device {planned_bytes, peak_bytes, current_bytes,
