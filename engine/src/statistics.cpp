@@ -106,6 +106,26 @@ json optimizer_figures(const optimizer_step& o) {
   return j;
 }
 
+// The activation checkpoints' moves, and their shares as planned beside their peaks.
+json activation_figures(const activation_stats& s, const footprint_plan& plan) {
+  json j;
+  j["saves"] = s.saves;
+  j["loads"] = s.loads;
+  j["prefetch_hits"] = s.prefetch_hits;
+  j["device_to_host_bytes"] = s.bytes_to_host;
+  j["host_to_device_bytes"] = s.bytes_to_device;
+  j["nvme_read_bytes"] = s.bytes_read;
+  j["nvme_write_bytes"] = s.bytes_written;
+  j["load_wait_seconds"] = s.load_wait_seconds;
+  j["host_planned_bytes"] = plan.activation_host_bytes;
+  j["host_peak_bytes"] = s.peak_host_bytes;
+  j["nvme_planned_bytes"] = plan.activation_nvme_bytes;
+  j["nvme_peak_bytes"] = s.peak_nvme_bytes;
+  j["prefetch_planned_bytes"] = plan.activation_prefetch_bytes;
+  j["staging_planned_bytes"] = plan.activation_staging_bytes;
+  return j;
+}
+
 json footprint_figures(offload_engine& engine) {
   parameter_path& path = engine.parameters();
   const footprint_plan& plan = path.plan();
@@ -155,12 +175,13 @@ std::string statistics_json(offload_engine& engine) {
   const coordinator_stats fetches = engine.parameters().coord().stats();
   const gradient_path_stats grads = engine.gradients().stats();
   const optimizer_step_totals& optim = engine.optimizer().totals();
+  const activation_stats acts = engine.activations().stats();
 
   json j;
   // Totals over the stages, per tier and direction.
-  j["nvme_read_bytes"] = params.bytes_read + grads.bytes_read + optim.bytes_read;
-  j["nvme_write_bytes"] = params.bytes_written + grads.bytes_written + optim.bytes_written;
-  j["host_device_copy_bytes"] = params.bytes_copied + grads.bytes_to_host;
+  j["nvme_read_bytes"] = params.bytes_read + grads.bytes_read + optim.bytes_read + acts.bytes_read;
+  j["nvme_write_bytes"] = params.bytes_written + grads.bytes_written + optim.bytes_written + acts.bytes_written;
+  j["host_device_copy_bytes"] = params.bytes_copied + grads.bytes_to_host + acts.bytes_to_host + acts.bytes_to_device;
   j["fetch_wait_seconds"] = fetches.wait_seconds;
   j["optimizer_steps"] = engine.scaler().optimizer_steps();
   j["loss_scale"] = engine.loss_scale();
@@ -168,6 +189,7 @@ std::string statistics_json(offload_engine& engine) {
   j["fetches"] = fetch_figures(fetches);
   j["gradients"] = gradient_figures(grads);
   j["optimizer"] = optimizer_figures(engine.optimizer());
+  j["activations"] = activation_figures(acts, engine.plan());
   j["footprint"] = footprint_figures(engine);
   return j.dump();
 }

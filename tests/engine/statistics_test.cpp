@@ -91,5 +91,45 @@ TEST(statistics_json, MeasuringTheStagesLeavesTheLastStepsFiguresAlone) {
   EXPECT_EQ(after.at("nvme_read_bytes").get<std::uint64_t>(), 2 * before.at("nvme_read_bytes").get<std::uint64_t>());
 }
 
+// Activations saved in a micro-batch (one over the pinned share, so it goes to NVMe) and loaded
+// back: their moves, in the activations' section and in the totals, and their shares as planned.
+TEST(statistics_json, CountsTheActivationsMovesAndTheirPlannedShares) {
+  constexpr std::size_t kib = 1024;
+  rig r("nvme", kernels::dtype::fp32, [](engine::engine_config& c) {
+    c.zoe.activations.host_bytes = 64 * kib;
+    c.zoe.activations.nvme_bytes = 1024 * kib;
+  });
+  const device_stream s = r.dev->create_stream();
+  const std::vector<std::byte> data(48 * kib, std::byte{7});
+  void* src = r.dev->allocate(data.size(), s.view());
+  r.dev->copy_async(src, data.data(), data.size(), copy_kind::host_to_device, s.view());
+  r.e->begin_micro_batch();
+  const engine::activation_id first = r.e->activations().save(src, data.size(), s.view());
+  const engine::activation_id second = r.e->activations().save(src, data.size(), s.view());  // over the share
+  (void)r.e->activations().load(second, s.view());
+  (void)r.e->activations().load(first, s.view());
+  r.dev->synchronize(s.view());
+  r.e->end_micro_batch();
+  r.dev->deallocate(src, data.size(), s.view());
+  r.dev->synchronize(s.view());
+
+  const json j = json::parse(engine::statistics_json(*r.e));
+  const json& a = j.at("activations");
+  EXPECT_EQ(a.at("saves").get<std::uint64_t>(), 2U);
+  EXPECT_EQ(a.at("loads").get<std::uint64_t>(), 2U);
+  EXPECT_GE(a.at("device_to_host_bytes").get<std::uint64_t>(), data.size());
+  EXPECT_GE(a.at("host_to_device_bytes").get<std::uint64_t>(), data.size());
+  EXPECT_GE(a.at("nvme_write_bytes").get<std::uint64_t>(), data.size());
+  EXPECT_GE(a.at("nvme_read_bytes").get<std::uint64_t>(), data.size());
+  EXPECT_EQ(a.at("host_planned_bytes").get<std::uint64_t>(), r.e->plan().activation_host_bytes);
+  EXPECT_EQ(a.at("nvme_planned_bytes").get<std::uint64_t>(), r.e->plan().activation_nvme_bytes);
+  EXPECT_LE(a.at("host_peak_bytes").get<std::uint64_t>(), r.e->plan().activation_host_bytes);
+  EXPECT_GT(a.at("nvme_peak_bytes").get<std::uint64_t>(), 0U);
+  // Nothing else read NVMe: no step ran and no module was fetched.
+  EXPECT_EQ(j.at("nvme_read_bytes"), a.at("nvme_read_bytes"));
+  EXPECT_EQ(j.at("host_device_copy_bytes").get<std::uint64_t>(),
+            a.at("device_to_host_bytes").get<std::uint64_t>() + a.at("host_to_device_bytes").get<std::uint64_t>());
+}
+
 }  // namespace
 }  // namespace zoe::testing

@@ -12,8 +12,9 @@ namespace zoe::engine {
 /// One JSON object (no newline), keys in snake_case with their unit in the name. The counters add
 /// up everything since the engine was made (measure_stages' I/O included):
 ///   nvme_read_bytes, nvme_write_bytes   every stage's NVMe bytes summed
-///   host_device_copy_bytes              parameter moves between device and host homes, and the
-///                                       reduced gradients copied off the device
+///   host_device_copy_bytes              parameter moves between device and host homes, the
+///                                       reduced gradients copied off the device, and the
+///                                       activations' copies both ways
 ///   fetch_wait_seconds                  time callers spent waiting on fetches
 ///   optimizer_steps, loss_scale
 ///   parameters   the parameter swapper: nvme_{read,write}_bytes and _gib_per_s over io_busy_seconds
@@ -24,6 +25,10 @@ namespace zoe::engine {
 ///                device_to_host_bytes
 ///   optimizer    the optimizer step's totals (steps, stage_runs, seconds, adam_seconds, NVMe bytes
 ///                and _gib_per_s over its seconds) and last_step (the last whole step's figures)
+///   activations  the activation store: saves, loads, prefetch_hits, device_to_host_bytes,
+///                host_to_device_bytes, nvme_{read,write}_bytes, load_wait_seconds, and its shares
+///                planned beside their peaks (host_planned_bytes / host_peak_bytes, nvme_..., and
+///                prefetch_planned_bytes, staging_planned_bytes)
 ///   footprint    the plan beside the use: device {planned_bytes, peak_bytes, current_bytes,
 ///                budget_bytes, state_bytes}, pinned_host {planned_bytes, peak_bytes, current_bytes,
 ///                state_bytes}, pageable_host {planned_bytes, state_bytes}, nvme {planned_bytes,
