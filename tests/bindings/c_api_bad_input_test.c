@@ -631,6 +631,46 @@ fail:
   return 0;
 }
 
+/* two activations saved in forward come back intact in backward (in reverse order), after their
+ * device buffers were overwritten */
+static int activation_round_trip(void) {
+  rig r;
+  enum { BYTES = 3 * 4096 + 100 };
+  static unsigned char pattern[2][BYTES], back[BYTES];
+  void* buffer = NULL;
+  void* loaded;
+  zoe_activation_id ids[2];
+  int a, i;
+  memset(&r, 0, sizeof r);
+  if (!rig_open(&r, 1)) goto fail;
+  EXPECT_OK(zoe_device_allocate(r.device, BYTES, r.stream, &buffer));
+  EXPECT_OK(zoe_begin_micro_batch(r.engine));
+  for (a = 0; a < 2; ++a) {
+    for (i = 0; i < BYTES; ++i) pattern[a][i] = (unsigned char)(i * (a + 3) + a);
+    EXPECT_OK(zoe_copy_async(r.device, buffer, pattern[a], BYTES, ZOE_COPY_HOST_TO_DEVICE, r.stream));
+    EXPECT_OK(zoe_activation_save(r.engine, buffer, BYTES, r.stream, &ids[a]));
+  }
+  EXPECT_TRUE(ids[0] != ids[1]);
+  memset(back, 0, sizeof back);
+  EXPECT_OK(zoe_copy_async(r.device, buffer, back, BYTES, ZOE_COPY_HOST_TO_DEVICE, r.stream));
+  for (a = 1; a >= 0; --a) {
+    EXPECT_OK(zoe_activation_load(r.engine, ids[a], r.stream, &loaded));
+    EXPECT_USAGE(zoe_activation_load(r.engine, ids[a], r.stream, &loaded), NULL); /* already loaded */
+    EXPECT_OK(zoe_copy_async(r.device, back, loaded, BYTES, ZOE_COPY_DEVICE_TO_HOST, r.stream));
+    EXPECT_OK(zoe_stream_synchronize(r.stream));
+    EXPECT_TRUE(memcmp(back, pattern[a], BYTES) == 0);
+    EXPECT_OK(zoe_activation_free(r.engine, ids[a], r.stream));
+  }
+  EXPECT_USAGE(zoe_activation_load(r.engine, ids[0], r.stream, &loaded), NULL); /* freed */
+  EXPECT_OK(zoe_end_micro_batch(r.engine));
+  EXPECT_OK(zoe_device_free(r.device, buffer, BYTES, r.stream));
+  return rig_close(&r);
+fail:
+  if (buffer != NULL) zoe_device_free(r.device, buffer, BYTES, r.stream);
+  rig_close(&r);
+  return 0;
+}
+
 static int training_loss_falls(void) {
   rig r;
   zoe_step_result result = ZOE_STEP_RESULT_INIT;
@@ -735,6 +775,7 @@ static const test_case cases[] = {
     {"out_of_order", out_of_order},
     {"wrong_sizes_and_states", wrong_sizes_and_states},
     {"activations_out_of_order", activations_out_of_order},
+    {"activation_round_trip", activation_round_trip},
     {"training_loss_falls", training_loss_falls},
     {"checkpoint_round_trip", checkpoint_round_trip},
     {"statistics_length", statistics_length},
