@@ -114,7 +114,8 @@ static int build_model(rig* r) {
 }
 
 /* Stage 3 with the working copies and the optimizer states on NVMe in the rig's folder; small aio
- * blocks and few small swap buffers, so the run takes little memory and time. */
+ * blocks and few small swap buffers, so the run takes little memory and time; a pinned share for
+ * activations that holds one of activation_round_trip's two, so the other goes to NVMe. */
 static int config_json(const rig* r, char* out, size_t capacity) {
   const int n = snprintf(out, capacity,
                          "{\"zero_optimization\": {\"stage\": 3, \"sub_group_size\": 3000,"
@@ -124,7 +125,9 @@ static int config_json(const rig* r, char* out, size_t capacity) {
                          " \"aio\": {\"block_size\": 65536},"
                          " \"gradient_clipping\": 0,"
                          " \"optimizer\": {\"type\": \"Adam\", \"params\": {\"lr\": 0.01}},"
-                         " \"zoe\": {\"device\": {\"kind\": \"host\", \"budget_bytes\": 268435456}}}",
+                         " \"zoe\": {\"device\": {\"kind\": \"host\", \"budget_bytes\": 268435456},"
+                         " \"activations\": {\"host_bytes\": 16384, \"nvme_bytes\": 262144,"
+                         " \"prefetch_bytes\": 16384}}}",
                          r->dir, r->dir);
   return n > 0 && (size_t)n < capacity;
 }
@@ -677,8 +680,10 @@ static int training_loss_falls(void) {
   float before[HIDDEN * IN], after[HIDDEN * IN], moment[HIDDEN * IN];
   double first = 0, loss = 0;
   uint64_t current, peak, budget;
+  zoe_stage_times times = ZOE_STAGE_TIMES_INIT;
   int step;
   if (!rig_open(&r, 1)) goto fail;
+  EXPECT_USAGE(zoe_measure_stages(r.engine, &times), "step");
   EXPECT_OK(zoe_read_state(r.engine, r.w, ZOE_STATE_PARAMETER, before, HIDDEN * IN));
   for (step = 0; step < 8; ++step) {
     if (!train_step(&r, 0.05, &loss, &result)) goto fail;
@@ -694,6 +699,8 @@ static int training_loss_falls(void) {
   EXPECT_TRUE(moment[0] > 0);
   EXPECT_OK(zoe_device_memory(r.device, &current, &peak, &budget));
   EXPECT_TRUE(peak > 0 && peak <= budget && budget == 256u << 20);
+  EXPECT_OK(zoe_measure_stages(r.engine, &times));
+  EXPECT_TRUE(times.param_io_s > 0 && times.adam_s > 0 && times.optimizer_io_s > 0);
   return rig_close(&r);
 fail:
   rig_close(&r);
