@@ -9,6 +9,7 @@
 
 #include <ftw.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -674,6 +675,79 @@ fail:
   return 0;
 }
 
+/* fetch, address, gradients and release are thread-safe for different modules: each module's
+ * forward and backward run on a thread of its own, on a stream of its own */
+typedef struct module_worker {
+  rig* r;
+  zoe_module_id module;
+  zoe_parameter_id parameter;
+  size_t numel;
+  zoe_pass pass;
+  zoe_stream* stream;
+  int ok;
+} module_worker;
+
+static void* run_module(void* arg) {
+  module_worker* w = (module_worker*)arg;
+  void* address;
+  void* grads[1];
+  size_t i;
+  w->ok = 0;
+  EXPECT_OK(zoe_fetch(w->r->engine, w->module, w->pass, w->stream));
+  EXPECT_OK(zoe_parameter_address(w->r->engine, w->parameter, &address));
+  if (w->pass == ZOE_PASS_BACKWARD) {
+    EXPECT_OK(zoe_module_gradients(w->r->engine, w->module, w->stream, grads, 1));
+    EXPECT_OK(zoe_stream_synchronize(w->stream));
+    for (i = 0; i < w->numel; ++i) ((float*)grads[0])[i] = 0.01f * (float)(i % 7) - 0.03f;
+    EXPECT_OK(zoe_reduce_gradients(w->r->engine, w->module, w->stream));
+  }
+  EXPECT_OK(zoe_release(w->r->engine, w->module, w->stream));
+  w->ok = 1;
+fail:
+  return NULL;
+}
+
+static int threads_on_different_modules(void) {
+  rig r;
+  module_worker workers[2];
+  pthread_t threads[2];
+  zoe_step_result result = ZOE_STEP_RESULT_INIT;
+  int step, pass, t, started;
+  memset(&r, 0, sizeof r);
+  memset(workers, 0, sizeof workers);
+  if (!rig_open(&r, 1)) goto fail;
+  for (t = 0; t < 2; ++t) {
+    workers[t].r = &r;
+    workers[t].module = t == 0 ? r.layer0 : r.layer1;
+    workers[t].parameter = t == 0 ? r.w : r.v;
+    workers[t].numel = t == 0 ? HIDDEN * IN : HIDDEN;
+    EXPECT_OK(zoe_stream_create(r.device, &workers[t].stream));
+  }
+  for (step = 0; step < 3; ++step) {
+    EXPECT_OK(zoe_begin_micro_batch(r.engine));
+    for (pass = 0; pass < 2; ++pass) {
+      started = 0;
+      for (t = 0; t < 2; ++t) {
+        workers[t].pass = pass == 0 ? ZOE_PASS_FORWARD : ZOE_PASS_BACKWARD;
+        if (pthread_create(&threads[t], NULL, run_module, &workers[t]) == 0) ++started;
+      }
+      for (t = 0; t < started; ++t) pthread_join(threads[t], NULL);
+      EXPECT_TRUE(started == 2 && workers[0].ok && workers[1].ok);
+    }
+    EXPECT_OK(zoe_end_micro_batch(r.engine));
+    EXPECT_OK(zoe_step(r.engine, 1e-3, &result));
+    EXPECT_TRUE(result.optimizer_steps == step + 1);
+  }
+  for (t = 0; t < 2; ++t) EXPECT_OK(zoe_stream_destroy(workers[t].stream));
+  return rig_close(&r);
+fail:
+  for (t = 0; t < 2; ++t) {
+    if (workers[t].stream != NULL) zoe_stream_destroy(workers[t].stream);
+  }
+  rig_close(&r);
+  return 0;
+}
+
 static int training_loss_falls(void) {
   rig r;
   zoe_step_result result = ZOE_STEP_RESULT_INIT;
@@ -783,6 +857,7 @@ static const test_case cases[] = {
     {"wrong_sizes_and_states", wrong_sizes_and_states},
     {"activations_out_of_order", activations_out_of_order},
     {"activation_round_trip", activation_round_trip},
+    {"threads_on_different_modules", threads_on_different_modules},
     {"training_loss_falls", training_loss_falls},
     {"checkpoint_round_trip", checkpoint_round_trip},
     {"statistics_length", statistics_length},
