@@ -1,0 +1,125 @@
+/* config.c: the built-in configuration and the default device budget. */
+#include "config.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model.h"
+
+/* Activations of one micro-batch that the device holds ahead of backward's loads. */
+#define PREFETCHED_ACTIVATIONS 2
+
+char* mlp_builtin_config(const char* swap_dir, size_t hidden, size_t layers, size_t micro_rows, double lr) {
+  const unsigned long long layer = (unsigned long long)mlp_layer_numel(hidden);
+  const unsigned long long weight = (unsigned long long)hidden * hidden;
+  const unsigned long long activation = 4ull * micro_rows * hidden;
+  const char* format =
+      "{\n"
+      "  \"gradient_accumulation_steps\": 1,\n"
+      "  \"gradient_clipping\": %.17g,\n"
+      "  \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": %.17g, \"betas\": [%.17g, %.17g], \"eps\": %.17g,\n"
+      "                \"weight_decay\": %.17g}},\n"
+      "  \"zero_optimization\": {\n"
+      "    \"stage\": 3,\n"
+      "    \"offload_param\": {\"device\": \"nvme\", \"nvme_path\": \"%s\", \"buffer_count\": 4,\n"
+      "                      \"buffer_size\": 262144, \"max_in_cpu\": 0},\n"
+      "    \"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"%s\", \"buffer_count\": 8,\n"
+      "                          \"pipeline_read\": true, \"pipeline_write\": true},\n"
+      "    \"sub_group_size\": 1048576,\n"
+      "    \"stage3_prefetch_bucket_size\": %llu,\n"
+      "    \"stage3_max_live_parameters\": %llu,\n"
+      "    \"reduce_bucket_size\": %llu\n"
+      "  },\n"
+      "  \"aio\": {\"block_size\": 1048576, \"queue_depth\": 8},\n"
+      "  \"zoe\": {\"activations\": {\"host_bytes\": %llu, \"prefetch_bytes\": %llu}}\n"
+      "}\n";
+  const int n = snprintf(NULL, 0, format, MLP_GRADIENT_CLIPPING, lr, MLP_BETA1, MLP_BETA2, MLP_EPS, MLP_WEIGHT_DECAY,
+                         swap_dir, swap_dir, weight, 2 * weight, layer, activation * layers,
+                         activation * PREFETCHED_ACTIVATIONS);
+  char* out = malloc((size_t)n + 1);
+  if (out == NULL) return NULL;
+  snprintf(out, (size_t)n + 1, format, MLP_GRADIENT_CLIPPING, lr, MLP_BETA1, MLP_BETA2, MLP_EPS, MLP_WEIGHT_DECAY,
+           swap_dir, swap_dir, weight, 2 * weight, layer, activation * layers, activation * PREFETCHED_ACTIVATIONS);
+  return out;
+}
+
+static uint64_t round_up(uint64_t x, uint64_t to) { return (x + to - 1) / to * to; }
+
+uint64_t mlp_default_budget(size_t hidden, size_t layers, size_t micro_rows) {
+  const uint64_t align = 4096;
+  const uint64_t weight = round_up(4ull * hidden * hidden, align);
+  const uint64_t bias = round_up(4ull * hidden, align);
+  const uint64_t arena = 2 * weight + layers * bias; /* biases stay gathered (persistence threshold) */
+  const uint64_t buckets = 2 * round_up(4ull * mlp_layer_numel(hidden), align);
+  const uint64_t activation = round_up(4ull * micro_rows * hidden, align);
+  const uint64_t activations = (4 + 1 + PREFETCHED_ACTIVATIONS) * activation;
+  const uint64_t margin = (uint64_t)4 << 20;
+  return arena + buckets + activations + margin;
+}
+
+size_t mlp_config_accumulation(const char* json) {
+  /* The key at depth 1 only: a nested object may hold a key of that name too. */
+  static const char key[] = "\"gradient_accumulation_steps\"";
+  int depth = 0;
+  for (const char* p = json; *p != '\0'; ++p) {
+    if (*p == '"') {
+      if (depth == 1 && strncmp(p, key, sizeof key - 1) == 0) {
+        const char* v = p + sizeof key - 1;
+        while (*v == ' ' || *v == '\t' || *v == '\n' || *v == '\r') ++v;
+        if (*v == ':') {
+          ++v;
+          char* end = NULL;
+          errno = 0;
+          const double k = strtod(v, &end);
+          if (end == v || errno != 0 || !(k >= 1) || k != (double)(size_t)k) {
+            fprintf(stderr, "zoe-train-mlp: the configuration's gradient_accumulation_steps is not a positive "
+                            "integer\n");
+            return 0;
+          }
+          return (size_t)k;
+        }
+      }
+      /* Skip the string. */
+      for (++p; *p != '\0' && *p != '"'; ++p) {
+        if (*p == '\\' && p[1] != '\0') ++p;
+      }
+      if (*p == '\0') break;
+    } else if (*p == '{' || *p == '[') {
+      ++depth;
+    } else if (*p == '}' || *p == ']') {
+      --depth;
+    }
+  }
+  return 1;
+}
+
+char* mlp_read_file(const char* path) {
+  FILE* f = fopen(path, "rb");
+  if (f == NULL) {
+    fprintf(stderr, "zoe-train-mlp: cannot open %s: %s\n", path, strerror(errno));
+    return NULL;
+  }
+  size_t size = 0;
+  size_t capacity = 4096;
+  char* text = malloc(capacity);
+  for (;;) {
+    if (text == NULL) break;
+    size += fread(text + size, 1, capacity - size - 1, f);
+    if (size < capacity - 1) break;
+    capacity *= 2;
+    char* grown = realloc(text, capacity);
+    if (grown == NULL) free(text);
+    text = grown;
+  }
+  const int failed = ferror(f);
+  fclose(f);
+  if (text == NULL || failed) {
+    fprintf(stderr, "zoe-train-mlp: cannot read %s\n", path);
+    free(text);
+    return NULL;
+  }
+  text[size] = '\0';
+  return text;
+}
