@@ -117,8 +117,8 @@ static void cuda_destroy(mlp_compute* c) {
   free(k);
 }
 
-static const mlp_compute_ops cuda_ops = {"cuda (cuBLAS)", 0,           cuda_inputs,    cuda_forward,
-                                         cuda_loss,       cuda_backward, cuda_relu_grad, cuda_destroy};
+static const mlp_compute_ops cuda_ops = {
+    "cuda (cuBLAS)", 0, cuda_inputs, cuda_forward, cuda_loss, cuda_backward, cuda_relu_grad, cuda_destroy};
 
 mlp_compute* mlp_compute_cuda_create(void* native_stream) {
   cuda_compute* k = calloc(1, sizeof *k);

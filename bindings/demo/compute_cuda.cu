@@ -56,21 +56,21 @@ int launched() { return cudaGetLastError() == cudaSuccess ? 0 : -1; }
 extern "C" {
 
 int mlp_cuda_inputs(void* stream, float* x, uint64_t seed, uint64_t step, uint64_t row0, size_t rows, size_t hidden) {
-  inputs_kernel<<<blocks_for(rows * hidden), threads, 0, static_cast<cudaStream_t>(stream)>>>(x, seed, step, row0,
-                                                                                               rows, hidden);
+  inputs_kernel<<<blocks_for(rows * hidden), threads, 0, static_cast<cudaStream_t>(stream)>>>(x, seed, step, row0, rows,
+                                                                                              hidden);
   return launched();
 }
 
 int mlp_cuda_bias_act(void* stream, float* y, const float* b, size_t rows, size_t hidden, int relu) {
   bias_act_kernel<<<blocks_for(rows * hidden), threads, 0, static_cast<cudaStream_t>(stream)>>>(y, b, rows, hidden,
-                                                                                                 relu);
+                                                                                                relu);
   return launched();
 }
 
 int mlp_cuda_loss(void* stream, const float* y, float* dy, double* sq, uint64_t seed, uint64_t step, uint64_t row0,
                   size_t rows, size_t hidden, float coef) {
-  loss_kernel<<<blocks_for(rows * hidden), threads, 0, static_cast<cudaStream_t>(stream)>>>(y, dy, sq, seed, step,
-                                                                                             row0, rows, hidden, coef);
+  loss_kernel<<<blocks_for(rows * hidden), threads, 0, static_cast<cudaStream_t>(stream)>>>(y, dy, sq, seed, step, row0,
+                                                                                            rows, hidden, coef);
   return launched();
 }
 

@@ -67,8 +67,8 @@ static int host_relu_grad(mlp_compute* c, float* d, const float* y, size_t n) {
 
 static void host_destroy(mlp_compute* c) { free(c); }
 
-static const mlp_compute_ops host_ops = {"host (OpenBLAS CBLAS)", 1,           host_inputs,    host_forward,
-                                         host_loss,               host_backward, host_relu_grad, host_destroy};
+static const mlp_compute_ops host_ops = {
+    "host (OpenBLAS CBLAS)", 1, host_inputs, host_forward, host_loss, host_backward, host_relu_grad, host_destroy};
 
 mlp_compute* mlp_compute_host_create(void) {
   mlp_compute* c = malloc(sizeof *c);

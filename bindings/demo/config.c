@@ -11,13 +11,14 @@
 /* Activations of one micro-batch that the device holds ahead of backward's loads. */
 #define PREFETCHED_ACTIVATIONS 2
 
-char* mlp_builtin_config(const char* swap_dir, size_t hidden, size_t layers, size_t micro_rows, double lr) {
+char* mlp_builtin_config(const char* swap_dir, size_t hidden, size_t layers, size_t micro_batches, size_t micro_rows,
+                         double lr) {
   const unsigned long long layer = (unsigned long long)mlp_layer_numel(hidden);
   const unsigned long long weight = (unsigned long long)hidden * hidden;
   const unsigned long long activation = 4ull * micro_rows * hidden;
   const char* format =
       "{\n"
-      "  \"gradient_accumulation_steps\": 1,\n"
+      "  \"gradient_accumulation_steps\": %zu,\n"
       "  \"gradient_clipping\": %.17g,\n"
       "  \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": %.17g, \"betas\": [%.17g, %.17g], \"eps\": %.17g,\n"
       "                \"weight_decay\": %.17g}},\n"
@@ -35,13 +36,14 @@ char* mlp_builtin_config(const char* swap_dir, size_t hidden, size_t layers, siz
       "  \"aio\": {\"block_size\": 1048576, \"queue_depth\": 8},\n"
       "  \"zoe\": {\"activations\": {\"host_bytes\": %llu, \"prefetch_bytes\": %llu}}\n"
       "}\n";
-  const int n = snprintf(NULL, 0, format, MLP_GRADIENT_CLIPPING, lr, MLP_BETA1, MLP_BETA2, MLP_EPS, MLP_WEIGHT_DECAY,
-                         swap_dir, swap_dir, weight, 2 * weight, layer, activation * layers,
+  const int n = snprintf(NULL, 0, format, micro_batches, MLP_GRADIENT_CLIPPING, lr, MLP_BETA1, MLP_BETA2, MLP_EPS,
+                         MLP_WEIGHT_DECAY, swap_dir, swap_dir, weight, 2 * weight, layer, activation * layers,
                          activation * PREFETCHED_ACTIVATIONS);
   char* out = malloc((size_t)n + 1);
   if (out == NULL) return NULL;
-  snprintf(out, (size_t)n + 1, format, MLP_GRADIENT_CLIPPING, lr, MLP_BETA1, MLP_BETA2, MLP_EPS, MLP_WEIGHT_DECAY,
-           swap_dir, swap_dir, weight, 2 * weight, layer, activation * layers, activation * PREFETCHED_ACTIVATIONS);
+  snprintf(out, (size_t)n + 1, format, micro_batches, MLP_GRADIENT_CLIPPING, lr, MLP_BETA1, MLP_BETA2, MLP_EPS,
+           MLP_WEIGHT_DECAY, swap_dir, swap_dir, weight, 2 * weight, layer, activation * layers,
+           activation * PREFETCHED_ACTIVATIONS);
   return out;
 }
 
@@ -74,8 +76,9 @@ size_t mlp_config_accumulation(const char* json) {
           errno = 0;
           const double k = strtod(v, &end);
           if (end == v || errno != 0 || !(k >= 1) || k != (double)(size_t)k) {
-            fprintf(stderr, "zoe-train-mlp: the configuration's gradient_accumulation_steps is not a positive "
-                            "integer\n");
+            fprintf(stderr,
+                    "zoe-train-mlp: the configuration's gradient_accumulation_steps is not a positive "
+                    "integer\n");
             return 0;
           }
           return (size_t)k;

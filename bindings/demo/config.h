@@ -15,8 +15,10 @@
 
 /* The built-in configuration (malloc'd; the caller frees it): stage 3, fp32, parameters and
  * optimizer states on nvme at `swap_dir`, one layer fetched ahead, two gathered at most, small
- * pinned buffers, aio.block_size 1 MiB, the activations of a micro-batch in pinned host memory. */
-char* mlp_builtin_config(const char* swap_dir, size_t hidden, size_t layers, size_t micro_rows, double lr);
+ * pinned buffers, aio.block_size 1 MiB, the activations of a micro-batch in pinned host memory,
+ * `micro_batches` micro-batches a step. */
+char* mlp_builtin_config(const char* swap_dir, size_t hidden, size_t layers, size_t micro_batches, size_t micro_rows,
+                         double lr);
 
 /* The default device budget for the built-in configuration: the gathered-parameter arena (two
  * layers' weights and every bias), two gradient buckets of one layer, the program's four

@@ -48,7 +48,7 @@ static int train(const mlp_options* o, size_t micro_batches, const char* user_co
 
   char* builtin = NULL;
   if (user_config == NULL) {
-    builtin = mlp_builtin_config(dir.swap, o->hidden, o->layers, rows, o->lr);
+    builtin = mlp_builtin_config(dir.swap, o->hidden, o->layers, micro_batches, rows, o->lr);
     if (builtin == NULL) {
       fprintf(stderr, "zoe-train-mlp: out of memory\n");
       mlp_run_dir_close(&dir);
@@ -154,7 +154,7 @@ int main(int argc, char** argv) {
   openblas_set_num_threads(o.blas_threads);
 
   char* user_config = NULL;
-  size_t micro_batches = 1;
+  size_t micro_batches = o.micro_batches != 0 ? o.micro_batches : 1;
   if (o.config != NULL) {
     if (o.reference) {
       fprintf(stderr, "zoe-train-mlp: --reference: trains the built-in configuration only; drop --config\n");

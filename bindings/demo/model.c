@@ -13,9 +13,7 @@ uint64_t mlp_model_state_bytes(size_t hidden, size_t layers) { return 16u * mlp_
 /* Uniform in [-scale, scale): the bias with nn.Linear's 1/sqrt(fan_in); the weight with Kaiming's
  * sqrt(6/fan_in) for ReLU, which keeps the activations' scale through many layers (with
  * 1/sqrt(fan_in) each layer shrinks it by sqrt(6), and a deep stack computes on nearly zeros). */
-static float init_scale(size_t hidden, int bias) {
-  return (float)((bias ? 1.0 : sqrt(6.0)) / sqrt((double)hidden));
-}
+static float init_scale(size_t hidden, int bias) { return (float)((bias ? 1.0 : sqrt(6.0)) / sqrt((double)hidden)); }
 
 /* A distinct initializer seed per parameter, derived from the run's seed. */
 static uint64_t init_seed(uint64_t seed, size_t layer, int bias) { return mlp_mix(seed) + 2u * layer + (bias ? 1 : 0); }
@@ -55,6 +53,5 @@ zoe_status mlp_model_build(size_t hidden, size_t layers, uint64_t seed, zoe_mode
 
 zoe_status mlp_model_initial(size_t hidden, uint64_t seed, size_t layer, int bias, float* values) {
   const size_t n = bias ? hidden : hidden * hidden;
-  return zoe_initializer_fill(ZOE_INIT_UNIFORM, init_scale(hidden, bias), init_seed(seed, layer, bias), 0,
-                              values, n);
+  return zoe_initializer_fill(ZOE_INIT_UNIFORM, init_scale(hidden, bias), init_seed(seed, layer, bias), 0, values, n);
 }

@@ -1,5 +1,6 @@
 /* model.h: the MLP as zoe sees it: L modules "layer<l>", each with a weight W (hidden x hidden,
- * row-major W[out][in]) and a bias b (hidden), fp32, seeded uniform (W in [-sqrt(6/H), sqrt(6/H)), b in [-1/sqrt(H), 1/sqrt(H))). */
+ * row-major W[out][in]) and a bias b (hidden), fp32, seeded uniform (W in [-sqrt(6/H), sqrt(6/H)), b in [-1/sqrt(H),
+ * 1/sqrt(H))). */
 #ifndef ZOE_DEMO_MODEL_H
 #define ZOE_DEMO_MODEL_H
 

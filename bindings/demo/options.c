@@ -9,7 +9,7 @@
 #define DEFAULT_LAYERS 16
 #define DEFAULT_BATCH 256
 #define DEFAULT_STEPS 12
-#define DEFAULT_LR 1e-3
+#define DEFAULT_LR 1e-4
 #define DEFAULT_SEED 1
 #define DEFAULT_BLAS_THREADS 2
 
@@ -29,6 +29,7 @@ void mlp_print_help(FILE* out) {
           "  --layers L            number of layers, each with W (H x H) and b (H) [%d]\n"
           "  --batch B             global batch, split evenly over the configuration's\n"
           "                        gradient_accumulation_steps micro-batches (must divide) [%d]\n"
+          "  --micro-batches K     the built-in configuration's gradient_accumulation_steps [1]\n"
           "  --steps N             train up to step N (with --resume: from the checkpoint's step) [%d]\n"
           "  --lr LR               learning rate passed to every step [%g]\n"
           "  --seed S              seeds the initial weights and the data [%d]\n"
@@ -53,35 +54,34 @@ void mlp_print_help(FILE* out) {
           "  --blas-threads T      OpenBLAS threads (BLAS, zoe's I/O and workers share the cores) [%d]\n"
           "  --help                this text\n"
           "\n",
-          DEFAULT_HIDDEN, DEFAULT_LAYERS, DEFAULT_BATCH, DEFAULT_STEPS, DEFAULT_LR, DEFAULT_SEED,
-          DEFAULT_BLAS_THREADS);
+          DEFAULT_HIDDEN, DEFAULT_LAYERS, DEFAULT_BATCH, DEFAULT_STEPS, DEFAULT_LR, DEFAULT_SEED, DEFAULT_BLAS_THREADS);
   fputs(
-          "--json output: one line per step\n"
-          "  {\"step\": n, \"loss\": the step's loss (mean over its micro-batches of the mean squared error, %.9g),\n"
-          "   \"loss_hex\": the same value as a C99 hex float (%a, compare bit for bit), \"skipped\": 1 when the\n"
-          "   step was skipped for an inf/NaN gradient, \"grad_norm\": the averaged unscaled gradient norm,\n"
-          "   \"step_s\": this step's wall time}\n"
-          "then a final line with:\n"
-          "  peak_device_bytes    the most device memory in use at once (zoe's and the program's activations)\n"
-          "  device_budget_bytes  the device budget\n"
-          "  model_state_bytes    every state of every parameter in bytes: per element the fp32 working copy\n"
-          "                       (the master itself), the fp32 gradient, exp_avg and exp_avg_sq: 16 x numel\n"
-          "  step_s               mean wall time of a step, over the steps after the first (the first pays\n"
-          "                       for first touches); the only step's time when there was one\n"
-          "  compute_s            forward and backward of one step with everything resident: the same BLAS and\n"
-          "                       elementwise work over L layers with one layer's weights kept in device\n"
-          "                       memory and the activations kept there too, no zoe calls\n"
-          "  param_io_s           the step's parameter reads alone (zoe_measure_stages: every module fetched\n"
-          "                       and released for forward, then for backward)\n"
-          "  adam_s               Adam over every shard with its NVMe parts already read (zoe_measure_stages)\n"
-          "  optimizer_io_s       the optimizer's NVMe reads and writes together, without Adam\n"
-          "  bound_s              max(compute_s, param_io_s) + max(adam_s, optimizer_io_s): the step time if\n"
-          "                       every transfer hid behind compute and Adam\n"
-          "  peak_rss_bytes       the process's peak resident set (getrusage)\n"
-          "  statistics           zoe_statistics: bytes and bandwidth per tier and direction, fetch waits, ...\n"
-          "(With --reference the final line has step_s and peak_rss_bytes only.)\n"
-          "\n"
-          "exit status: 0 done, 1 a zoe or system failure (the message names it), 2 a bad flag or value.\n",
+      "--json output: one line per step\n"
+      "  {\"step\": n, \"loss\": the step's loss (mean over its micro-batches of the mean squared error, %.9g),\n"
+      "   \"loss_hex\": the same value as a C99 hex float (%a, compare bit for bit), \"skipped\": 1 when the\n"
+      "   step was skipped for an inf/NaN gradient, \"grad_norm\": the averaged unscaled gradient norm,\n"
+      "   \"step_s\": this step's wall time}\n"
+      "then a final line with:\n"
+      "  peak_device_bytes    the most device memory in use at once (zoe's and the program's activations)\n"
+      "  device_budget_bytes  the device budget\n"
+      "  model_state_bytes    every state of every parameter in bytes: per element the fp32 working copy\n"
+      "                       (the master itself), the fp32 gradient, exp_avg and exp_avg_sq: 16 x numel\n"
+      "  step_s               mean wall time of a step, over the steps after the first (the first pays\n"
+      "                       for first touches); the only step's time when there was one\n"
+      "  compute_s            forward and backward of one step with everything resident: the same BLAS and\n"
+      "                       elementwise work over L layers with one layer's weights kept in device\n"
+      "                       memory and the activations kept there too, no zoe calls\n"
+      "  param_io_s           the step's parameter reads alone (zoe_measure_stages: every module fetched\n"
+      "                       and released for forward, then for backward)\n"
+      "  adam_s               Adam over every shard with its NVMe parts already read (zoe_measure_stages)\n"
+      "  optimizer_io_s       the optimizer's NVMe reads and writes together, without Adam\n"
+      "  bound_s              max(compute_s, param_io_s) + max(adam_s, optimizer_io_s): the step time if\n"
+      "                       every transfer hid behind compute and Adam\n"
+      "  peak_rss_bytes       the process's peak resident set (getrusage)\n"
+      "  statistics           zoe_statistics: bytes and bandwidth per tier and direction, fetch waits, ...\n"
+      "(With --reference the final line has step_s and peak_rss_bytes only.)\n"
+      "\n"
+      "exit status: 0 done, 1 a zoe or system failure (the message names it), 2 a bad flag or value.\n",
       out);
 }
 
@@ -139,9 +139,9 @@ int mlp_parse_options(int argc, char** argv, mlp_options* o) {
       o->resume = 1;
       continue;
     }
-    static const char* const with_value[] = {"--hidden", "--layers", "--batch",         "--steps",
-                                             "--lr",     "--seed",   "--dir",           "--checkpoint-every",
-                                             "--config", "--device", "--device-budget", "--blas-threads"};
+    static const char* const with_value[] = {
+        "--hidden",           "--layers", "--batch",  "--steps",         "--lr",           "--seed",         "--dir",
+        "--checkpoint-every", "--config", "--device", "--device-budget", "--blas-threads", "--micro-batches"};
     int known = 0;
     for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; ++k) known |= strcmp(f, with_value[k]) == 0;
     if (!known) return bad(f, NULL, "unknown flag");
@@ -158,6 +158,9 @@ int mlp_parse_options(int argc, char** argv, mlp_options* o) {
     } else if (strcmp(f, "--batch") == 0) {
       rc = parse_u64(f, v, 1, 1u << 20, &u);
       o->batch = (size_t)u;
+    } else if (strcmp(f, "--micro-batches") == 0) {
+      rc = parse_u64(f, v, 1, 1u << 20, &u);
+      o->micro_batches = (size_t)u;
     } else if (strcmp(f, "--steps") == 0) {
       rc = parse_u64(f, v, 0, 1000000000, &u);
       o->steps = (long)u;
@@ -196,6 +199,9 @@ int mlp_parse_options(int argc, char** argv, mlp_options* o) {
   }
   if (o->help) return 0;
   if (o->resume && o->dir == NULL) return bad("--resume", NULL, "needs --dir (the folder holding the checkpoints)");
+  if (o->config != NULL && o->micro_batches != 0) {
+    return bad("--micro-batches", NULL, "with --config the configuration's gradient_accumulation_steps decides");
+  }
   if (o->resume && o->reference) return bad("--resume", NULL, "cannot be combined with --reference");
   return 0;
 }

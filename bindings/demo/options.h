@@ -9,16 +9,17 @@
 typedef struct mlp_options {
   size_t hidden;
   size_t layers;
-  size_t batch;  /* the global batch, split evenly over gradient_accumulation_steps micro-batches */
-  long steps;    /* the step to train up to (a resumed run continues from its checkpoint's step) */
+  size_t batch;         /* the global batch, split evenly over gradient_accumulation_steps micro-batches */
+  size_t micro_batches; /* the built-in configuration's gradient_accumulation_steps (0: not given, 1) */
+  long steps;           /* the step to train up to (a resumed run continues from its checkpoint's step) */
   double lr;
   uint64_t seed;
-  const char* dir;          /* NULL: a new temporary folder, removed at exit */
-  long checkpoint_every;    /* 0: no checkpoints */
+  const char* dir;       /* NULL: a new temporary folder, removed at exit */
+  long checkpoint_every; /* 0: no checkpoints */
   int resume;
-  const char* config;       /* NULL: the built-in configuration */
-  uint64_t device_budget;   /* 0: computed from the model (mlp_default_budget) */
-  const char* device;       /* "auto", "host" or "cuda" */
+  const char* config;     /* NULL: the built-in configuration */
+  uint64_t device_budget; /* 0: computed from the model (mlp_default_budget) */
+  const char* device;     /* "auto", "host" or "cuda" */
   int json;
   int reference;
   int blas_threads;

@@ -128,7 +128,8 @@ int mlp_reference_run(const mlp_options* o, size_t micro_batches) {
       uint64_t row0 = 0;
       mlp_micro_batch_rows(o->batch, micro_batches, mb, &row0);
       c->ops->inputs(c, act[0], o->seed, (uint64_t)step, row0, rows, h);
-      for (size_t l = 0; l < layers; ++l) c->ops->forward(c, act[l], w[l].p, b[l].p, act[l + 1], rows, h, l + 1 < layers);
+      for (size_t l = 0; l < layers; ++l)
+        c->ops->forward(c, act[l], w[l].p, b[l].p, act[l + 1], rows, h, l + 1 < layers);
       double sum_sq = 0.0;
       const uint64_t n = (uint64_t)rows * h;
       c->ops->loss(c, act[layers], dz, o->seed, (uint64_t)step, row0, rows, h, mlp_mse_coef(n, 1.0), &sum_sq);

@@ -13,9 +13,10 @@ void mlp_report_header(int json) {
 
 void mlp_report_step(int json, const mlp_step_line* s) {
   if (json) {
-    printf("{\"step\": %ld, \"loss\": %.17g, \"loss_hex\": \"%a\", \"skipped\": %d, \"grad_norm\": %.9g, "
-           "\"step_s\": %.6f}\n",
-           s->step, s->loss, s->loss, s->skipped, s->grad_norm, s->seconds);
+    printf(
+        "{\"step\": %ld, \"loss\": %.17g, \"loss_hex\": \"%a\", \"skipped\": %d, \"grad_norm\": %.9g, "
+        "\"step_s\": %.6f}\n",
+        s->step, s->loss, s->loss, s->skipped, s->grad_norm, s->seconds);
   } else {
     printf("%6ld  %-24.17g  %-12.6g  %.3f%s\n", s->step, s->loss, s->grad_norm, s->seconds,
            s->skipped ? "  (skipped: inf/NaN gradient)" : "");
@@ -55,9 +56,7 @@ static void print_indented_json(const char* j) {
         --depth;
         printf("\n%*s%c", 2 * depth, "", c);
         break;
-      case ',':
-        printf(",\n%*s", 2 * depth, "");
-        break;
+      case ',': printf(",\n%*s", 2 * depth, ""); break;
       case ' ':
       case '\n':
       case '\t':
@@ -73,13 +72,13 @@ static double mib(uint64_t bytes) { return (double)bytes / (1024.0 * 1024.0); }
 
 void mlp_report_summary(int json, const mlp_summary* s) {
   if (json) {
-    printf("{\"peak_device_bytes\": %llu, \"device_budget_bytes\": %llu, \"model_state_bytes\": %llu, "
-           "\"step_s\": %.6f, \"compute_s\": %.6f, \"param_io_s\": %.6f, \"adam_s\": %.6f, \"optimizer_io_s\": %.6f, "
-           "\"bound_s\": %.6f, \"peak_rss_bytes\": %llu, \"statistics\": %s}\n",
-           (unsigned long long)s->peak_device_bytes, (unsigned long long)s->device_budget_bytes,
-           (unsigned long long)s->model_state_bytes, s->step_s, s->compute_s, s->param_io_s, s->adam_s,
-           s->optimizer_io_s, s->bound_s, (unsigned long long)s->peak_rss_bytes,
-           s->statistics != NULL ? s->statistics : "null");
+    printf(
+        "{\"peak_device_bytes\": %llu, \"device_budget_bytes\": %llu, \"model_state_bytes\": %llu, "
+        "\"step_s\": %.6f, \"compute_s\": %.6f, \"param_io_s\": %.6f, \"adam_s\": %.6f, \"optimizer_io_s\": %.6f, "
+        "\"bound_s\": %.6f, \"peak_rss_bytes\": %llu, \"statistics\": %s}\n",
+        (unsigned long long)s->peak_device_bytes, (unsigned long long)s->device_budget_bytes,
+        (unsigned long long)s->model_state_bytes, s->step_s, s->compute_s, s->param_io_s, s->adam_s, s->optimizer_io_s,
+        s->bound_s, (unsigned long long)s->peak_rss_bytes, s->statistics != NULL ? s->statistics : "null");
     fflush(stdout);
     return;
   }

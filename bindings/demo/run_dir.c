@@ -58,8 +58,7 @@ int mlp_run_dir_open(const char* dir, mlp_run_dir* out) {
     }
   }
   struct statfs fs;
-  if (statfs(out->root, &fs) == 0 &&
-      ((long)fs.f_type == TMPFS_MAGIC_NUMBER || (long)fs.f_type == RAMFS_MAGIC_NUMBER)) {
+  if (statfs(out->root, &fs) == 0 && ((long)fs.f_type == TMPFS_MAGIC_NUMBER || (long)fs.f_type == RAMFS_MAGIC_NUMBER)) {
     fprintf(stderr,
             "zoe-train-mlp: %s is on tmpfs/ramfs: the swap files would stay in memory, not on a disk. Choose a folder "
             "on a real disk with --dir (or TMPDIR), e.g. under /var/tmp\n",
@@ -68,8 +67,8 @@ int mlp_run_dir_open(const char* dir, mlp_run_dir* out) {
     return -1;
   }
   if (join(out->swap, sizeof out->swap, out->root, "swap") != 0 ||
-      join(out->checkpoints, sizeof out->checkpoints, out->root, "checkpoints") != 0 ||
-      make_folder(out->swap) != 0 || make_folder(out->checkpoints) != 0) {
+      join(out->checkpoints, sizeof out->checkpoints, out->root, "checkpoints") != 0 || make_folder(out->swap) != 0 ||
+      make_folder(out->checkpoints) != 0) {
     mlp_run_dir_close(out);
     return -1;
   }

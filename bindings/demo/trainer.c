@@ -19,17 +19,17 @@ int mlp_check(zoe_status s, const char* what) {
   return -1;
 }
 
-#define CHECK(call)                             \
-  do {                                          \
+#define CHECK(call)                               \
+  do {                                            \
     if (mlp_check((call), #call) != 0) return -1; \
   } while (0)
 
-#define COMPUTE(call)                                                           \
-  do {                                                                          \
-    if ((call) != 0) {                                                          \
+#define COMPUTE(call)                                                                    \
+  do {                                                                                   \
+    if ((call) != 0) {                                                                   \
       fprintf(stderr, "zoe-train-mlp: %s failed on %s\n", #call, t->compute->ops->name); \
-      return -1;                                                                \
-    }                                                                           \
+      return -1;                                                                         \
+    }                                                                                    \
   } while (0)
 
 /* On the host device: wait for the work zoe queued before touching memory. */
