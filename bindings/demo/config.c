@@ -16,6 +16,13 @@ char* mlp_builtin_config(const char* swap_dir, size_t hidden, size_t layers, siz
   const unsigned long long layer = (unsigned long long)mlp_layer_numel(hidden);
   const unsigned long long weight = (unsigned long long)hidden * hidden;
   const unsigned long long activation = 4ull * micro_rows * hidden;
+  /* Two layers gathered at once (the one in use and the next, prefetched), beside the biases that
+   * stay gathered (below stage3_param_persistence_threshold); a released layer stays gathered only
+   * when it is used again at once (the last layer, from forward into backward): any longer reuse
+   * distance would keep every layer of forward for backward and fill the arena. */
+  /* Rounded to 1024 elements: the engine's plan takes the arena's window from this limit without
+   * rounding it to the arena's alignment (256 bytes), and the arena refuses such a capacity. */
+  const unsigned long long live = (2 * layer + (unsigned long long)layers * hidden + 1023) / 1024 * 1024;
   const char* format =
       "{\n"
       "  \"gradient_accumulation_steps\": %zu,\n"
@@ -31,18 +38,20 @@ char* mlp_builtin_config(const char* swap_dir, size_t hidden, size_t layers, siz
       "    \"sub_group_size\": 1048576,\n"
       "    \"stage3_prefetch_bucket_size\": %llu,\n"
       "    \"stage3_max_live_parameters\": %llu,\n"
+      "    \"stage3_max_reuse_distance\": %llu,\n"
+      "    \"stage3_param_persistence_threshold\": %zu,\n"
       "    \"reduce_bucket_size\": %llu\n"
       "  },\n"
       "  \"aio\": {\"block_size\": 1048576, \"queue_depth\": 8},\n"
       "  \"zoe\": {\"activations\": {\"host_bytes\": %llu, \"prefetch_bytes\": %llu}}\n"
       "}\n";
   const int n = snprintf(NULL, 0, format, micro_batches, MLP_GRADIENT_CLIPPING, lr, MLP_BETA1, MLP_BETA2, MLP_EPS,
-                         MLP_WEIGHT_DECAY, swap_dir, swap_dir, weight, 2 * weight, layer, activation * layers,
+                         MLP_WEIGHT_DECAY, swap_dir, swap_dir, layer, live, weight, hidden, layer, activation * layers,
                          activation * PREFETCHED_ACTIVATIONS);
   char* out = malloc((size_t)n + 1);
   if (out == NULL) return NULL;
   snprintf(out, (size_t)n + 1, format, micro_batches, MLP_GRADIENT_CLIPPING, lr, MLP_BETA1, MLP_BETA2, MLP_EPS,
-           MLP_WEIGHT_DECAY, swap_dir, swap_dir, weight, 2 * weight, layer, activation * layers,
+           MLP_WEIGHT_DECAY, swap_dir, swap_dir, layer, live, weight, hidden, layer, activation * layers,
            activation * PREFETCHED_ACTIVATIONS);
   return out;
 }
@@ -53,7 +62,13 @@ uint64_t mlp_default_budget(size_t hidden, size_t layers, size_t micro_rows) {
   const uint64_t align = 4096;
   const uint64_t weight = round_up(4ull * hidden * hidden, align);
   const uint64_t bias = round_up(4ull * hidden, align);
-  const uint64_t arena = 2 * weight + layers * bias; /* biases stay gathered (persistence threshold) */
+  /* As the footprint plan sizes the arena: the largest module's weight, plus what prefetch runs
+   * ahead (the bucket, one layer) and one more parameter, capped by stage3_max_live_parameters;
+   * plus the biases, gathered for good (stage3_param_persistence_threshold = hidden). */
+  const uint64_t ahead = 4ull * mlp_layer_numel(hidden);
+  const uint64_t live = 4ull * round_up(2 * mlp_layer_numel(hidden) + (uint64_t)layers * hidden, 1024);
+  const uint64_t window = 2 * weight + ahead < live ? 2 * weight + ahead : live;
+  const uint64_t arena = (window > weight ? window : weight) + layers * bias;
   const uint64_t buckets = 2 * round_up(4ull * mlp_layer_numel(hidden), align);
   const uint64_t activation = round_up(4ull * micro_rows * hidden, align);
   const uint64_t activations = (4 + 1 + PREFETCHED_ACTIVATIONS) * activation;

@@ -15,8 +15,8 @@
 
 /* The built-in configuration (malloc'd; the caller frees it): stage 3, fp32, parameters and
  * optimizer states on nvme at `swap_dir`, one layer fetched ahead, two gathered at most, small
- * pinned buffers, aio.block_size 1 MiB, the activations of a micro-batch in pinned host memory,
- * `micro_batches` micro-batches a step. */
+ * pinned buffers, aio.block_size 1 MiB, biases gathered for good (weights offloaded), the activations of a micro-batch
+ * in pinned host memory, `micro_batches` micro-batches a step. */
 char* mlp_builtin_config(const char* swap_dir, size_t hidden, size_t layers, size_t micro_batches, size_t micro_rows,
                          double lr);
 

@@ -73,7 +73,7 @@ int mlp_trainer_open(mlp_trainer* t, const mlp_options* o, const char* config_js
   desc.device = t->device;
   const zoe_status made = zoe_engine_create(&desc, &t->engine);
   zoe_model_destroy(model);
-  CHECK(made);
+  if (mlp_check(made, "zoe_engine_create") != 0) return -1;
 
   t->buffer_bytes = t->rows * t->hidden * sizeof(float);
   for (int i = 0; i < 4; ++i) {
