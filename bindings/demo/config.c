@@ -9,7 +9,7 @@
 #include "model.h"
 
 /* Activations of one micro-batch that the device holds ahead of backward's loads. */
-#define PREFETCHED_ACTIVATIONS 2
+#define ZOE_MLP_PREFETCHED_ACTIVATIONS 2
 
 char* mlp_builtin_config(const char* swap_dir, size_t hidden, size_t layers, size_t micro_batches, size_t micro_rows,
                          double lr) {
@@ -45,14 +45,14 @@ char* mlp_builtin_config(const char* swap_dir, size_t hidden, size_t layers, siz
       "  \"aio\": {\"block_size\": 1048576, \"queue_depth\": 8},\n"
       "  \"zoe\": {\"activations\": {\"host_bytes\": %llu, \"prefetch_bytes\": %llu}}\n"
       "}\n";
-  const int n = snprintf(NULL, 0, format, micro_batches, MLP_GRADIENT_CLIPPING, lr, MLP_BETA1, MLP_BETA2, MLP_EPS,
-                         MLP_WEIGHT_DECAY, swap_dir, swap_dir, layer, live, weight, hidden, layer, activation * layers,
-                         activation * PREFETCHED_ACTIVATIONS);
+  const int n = snprintf(NULL, 0, format, micro_batches, ZOE_MLP_GRADIENT_CLIPPING, lr, ZOE_MLP_BETA1, ZOE_MLP_BETA2,
+                         ZOE_MLP_EPS, ZOE_MLP_WEIGHT_DECAY, swap_dir, swap_dir, layer, live, weight, hidden, layer,
+                         activation * layers, activation * ZOE_MLP_PREFETCHED_ACTIVATIONS);
   char* out = malloc((size_t)n + 1);
   if (out == NULL) return NULL;
-  snprintf(out, (size_t)n + 1, format, micro_batches, MLP_GRADIENT_CLIPPING, lr, MLP_BETA1, MLP_BETA2, MLP_EPS,
-           MLP_WEIGHT_DECAY, swap_dir, swap_dir, layer, live, weight, hidden, layer, activation * layers,
-           activation * PREFETCHED_ACTIVATIONS);
+  snprintf(out, (size_t)n + 1, format, micro_batches, ZOE_MLP_GRADIENT_CLIPPING, lr, ZOE_MLP_BETA1, ZOE_MLP_BETA2,
+           ZOE_MLP_EPS, ZOE_MLP_WEIGHT_DECAY, swap_dir, swap_dir, layer, live, weight, hidden, layer,
+           activation * layers, activation * ZOE_MLP_PREFETCHED_ACTIVATIONS);
   return out;
 }
 
@@ -71,7 +71,7 @@ uint64_t mlp_default_budget(size_t hidden, size_t layers, size_t micro_rows) {
   const uint64_t arena = (window > weight ? window : weight) + layers * bias;
   const uint64_t buckets = 2 * round_up(4ull * mlp_layer_numel(hidden), align);
   const uint64_t activation = round_up(4ull * micro_rows * hidden, align);
-  const uint64_t activations = (4 + 1 + PREFETCHED_ACTIVATIONS) * activation;
+  const uint64_t activations = (4 + 1 + ZOE_MLP_PREFETCHED_ACTIVATIONS) * activation;
   const uint64_t margin = (uint64_t)4 << 20;
   return arena + buckets + activations + margin;
 }

@@ -7,11 +7,11 @@
 #include <stdint.h>
 
 /* The built-in configuration's optimizer (AdamW) and clipping; the reference trainer uses them. */
-#define MLP_BETA1 0.9
-#define MLP_BETA2 0.999
-#define MLP_EPS 1e-8
-#define MLP_WEIGHT_DECAY 0.01
-#define MLP_GRADIENT_CLIPPING 1.0
+#define ZOE_MLP_BETA1 0.9
+#define ZOE_MLP_BETA2 0.999
+#define ZOE_MLP_EPS 1e-8
+#define ZOE_MLP_WEIGHT_DECAY 0.01
+#define ZOE_MLP_GRADIENT_CLIPPING 1.0
 
 /* The built-in configuration (malloc'd; the caller frees it): stage 3, fp32, parameters and
  * optimizer states on nvme at `swap_dir`, one layer fetched ahead, two gathered at most, small

@@ -5,13 +5,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define DEFAULT_HIDDEN 2048
-#define DEFAULT_LAYERS 16
-#define DEFAULT_BATCH 256
-#define DEFAULT_STEPS 10
-#define DEFAULT_LR 1e-4
-#define DEFAULT_SEED 1
-#define DEFAULT_BLAS_THREADS 2
+#define ZOE_MLP_DEFAULT_HIDDEN 2048
+#define ZOE_MLP_DEFAULT_LAYERS 16
+#define ZOE_MLP_DEFAULT_BATCH 256
+#define ZOE_MLP_DEFAULT_STEPS 10
+#define ZOE_MLP_DEFAULT_LR 1e-4
+#define ZOE_MLP_DEFAULT_SEED 1
+#define ZOE_MLP_DEFAULT_BLAS_THREADS 2
 
 void mlp_print_help(FILE* out) {
   fprintf(out,
@@ -54,7 +54,8 @@ void mlp_print_help(FILE* out) {
           "  --blas-threads T      OpenBLAS threads (BLAS, zoe's I/O and workers share the cores) [%d]\n"
           "  --help                this text\n"
           "\n",
-          DEFAULT_HIDDEN, DEFAULT_LAYERS, DEFAULT_BATCH, DEFAULT_STEPS, DEFAULT_LR, DEFAULT_SEED, DEFAULT_BLAS_THREADS);
+          ZOE_MLP_DEFAULT_HIDDEN, ZOE_MLP_DEFAULT_LAYERS, ZOE_MLP_DEFAULT_BATCH, ZOE_MLP_DEFAULT_STEPS,
+          ZOE_MLP_DEFAULT_LR, ZOE_MLP_DEFAULT_SEED, ZOE_MLP_DEFAULT_BLAS_THREADS);
   fputs(
       "--json output: one line per step\n"
       "  {\"step\": n, \"loss\": the step's loss (mean over its micro-batches of the mean squared error, %.9g),\n"
@@ -112,14 +113,14 @@ static int parse_u64(const char* flag, const char* v, uint64_t min, uint64_t max
 
 int mlp_parse_options(int argc, char** argv, mlp_options* o) {
   memset(o, 0, sizeof *o);
-  o->hidden = DEFAULT_HIDDEN;
-  o->layers = DEFAULT_LAYERS;
-  o->batch = DEFAULT_BATCH;
-  o->steps = DEFAULT_STEPS;
-  o->lr = DEFAULT_LR;
-  o->seed = DEFAULT_SEED;
+  o->hidden = ZOE_MLP_DEFAULT_HIDDEN;
+  o->layers = ZOE_MLP_DEFAULT_LAYERS;
+  o->batch = ZOE_MLP_DEFAULT_BATCH;
+  o->steps = ZOE_MLP_DEFAULT_STEPS;
+  o->lr = ZOE_MLP_DEFAULT_LR;
+  o->seed = ZOE_MLP_DEFAULT_SEED;
   o->device = "auto";
-  o->blas_threads = DEFAULT_BLAS_THREADS;
+  o->blas_threads = ZOE_MLP_DEFAULT_BLAS_THREADS;
   for (int i = 1; i < argc; ++i) {
     const char* f = argv[i];
     /* Flags without a value. */

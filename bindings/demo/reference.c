@@ -26,9 +26,9 @@ typedef struct adam_scalars {
 
 /* make_adam_scalars: powers and quotients in double, each constant rounded to float once. */
 static adam_scalars make_scalars(float lr, float grad_scale, long step) {
-  const float beta1 = (float)MLP_BETA1;
-  const float beta2 = (float)MLP_BETA2;
-  const float wd = (float)MLP_WEIGHT_DECAY;
+  const float beta1 = (float)ZOE_MLP_BETA1;
+  const float beta2 = (float)ZOE_MLP_BETA2;
+  const float wd = (float)ZOE_MLP_WEIGHT_DECAY;
   const double t = (double)step;
   const double bc1 = 1.0 - pow((double)beta1, t);
   const double bc2 = 1.0 - pow((double)beta2, t);
@@ -40,7 +40,7 @@ static adam_scalars make_scalars(float lr, float grad_scale, long step) {
   s.beta2 = beta2;
   s.one_minus_beta2 = (float)(1.0 - (double)beta2);
   s.inv_sqrt_bc2 = (float)(1.0 / sqrt(bc2));
-  s.eps = (float)MLP_EPS;
+  s.eps = (float)ZOE_MLP_EPS;
   s.lr_wd = (float)((double)lr * (double)wd);
   s.step_size = (float)((double)lr / bc1);
   return s;
@@ -161,8 +161,8 @@ int mlp_reference_run(const mlp_options* o, size_t micro_batches) {
     const double k = (double)micro_batches;
     const double averaged_norm = sqrt(total) / k;
     double combined = loss_scale;
-    if (MLP_GRADIENT_CLIPPING > 0) {
-      const double coefficient = (averaged_norm / loss_scale + 1e-6) / MLP_GRADIENT_CLIPPING;
+    if (ZOE_MLP_GRADIENT_CLIPPING > 0) {
+      const double coefficient = (averaged_norm / loss_scale + 1e-6) / ZOE_MLP_GRADIENT_CLIPPING;
       if (coefficient > 1) combined = coefficient * loss_scale;
     }
     ++optimizer_steps;

@@ -1,5 +1,4 @@
 /* report.c: zoe-train-mlp's output. */
-#define _POSIX_C_SOURCE 200809L
 #include "report.h"
 
 #include <sys/resource.h>

@@ -1,5 +1,4 @@
 /* run_dir.c: the run's folder on a real disk. */
-#define _XOPEN_SOURCE 700
 #include "run_dir.h"
 
 #include <dirent.h>
@@ -12,8 +11,8 @@
 #include <sys/vfs.h>
 #include <unistd.h>
 
-#define TMPFS_MAGIC_NUMBER 0x01021994L
-#define RAMFS_MAGIC_NUMBER 0x858458f6L
+#define ZOE_MLP_TMPFS_MAGIC 0x01021994L
+#define ZOE_MLP_RAMFS_MAGIC 0x858458f6L
 
 static int make_folder(const char* path) {
   if (mkdir(path, 0700) == 0 || errno == EEXIST) return 0;
@@ -58,7 +57,8 @@ int mlp_run_dir_open(const char* dir, mlp_run_dir* out) {
     }
   }
   struct statfs fs;
-  if (statfs(out->root, &fs) == 0 && ((long)fs.f_type == TMPFS_MAGIC_NUMBER || (long)fs.f_type == RAMFS_MAGIC_NUMBER)) {
+  if (statfs(out->root, &fs) == 0 &&
+      ((long)fs.f_type == ZOE_MLP_TMPFS_MAGIC || (long)fs.f_type == ZOE_MLP_RAMFS_MAGIC)) {
     fprintf(stderr,
             "zoe-train-mlp: %s is on tmpfs/ramfs: the swap files would stay in memory, not on a disk. Choose a folder "
             "on a real disk with --dir (or TMPDIR), e.g. under /var/tmp\n",

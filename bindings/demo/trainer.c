@@ -19,12 +19,12 @@ int mlp_check(zoe_status s, const char* what) {
   return -1;
 }
 
-#define CHECK(call)                               \
+#define ZOE_MLP_CHECK(call)                       \
   do {                                            \
     if (mlp_check((call), #call) != 0) return -1; \
   } while (0)
 
-#define COMPUTE(call)                                                                    \
+#define ZOE_MLP_COMPUTE(call)                                                            \
   do {                                                                                   \
     if ((call) != 0) {                                                                   \
       fprintf(stderr, "zoe-train-mlp: %s failed on %s\n", #call, t->compute->ops->name); \
@@ -52,13 +52,13 @@ int mlp_trainer_open(mlp_trainer* t, const mlp_options* o, const char* config_js
               : strcmp(o->device, "cuda") == 0 ? ZOE_DEVICE_CUDA
                                                : ZOE_DEVICE_AUTO;
   dopt.budget_bytes = budget;
-  CHECK(zoe_device_create(&dopt, &t->device));
-  CHECK(zoe_stream_create(t->device, &t->stream));
+  ZOE_MLP_CHECK(zoe_device_create(&dopt, &t->device));
+  ZOE_MLP_CHECK(zoe_stream_create(t->device, &t->stream));
   zoe_device_kind kind = ZOE_DEVICE_HOST;
-  CHECK(zoe_device_get_kind(t->device, &kind));
+  ZOE_MLP_CHECK(zoe_device_get_kind(t->device, &kind));
   if (kind == ZOE_DEVICE_CUDA) {
     void* native = NULL;
-    CHECK(zoe_stream_native(t->stream, &native));
+    ZOE_MLP_CHECK(zoe_stream_native(t->stream, &native));
     t->compute = mlp_compute_cuda_create(native);
   } else {
     t->compute = mlp_compute_host_create();
@@ -66,7 +66,7 @@ int mlp_trainer_open(mlp_trainer* t, const mlp_options* o, const char* config_js
   if (t->compute == NULL) return -1;
 
   zoe_model* model = NULL;
-  CHECK(mlp_model_build(o->hidden, o->layers, o->seed, &model));
+  ZOE_MLP_CHECK(mlp_model_build(o->hidden, o->layers, o->seed, &model));
   zoe_engine_desc desc = ZOE_ENGINE_DESC_INIT;
   desc.config_json = config_json;
   desc.model = model;
@@ -78,7 +78,7 @@ int mlp_trainer_open(mlp_trainer* t, const mlp_options* o, const char* config_js
   t->buffer_bytes = t->rows * t->hidden * sizeof(float);
   for (int i = 0; i < 4; ++i) {
     void* p = NULL;
-    CHECK(zoe_device_allocate(t->device, t->buffer_bytes, t->stream, &p));
+    ZOE_MLP_CHECK(zoe_device_allocate(t->device, t->buffer_bytes, t->stream, &p));
     t->buffers[i] = p;
   }
   t->saved = calloc(t->layers, sizeof *t->saved);
@@ -101,53 +101,53 @@ static int micro_batch(mlp_trainer* t, long step, size_t micro, double* loss_sum
   float* grad_in = t->buffers[2];
   float* grad_out = t->buffers[3];
 
-  CHECK(zoe_begin_micro_batch(t->engine));
+  ZOE_MLP_CHECK(zoe_begin_micro_batch(t->engine));
   /* The previous micro-batch's last activation save may still read buffers[0..1]. */
   if (settle(t) != 0) return -1;
-  COMPUTE(ops->inputs(t->compute, cur, t->seed, (uint64_t)step, row0, t->rows, h));
+  ZOE_MLP_COMPUTE(ops->inputs(t->compute, cur, t->seed, (uint64_t)step, row0, t->rows, h));
   for (size_t l = 0; l < t->layers; ++l) {
-    CHECK(zoe_fetch(t->engine, (zoe_module_id)l, ZOE_PASS_FORWARD, t->stream));
+    ZOE_MLP_CHECK(zoe_fetch(t->engine, (zoe_module_id)l, ZOE_PASS_FORWARD, t->stream));
     if (settle(t) != 0) return -1;
     void* w = NULL;
     void* b = NULL;
-    CHECK(zoe_parameter_address(t->engine, mlp_weight_id(l), &w));
-    CHECK(zoe_parameter_address(t->engine, mlp_bias_id(l), &b));
-    COMPUTE(ops->forward(t->compute, cur, w, b, next, t->rows, h, l + 1 < t->layers));
-    CHECK(zoe_activation_save(t->engine, cur, t->buffer_bytes, t->stream, &t->saved[l]));
-    CHECK(zoe_release(t->engine, (zoe_module_id)l, t->stream));
+    ZOE_MLP_CHECK(zoe_parameter_address(t->engine, mlp_weight_id(l), &w));
+    ZOE_MLP_CHECK(zoe_parameter_address(t->engine, mlp_bias_id(l), &b));
+    ZOE_MLP_COMPUTE(ops->forward(t->compute, cur, w, b, next, t->rows, h, l + 1 < t->layers));
+    ZOE_MLP_CHECK(zoe_activation_save(t->engine, cur, t->buffer_bytes, t->stream, &t->saved[l]));
+    ZOE_MLP_CHECK(zoe_release(t->engine, (zoe_module_id)l, t->stream));
     float* swap = cur;
     cur = next;
     next = swap;
   }
   double loss_scale = 1.0;
-  CHECK(zoe_loss_scale(t->engine, &loss_scale));
+  ZOE_MLP_CHECK(zoe_loss_scale(t->engine, &loss_scale));
   double sum_sq = 0.0;
-  COMPUTE(ops->loss(t->compute, cur, grad_in, t->seed, (uint64_t)step, row0, t->rows, h,
-                    mlp_mse_coef((uint64_t)n, loss_scale), &sum_sq));
+  ZOE_MLP_COMPUTE(ops->loss(t->compute, cur, grad_in, t->seed, (uint64_t)step, row0, t->rows, h,
+                            mlp_mse_coef((uint64_t)n, loss_scale), &sum_sq));
   *loss_sum += sum_sq / (double)n;
 
   for (size_t l = t->layers; l-- > 0;) {
-    CHECK(zoe_fetch(t->engine, (zoe_module_id)l, ZOE_PASS_BACKWARD, t->stream));
+    ZOE_MLP_CHECK(zoe_fetch(t->engine, (zoe_module_id)l, ZOE_PASS_BACKWARD, t->stream));
     void* x = NULL;
-    CHECK(zoe_activation_load(t->engine, t->saved[l], t->stream, &x));
+    ZOE_MLP_CHECK(zoe_activation_load(t->engine, t->saved[l], t->stream, &x));
     void* grads[2] = {NULL, NULL};
-    CHECK(zoe_module_gradients(t->engine, (zoe_module_id)l, t->stream, grads, 2));
+    ZOE_MLP_CHECK(zoe_module_gradients(t->engine, (zoe_module_id)l, t->stream, grads, 2));
     if (settle(t) != 0) return -1;
     void* w = NULL;
-    CHECK(zoe_parameter_address(t->engine, mlp_weight_id(l), &w));
-    COMPUTE(ops->backward(t->compute, x, w, grad_in, grads[0], grads[1], l > 0 ? grad_out : NULL, t->rows, h));
-    CHECK(zoe_reduce_gradients(t->engine, (zoe_module_id)l, t->stream));
+    ZOE_MLP_CHECK(zoe_parameter_address(t->engine, mlp_weight_id(l), &w));
+    ZOE_MLP_COMPUTE(ops->backward(t->compute, x, w, grad_in, grads[0], grads[1], l > 0 ? grad_out : NULL, t->rows, h));
+    ZOE_MLP_CHECK(zoe_reduce_gradients(t->engine, (zoe_module_id)l, t->stream));
     if (l > 0) {
       /* x = relu(the previous layer's z): its derivative turns d/dx into d/dz of layer l - 1. */
-      COMPUTE(ops->relu_grad(t->compute, grad_out, x, n));
+      ZOE_MLP_COMPUTE(ops->relu_grad(t->compute, grad_out, x, n));
       float* swap = grad_in;
       grad_in = grad_out;
       grad_out = swap;
     }
-    CHECK(zoe_activation_free(t->engine, t->saved[l], t->stream));
-    CHECK(zoe_release(t->engine, (zoe_module_id)l, t->stream));
+    ZOE_MLP_CHECK(zoe_activation_free(t->engine, t->saved[l], t->stream));
+    ZOE_MLP_CHECK(zoe_release(t->engine, (zoe_module_id)l, t->stream));
   }
-  CHECK(zoe_end_micro_batch(t->engine));
+  ZOE_MLP_CHECK(zoe_end_micro_batch(t->engine));
   return 0;
 }
 
@@ -157,7 +157,7 @@ int mlp_trainer_step(mlp_trainer* t, long step, double lr, double* loss, zoe_ste
     if (micro_batch(t, step, m, &sum) != 0) return -1;
   }
   zoe_step_result r = ZOE_STEP_RESULT_INIT;
-  CHECK(zoe_step(t->engine, lr, &r));
+  ZOE_MLP_CHECK(zoe_step(t->engine, lr, &r));
   *loss = sum / (double)t->micro_batches;
   *result = r;
   return 0;
