@@ -82,7 +82,9 @@ void mlp_print_help(FILE* out) {
       "  statistics           zoe_statistics: bytes and bandwidth per tier and direction, fetch waits, ...\n"
       "(With --reference the final line has step_s and peak_rss_bytes only.)\n"
       "\n"
-      "exit status: 0 done, 1 a zoe or system failure (the message names it), 2 a bad flag or value.\n",
+      "exit status: 0 done, 1 a zoe or system failure (the message names it), 2 a bad flag or value,\n"
+      "130 stopped by SIGINT or SIGTERM (after the step in progress, its temporary folder removed; a second\n"
+      "signal ends it at once).\n",
       out);
 }
 
