@@ -9,7 +9,7 @@
 #include "model.h"
 
 /* Activations of one micro-batch that the device holds ahead of backward's loads. */
-#define ZOE_MLP_PREFETCHED_ACTIVATIONS 2
+#define ZOE_MLP_PREFETCHED_ACTIVATIONS 1
 
 char* mlp_builtin_config(const char* swap_dir, size_t hidden, size_t layers, size_t micro_batches, size_t micro_rows,
                          double lr) {
