@@ -70,7 +70,7 @@ static int train(const mlp_options* o, size_t micro_batches, const char* user_co
 
   char* builtin = NULL;
   if (user_config == NULL) {
-    builtin = mlp_builtin_config(dir.swap, o->hidden, o->layers, micro_batches, rows, o->lr);
+    builtin = mlp_builtin_config(dir.swap, o->hidden, o->layers, micro_batches, rows, o->lr, budget);
     if (builtin == NULL) {
       fprintf(stderr, "zoe-train-mlp: out of memory\n");
       mlp_run_dir_close(&dir);
