@@ -68,6 +68,12 @@ static int train(const mlp_options* o, size_t micro_batches, const char* user_co
           (double)states / (double)budget, dir.root, dir.temporary ? " (temporary)" : "");
   fflush(info);
 
+  if (o->checkpoint_every > 0 && dir.temporary) {
+    fprintf(stderr,
+            "zoe-train-mlp: warning: --checkpoint-every without --dir: the checkpoints go into the temporary "
+            "folder %s and are removed with it at exit\n",
+            dir.root);
+  }
   char* builtin = NULL;
   if (user_config == NULL) {
     builtin = mlp_builtin_config(dir.swap, o->hidden, o->layers, micro_batches, rows, o->lr, budget);
