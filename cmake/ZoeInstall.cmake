@@ -31,11 +31,12 @@ if(TARGET zoe_c)
 endif()
 
 # Programs linked with libzoe_c.so find it beside them once installed (bin/../lib), wherever the
-# prefix lands, without LD_LIBRARY_PATH.
+# prefix lands, without LD_LIBRARY_PATH; the shared libraries they take from outside the system's
+# folders (CUDA's cudart and cuBLAS in the toolkit's folder) stay found too.
 file(RELATIVE_PATH zoe_bin_to_lib ${CMAKE_INSTALL_FULL_BINDIR} ${CMAKE_INSTALL_FULL_LIBDIR})
 foreach(program zoe-train-mlp)
   if(TARGET ${program})
-    set_target_properties(${program} PROPERTIES INSTALL_RPATH "$ORIGIN/${zoe_bin_to_lib}")
+    set_target_properties(${program} PROPERTIES INSTALL_RPATH "$ORIGIN/${zoe_bin_to_lib}" INSTALL_RPATH_USE_LINK_PATH ON)
   endif()
 endforeach()
 
