@@ -90,12 +90,13 @@ typedef enum zoe_device_kind {
 } zoe_device_kind;
 
 typedef struct zoe_device_options {
-  size_t struct_size;   /**< sizeof(zoe_device_options) */
-  zoe_device_kind kind; /**< ZOE_DEVICE_AUTO honours the environment variable ZOE_DEVICE */
+  size_t struct_size;    /**< sizeof(zoe_device_options) */
+  zoe_device_kind kind;  /**< ZOE_DEVICE_AUTO honours the environment variable ZOE_DEVICE */
   uint64_t budget_bytes; /**< the host device's budget; 0: ZOE_DEVICE_BUDGET, else half of memory */
   int cuda_ordinal;
 } zoe_device_options;
-#define ZOE_DEVICE_OPTIONS_INIT {sizeof(zoe_device_options), ZOE_DEVICE_AUTO, 0, 0}
+#define ZOE_DEVICE_OPTIONS_INIT \
+  { sizeof(zoe_device_options), ZOE_DEVICE_AUTO, 0, 0 }
 
 /** Opens a device. ZOE_ERROR_CONFIG for an unknown kind, ZOE_ERROR_DEVICE when CUDA is asked for
  *  and unusable. Thread-safe. */
@@ -121,10 +122,11 @@ ZOE_API zoe_status zoe_stream_synchronize(zoe_stream* stream);
  *  device (whose memory is host memory: synchronize the stream, then compute on the host). */
 ZOE_API zoe_status zoe_stream_native(const zoe_stream* stream, void** native);
 
-/** `bytes` of device memory (counted against the budget), usable by work on `stream`.
+/** `bytes` (> 0) of device memory (counted against the budget), usable by work on `stream`.
  *  ZOE_ERROR_MEMORY naming the size, the usage and the budget when it does not fit. Thread-safe. */
 ZOE_API zoe_status zoe_device_allocate(zoe_device* device, size_t bytes, zoe_stream* stream, void** pointer);
-/** Frees memory from zoe_device_allocate (`bytes` as allocated) after the work on `stream`. */
+/** Frees memory from zoe_device_allocate (`bytes` as allocated) after the work on `stream`; a NULL
+ *  pointer is ignored. Thread-safe. */
 ZOE_API zoe_status zoe_device_free(zoe_device* device, void* pointer, size_t bytes, zoe_stream* stream);
 
 typedef enum zoe_copy_kind {
@@ -145,7 +147,7 @@ typedef uint32_t zoe_parameter_id;
 typedef enum zoe_dtype { ZOE_FP32 = 0, ZOE_FP16 = 1, ZOE_BF16 = 2 } zoe_dtype;
 
 typedef enum zoe_init {
-  ZOE_INIT_DATA = 0,    /**< `data` holds numel fp32 values, row-major (read by zoe_engine_create) */
+  ZOE_INIT_DATA = 0, /**< `data` holds numel fp32 values, row-major (read by zoe_engine_create) */
   ZOE_INIT_ZEROS = 1,
   ZOE_INIT_UNIFORM = 2, /**< uniform in [-scale, scale) */
   ZOE_INIT_NORMAL = 3   /**< normal with mean 0 and standard deviation `scale` */
@@ -154,17 +156,18 @@ typedef enum zoe_init {
 /** One parameter. The seeded initializers give the same values for the same (seed, shape) on every
  *  machine, whatever the thread count or the configuration. */
 typedef struct zoe_parameter_desc {
-  size_t struct_size;     /**< sizeof(zoe_parameter_desc) */
-  const char* name;       /**< unique in the model; copied */
-  size_t ndim;            /**< 0: a scalar */
-  const uint64_t* shape;  /**< ndim extents, each > 0; copied */
-  zoe_dtype dtype;        /**< the working copy's type (ZOE_FP32: the fp32 master is the working copy) */
+  size_t struct_size;    /**< sizeof(zoe_parameter_desc) */
+  const char* name;      /**< unique in the model; copied */
+  size_t ndim;           /**< 0: a scalar */
+  const uint64_t* shape; /**< ndim extents, each > 0; copied */
+  zoe_dtype dtype;       /**< the working copy's type (ZOE_FP32: the fp32 master is the working copy) */
   zoe_init init;
-  const float* data;      /**< ZOE_INIT_DATA: numel values, kept by the caller until zoe_engine_create returns */
-  float scale;            /**< ZOE_INIT_UNIFORM / ZOE_INIT_NORMAL */
-  uint64_t seed;          /**< ZOE_INIT_UNIFORM / ZOE_INIT_NORMAL */
+  const float* data; /**< ZOE_INIT_DATA: numel values, kept by the caller until zoe_engine_create returns */
+  float scale;       /**< ZOE_INIT_UNIFORM / ZOE_INIT_NORMAL */
+  uint64_t seed;     /**< ZOE_INIT_UNIFORM / ZOE_INIT_NORMAL */
 } zoe_parameter_desc;
-#define ZOE_PARAMETER_DESC_INIT {sizeof(zoe_parameter_desc), NULL, 0, NULL, ZOE_FP32, ZOE_INIT_ZEROS, NULL, 0.0f, 0}
+#define ZOE_PARAMETER_DESC_INIT \
+  { sizeof(zoe_parameter_desc), NULL, 0, NULL, ZOE_FP32, ZOE_INIT_ZEROS, NULL, 0.0f, 0 }
 
 /** Writes elements [first, first + count) of the values the seeded initializer `init`
  *  (ZOE_INIT_ZEROS, ZOE_INIT_UNIFORM or ZOE_INIT_NORMAL) gives a parameter with this `scale` and
@@ -197,14 +200,17 @@ typedef struct zoe_engine_desc {
   const zoe_model* model;  /**< read during the call; may be destroyed afterwards */
   zoe_device* device;      /**< NULL: the engine opens the device the config's zoe.device names */
 } zoe_engine_desc;
-#define ZOE_ENGINE_DESC_INIT {sizeof(zoe_engine_desc), NULL, NULL, NULL, NULL}
+#define ZOE_ENGINE_DESC_INIT \
+  { sizeof(zoe_engine_desc), NULL, NULL, NULL, NULL }
 
 /** Parses the configuration, lays the model out, plans its footprint (checked against this
  *  machine before anything is allocated), builds every stage and gives each parameter its initial
  *  value. ZOE_ERROR_CONFIG naming the key, ZOE_ERROR_MEMORY naming the plan item, ZOE_ERROR_IO
  *  naming the swap path. Config warnings (unknown keys) go to zoe's log. Thread-safe. */
 ZOE_API zoe_status zoe_engine_create(const zoe_engine_desc* desc, zoe_engine** engine);
-/** Waits for the engine's work, frees every tier's memory and removes its swap files. */
+/** Waits for the engine's work, frees every tier's memory and removes its swap files.
+ *  ZOE_ERROR_USAGE while streams of a device the engine opened itself (zoe_engine_device) are
+ *  alive: destroy them first. */
 ZOE_API zoe_status zoe_engine_destroy(zoe_engine* engine);
 /** The device the engine runs on (borrowed: valid until zoe_engine_destroy). Thread-safe. */
 ZOE_API zoe_status zoe_engine_device(zoe_engine* engine, zoe_device** device);
@@ -242,8 +248,8 @@ ZOE_API zoe_status zoe_parameter_address(zoe_engine* engine, zoe_parameter_id pa
  *  into them on `stream`, then hand them in with zoe_reduce_gradients. ZOE_ERROR_USAGE when the
  *  module is not fetched for backward, or its gradients were already acquired in this micro-batch.
  *  Thread-safe for different modules. */
-ZOE_API zoe_status zoe_module_gradients(zoe_engine* engine, zoe_module_id module, zoe_stream* stream,
-                                        void** buffers, size_t count);
+ZOE_API zoe_status zoe_module_gradients(zoe_engine* engine, zoe_module_id module, zoe_stream* stream, void** buffers,
+                                        size_t count);
 /** Hands in the module's gradients once the work queued on `stream` is done: they are reduced
  *  and summed into the gradient state (fp32) wherever it lives. The buffers are invalid after this
  *  call. ZOE_ERROR_USAGE when they were not acquired. Thread-safe for different modules. */
@@ -276,26 +282,28 @@ ZOE_API zoe_status zoe_activation_free(zoe_engine* engine, zoe_activation_id act
 ZOE_API zoe_status zoe_loss_scale(const zoe_engine* engine, double* scale);
 
 typedef struct zoe_step_result {
-  size_t struct_size;       /**< sizeof(zoe_step_result), set by the caller */
-  int skipped;              /**< 1: an inf or NaN in the gradients; no state changed but the loss scale */
-  double loss_scale;        /**< the scale for the next step's loss */
-  double grad_norm;         /**< global L2 norm of the averaged, unscaled gradients */
-  double clip_coefficient;  /**< what clipping multiplied the gradients by (1: not clipped) */
-  int64_t optimizer_steps;  /**< steps taken so far, skipped ones not counted */
+  size_t struct_size;      /**< sizeof(zoe_step_result), set by the caller */
+  int skipped;             /**< 1: an inf or NaN in the gradients; no state changed but the loss scale */
+  double loss_scale;       /**< the scale for the next step's loss */
+  double grad_norm;        /**< global L2 norm of the averaged, unscaled gradients */
+  double clip_coefficient; /**< what clipping multiplied the gradients by (1: not clipped) */
+  int64_t optimizer_steps; /**< steps taken so far, skipped ones not counted */
 } zoe_step_result;
-#define ZOE_STEP_RESULT_INIT {sizeof(zoe_step_result), 0, 1.0, 0.0, 1.0, 0}
+#define ZOE_STEP_RESULT_INIT \
+  { sizeof(zoe_step_result), 0, 1.0, 0.0, 1.0, 0 }
 
 /** One optimizer step with learning rate `lr` over the gradients of the step's micro-batches
  *  (averaged, unscaled, clipped to gradient_clipping). ZOE_ERROR_USAGE unless all
- *  gradient_accumulation_steps micro-batches are done; on an I/O failure every state is as it was
- *  and the step may be retried. One thread. */
+ *  gradient_accumulation_steps micro-batches are done and at least one module's gradients were
+ *  reduced in them ("no gradient was reduced in this step"); on an I/O failure every state is as it
+ *  was and the step may be retried. One thread. */
 ZOE_API zoe_status zoe_step(zoe_engine* engine, double lr, zoe_step_result* result);
 
 /* ---- reading states (debugging) --------------------------------------------------------------- */
 
 typedef enum zoe_state {
-  ZOE_STATE_PARAMETER = 0,  /**< the fp32 master value */
-  ZOE_STATE_GRADIENT = 1,   /**< as accumulated so far: summed over micro-batches, still loss-scaled */
+  ZOE_STATE_PARAMETER = 0, /**< the fp32 master value */
+  ZOE_STATE_GRADIENT = 1,  /**< as accumulated so far: summed over micro-batches, still loss-scaled */
   ZOE_STATE_EXP_AVG = 2,
   ZOE_STATE_EXP_AVG_SQ = 3
 } zoe_state;
@@ -316,7 +324,8 @@ ZOE_API zoe_status zoe_parameter_numel(const zoe_engine* engine, zoe_parameter_i
  *  (ZOE_ERROR_USAGE otherwise). One thread. */
 ZOE_API zoe_status zoe_checkpoint_save(zoe_engine* engine, const char* directory, const char* tag);
 /** Loads `directory`/`tag` (NULL or "": the latest). ZOE_ERROR_CORRUPT naming the file when it is
- *  missing, torn, corrupt or of another model, with nothing changed. Between steps only. One thread. */
+ *  missing, torn, corrupt or of another model, with nothing changed. Between steps only; the next
+ *  micro-batch starts a new step. One thread. */
 ZOE_API zoe_status zoe_checkpoint_load(zoe_engine* engine, const char* directory, const char* tag);
 
 /* ---- statistics and timing --------------------------------------------------------------------- */
@@ -330,12 +339,14 @@ ZOE_API zoe_status zoe_statistics(zoe_engine* engine, char* buffer, size_t capac
 
 /** Each stage of a training step's offload timed alone, over the model's real states. */
 typedef struct zoe_stage_times {
-  size_t struct_size;     /**< sizeof(zoe_stage_times), set by the caller */
-  double param_io_s;      /**< every module fetched and released for forward, then for backward: the step's parameter reads alone */
-  double adam_s;          /**< Adam over every shard with its NVMe parts already read */
-  double optimizer_io_s;  /**< the optimizer's NVMe reads and writes together, without Adam */
+  size_t struct_size; /**< sizeof(zoe_stage_times), set by the caller */
+  double param_io_s;  /**< every module fetched and released for forward, then for backward: the step's parameter reads
+                         alone */
+  double adam_s;      /**< Adam over every shard with its NVMe parts already read */
+  double optimizer_io_s; /**< the optimizer's NVMe reads and writes together, without Adam */
 } zoe_stage_times;
-#define ZOE_STAGE_TIMES_INIT {sizeof(zoe_stage_times), 0.0, 0.0, 0.0}
+#define ZOE_STAGE_TIMES_INIT \
+  { sizeof(zoe_stage_times), 0.0, 0.0, 0.0 }
 
 /** Times the stages above; changes no state (the optimizer stages write shadow extents and drop
  *  them). Between steps only, after at least one step (ZOE_ERROR_USAGE otherwise). One thread. */

@@ -1,0 +1,175 @@
+// Devices, streams, device memory and copies: the C face of core's device seam (zoe/core/device.hpp).
+#include <utility>
+
+#include "objects.hpp"
+#include "status.hpp"
+#include "zoe/core/error.hpp"
+#include "zoe/core/str.hpp"
+
+namespace zoe::bindings {
+
+stream_view stream_on(const zoe_device& on, zoe_stream* stream) {
+  if (stream == nullptr) return {};
+  const zoe_stream& s = live(stream, "stream");
+  if (s.device != &on) {
+    throw usage_error(str("stream ", static_cast<const void*>(stream), " belongs to device ",
+                          static_cast<const void*>(s.device), ", not to device ", static_cast<const void*>(&on),
+                          " that this call runs on"));
+  }
+  return s.stream.view();
+}
+
+namespace {
+
+zoe::copy_kind copy_kind_of(zoe_copy_kind kind) {
+  switch (kind) {
+    case ZOE_COPY_HOST_TO_DEVICE: return zoe::copy_kind::host_to_device;
+    case ZOE_COPY_DEVICE_TO_HOST: return zoe::copy_kind::device_to_host;
+    case ZOE_COPY_DEVICE_TO_DEVICE: return zoe::copy_kind::device_to_device;
+  }
+  throw usage_error(str("copy kind ", static_cast<int>(kind),
+                        " is not a zoe_copy_kind (ZOE_COPY_HOST_TO_DEVICE, ZOE_COPY_DEVICE_TO_HOST or "
+                        "ZOE_COPY_DEVICE_TO_DEVICE)"));
+}
+
+std::string kind_name(zoe_device_kind kind) {
+  switch (kind) {
+    case ZOE_DEVICE_AUTO: return "";  // core's empty kind: ZOE_DEVICE from the environment, else auto
+    case ZOE_DEVICE_HOST: return "host";
+    case ZOE_DEVICE_CUDA: return "cuda";
+  }
+  throw config_error(str("zoe_device_options.kind ", static_cast<int>(kind),
+                         " is not a zoe_device_kind (ZOE_DEVICE_AUTO, ZOE_DEVICE_HOST or ZOE_DEVICE_CUDA)"));
+}
+
+}  // namespace
+}  // namespace zoe::bindings
+
+using zoe::bindings::expect_pointer;
+using zoe::bindings::guarded;
+using zoe::bindings::live;
+
+extern "C" {
+
+zoe_status zoe_device_create(const zoe_device_options* options, zoe_device** device) {
+  return guarded("zoe_device_create", [&] {
+    const zoe_device_options& o =
+        zoe::bindings::expect_struct(options, ZOE_FIELDS_END(zoe_device_options, cuda_ordinal), "zoe_device_options");
+    expect_pointer(device, "device (the out-parameter)");
+    zoe::device_options chosen{
+        .kind = zoe::bindings::kind_name(o.kind), .budget_bytes = {}, .cuda_ordinal = o.cuda_ordinal};
+    if (o.budget_bytes != 0) chosen.budget_bytes = o.budget_bytes;
+    auto made = std::make_unique<zoe_device>();
+    made->dev = zoe::select_device(chosen).dev;
+    *device = zoe::bindings::adopt(std::move(made));
+  });
+}
+
+zoe_status zoe_device_destroy(zoe_device* device) {
+  return guarded("zoe_device_destroy", [&] {
+    const zoe_device& d = live(device, "device");
+    if (d.owner != nullptr) {
+      throw zoe::usage_error(zoe::str("device ", static_cast<const void*>(device), " was opened by engine ",
+                                      static_cast<const void*>(d.owner),
+                                      " (zoe_engine_device); zoe_engine_destroy closes it"));
+    }
+    if (const std::size_t users = d.users.load(); users > 0) {
+      throw zoe::usage_error(zoe::str("device ", static_cast<const void*>(device), " is still used by ", users,
+                                      " streams and engines: destroy them first"));
+    }
+    zoe::bindings::retire(device, "device").reset();
+  });
+}
+
+zoe_status zoe_device_get_kind(const zoe_device* device, zoe_device_kind* kind) {
+  return guarded("zoe_device_get_kind", [&] {
+    const zoe_device& d = live(device, "device");
+    expect_pointer(kind, "kind (the out-parameter)");
+    *kind = d.dev->kind() == zoe::device_kind::cuda ? ZOE_DEVICE_CUDA : ZOE_DEVICE_HOST;
+  });
+}
+
+zoe_status zoe_device_memory(const zoe_device* device, uint64_t* current_bytes, uint64_t* peak_bytes,
+                             uint64_t* budget_bytes) {
+  return guarded("zoe_device_memory", [&] {
+    const zoe_device& d = live(device, "device");
+    expect_pointer(current_bytes, "current_bytes (an out-parameter)");
+    expect_pointer(peak_bytes, "peak_bytes (an out-parameter)");
+    expect_pointer(budget_bytes, "budget_bytes (an out-parameter)");
+    const zoe::device_usage u = d.dev->usage();
+    *current_bytes = u.current_bytes;
+    *peak_bytes = u.peak_bytes;
+    *budget_bytes = u.budget_bytes;
+  });
+}
+
+zoe_status zoe_stream_create(zoe_device* device, zoe_stream** stream) {
+  return guarded("zoe_stream_create", [&] {
+    zoe_device& d = live(device, "device");
+    expect_pointer(stream, "stream (the out-parameter)");
+    auto made = std::make_unique<zoe_stream>();
+    made->stream = d.dev->create_stream();
+    made->device = &d;
+    zoe_stream* handle = zoe::bindings::adopt(std::move(made));
+    ++d.users;
+    *stream = handle;
+  });
+}
+
+zoe_status zoe_stream_destroy(zoe_stream* stream) {
+  return guarded("zoe_stream_destroy", [&] {
+    std::unique_ptr<zoe_stream> s = zoe::bindings::retire(stream, "stream");
+    zoe_device& d = *s->device;
+    s.reset();  // waits for the stream's work
+    --d.users;
+  });
+}
+
+zoe_status zoe_stream_synchronize(zoe_stream* stream) {
+  return guarded("zoe_stream_synchronize", [&] {
+    zoe_stream& s = live(stream, "stream");
+    s.device->dev->synchronize(s.stream.view());
+  });
+}
+
+zoe_status zoe_stream_native(const zoe_stream* stream, void** native) {
+  return guarded("zoe_stream_native", [&] {
+    const zoe_stream& s = live(stream, "stream");
+    expect_pointer(native, "native (the out-parameter)");
+    // The host device's stream object is zoe's own: nothing a caller could pass to a library.
+    *native = s.device->dev->kind() == zoe::device_kind::cuda ? s.stream.view().native() : nullptr;
+  });
+}
+
+zoe_status zoe_device_allocate(zoe_device* device, size_t bytes, zoe_stream* stream, void** pointer) {
+  return guarded("zoe_device_allocate", [&] {
+    zoe_device& d = live(device, "device");
+    const zoe::stream_view s = zoe::bindings::stream_on(d, stream);
+    expect_pointer(pointer, "pointer (the out-parameter)");
+    if (bytes == 0) throw zoe::usage_error("0 bytes asked for: give a size > 0");
+    *pointer = d.dev->allocate(bytes, s);
+  });
+}
+
+zoe_status zoe_device_free(zoe_device* device, void* pointer, size_t bytes, zoe_stream* stream) {
+  return guarded("zoe_device_free", [&] {
+    zoe_device& d = live(device, "device");
+    const zoe::stream_view s = zoe::bindings::stream_on(d, stream);
+    d.dev->deallocate(pointer, bytes, s);
+  });
+}
+
+zoe_status zoe_copy_async(zoe_device* device, void* dst, const void* src, size_t bytes, zoe_copy_kind kind,
+                          zoe_stream* stream) {
+  return guarded("zoe_copy_async", [&] {
+    zoe_device& d = live(device, "device");
+    const zoe::stream_view s = zoe::bindings::stream_on(d, stream);
+    const zoe::copy_kind k = zoe::bindings::copy_kind_of(kind);
+    if (bytes == 0) return;
+    expect_pointer(dst, "dst");
+    expect_pointer(src, "src");
+    d.dev->copy_async(dst, src, bytes, k, s);
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,169 @@
+// The engine handle: created from a configuration (JSON text or a file), a model and a device;
+// every parameter given its initial value one at a time, so host memory holds one parameter.
+#include <algorithm>
+#include <utility>
+
+#include "initializer.hpp"
+#include "objects.hpp"
+#include "status.hpp"
+#include "zoe/core/error.hpp"
+#include "zoe/core/str.hpp"
+#include "zoe/engine/config/parse.hpp"
+
+namespace zoe::bindings {
+
+engine::parameter_id layout_id(const zoe_engine& e, zoe_parameter_id parameter) {
+  if (parameter >= e.layout_ids.size()) {
+    throw usage_error(
+        str("parameter ", parameter, " is not a parameter of this engine (it has ", e.layout_ids.size(), ")"));
+  }
+  return e.layout_ids[parameter];
+}
+
+namespace {
+
+// The engine's modules in order, with their parameters in the order added; and the engine's
+// parameter id of each zoe_parameter_id (the engine counts parameters module by module).
+std::vector<engine::module_spec> module_specs(const zoe_model& model) {
+  std::vector<engine::module_spec> specs;
+  specs.reserve(model.modules.size());
+  for (const zoe_model::module& m : model.modules) {
+    engine::module_spec& spec = specs.emplace_back(engine::module_spec{.name = m.name, .parameters = {}});
+    for (const zoe_parameter_id p : m.parameters) {
+      const zoe_model::parameter& param = model.parameters[p];
+      spec.parameters.push_back({.name = param.name, .shape = param.shape, .dtype = param.dtype});
+    }
+  }
+  return specs;
+}
+
+std::vector<engine::parameter_id> layout_ids_of(const zoe_model& model) {
+  std::vector<engine::parameter_id> ids(model.parameters.size(), 0);
+  engine::parameter_id next = 0;
+  for (const zoe_model::module& m : model.modules) {
+    for (const zoe_parameter_id p : m.parameters) ids[p] = next++;
+  }
+  return ids;
+}
+
+std::vector<std::string> module_names(const zoe_model& model) {
+  std::vector<std::string> names;
+  for (const zoe_model::module& m : model.modules) names.push_back(m.name);
+  return names;
+}
+
+std::vector<std::size_t> parameter_counts(const zoe_model& model) {
+  std::vector<std::size_t> counts;
+  for (const zoe_model::module& m : model.modules) counts.push_back(m.parameters.size());
+  return counts;
+}
+
+engine::loaded_config load(const zoe_engine_desc& d) {
+  if ((d.config_json == nullptr) == (d.config_path == nullptr)) {
+    throw usage_error(str("zoe_engine_desc: give exactly one of config_json and config_path (",
+                          d.config_json == nullptr ? "neither is" : "both are", " set; \"{}\" gives the defaults)"));
+  }
+  // Both log their warnings (unknown keys, deprecated names) through zoe's log.
+  return d.config_json != nullptr ? engine::parse_config(d.config_json) : engine::load_config_file(d.config_path);
+}
+
+// The device zoe.device names (kind and budget). Left at its default, the kind is core's empty
+// one, so ZOE_DEVICE in the environment still chooses, as zoe_device_create's ZOE_DEVICE_AUTO does.
+std::unique_ptr<zoe_device> open_configured_device(const engine::loaded_config& loaded) {
+  device_options o{
+      .kind = loaded.config.zoe.device_kind, .budget_bytes = loaded.config.zoe.device_budget, .cuda_ordinal = 0};
+  const auto entry = std::find_if(loaded.entries.begin(), loaded.entries.end(),
+                                  [](const engine::config_entry& e) { return e.key == "zoe.device.kind"; });
+  if (entry != loaded.entries.end() && entry->source == engine::config_source::default_value) o.kind.clear();
+  auto made = std::make_unique<zoe_device>();
+  made->dev = select_device(o).dev;
+  return made;
+}
+
+// Each parameter's value, one at a time: the caller's data as it is, or one parameter's worth of
+// the seeded initializer.
+void set_initial_values(const zoe_model& model, zoe_engine& e) {
+  std::vector<float> values;
+  for (std::size_t p = 0; p < model.parameters.size(); ++p) {
+    const zoe_model::parameter& param = model.parameters[p];
+    if (param.init == ZOE_INIT_DATA) {
+      e.engine->set_parameter(e.layout_ids[p], std::span<const float>(param.data, param.numel));
+      continue;
+    }
+    values.resize(param.numel);
+    fill_initial(param.init, param.scale, param.seed, 0, values);
+    e.engine->set_parameter(e.layout_ids[p], values);
+  }
+}
+
+}  // namespace
+}  // namespace zoe::bindings
+
+zoe_engine::zoe_engine(zoe_device& on, std::unique_ptr<zoe_device> owned, const zoe_model& model,
+                       const zoe::engine::engine_config& config)
+    : owned_device(std::move(owned)),
+      device(&on),
+      engine(std::make_unique<zoe::engine::offload_engine>(zoe::bindings::module_specs(model), config, *on.dev)),
+      layout_ids(zoe::bindings::layout_ids_of(model)),
+      tracker(zoe::bindings::module_names(model), zoe::bindings::parameter_counts(model)) {}
+
+using zoe::bindings::expect_pointer;
+using zoe::bindings::guarded;
+using zoe::bindings::live;
+
+extern "C" {
+
+zoe_status zoe_engine_create(const zoe_engine_desc* desc, zoe_engine** engine) {
+  return guarded("zoe_engine_create", [&] {
+    const zoe_engine_desc& d =
+        zoe::bindings::expect_struct(desc, ZOE_FIELDS_END(zoe_engine_desc, device), "zoe_engine_desc");
+    expect_pointer(engine, "engine (the out-parameter)");
+    const zoe_model& model = live(d.model, "zoe_engine_desc.model");
+    zoe_device* given = d.device == nullptr ? nullptr : &live(d.device, "zoe_engine_desc.device");
+    const zoe::engine::loaded_config loaded = zoe::bindings::load(d);
+    std::unique_ptr<zoe_device> owned = given == nullptr ? zoe::bindings::open_configured_device(loaded) : nullptr;
+    zoe_device& on = given != nullptr ? *given : *owned;
+    auto made = std::make_unique<zoe_engine>(on, std::move(owned), model, loaded.config);
+    zoe::bindings::set_initial_values(model, *made);
+    if (made->owned_device != nullptr) {
+      made->owned_device->owner = made.get();
+      zoe::bindings::device_handles().add(made->owned_device.get());
+    }
+    try {
+      zoe_engine* handle = zoe::bindings::adopt(std::move(made));
+      on.users += given != nullptr ? 1 : 0;
+      *engine = handle;
+    } catch (...) {
+      if (d.device == nullptr) zoe::bindings::device_handles().remove(&on);
+      throw;
+    }
+  });
+}
+
+zoe_status zoe_engine_destroy(zoe_engine* engine) {
+  return guarded("zoe_engine_destroy", [&] {
+    const zoe_engine& e = live(engine, "engine");
+    if (e.owned_device != nullptr) {
+      if (const std::size_t users = e.owned_device->users.load(); users > 0) {
+        throw zoe::usage_error(zoe::str("the engine's device ", static_cast<const void*>(e.owned_device.get()),
+                                        " (zoe_engine_device) still has ", users, " streams: destroy them first"));
+      }
+    }
+    std::unique_ptr<zoe_engine> gone = zoe::bindings::retire(engine, "engine");
+    zoe_device* on = gone->device;
+    const bool owned = gone->owned_device != nullptr;
+    if (owned) zoe::bindings::device_handles().remove(on);
+    gone.reset();  // waits for the engine's work, removes its swap files, closes an owned device
+    if (!owned) --on->users;
+  });
+}
+
+zoe_status zoe_engine_device(zoe_engine* engine, zoe_device** device) {
+  return guarded("zoe_engine_device", [&] {
+    zoe_engine& e = live(engine, "engine");
+    expect_pointer(device, "device (the out-parameter)");
+    *device = e.device;
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,81 @@
+#pragma once
+// What the C API knows of a micro-batch, module by module, so that a call out of order is refused
+// with a message naming the module before the engine sees it: whether a micro-batch is open, and
+// for each module whether it is fetched (for forward or backward) and where its gradients are
+// (acquired, reduced) in this micro-batch; also whether any gradient was reduced in the step.
+//
+// A call on a module is two-phased: start() checks the transition under the lock and marks the
+// module busy, the engine call runs without the lock (a fetch may wait for another thread's
+// release), and finish() applies the transition (or drops it when the engine call failed). A
+// second call on a busy module is refused: calls on one module must not overlap.
+//
+// Thread-safety: start/finish/expect_fetched may be called from several threads (for different
+// modules); open/close/expect_can_close/step_done from the one thread that drives the engine.
+
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace zoe::bindings {
+
+/// The calls on one module that change its state.
+enum class module_op : std::uint8_t { fetch_forward, fetch_backward, release, acquire_gradients, reduce_gradients };
+
+class micro_batch_tracker {
+ public:
+  /// One entry per module, by id: its name and its parameter count.
+  micro_batch_tracker(std::vector<std::string> names, std::vector<std::size_t> parameter_counts);
+
+  /// usage_error when a micro-batch is open.
+  void expect_closed() const;
+  /// usage_error when no micro-batch is open.
+  void expect_open() const;
+  /// Marks a micro-batch open (its modules start unfetched, no gradients).
+  void open();
+  /// usage_error naming the first module still fetched, or fetched for backward without its
+  /// gradients reduced.
+  void expect_can_close() const;
+  /// Marks the micro-batch closed; its reduces count for the step when `counted`.
+  void close(bool counted);
+  /// Whether a gradient was reduced in a micro-batch of this step (closed and counted).
+  [[nodiscard]] bool any_reduced_in_step() const;
+  /// The step is done (or a checkpoint load started a new one): nothing reduced yet.
+  void step_done();
+
+  /// usage_error naming the module: unknown module, no micro-batch open, the module busy, or a
+  /// transition `op` does not allow from its state. Marks it busy.
+  void start(std::uint32_t module, module_op op);
+  /// Ends the call start() began: applies `op` when `succeeded`, and clears the busy mark.
+  void finish(std::uint32_t module, module_op op, bool succeeded) noexcept;
+  /// usage_error unless `module` is fetched (a parameter address is asked for).
+  void expect_fetched(std::uint32_t module, const char* what) const;
+
+  [[nodiscard]] std::size_t parameter_count(std::uint32_t module) const;
+  [[nodiscard]] const std::string& name(std::uint32_t module) const;
+  /// usage_error naming `module` when it is not a module of the engine.
+  void expect_module(std::uint32_t module) const;
+
+ private:
+  enum class fetched : std::uint8_t { no, forward, backward };
+  enum class gradients : std::uint8_t { none, acquired, reduced };
+  struct module_state {
+    std::string name;
+    std::size_t parameters = 0;
+    fetched fetch = fetched::no;
+    gradients grads = gradients::none;  ///< in this micro-batch
+    bool backward_pending = false;      ///< fetched for backward and its gradients not reduced yet
+    bool busy = false;
+  };
+
+  void check(const module_state& m, module_op op) const;
+
+  mutable std::mutex mutex_;
+  std::vector<module_state> modules_;
+  bool open_ = false;
+  std::size_t reduced_in_micro_batch_ = 0;
+  std::size_t reduced_in_step_ = 0;
+};
+
+}  // namespace zoe::bindings

@@ -1,0 +1,98 @@
+#pragma once
+// The objects behind the C API's opaque handles. zoe.h declares them as incomplete structs in the
+// global namespace; they are defined here, once, for every source of the library, with the
+// registry traits that name them in messages.
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "handles.hpp"
+#include "micro_batch_tracker.hpp"
+#include "zoe/core/device.hpp"
+#include "zoe/engine/engine.hpp"
+#include "zoe/kernels/dtype.hpp"
+#include "zoe/zoe.h"
+
+struct zoe_device {
+  std::unique_ptr<zoe::device> dev;
+  /// The engine that opened this device (zoe_engine_desc::device NULL); it closes it, not the caller.
+  const zoe_engine* owner = nullptr;
+  /// Streams and engines using the device: it may be destroyed only when none is left.
+  std::atomic<std::size_t> users{0};
+};
+
+struct zoe_stream {
+  zoe_device* device = nullptr;
+  zoe::device_stream stream;
+};
+
+struct zoe_model {
+  struct parameter {
+    std::string name;
+    std::vector<std::uint64_t> shape;
+    zoe::kernels::dtype dtype = zoe::kernels::dtype::fp32;
+    zoe_init init = ZOE_INIT_ZEROS;
+    const float* data = nullptr;  ///< ZOE_INIT_DATA: the caller's, read by zoe_engine_create
+    float scale = 0;
+    std::uint64_t seed = 0;
+    zoe_module_id module = 0;
+    std::uint64_t numel = 1;
+  };
+  struct module {
+    std::string name;
+    std::vector<zoe_parameter_id> parameters;  ///< in the order added
+  };
+  std::vector<module> modules;
+  std::vector<parameter> parameters;  ///< by zoe_parameter_id: in the order added, over all modules
+};
+
+struct zoe_engine {
+  /// Builds the engine of `model` on `on` (`owned`: the device opened for it, or null).
+  zoe_engine(zoe_device& on, std::unique_ptr<zoe_device> owned, const zoe_model& model,
+             const zoe::engine::engine_config& config);
+
+  /// The device opened for this engine when the caller gave none; declared before `engine`, which
+  /// runs on it, so that it is closed after it.
+  std::unique_ptr<zoe_device> owned_device;
+  zoe_device* device = nullptr;
+  std::unique_ptr<zoe::engine::offload_engine> engine;
+  /// The engine's parameter id (modules in order) of each zoe_parameter_id (the order added).
+  std::vector<zoe::engine::parameter_id> layout_ids;
+  zoe::bindings::micro_batch_tracker tracker;
+};
+
+namespace zoe::bindings {
+
+template <>
+struct handle_traits<zoe_device> {
+  static constexpr std::string_view name = "zoe_device";
+  static handle_set& set() { return device_handles(); }
+};
+template <>
+struct handle_traits<zoe_stream> {
+  static constexpr std::string_view name = "zoe_stream";
+  static handle_set& set() { return stream_handles(); }
+};
+template <>
+struct handle_traits<zoe_model> {
+  static constexpr std::string_view name = "zoe_model";
+  static handle_set& set() { return model_handles(); }
+};
+template <>
+struct handle_traits<zoe_engine> {
+  static constexpr std::string_view name = "zoe_engine";
+  static handle_set& set() { return engine_handles(); }
+};
+
+/// The stream to queue an engine's or a device's work on: the default stream for NULL; usage_error
+/// for a stream that is not live or belongs to another device than `on`.
+[[nodiscard]] stream_view stream_on(const zoe_device& on, zoe_stream* stream);
+
+/// The engine's parameter id of `parameter`; usage_error naming it when unknown.
+[[nodiscard]] engine::parameter_id layout_id(const zoe_engine& e, zoe_parameter_id parameter);
+
+}  // namespace zoe::bindings

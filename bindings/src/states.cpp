@@ -1,0 +1,57 @@
+// Reading a parameter's states as fp32, for debugging and for tests against a reference.
+#include <algorithm>
+#include <vector>
+
+#include "objects.hpp"
+#include "status.hpp"
+#include "zoe/core/error.hpp"
+#include "zoe/core/str.hpp"
+
+namespace {
+
+zoe::engine::state_kind state_of(zoe_state s) {
+  switch (s) {
+    case ZOE_STATE_PARAMETER: return zoe::engine::state_kind::master;
+    case ZOE_STATE_GRADIENT: return zoe::engine::state_kind::gradient;
+    case ZOE_STATE_EXP_AVG: return zoe::engine::state_kind::exp_avg;
+    case ZOE_STATE_EXP_AVG_SQ: return zoe::engine::state_kind::exp_avg_sq;
+  }
+  throw zoe::usage_error(zoe::str("state ", static_cast<int>(s),
+                                  " is not a zoe_state (ZOE_STATE_PARAMETER, ZOE_STATE_GRADIENT, ZOE_STATE_EXP_AVG "
+                                  "or ZOE_STATE_EXP_AVG_SQ)"));
+}
+
+}  // namespace
+
+using zoe::bindings::expect_pointer;
+using zoe::bindings::guarded;
+using zoe::bindings::live;
+
+extern "C" {
+
+zoe_status zoe_parameter_numel(const zoe_engine* engine, zoe_parameter_id parameter, uint64_t* numel) {
+  return guarded("zoe_parameter_numel", [&] {
+    const zoe_engine& e = live(engine, "engine");
+    expect_pointer(numel, "numel (the out-parameter)");
+    *numel = e.engine->layout().parameter(zoe::bindings::layout_id(e, parameter)).numel;
+  });
+}
+
+zoe_status zoe_read_state(zoe_engine* engine, zoe_parameter_id parameter, zoe_state state, float* values,
+                          size_t count) {
+  return guarded("zoe_read_state", [&] {
+    zoe_engine& e = live(engine, "engine");
+    const zoe::engine::parameter_id id = zoe::bindings::layout_id(e, parameter);
+    const zoe::engine::state_kind kind = state_of(state);
+    const zoe::engine::parameter_layout& p = e.engine->layout().parameter(id);
+    if (count != p.numel) {
+      throw zoe::usage_error(zoe::str("parameter '", p.name, "' has ", p.numel, " elements; count is ", count));
+    }
+    expect_pointer(values, "values");
+    e.tracker.expect_closed();
+    const std::vector<float> read = e.engine->read_state(id, kind);
+    std::copy(read.begin(), read.end(), values);
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,69 @@
+// Between micro-batches: the optimizer step, the loss scale, and checkpoints.
+#include <string>
+
+#include "objects.hpp"
+#include "status.hpp"
+#include "zoe/core/error.hpp"
+
+using zoe::bindings::expect_pointer;
+using zoe::bindings::guarded;
+using zoe::bindings::live;
+
+namespace {
+
+// NULL and "" both mean the engine's default (a tag of the step count, or the latest).
+std::string tag_of(const char* tag) { return tag == nullptr ? std::string() : std::string(tag); }
+
+}  // namespace
+
+extern "C" {
+
+zoe_status zoe_loss_scale(const zoe_engine* engine, double* scale) {
+  return guarded("zoe_loss_scale", [&] {
+    const zoe_engine& e = live(engine, "engine");
+    expect_pointer(scale, "scale (the out-parameter)");
+    *scale = e.engine->loss_scale();
+  });
+}
+
+zoe_status zoe_step(zoe_engine* engine, double lr, zoe_step_result* result) {
+  return guarded("zoe_step", [&] {
+    zoe_engine& e = live(engine, "engine");
+    zoe::bindings::expect_struct(result, ZOE_FIELDS_END(zoe_step_result, optimizer_steps), "zoe_step_result");
+    e.tracker.expect_closed();
+    if (!e.tracker.any_reduced_in_step()) {
+      throw zoe::usage_error(
+          "no gradient was reduced in this step: hand in each module's gradients during backward "
+          "(zoe_fetch with ZOE_PASS_BACKWARD, zoe_module_gradients, zoe_reduce_gradients) before stepping");
+    }
+    const zoe::engine::step_result r = e.engine->step(lr);
+    e.tracker.step_done();
+    result->skipped = r.skipped ? 1 : 0;
+    result->loss_scale = r.loss_scale;
+    result->grad_norm = r.grad_norm;
+    result->clip_coefficient = r.clip_coefficient;
+    result->optimizer_steps = r.optimizer_steps;
+  });
+}
+
+zoe_status zoe_checkpoint_save(zoe_engine* engine, const char* directory, const char* tag) {
+  return guarded("zoe_checkpoint_save", [&] {
+    zoe_engine& e = live(engine, "engine");
+    expect_pointer(directory, "directory");
+    e.tracker.expect_closed();
+    (void)e.engine->save_checkpoint(directory, tag_of(tag));
+  });
+}
+
+zoe_status zoe_checkpoint_load(zoe_engine* engine, const char* directory, const char* tag) {
+  return guarded("zoe_checkpoint_load", [&] {
+    zoe_engine& e = live(engine, "engine");
+    expect_pointer(directory, "directory");
+    e.tracker.expect_closed();
+    e.engine->load_checkpoint(directory, tag_of(tag));
+    // The engine starts a new step: the gradients handed in before the load no longer count.
+    e.tracker.step_done();
+  });
+}
+
+}  // extern "C"

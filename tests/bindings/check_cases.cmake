@@ -1,0 +1,12 @@
+cmake_minimum_required(VERSION 3.25)
+# Fails when the C test program has a case that tests/bindings/CMakeLists.txt does not register.
+execute_process(COMMAND ${PROGRAM} --list OUTPUT_VARIABLE listed RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "${PROGRAM} --list failed (${rc})")
+endif()
+string(REPLACE "\n" ";" listed "${listed}")
+foreach(case IN LISTS listed)
+  if(case AND NOT case IN_LIST CASES)
+    message(FATAL_ERROR "case ${case} of ${PROGRAM} is not registered in tests/bindings/CMakeLists.txt")
+  endif()
+endforeach()
