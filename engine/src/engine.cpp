@@ -27,6 +27,14 @@ gradient_path_options gradient_options(const footprint_plan& plan) {
           .staging_buffer_bytes = static_cast<std::size_t>(plan.gradient_buffer_bytes)};
 }
 
+activation_store_options activation_options(const footprint_plan& plan, const io::swap_store* store) {
+  // Activations go to NVMe only where the plan gave them room in a store (activation_nvme_bytes).
+  return {.host_bytes = plan.activation_host_bytes,
+          .prefetch_bytes = plan.activation_prefetch_bytes,
+          .nvme_bytes = store != nullptr ? plan.activation_nvme_bytes : 0,
+          .staging_bytes = plan.activation_staging_bytes};
+}
+
 optimizer_step_options step_options(const footprint_plan& plan, const engine_config& config) {
   const offload_optimizer_config block = config.zero.offload_optimizer.value_or(offload_optimizer_config{});
   return {.sub_group_size = config.zero.sub_group_size,
@@ -68,6 +76,8 @@ offload_engine::offload_engine(std::vector<module_spec> modules, const engine_co
                                                  gradient_options(path_->plan()))),
       optimizer_(std::make_unique<optimizer_step>(path_->tiers(), dev, path_->pinned(), path_->store(),
                                                   step_options(path_->plan(), config))),
+      activations_(std::make_unique<activation_store>(dev, path_->pinned(), path_->store(),
+                                                      activation_options(path_->plan(), path_->store()))),
       files_(options.checkpoint_files != nullptr ? options.checkpoint_files : &checkpoint_fs::posix()),
       scaler_(config.fp16),
       lr_(adam_settings_.lr) {}
@@ -174,10 +184,12 @@ void offload_engine::end_micro_batch() {
     micro_batch_open_ = false;
     coordinator_step_ended_ = false;
     micro_batches_done_ = 0;  // the accumulated gradients are incomplete: the step starts over
+    activations_->clear();    // the micro-batch is over: its activations are not needed again
     throw;
   }
   micro_batch_open_ = false;
   coordinator_step_ended_ = false;
+  activations_->clear();
   // The gradient path has this micro-batch: count it whatever else failed, so both agree on the
   // next one.
   ++micro_batches_done_;

@@ -196,6 +196,9 @@ TEST(config_render, every_known_key_is_listed_once_in_a_fixed_order) {
       "zoe.placement.master",
       "zoe.placement.exp_avg",
       "zoe.placement.exp_avg_sq",
+      "zoe.activations.host_bytes",
+      "zoe.activations.nvme_bytes",
+      "zoe.activations.prefetch_bytes",
   };
   std::vector<std::string> keys;
   for (const config_entry& e : parse_config("{}").entries) keys.push_back(e.key);

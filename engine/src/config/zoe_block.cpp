@@ -79,13 +79,20 @@ block_spec placement_block(zoe_settings& z) {
   return b;
 }
 
+block_spec activations_block(zoe_settings& z) {
+  block_spec b;
+  b.fields = {uint_field("host_bytes", z.activations.host_bytes), uint_field("nvme_bytes", z.activations.nvme_bytes),
+              uint_field("prefetch_bytes", z.activations.prefetch_bytes)};
+  return b;
+}
+
 }  // namespace
 
 block_spec zoe_block(zoe_settings& zoe) {
   block_spec b;
   b.fields = {block_field("device", zoe, device_block), block_field("swap", zoe, swap_block),
               choice_field("numa", zoe.numa_policy, {"none", "local", "interleave"}),
-              block_field("placement", zoe, placement_block)};
+              block_field("placement", zoe, placement_block), block_field("activations", zoe, activations_block)};
   return b;
 }
 

@@ -134,9 +134,14 @@ void add_optimizer_undo_log(plan_builder& out, footprint_plan& plan, const model
 void add_swap_store(plan_builder& out, footprint_plan& plan, const model_layout& layout, const engine_config& config,
                     const placement& where) {
   plan.swap_block_size = config.aio.block_size;
-  if (plan.state_bytes[static_cast<std::size_t>(memory_kind::nvme)] == 0) return;
+  const std::uint64_t activations = config.zoe.activations.nvme_bytes;
+  if (plan.state_bytes[static_cast<std::size_t>(memory_kind::nvme)] == 0 && activations == 0) return;
   plan.swap_paths = swap_paths(config);
   const std::uint64_t block = config.aio.block_size;
+  ZOE_CHECK(!plan.swap_paths.empty(), config_error, "zoe.activations.nvme_bytes is ", activations,
+            " but no swap folder is configured: set zero_optimization.offload_param.nvme_path, "
+            "zero_optimization.offload_optimizer.nvme_path or zoe.swap.extra_paths, or set zoe.activations.nvme_bytes "
+            "to 0");
   std::uint64_t extents = 0;
   for (const parameter_layout& p : layout.parameters()) {
     for (const state_kind s : all_states) {
@@ -146,7 +151,9 @@ void add_swap_store(plan_builder& out, footprint_plan& plan, const model_layout&
       extents += has_shadow_extent(p, s, where) ? 2 * rounded : rounded;
     }
   }
-  const std::uint64_t capacity = round_up(extents, block * plan.swap_paths.size());
+  // The activations' share counts whole chunks, so each of their extents' rounding is inside it.
+  plan.activation_nvme_bytes = round_up(activations, block);
+  const std::uint64_t capacity = round_up(extents + plan.activation_nvme_bytes, block * plan.swap_paths.size());
   for (const state_kind s : all_states) {
     std::vector<std::string> keys(where.keys(s).begin(), where.keys(s).end());
     out.add(str(state_kind_name(s), " on nvme"), memory_kind::nvme, where.bytes(s, tier::nvme), std::move(keys));
@@ -154,9 +161,12 @@ void add_swap_store(plan_builder& out, footprint_plan& plan, const model_layout&
   const std::uint64_t before = plan.nvme_bytes;
   add_shadow_extents(out, layout, where);
   const std::uint64_t shadows = plan.nvme_bytes - before;
-  out.add("swap store rounding (extents to 4 KiB or aio.block_size, the whole to stripes)", memory_kind::nvme,
-          capacity - plan.state_bytes[static_cast<std::size_t>(memory_kind::nvme)] - shadows,
-          {"aio.block_size", "zero_optimization.offload_param.nvme_path", "zoe.swap.extra_paths"});
+  out.add("activation checkpoints on nvme", memory_kind::nvme, plan.activation_nvme_bytes,
+          {"zoe.activations.nvme_bytes", "aio.block_size"});
+  out.add(
+      "swap store rounding (extents to 4 KiB or aio.block_size, the whole to stripes)", memory_kind::nvme,
+      capacity - plan.state_bytes[static_cast<std::size_t>(memory_kind::nvme)] - shadows - plan.activation_nvme_bytes,
+      {"aio.block_size", "zero_optimization.offload_param.nvme_path", "zoe.swap.extra_paths"});
 }
 
 // Parameters on nvme come to the device through constant-size pinned buffers, as DeepSpeed's
@@ -339,6 +349,26 @@ void add_gradient_norm_scratch(plan_builder& out, const model_layout& layout, co
           round_up(bytes, arena_alignment), {"zoe.placement.gradient"});
 }
 
+// Activation checkpoints (activation_store.hpp): a pinned host share, a device share that
+// prefetched activations hold ahead of their load, and, with NVMe bytes (add_swap_store counts them
+// in the store), pinned staging memory their reads and writes pass through piece by piece: 1 MiB
+// of whole aio.block_size chunks (one chunk when chunks are larger), never more than the NVMe share.
+void add_activations(plan_builder& out, footprint_plan& plan, const engine_config& config) {
+  const activation_settings& a = config.zoe.activations;
+  plan.activation_host_bytes = a.host_bytes;
+  plan.activation_prefetch_bytes = a.prefetch_bytes;
+  out.add("activation checkpoints: pinned host share", memory_kind::pinned, a.host_bytes,
+          {"zoe.activations.host_bytes"});
+  out.add("activation checkpoints: prefetch share", memory_kind::device, a.prefetch_bytes,
+          {"zoe.activations.prefetch_bytes"});
+  if (plan.activation_nvme_bytes == 0) return;
+  const std::uint64_t block = config.aio.block_size;
+  plan.activation_staging_bytes =
+      std::min(round_up(std::max<std::uint64_t>(MiB, block), block), plan.activation_nvme_bytes);
+  out.add("activation checkpoints: NVMe staging memory", memory_kind::pinned, plan.activation_staging_bytes,
+          {"zoe.activations.nvme_bytes", "aio.block_size"});
+}
+
 }  // namespace
 
 std::uint64_t gradient_norm_scratch_bytes(std::uint64_t shard_numel) noexcept {
@@ -391,6 +421,7 @@ footprint_plan make_footprint_plan(const model_layout& layout, const engine_conf
   add_gradient_norm_scratch(out, layout, where);
   add_optimizer_undo_log(out, plan, layout, where);
   add_arena(out, plan, layout, config);
+  add_activations(out, plan, config);
   return plan;
 }
 

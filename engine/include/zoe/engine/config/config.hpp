@@ -121,6 +121,16 @@ struct tier_fractions {
   double nvme = 0;
 };
 
+/// zoe.activations: the activation checkpoints' memory (engine/activations/activation_store.hpp).
+/// Every share is 0 by default: activation checkpointing is opt-in, as DeepSpeed's
+/// cpu_checkpointing is, and a share listed in the footprint plan costs memory (and memlock) for
+/// every engine, used or not.
+struct activation_settings {
+  std::uint64_t host_bytes = 0;      ///< zoe.activations.host_bytes: pinned host share
+  std::uint64_t nvme_bytes = 0;      ///< zoe.activations.nvme_bytes: swap store capacity for what overflows it
+  std::uint64_t prefetch_bytes = 0;  ///< zoe.activations.prefetch_bytes: device share for prefetched ones
+};
+
 /// zoe's own settings (the top-level "zoe" key); see engine/CONFIG.md.
 struct zoe_settings {
   std::string device_kind = "auto";                     ///< zoe.device.kind: auto | host | cuda
@@ -132,6 +142,7 @@ struct zoe_settings {
   /// zoe.placement.<state>: overrides offload_param / offload_optimizer / max_in_cpu for that
   /// state (the precedence is documented in engine/CONFIG.md). nullopt: not given.
   std::array<std::optional<tier_fractions>, state_kind_count> placement{};
+  activation_settings activations;  ///< zoe.activations
 };
 
 /// Every setting zoe reads from one configuration document.

@@ -72,6 +72,14 @@ struct footprint_plan {
   /// shard whole).
   std::uint64_t gradient_buffer_count = 0;
   std::uint64_t gradient_buffer_bytes = 0;
+  /// Activation checkpoints (zoe.activations, activation_store.hpp): the pinned host share, the
+  /// device share for prefetched ones, the swap store bytes for those that overflow the host share
+  /// (0 when nothing is configured, or when no swap folder is), and the pinned staging memory their
+  /// NVMe reads and writes pass through (whole aio.block_size chunks; 0 without NVMe bytes).
+  std::uint64_t activation_host_bytes = 0;
+  std::uint64_t activation_prefetch_bytes = 0;
+  std::uint64_t activation_nvme_bytes = 0;
+  std::uint64_t activation_staging_bytes = 0;
   /// The swap store: its folders (striped) and its block_size (aio.block_size), which the
   /// capacity's rounding assumes. Empty paths when nothing is on nvme.
   std::vector<std::filesystem::path> swap_paths;
