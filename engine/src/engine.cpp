@@ -12,6 +12,7 @@
 #include "zoe/core/str.hpp"
 #include "zoe/engine/checkpoint/checkpoint.hpp"
 #include "zoe/kernels/cast.hpp"
+#include "step_arithmetic.hpp"
 
 namespace zoe::engine {
 namespace {
@@ -44,24 +45,6 @@ optimizer_step_options step_options(const footprint_plan& plan, const engine_con
           .pipeline_read = block.pipeline_read,
           .pipeline_write = block.pipeline_write,
           .adam_threads = {}};
-}
-
-// How much the gradient is scaled down before Adam: DeepSpeed's unscale_and_clip_grads (stage 3)
-// on the gradient averaged over the micro-batches. `norm` is the averaged, still loss-scaled norm.
-struct unscale {
-  double combined = 1;  // the gradient is divided by this (loss scale, times the clip factor)
-  double clip = 1;      // what clipping multiplies the unscaled gradient by
-};
-unscale unscale_and_clip(double norm, double loss_scale, double max_norm) {
-  unscale out{.combined = loss_scale, .clip = 1};
-  if (max_norm > 0) {
-    const double c = (norm / loss_scale + 1e-6) / max_norm;
-    if (c > 1) {
-      out.combined = c * loss_scale;
-      out.clip = 1 / c;
-    }
-  }
-  return out;
 }
 
 }  // namespace
@@ -204,11 +187,10 @@ step_result offload_engine::step(double lr) {
   ZOE_EXPECTS(std::isfinite(lr) && lr >= 0, "step: the learning rate ", lr, " is not a finite number >= 0");
   const gradient_summary g = gradients_->summary();
   const double scale = scaler_.scale();
-  const double averaged_norm = std::sqrt(g.sum_of_squares) / static_cast<double>(k);
   const loss_scaler_state before = scaler_.state();
 
   step_result out;
-  out.grad_norm = averaged_norm / scale;
+  out.grad_norm = detail::averaged_norm(g, k) / scale;
   if (scaler_.update(g.overflow)) {
     micro_batches_done_ = 0;
     out.skipped = true;
@@ -217,16 +199,9 @@ step_result offload_engine::step(double lr) {
     log::info("step skipped: the gradients hold an inf or NaN; loss scale ", scale, " -> ", out.loss_scale);
     return out;
   }
-  const unscale u = unscale_and_clip(averaged_norm, scale, config_.gradient_clipping);
-  kernels::adam_config adam{.lr = static_cast<float>(lr),
-                            .beta1 = static_cast<float>(adam_settings_.betas[0]),
-                            .beta2 = static_cast<float>(adam_settings_.betas[1]),
-                            .eps = static_cast<float>(adam_settings_.eps),
-                            .weight_decay = static_cast<float>(adam_settings_.weight_decay),
-                            .adamw = adam_settings_.adam_w_mode,
-                            .bias_correction = adam_settings_.bias_correction,
-                            .step = scaler_.optimizer_steps(),
-                            .grad_scale = static_cast<float>(1 / (static_cast<double>(k) * u.combined))};
+  const detail::prepared_step prepared =
+      detail::prepare_step(config_, adam_settings_, g, scale, lr, scaler_.optimizer_steps());
+  const kernels::adam_config& adam = prepared.adam;
   try {
     // The gathered copies are about to be stale; changes made to them on the device go home first.
     path_->coord().drop_gathered();
@@ -237,7 +212,7 @@ step_result offload_engine::step(double lr) {
   }
   micro_batches_done_ = 0;
   lr_ = lr;
-  out.clip_coefficient = u.clip;
+  out.clip_coefficient = prepared.clip;
   out.loss_scale = scaler_.scale();
   out.optimizer_steps = scaler_.optimizer_steps();
   return out;

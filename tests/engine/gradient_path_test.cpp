@@ -233,6 +233,14 @@ TEST_P(gradient_homes, ThreeMicroBatchesAccumulateInFp32AsTheHostAddsThem) {
   EXPECT_EQ(bits(again.sum_of_squares), bits(b.reference_sum()));
   const engine::gradient_path_stats st = b.path.stats();
   EXPECT_EQ(st.modules_reduced, 2U * 5);
+  // Each of the five micro-batches copied every gradient whose home is off the device, once.
+  std::uint64_t off_device = 0;
+  for (const auto& p : b.s.layout().parameters()) {
+    if (b.s.tiers().location(p.id, state_kind::gradient).where != tier::device) {
+      off_device += p.shard_numel * kernels::dtype_size(p.dtype);
+    }
+  }
+  EXPECT_EQ(st.bytes_to_host, 5 * off_device);
   if (GetParam() == home_kind::nvme) {
     EXPECT_GT(st.bytes_read, 0U);
     EXPECT_GT(st.bytes_written, 0U);

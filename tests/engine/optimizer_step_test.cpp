@@ -476,5 +476,36 @@ TEST(optimizer_step, StagesAloneChangeNothingAndAllThreeAreTheStep) {
   }
 }
 
+// The totals add every run, failed ones too; last_step() is the last whole step, which stage runs
+// and failed runs leave as it was (the engine's statistics after measure_stages).
+TEST(optimizer_step, TotalsAddEveryRunAndOnlyAWholeStepIsTheLastStep) {
+  stack st(kernels::dtype::fp16, everywhere({.nvme = 1.0}));
+  write_all(st, initial_states(st.layout, 8));
+  auto step = st.make_step(st.options());
+  EXPECT_EQ(step->last_step().pieces, 0U) << "no step yet";
+  step->run(adam_at(1));
+  const optimizer_step_stats first = step->last();
+  EXPECT_GT(first.bytes_read, 0U);
+  EXPECT_GT(first.bytes_written, 0U);
+  EXPECT_EQ(step->last_step().seconds, first.seconds);
+
+  step->run_stages(adam_at(2), step_stages{.read = true, .adam = false, .write = true});
+  const optimizer_step_stats stages = step->last();
+  st.faults->add({.op = io::io_op::read, .inject_errno = EIO});
+  EXPECT_THROW(step->run(adam_at(2)), io_error);
+  const optimizer_step_stats failed = step->last();
+  EXPECT_EQ(step->last_step().seconds, first.seconds) << "the stage run and the failed run are not steps";
+  EXPECT_EQ(step->last_step().bytes_written, first.bytes_written);
+
+  const optimizer_step_totals& t = step->totals();
+  EXPECT_EQ(t.steps, 1U);
+  EXPECT_EQ(t.stage_runs, 1U);
+  EXPECT_EQ(t.failed_runs, 1U);
+  EXPECT_EQ(t.bytes_read, first.bytes_read + stages.bytes_read + failed.bytes_read);
+  EXPECT_EQ(t.bytes_written, first.bytes_written + stages.bytes_written + failed.bytes_written);
+  EXPECT_EQ(t.bytes_stepped, first.bytes_stepped + stages.bytes_stepped + failed.bytes_stepped);
+  EXPECT_DOUBLE_EQ(t.seconds, first.seconds + stages.seconds + failed.seconds);
+}
+
 }  // namespace
 }  // namespace zoe::engine

@@ -473,6 +473,7 @@ void gradient_path::impl::copy_to_host(parameter_id p, const std::byte* source, 
   const std::size_t element = kernels::dtype_size(param(p).dtype);
   dev.copy_async(lease.data(), source + first_element * element, n * element, copy_kind::device_to_host, stream.view());
   dev.synchronize(stream.view());
+  add_stat(&gradient_path_stats::bytes_to_host, n * element);
 }
 
 void gradient_path::impl::process_host(parameter_id p, const std::byte* source, bool first, bool last) {
@@ -602,7 +603,10 @@ void gradient_path::impl::process_nvme(parameter_id p, const std::byte* source, 
       if (read) {
         while (!read_done && channel.outstanding() > 0) collect();
       }
-      if (source != nullptr) dev.synchronize(stream.view());
+      if (source != nullptr) {
+        dev.synchronize(stream.view());
+        add_stat(&gradient_path_stats::bytes_to_host, len * kernels::dtype_size(prm.dtype));
+      }
       if (failed) break;
       float* const data = reinterpret_cast<float*>(f.data.data());
       const std::span<float> values(data, static_cast<std::size_t>(len));

@@ -120,6 +120,8 @@ struct optimizer_step::impl {
   std::array<std::byte*, state_kind_count> scratch_staging();
   [[noreturn]] void raise_io(const detail::io_batch_result& r) const;
   void drain() noexcept;
+  // Adds the run that just ended (stats) to the totals.
+  void account(bool whole, bool failed) noexcept;
 
   tier_manager& tiers;
   device& dev;
@@ -137,6 +139,8 @@ struct optimizer_step::impl {
   std::vector<std::byte> scratch;  // staging for stage runs and mixed device/host shards, made when first needed
   device_stream stream;
   optimizer_step_stats stats;
+  optimizer_step_stats last_step;  // the last whole step that completed
+  optimizer_step_totals totals;
   std::optional<allocators::buffer_pool> pool;
   std::unique_ptr<detail::step_io> io;  // last: its thread uses the pool's memory
 };
@@ -224,12 +228,32 @@ void optimizer_step::impl::execute(const kernels::adam_config& adam, step_stages
     }
     abort_states();
     stats.seconds = seconds_since(started);
+    account(whole, true);
     throw;
   }
   // A stage alone changed nothing in place and commits nothing: the homes are as they were.
   release_states(whole);
   undo.clear();
   stats.seconds = seconds_since(started);
+  account(whole, false);
+}
+
+void optimizer_step::impl::account(bool whole, bool failed) noexcept {
+  if (failed) {
+    ++totals.failed_runs;
+  } else if (whole) {
+    ++totals.steps;
+    last_step = stats;
+  } else {
+    ++totals.stage_runs;
+  }
+  totals.seconds += stats.seconds;
+  totals.adam_seconds += stats.adam_seconds;
+  totals.read_wait_seconds += stats.read_wait_seconds;
+  totals.write_wait_seconds += stats.write_wait_seconds;
+  totals.bytes_read += stats.bytes_read;
+  totals.bytes_written += stats.bytes_written;
+  totals.bytes_stepped += stats.bytes_stepped;
 }
 
 void optimizer_step::impl::hold_states() {
@@ -584,5 +608,9 @@ void optimizer_step::run(const kernels::adam_config& adam) { impl_->execute(adam
 void optimizer_step::run_stages(const kernels::adam_config& adam, step_stages which) { impl_->execute(adam, which); }
 
 const optimizer_step_stats& optimizer_step::last() const noexcept { return impl_->stats; }
+
+const optimizer_step_stats& optimizer_step::last_step() const noexcept { return impl_->last_step; }
+
+const optimizer_step_totals& optimizer_step::totals() const noexcept { return impl_->totals; }
 
 }  // namespace zoe::engine

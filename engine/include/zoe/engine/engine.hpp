@@ -54,8 +54,12 @@ struct engine_options {
 
 /// Each stage of a training step's offload timed alone (measure_stages()).
 struct stage_times {
-  double param_io_s = 0;      ///< every module fetched, waited for and released in forward order, then in reverse
-  double adam_s = 0;          ///< optimizer_step::run_stages with Adam alone
+  /// The step's parameter reads: the fetches of a micro-batch in the prefetch trace's order (a
+  /// training step's: forward, then backward), each waited for and released with no compute, once
+  /// per micro-batch of the step (gradient_accumulation_steps), prefetching as a step does; 0 when
+  /// the steps fetch no module (no trace).
+  double param_io_s = 0;
+  double adam_s = 0;          ///< optimizer_step::run_stages with Adam alone (its adam_seconds)
   double optimizer_io_s = 0;  ///< optimizer_step::run_stages with the reads and writes, without Adam
 };
 
@@ -144,8 +148,13 @@ class offload_engine {
 
   // ---- timing ------------------------------------------------------------------------------------
   /// Times each offload stage of a step alone over the model's real states, changing none of them
-  /// (the optimizer stages write shadow extents and drop them; the fetches are not recorded in the
-  /// prefetch trace). Between steps and after at least one step: usage_error otherwise.
+  /// (the optimizer stages run over the last step's gradients with the next step's settings, write
+  /// shadow extents and drop them; the fetches follow the prefetch trace and record nothing; the
+  /// gathered copies are dropped before and after, as an optimizer step leaves them). The stages'
+  /// counters (statistics_json) count the I/O it does; optimizer().last_step() stays the last
+  /// step's. Between steps and after at least one step: usage_error otherwise (a micro-batch open or
+  /// done, or no step's gradients). Throws the I/O errors of the reads and writes (a failed fetch
+  /// is released and the coordinator's step ended first), with every state as it was.
   stage_times measure_stages();
 
   // ---- the stages, for statistics and benchmarks -----------------------------------------------

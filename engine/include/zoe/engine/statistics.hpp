@@ -9,7 +9,31 @@
 
 namespace zoe::engine {
 
-/// One JSON object (no newline). Reads the stages' counters only; not concurrently with calls
+/// One JSON object (no newline), keys in snake_case with their unit in the name. The counters add
+/// up everything since the engine was made (measure_stages' I/O included):
+///   nvme_read_bytes, nvme_write_bytes   every stage's NVMe bytes summed
+///   host_device_copy_bytes              parameter moves between device and host homes, the
+///                                       reduced gradients copied off the device, and the
+///                                       activations' copies both ways
+///   fetch_wait_seconds                  time callers spent waiting on fetches
+///   optimizer_steps, loss_scale
+///   parameters   the parameter swapper: nvme_{read,write}_bytes and _gib_per_s over io_busy_seconds
+///                (the time its I/O thread had NVMe I/O in flight), moves, buffer waits
+///   fetches      the coordinator: fetches, gathers, prefetches, prefetch_backoffs, evictions,
+///                arena waits and peak, fetch_wait_seconds
+///   gradients    the gradient path: nvme_{read,write}_bytes and _gib_per_s over accumulate_seconds,
+///                device_to_host_bytes
+///   optimizer    the optimizer step's totals (steps, stage_runs, seconds, adam_seconds, NVMe bytes
+///                and _gib_per_s over its seconds) and last_step (the last whole step's figures)
+///   activations  the activation store: saves, loads, prefetch_hits, device_to_host_bytes,
+///                host_to_device_bytes, nvme_{read,write}_bytes, load_wait_seconds, and its shares
+///                planned beside their peaks (host_planned_bytes / host_peak_bytes, nvme_..., and
+///                prefetch_planned_bytes, staging_planned_bytes)
+///   footprint    the plan beside the use: device {planned_bytes, peak_bytes, current_bytes,
+///                budget_bytes, state_bytes}, pinned_host {planned_bytes, peak_bytes, current_bytes,
+///                state_bytes}, pageable_host {planned_bytes, state_bytes}, nvme {planned_bytes,
+///                state_bytes, capacity_bytes, used_bytes, direct_io}, the plan's buffer sizes, and
+///                its items [{what, memory, bytes}] Reads the stages' counters only; not concurrently with calls
 /// that change the engine (the engine's one-thread calls). Throws what allocation throws.
 [[nodiscard]] std::string statistics_json(offload_engine& engine);
 

@@ -64,6 +64,7 @@ struct gradient_path_stats {
   std::uint64_t bytes_reduced = 0;        ///< bytes handed to the communicator
   std::uint64_t bytes_read = 0;           ///< NVMe bytes read for read-modify-writes
   std::uint64_t bytes_written = 0;        ///< NVMe bytes written
+  std::uint64_t bytes_to_host = 0;        ///< reduced gradients copied off the device to homes on host or NVMe
   std::uint64_t bucket_waits = 0;         ///< acquire() calls that waited for a bucket to drain
   double accumulate_seconds = 0;          ///< time the accumulation work ran
   std::uint64_t pinned_bytes = 0;         ///< staging memory held

@@ -74,6 +74,21 @@ struct optimizer_step_stats {
   std::uint64_t pinned_bytes = 0;        ///< the step's pinned slots
 };
 
+/// Every run's figures summed since the optimizer step was made (statistics): the whole steps and
+/// the stage runs alike, as each moved its bytes; a failed run counts what it did before it failed.
+struct optimizer_step_totals {
+  std::uint64_t steps = 0;       ///< run() calls (and run_stages() with every stage) that completed
+  std::uint64_t stage_runs = 0;  ///< run_stages() calls with a stage off
+  std::uint64_t failed_runs = 0;
+  double seconds = 0;
+  double adam_seconds = 0;
+  double read_wait_seconds = 0;
+  double write_wait_seconds = 0;
+  std::uint64_t bytes_read = 0;     ///< from NVMe
+  std::uint64_t bytes_written = 0;  ///< to NVMe
+  std::uint64_t bytes_stepped = 0;
+};
+
 /// Which stages of the step run_stages() runs.
 struct step_stages {
   bool read = true;   ///< the NVMe reads of every piece into its slots
@@ -115,6 +130,12 @@ class optimizer_step {
   void run_stages(const kernels::adam_config& adam, step_stages which);
   /// The last run's figures (also after a failed one).
   [[nodiscard]] const optimizer_step_stats& last() const noexcept;
+  /// The figures of the last step that completed whole (run(), or run_stages() with every stage):
+  /// the stage runs that time a step (offload_engine::measure_stages) leave it as it was. Zero
+  /// before the first.
+  [[nodiscard]] const optimizer_step_stats& last_step() const noexcept;
+  /// Every run's figures summed (above).
+  [[nodiscard]] const optimizer_step_totals& totals() const noexcept;
 
  private:
   struct impl;
