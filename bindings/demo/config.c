@@ -1,0 +1,143 @@
+/* config.c: the built-in configuration and the default device budget. */
+#include "config.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model.h"
+
+/* Activations of one micro-batch that the device holds ahead of backward's loads. */
+#define ZOE_MLP_PREFETCHED_ACTIVATIONS 2
+
+char* mlp_builtin_config(const char* swap_dir, size_t hidden, size_t layers, size_t micro_batches, size_t micro_rows,
+                         double lr) {
+  const unsigned long long layer = (unsigned long long)mlp_layer_numel(hidden);
+  const unsigned long long weight = (unsigned long long)hidden * hidden;
+  const unsigned long long activation = 4ull * micro_rows * hidden;
+  /* Two layers gathered at once (the one in use and the next, prefetched), beside the biases that
+   * stay gathered (below stage3_param_persistence_threshold); a released layer stays gathered only
+   * when it is used again at once (the last layer, from forward into backward): any longer reuse
+   * distance would keep every layer of forward for backward and fill the arena. */
+  /* Rounded to 1024 elements: the engine's plan takes the arena's window from this limit without
+   * rounding it to the arena's alignment (256 bytes), and the arena refuses such a capacity. */
+  const unsigned long long live = (2 * layer + (unsigned long long)layers * hidden + 1023) / 1024 * 1024;
+  const char* format =
+      "{\n"
+      "  \"gradient_accumulation_steps\": %zu,\n"
+      "  \"gradient_clipping\": %.17g,\n"
+      "  \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": %.17g, \"betas\": [%.17g, %.17g], \"eps\": %.17g,\n"
+      "                \"weight_decay\": %.17g}},\n"
+      "  \"zero_optimization\": {\n"
+      "    \"stage\": 3,\n"
+      "    \"offload_param\": {\"device\": \"nvme\", \"nvme_path\": \"%s\", \"buffer_count\": 4,\n"
+      "                      \"buffer_size\": 262144, \"max_in_cpu\": 0},\n"
+      "    \"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"%s\", \"buffer_count\": 8,\n"
+      "                          \"pipeline_read\": true, \"pipeline_write\": true},\n"
+      "    \"sub_group_size\": 1048576,\n"
+      "    \"stage3_prefetch_bucket_size\": %llu,\n"
+      "    \"stage3_max_live_parameters\": %llu,\n"
+      "    \"stage3_max_reuse_distance\": %llu,\n"
+      "    \"stage3_param_persistence_threshold\": %zu,\n"
+      "    \"reduce_bucket_size\": %llu\n"
+      "  },\n"
+      "  \"aio\": {\"block_size\": 1048576, \"queue_depth\": 8},\n"
+      "  \"zoe\": {\"activations\": {\"host_bytes\": %llu, \"prefetch_bytes\": %llu}}\n"
+      "}\n";
+  const int n = snprintf(NULL, 0, format, micro_batches, ZOE_MLP_GRADIENT_CLIPPING, lr, ZOE_MLP_BETA1, ZOE_MLP_BETA2,
+                         ZOE_MLP_EPS, ZOE_MLP_WEIGHT_DECAY, swap_dir, swap_dir, layer, live, weight, hidden, layer,
+                         activation * layers, activation * ZOE_MLP_PREFETCHED_ACTIVATIONS);
+  char* out = malloc((size_t)n + 1);
+  if (out == NULL) return NULL;
+  snprintf(out, (size_t)n + 1, format, micro_batches, ZOE_MLP_GRADIENT_CLIPPING, lr, ZOE_MLP_BETA1, ZOE_MLP_BETA2,
+           ZOE_MLP_EPS, ZOE_MLP_WEIGHT_DECAY, swap_dir, swap_dir, layer, live, weight, hidden, layer,
+           activation * layers, activation * ZOE_MLP_PREFETCHED_ACTIVATIONS);
+  return out;
+}
+
+static uint64_t round_up(uint64_t x, uint64_t to) { return (x + to - 1) / to * to; }
+
+uint64_t mlp_default_budget(size_t hidden, size_t layers, size_t micro_rows) {
+  const uint64_t align = 4096;
+  const uint64_t weight = round_up(4ull * hidden * hidden, align);
+  const uint64_t bias = round_up(4ull * hidden, align);
+  /* As the footprint plan sizes the arena: the largest module's weight, plus what prefetch runs
+   * ahead (the bucket, one layer) and one more parameter, capped by stage3_max_live_parameters;
+   * plus the biases, gathered for good (stage3_param_persistence_threshold = hidden). */
+  const uint64_t ahead = 4ull * mlp_layer_numel(hidden);
+  const uint64_t live = 4ull * round_up(2 * mlp_layer_numel(hidden) + (uint64_t)layers * hidden, 1024);
+  const uint64_t window = 2 * weight + ahead < live ? 2 * weight + ahead : live;
+  const uint64_t arena = (window > weight ? window : weight) + layers * bias;
+  const uint64_t buckets = 2 * round_up(4ull * mlp_layer_numel(hidden), align);
+  const uint64_t activation = round_up(4ull * micro_rows * hidden, align);
+  const uint64_t activations = (4 + 1 + ZOE_MLP_PREFETCHED_ACTIVATIONS) * activation;
+  const uint64_t margin = (uint64_t)4 << 20;
+  return arena + buckets + activations + margin;
+}
+
+size_t mlp_config_accumulation(const char* json) {
+  /* The key at depth 1 only: a nested object may hold a key of that name too. */
+  static const char key[] = "\"gradient_accumulation_steps\"";
+  int depth = 0;
+  for (const char* p = json; *p != '\0'; ++p) {
+    if (*p == '"') {
+      if (depth == 1 && strncmp(p, key, sizeof key - 1) == 0) {
+        const char* v = p + sizeof key - 1;
+        while (*v == ' ' || *v == '\t' || *v == '\n' || *v == '\r') ++v;
+        if (*v == ':') {
+          ++v;
+          char* end = NULL;
+          errno = 0;
+          const double k = strtod(v, &end);
+          if (end == v || errno != 0 || !(k >= 1) || k != (double)(size_t)k) {
+            fprintf(stderr,
+                    "zoe-train-mlp: the configuration's gradient_accumulation_steps is not a positive "
+                    "integer\n");
+            return 0;
+          }
+          return (size_t)k;
+        }
+      }
+      /* Skip the string. */
+      for (++p; *p != '\0' && *p != '"'; ++p) {
+        if (*p == '\\' && p[1] != '\0') ++p;
+      }
+      if (*p == '\0') break;
+    } else if (*p == '{' || *p == '[') {
+      ++depth;
+    } else if (*p == '}' || *p == ']') {
+      --depth;
+    }
+  }
+  return 1;
+}
+
+char* mlp_read_file(const char* path) {
+  FILE* f = fopen(path, "rb");
+  if (f == NULL) {
+    fprintf(stderr, "zoe-train-mlp: cannot open %s: %s\n", path, strerror(errno));
+    return NULL;
+  }
+  size_t size = 0;
+  size_t capacity = 4096;
+  char* text = malloc(capacity);
+  for (;;) {
+    if (text == NULL) break;
+    size += fread(text + size, 1, capacity - size - 1, f);
+    if (size < capacity - 1) break;
+    capacity *= 2;
+    char* grown = realloc(text, capacity);
+    if (grown == NULL) free(text);
+    text = grown;
+  }
+  const int failed = ferror(f);
+  fclose(f);
+  if (text == NULL || failed) {
+    fprintf(stderr, "zoe-train-mlp: cannot read %s\n", path);
+    free(text);
+    return NULL;
+  }
+  text[size] = '\0';
+  return text;
+}

@@ -1,0 +1,180 @@
+/* zoe-train-mlp: trains an MLP whose states do not fit in device memory, through zoe's C API.
+ * main.c: the flags, the training loop with its checkpoints, and the output. */
+#include <cblas.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "model.h"
+#include "options.h"
+#include "reference.h"
+#include "report.h"
+#include "run_dir.h"
+#include "trainer.h"
+#include "zoe/zoe.h"
+
+/* OpenBLAS's own call (cblas.h declares it); BLAS, zoe's I/O thread and its workers share the
+ * cores, so the demo sets it rather than letting OpenBLAS take every core. */
+void openblas_set_num_threads(int num_threads);
+
+/* Saves the checkpoint of `step` into DIR/checkpoints and drops the one saved before it. */
+static int save_checkpoint(mlp_trainer* t, const mlp_run_dir* dir, long step, long* previous) {
+  char tag[64];
+  snprintf(tag, sizeof tag, "step-%ld", step);
+  if (mlp_check(zoe_checkpoint_save(t->engine, dir->checkpoints, tag), "zoe_checkpoint_save") != 0) return -1;
+  printf("checkpoint step %ld saved in %s/%s\n", step, dir->checkpoints, tag);
+  fflush(stdout);
+  /* DIR/checkpoints/latest names the new one now: the old one is no longer needed. */
+  if (*previous >= 0 && *previous != step) mlp_remove_checkpoint(dir, *previous);
+  *previous = step;
+  return 0;
+}
+
+static int train(const mlp_options* o, size_t micro_batches, const char* user_config) {
+  mlp_run_dir dir;
+  if (mlp_run_dir_open(o->dir, &dir) != 0) return 1;
+  const size_t rows = o->batch / micro_batches;
+  const uint64_t budget = o->device_budget != 0 ? o->device_budget : mlp_default_budget(o->hidden, o->layers, rows);
+  const uint64_t states = mlp_model_state_bytes(o->hidden, o->layers);
+  FILE* info = o->json ? stderr : stdout;
+  fprintf(info,
+          "zoe-train-mlp: %zu layers of %zu x %zu, batch %zu in %zu micro-batch(es); model states %llu bytes, "
+          "device budget %llu bytes (%s; states = %.1fx budget); folder %s%s\n",
+          o->layers, o->hidden, o->hidden, o->batch, micro_batches, (unsigned long long)states,
+          (unsigned long long)budget, o->device_budget != 0 ? "--device-budget" : "computed from the model",
+          (double)states / (double)budget, dir.root, dir.temporary ? " (temporary)" : "");
+  fflush(info);
+
+  char* builtin = NULL;
+  if (user_config == NULL) {
+    builtin = mlp_builtin_config(dir.swap, o->hidden, o->layers, micro_batches, rows, o->lr);
+    if (builtin == NULL) {
+      fprintf(stderr, "zoe-train-mlp: out of memory\n");
+      mlp_run_dir_close(&dir);
+      return 1;
+    }
+  }
+  int rc = 1;
+  mlp_trainer t;
+  if (mlp_trainer_open(&t, o, user_config != NULL ? user_config : builtin, micro_batches, budget) != 0) goto done;
+
+  long first = 1;
+  long previous_checkpoint = -1;
+  if (o->resume) {
+    const long at = mlp_latest_checkpoint_step(&dir);
+    if (at < 0) goto done;
+    if (mlp_check(zoe_checkpoint_load(t.engine, dir.checkpoints, NULL), "zoe_checkpoint_load") != 0) goto done;
+    fprintf(info, "zoe-train-mlp: resumed from the checkpoint of step %ld in %s\n", at, dir.checkpoints);
+    fflush(info);
+    first = at + 1;
+    previous_checkpoint = at;
+  }
+
+  mlp_report_header(o->json);
+  double after_first = 0.0;
+  double only = 0.0;
+  long timed = 0;
+  for (long step = first; step <= o->steps; ++step) {
+    const double t0 = mlp_now();
+    double loss = 0.0;
+    zoe_step_result r = ZOE_STEP_RESULT_INIT;
+    if (mlp_trainer_step(&t, step, o->lr, &loss, &r) != 0) goto done;
+    const double seconds = mlp_now() - t0;
+    if (step == first) {
+      only = seconds;
+    } else {
+      after_first += seconds;
+      ++timed;
+    }
+    const mlp_step_line line = {step, o->steps, loss, r.skipped, r.grad_norm, seconds};
+    mlp_report_step(o->json, &line);
+    if (o->checkpoint_every > 0 && step % o->checkpoint_every == 0 &&
+        save_checkpoint(&t, &dir, step, &previous_checkpoint) != 0) {
+      goto done;
+    }
+  }
+
+  mlp_summary s;
+  memset(&s, 0, sizeof s);
+  s.device_budget_bytes = budget;
+  s.model_state_bytes = states;
+  s.step_s = timed > 0 ? after_first / (double)timed : only;
+  zoe_stage_times st = ZOE_STAGE_TIMES_INIT;
+  if (first <= o->steps) {
+    if (mlp_check(zoe_measure_stages(t.engine, &st), "zoe_measure_stages") != 0) goto done;
+  } else {
+    fprintf(stderr, "zoe-train-mlp: no step ran in this process: the stage times are not measured\n");
+  }
+  s.param_io_s = st.param_io_s;
+  s.adam_s = st.adam_s;
+  s.optimizer_io_s = st.optimizer_io_s;
+  size_t length = 0;
+  char* statistics = NULL;
+  if (zoe_statistics(t.engine, NULL, 0, &length) == ZOE_SUCCESS && (statistics = malloc(length + 1)) != NULL &&
+      mlp_check(zoe_statistics(t.engine, statistics, length + 1, &length), "zoe_statistics") != 0) {
+    free(statistics);
+    statistics = NULL;
+  }
+  s.statistics = statistics;
+  uint64_t current = 0;
+  uint64_t device_budget = 0;
+  if (mlp_check(zoe_device_memory(t.device, &current, &s.peak_device_bytes, &device_budget), "zoe_device_memory") !=
+      0) {
+    free(statistics);
+    goto done;
+  }
+  if (mlp_trainer_close_engine(&t) != 0) {
+    free(statistics);
+    goto done;
+  }
+  s.compute_s = mlp_trainer_compute_s(&t);
+  const double io = s.param_io_s > s.compute_s ? s.param_io_s : s.compute_s;
+  const double opt = s.adam_s > s.optimizer_io_s ? s.adam_s : s.optimizer_io_s;
+  s.bound_s = io + opt;
+  s.peak_rss_bytes = mlp_peak_rss_bytes();
+  mlp_report_summary(o->json, &s);
+  free(statistics);
+  rc = 0;
+done:
+  mlp_trainer_close(&t);
+  free(builtin);
+  mlp_run_dir_close(&dir);
+  return rc;
+}
+
+int main(int argc, char** argv) {
+  mlp_options o;
+  const int parsed = mlp_parse_options(argc, argv, &o);
+  if (parsed != 0) return parsed;
+  if (o.help) {
+    mlp_print_help(stdout);
+    return 0;
+  }
+  openblas_set_num_threads(o.blas_threads);
+
+  char* user_config = NULL;
+  size_t micro_batches = o.micro_batches != 0 ? o.micro_batches : 1;
+  if (o.config != NULL) {
+    if (o.reference) {
+      fprintf(stderr, "zoe-train-mlp: --reference: trains the built-in configuration only; drop --config\n");
+      return 2;
+    }
+    user_config = mlp_read_file(o.config);
+    if (user_config == NULL) return 2;
+    micro_batches = mlp_config_accumulation(user_config);
+    if (micro_batches == 0) {
+      free(user_config);
+      return 2;
+    }
+  }
+  if (o.batch % micro_batches != 0) {
+    fprintf(stderr, "zoe-train-mlp: --batch %zu: not a multiple of gradient_accumulation_steps %zu\n", o.batch,
+            micro_batches);
+    free(user_config);
+    return 2;
+  }
+  const int rc = o.reference ? mlp_reference_run(&o, micro_batches) : train(&o, micro_batches, user_config);
+  free(user_config);
+  return rc;
+}

@@ -1,0 +1,208 @@
+/* options.c: parses zoe-train-mlp's flags; every bad flag or value is named on stderr and exits 2. */
+#include "options.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ZOE_MLP_DEFAULT_HIDDEN 2048
+#define ZOE_MLP_DEFAULT_LAYERS 16
+#define ZOE_MLP_DEFAULT_BATCH 256
+#define ZOE_MLP_DEFAULT_STEPS 10
+#define ZOE_MLP_DEFAULT_LR 1e-4
+#define ZOE_MLP_DEFAULT_SEED 1
+#define ZOE_MLP_DEFAULT_BLAS_THREADS 2
+
+void mlp_print_help(FILE* out) {
+  fprintf(out,
+          "usage: zoe-train-mlp [flags]\n"
+          "\n"
+          "Trains an MLP of --layers wide layers (y = relu(x W^T + b), no ReLU on the last) on a synthetic\n"
+          "regression task (inputs uniform in [-1, 1) drawn from (seed, step, row, column); each target a fixed\n"
+          "quadratic function of two neighbouring inputs; MSE loss) with zoe: parameters, gradients and Adam\n"
+          "states live in device memory, pinned host memory or on NVMe as the configuration places them, and\n"
+          "the program computes forward and backward on the device pointers zoe hands it (OpenBLAS on the\n"
+          "host device, cuBLAS on a CUDA device). Each layer's input is an activation checkpoint kept by zoe.\n"
+          "\n"
+          "flags (defaults in brackets):\n"
+          "  --hidden H            width of every layer [%d]\n"
+          "  --layers L            number of layers, each with W (H x H) and b (H) [%d]\n"
+          "  --batch B             global batch, split evenly over the configuration's\n"
+          "                        gradient_accumulation_steps micro-batches (must divide) [%d]\n"
+          "  --micro-batches K     the built-in configuration's gradient_accumulation_steps [1]\n"
+          "  --steps N             train up to step N (with --resume: from the checkpoint's step) [%d]\n"
+          "  --lr LR               learning rate passed to every step [%g]\n"
+          "  --seed S              seeds the initial weights and the data [%d]\n"
+          "  --dir DIR             folder for the swap files (DIR/swap) and checkpoints (DIR/checkpoints); kept.\n"
+          "                        [a new folder under $TMPDIR or /var/tmp, removed at exit; a folder on tmpfs\n"
+          "                        or ramfs is refused, as it would hold the \"NVMe\" tier in memory]\n"
+          "  --checkpoint-every K  save a checkpoint into DIR after every K-th step and print\n"
+          "                        \"checkpoint step <n> saved in <path>\" on stdout [0: never]\n"
+          "  --resume              continue from DIR's latest checkpoint (needs --dir); the step number comes\n"
+          "                        from the checkpoint, the steps continue to --steps\n"
+          "  --config FILE         a DeepSpeed-style JSON configuration (zoe's engine/CONFIG.md) instead of the\n"
+          "                        built-in one: stage 3, fp32 weights, offload_param and offload_optimizer on nvme\n"
+          "                        at DIR/swap, small pinned buffers, aio.block_size 1 MiB, AdamW, gradient\n"
+          "                        clipping 1.0, one micro-batch per step\n"
+          "  --device-budget BYTES device memory zoe and the program may use [computed from the model: the\n"
+          "                        gathered layers, the gradient buckets and the activations, printed at start]\n"
+          "  --device KIND         auto, host or cuda [auto: CUDA when a usable GPU is present]\n"
+          "  --json                one JSON object per line (below) instead of the table\n"
+          "  --reference           train the same model, same seed, in ordinary memory without zoe (plain arrays,\n"
+          "                        the same BLAS forward and backward, Adam written out with zoe's arithmetic);\n"
+          "                        prints the same per-step lines\n"
+          "  --blas-threads T      OpenBLAS threads (BLAS, zoe's I/O and workers share the cores) [%d]\n"
+          "  --help                this text\n"
+          "\n",
+          ZOE_MLP_DEFAULT_HIDDEN, ZOE_MLP_DEFAULT_LAYERS, ZOE_MLP_DEFAULT_BATCH, ZOE_MLP_DEFAULT_STEPS,
+          ZOE_MLP_DEFAULT_LR, ZOE_MLP_DEFAULT_SEED, ZOE_MLP_DEFAULT_BLAS_THREADS);
+  fputs(
+      "--json output: one line per step\n"
+      "  {\"step\": n, \"loss\": the step's loss (mean over its micro-batches of the mean squared error, %.9g),\n"
+      "   \"loss_hex\": the same value as a C99 hex float (%a, compare bit for bit), \"skipped\": 1 when the\n"
+      "   step was skipped for an inf/NaN gradient, \"grad_norm\": the averaged unscaled gradient norm,\n"
+      "   \"step_s\": this step's wall time}\n"
+      "then a final line with:\n"
+      "  peak_device_bytes    the most device memory in use at once (zoe's and the program's activations)\n"
+      "  device_budget_bytes  the device budget\n"
+      "  model_state_bytes    every state of every parameter in bytes: per element the fp32 working copy\n"
+      "                       (the master itself), the fp32 gradient, exp_avg and exp_avg_sq: 16 x numel\n"
+      "  step_s               mean wall time of a step, over the steps after the first (the first pays\n"
+      "                       for first touches); the only step's time when there was one\n"
+      "  compute_s            forward and backward of one step with everything resident: the same BLAS and\n"
+      "                       elementwise work over L layers with one layer's weights kept in device\n"
+      "                       memory and the activations kept there too, no zoe calls\n"
+      "  param_io_s           the step's parameter reads alone (zoe_measure_stages: every module fetched\n"
+      "                       and released for forward, then for backward)\n"
+      "  adam_s               Adam over every shard with its NVMe parts already read (zoe_measure_stages)\n"
+      "  optimizer_io_s       the optimizer's NVMe reads and writes together, without Adam\n"
+      "  bound_s              max(compute_s, param_io_s) + max(adam_s, optimizer_io_s): the step time if\n"
+      "                       every transfer hid behind compute and Adam\n"
+      "  peak_rss_bytes       the process's peak resident set (getrusage)\n"
+      "  statistics           zoe_statistics: bytes and bandwidth per tier and direction, fetch waits, ...\n"
+      "(With --reference the final line has step_s and peak_rss_bytes only.)\n"
+      "\n"
+      "exit status: 0 done, 1 a zoe or system failure (the message names it), 2 a bad flag or value.\n",
+      out);
+}
+
+static int bad(const char* flag, const char* value, const char* why) {
+  if (value != NULL) {
+    fprintf(stderr, "zoe-train-mlp: %s %s: %s (see --help)\n", flag, value, why);
+  } else {
+    fprintf(stderr, "zoe-train-mlp: %s: %s (see --help)\n", flag, why);
+  }
+  return 2;
+}
+
+/* An unsigned integer in [min, max], the whole string. */
+static int parse_u64(const char* flag, const char* v, uint64_t min, uint64_t max, uint64_t* out) {
+  if (v[0] == '\0' || v[0] == '-' || v[0] == '+') return bad(flag, v, "not a non-negative integer");
+  char* end = NULL;
+  errno = 0;
+  const unsigned long long x = strtoull(v, &end, 10);
+  if (errno != 0 || *end != '\0') return bad(flag, v, "not a non-negative integer");
+  if (x < min || x > max) {
+    char why[96];
+    snprintf(why, sizeof why, "must lie in [%llu, %llu]", (unsigned long long)min, (unsigned long long)max);
+    return bad(flag, v, why);
+  }
+  *out = x;
+  return 0;
+}
+
+int mlp_parse_options(int argc, char** argv, mlp_options* o) {
+  memset(o, 0, sizeof *o);
+  o->hidden = ZOE_MLP_DEFAULT_HIDDEN;
+  o->layers = ZOE_MLP_DEFAULT_LAYERS;
+  o->batch = ZOE_MLP_DEFAULT_BATCH;
+  o->steps = ZOE_MLP_DEFAULT_STEPS;
+  o->lr = ZOE_MLP_DEFAULT_LR;
+  o->seed = ZOE_MLP_DEFAULT_SEED;
+  o->device = "auto";
+  o->blas_threads = ZOE_MLP_DEFAULT_BLAS_THREADS;
+  for (int i = 1; i < argc; ++i) {
+    const char* f = argv[i];
+    /* Flags without a value. */
+    if (strcmp(f, "--help") == 0 || strcmp(f, "-h") == 0) {
+      o->help = 1;
+      continue;
+    }
+    if (strcmp(f, "--json") == 0) {
+      o->json = 1;
+      continue;
+    }
+    if (strcmp(f, "--reference") == 0) {
+      o->reference = 1;
+      continue;
+    }
+    if (strcmp(f, "--resume") == 0) {
+      o->resume = 1;
+      continue;
+    }
+    static const char* const with_value[] = {
+        "--hidden",           "--layers", "--batch",  "--steps",         "--lr",           "--seed",         "--dir",
+        "--checkpoint-every", "--config", "--device", "--device-budget", "--blas-threads", "--micro-batches"};
+    int known = 0;
+    for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; ++k) known |= strcmp(f, with_value[k]) == 0;
+    if (!known) return bad(f, NULL, "unknown flag");
+    if (i + 1 >= argc) return bad(f, NULL, "needs a value");
+    const char* v = argv[++i];
+    uint64_t u = 0;
+    int rc = 0;
+    if (strcmp(f, "--hidden") == 0) {
+      rc = parse_u64(f, v, 1, 1u << 16, &u);
+      o->hidden = (size_t)u;
+    } else if (strcmp(f, "--layers") == 0) {
+      rc = parse_u64(f, v, 1, 100000, &u);
+      o->layers = (size_t)u;
+    } else if (strcmp(f, "--batch") == 0) {
+      rc = parse_u64(f, v, 1, 1u << 20, &u);
+      o->batch = (size_t)u;
+    } else if (strcmp(f, "--micro-batches") == 0) {
+      rc = parse_u64(f, v, 1, 1u << 20, &u);
+      o->micro_batches = (size_t)u;
+    } else if (strcmp(f, "--steps") == 0) {
+      rc = parse_u64(f, v, 0, 1000000000, &u);
+      o->steps = (long)u;
+    } else if (strcmp(f, "--seed") == 0) {
+      rc = parse_u64(f, v, 0, UINT64_MAX, &u);
+      o->seed = u;
+    } else if (strcmp(f, "--checkpoint-every") == 0) {
+      rc = parse_u64(f, v, 0, 1000000000, &u);
+      o->checkpoint_every = (long)u;
+    } else if (strcmp(f, "--device-budget") == 0) {
+      rc = parse_u64(f, v, 1, UINT64_MAX, &u);
+      o->device_budget = u;
+    } else if (strcmp(f, "--blas-threads") == 0) {
+      rc = parse_u64(f, v, 1, 1024, &u);
+      o->blas_threads = (int)u;
+    } else if (strcmp(f, "--lr") == 0) {
+      char* end = NULL;
+      errno = 0;
+      o->lr = strtod(v, &end);
+      if (errno != 0 || *end != '\0' || v[0] == '\0' || !(o->lr >= 0.0) || o->lr > 1e30) {
+        rc = bad(f, v, "not a finite number >= 0");
+      }
+    } else if (strcmp(f, "--dir") == 0) {
+      if (v[0] == '\0') rc = bad(f, v, "empty path");
+      o->dir = v;
+    } else if (strcmp(f, "--config") == 0) {
+      if (v[0] == '\0') rc = bad(f, v, "empty path");
+      o->config = v;
+    } else if (strcmp(f, "--device") == 0) {
+      if (strcmp(v, "auto") != 0 && strcmp(v, "host") != 0 && strcmp(v, "cuda") != 0) {
+        rc = bad(f, v, "must be auto, host or cuda");
+      }
+      o->device = v;
+    }
+    if (rc != 0) return rc;
+  }
+  if (o->help) return 0;
+  if (o->resume && o->dir == NULL) return bad("--resume", NULL, "needs --dir (the folder holding the checkpoints)");
+  if (o->config != NULL && o->micro_batches != 0) {
+    return bad("--micro-batches", NULL, "with --config the configuration's gradient_accumulation_steps decides");
+  }
+  if (o->resume && o->reference) return bad("--resume", NULL, "cannot be combined with --reference");
+  return 0;
+}

@@ -1,0 +1,48 @@
+/* trainer.h: training with zoe: the engine, the step of forward and backward over the pointers zoe
+ * hands out, and the time of the same compute with everything resident. */
+#ifndef ZOE_DEMO_TRAINER_H
+#define ZOE_DEMO_TRAINER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "compute.h"
+#include "options.h"
+#include "zoe/zoe.h"
+
+typedef struct mlp_trainer {
+  size_t hidden;
+  size_t layers;
+  size_t batch;
+  size_t micro_batches;
+  size_t rows; /* per micro-batch */
+  uint64_t seed;
+  zoe_device* device;
+  zoe_stream* stream;
+  zoe_engine* engine;
+  mlp_compute* compute;
+  float* buffers[4]; /* device memory: the layer input/output pair and the two gradient buffers */
+  size_t buffer_bytes;
+  zoe_activation_id* saved; /* each layer's input, saved in forward */
+} mlp_trainer;
+
+/* Opens the device (kind from o->device, budget `budget`), the stream and the compute backend,
+ * registers the model and makes the engine from `config_json`. 0, or -1 with a message on stderr;
+ * mlp_trainer_close undoes whatever was made either way. */
+int mlp_trainer_open(mlp_trainer* t, const mlp_options* o, const char* config_json, size_t micro_batches,
+                     uint64_t budget);
+/* One training step (all micro-batches, then zoe_step with `lr`): *loss is the mean over the
+ * micro-batches of the mean squared error. 0, or -1 with a message. */
+int mlp_trainer_step(mlp_trainer* t, long step, double lr, double* loss, zoe_step_result* result);
+/* Destroys the engine (not the device): after it, device memory is free for mlp_trainer_compute_s. */
+int mlp_trainer_close_engine(mlp_trainer* t);
+/* Seconds of forward and backward of one step with everything resident: one layer's weights and
+ * every activation kept in device memory, the same work over all layers, no zoe calls. -1 when
+ * the memory cannot be had. Call after mlp_trainer_close_engine. */
+double mlp_trainer_compute_s(mlp_trainer* t);
+void mlp_trainer_close(mlp_trainer* t);
+
+/* Prints "zoe-train-mlp: <what>: <status>: <zoe_last_error()>" and returns -1 unless s succeeded. */
+int mlp_check(zoe_status s, const char* what);
+
+#endif /* ZOE_DEMO_TRAINER_H */

@@ -1,0 +1,13 @@
+# zoe-train-mlp's tests (train_mlp_test.cpp): run the built demo as a child process. Included from
+# tests/bindings/CMakeLists.txt when the demo is built (OpenBLAS found).
+if(TARGET zoe-train-mlp)
+  # The demo's children run zoe's I/O and worker threads, but the test itself spawns processes
+  # only: unit. Each case trains tiny models for a few seconds.
+  zoe_add_test(NAME train_mlp_tests
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/train_mlp_test.cpp
+    LIBS zoe_io_test_support nlohmann_json::nlohmann_json
+    TIMEOUT 300)
+  target_include_directories(train_mlp_tests PRIVATE ${PROJECT_SOURCE_DIR}/tests/common)
+  target_compile_definitions(train_mlp_tests PRIVATE ZOE_TRAIN_MLP_PATH="$<TARGET_FILE:zoe-train-mlp>")
+  add_dependencies(train_mlp_tests zoe-train-mlp)
+endif()

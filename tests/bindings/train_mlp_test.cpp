@@ -1,0 +1,262 @@
+// zoe-train-mlp run as a user runs it: its flags, that offloading does not change the math (the
+// loss of every step equals --reference's), and that a run killed with SIGKILL after or during a
+// checkpoint resumes to exactly the losses of an uninterrupted run. Small models: seconds a case.
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "child_process.hpp"
+#include "io_test_support.hpp"
+
+extern char** environ;
+
+namespace zoe::testing {
+namespace {
+
+const std::string demo = ZOE_TRAIN_MLP_PATH;
+
+// A model small enough for seconds a run, wide enough that shards span several aio chunks.
+const std::string small_model = " --hidden 96 --layers 3 --batch 8 --seed 7 --lr 0.01 --device host";
+
+run_result run(const std::string& flags) { return run_shell(demo + " " + flags + " 2>&1"); }
+
+// Step -> loss line of a --json run's output.
+std::map<long, nlohmann::json> steps_of(const std::string& output) {
+  std::map<long, nlohmann::json> out;
+  for (const nlohmann::json& j : json_lines(output)) {
+    if (j.contains("step") && j.contains("loss")) out[j["step"].get<long>()] = j;
+  }
+  return out;
+}
+
+// The demo as a child whose stdout is read line by line, to kill it at a chosen point.
+class child {
+ public:
+  explicit child(const std::vector<std::string>& args) {
+    int fds[2];
+    if (::pipe(fds) != 0) return;
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
+    posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, "/dev/null", O_WRONLY, 0);
+    posix_spawn_file_actions_addclose(&actions, fds[0]);
+    posix_spawn_file_actions_addclose(&actions, fds[1]);
+    std::vector<char*> argv;
+    argv.push_back(const_cast<char*>(demo.c_str()));
+    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    if (::posix_spawn(&pid_, demo.c_str(), &actions, nullptr, argv.data(), environ) != 0) pid_ = -1;
+    posix_spawn_file_actions_destroy(&actions);
+    ::close(fds[1]);
+    out_ = ::fdopen(fds[0], "r");
+  }
+  ~child() {
+    if (pid_ > 0) kill_now();
+    if (out_ != nullptr) std::fclose(out_);
+  }
+  child(const child&) = delete;
+  child& operator=(const child&) = delete;
+
+  [[nodiscard]] bool started() const { return pid_ > 0 && out_ != nullptr; }
+  // Reads lines until one starts with `prefix`; false at the end of the output.
+  bool wait_for_line(const std::string& prefix) {
+    char buf[8192];
+    while (std::fgets(buf, sizeof buf, out_) != nullptr) {
+      if (std::string(buf).rfind(prefix, 0) == 0) return true;
+    }
+    return false;
+  }
+  void kill_now() {
+    ::kill(pid_, SIGKILL);
+    int status = 0;
+    ::waitpid(pid_, &status, 0);
+    pid_ = -1;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  FILE* out_ = nullptr;
+};
+
+std::vector<std::string> split(const std::string& flags) {
+  std::vector<std::string> out;
+  std::string word;
+  for (const char c : flags) {
+    if (c == ' ') {
+      if (!word.empty()) out.push_back(word);
+      word.clear();
+    } else {
+      word += c;
+    }
+  }
+  if (!word.empty()) out.push_back(word);
+  return out;
+}
+
+TEST(TrainMlp, HelpExitsZeroAndDefinesEveryFlagAndField) {
+  const run_result r = run("--help");
+  EXPECT_EQ(r.exit_code, 0);
+  for (const char* word : {"--hidden",
+                           "--layers",
+                           "--batch",
+                           "--steps",
+                           "--lr",
+                           "--seed",
+                           "--dir",
+                           "--checkpoint-every",
+                           "--resume",
+                           "--config",
+                           "--device-budget",
+                           "--json",
+                           "--reference",
+                           "--blas-threads",
+                           "--micro-batches",
+                           "model_state_bytes",
+                           "step_s",
+                           "compute_s",
+                           "param_io_s",
+                           "adam_s",
+                           "optimizer_io_s",
+                           "bound_s",
+                           "peak_device_bytes",
+                           "peak_rss_bytes",
+                           "tmpfs"}) {
+    EXPECT_NE(r.output.find(word), std::string::npos) << word;
+  }
+}
+
+TEST(TrainMlp, BadFlagsExitTwoNamingTheFlag) {
+  const std::vector<std::pair<std::string, std::string>> cases = {{"--hidden 0", "--hidden"},
+                                                                  {"--layers x", "--layers"},
+                                                                  {"--batch -3", "--batch"},
+                                                                  {"--bogus", "--bogus"},
+                                                                  {"--steps", "--steps"},
+                                                                  {"--lr nan", "--lr"},
+                                                                  {"--device tpu", "--device"},
+                                                                  {"--resume", "--resume"},
+                                                                  {"--batch 9 --micro-batches 2", "--batch"},
+                                                                  {"--blas-threads 0", "--blas-threads"}};
+  for (const auto& [flags, name] : cases) {
+    const run_result r = run(flags);
+    EXPECT_EQ(r.exit_code, 2) << flags;
+    EXPECT_NE(r.output.find(name), std::string::npos) << flags << ": " << r.output;
+  }
+}
+
+// Offloading changes no arithmetic: every step's loss equals the in-memory reference's within
+// 1e-6 relative, with one micro-batch a step and with two (the gradients summed, then averaged).
+TEST(TrainMlp, LossEqualsTheReferenceAtEveryStep) {
+  for (const char* micro : {"1", "2"}) {
+    const scratch_dir dir;
+    const std::string flags = small_model + " --steps 5 --json --micro-batches " + micro;
+    const run_result offloaded = run(flags + " --dir " + dir.path().string());
+    const run_result reference = run(flags + " --reference");
+    ASSERT_EQ(offloaded.exit_code, 0) << offloaded.output;
+    ASSERT_EQ(reference.exit_code, 0) << reference.output;
+    const auto a = steps_of(offloaded.output);
+    const auto b = steps_of(reference.output);
+    ASSERT_EQ(a.size(), 5U) << offloaded.output;
+    ASSERT_EQ(b.size(), 5U) << reference.output;
+    for (const auto& [step, line] : a) {
+      const double x = line["loss"].get<double>();
+      const double y = b.at(step)["loss"].get<double>();
+      EXPECT_LE(std::fabs(x - y), 1e-6 * std::fabs(y)) << "micro-batches " << micro << " step " << step;
+    }
+    // The final line: the device held no more than its budget.
+    const std::vector<nlohmann::json> lines = json_lines(offloaded.output);
+    ASSERT_FALSE(lines.empty());
+    const nlohmann::json& summary = lines.back();
+    ASSERT_TRUE(summary.contains("peak_device_bytes")) << summary.dump();
+    EXPECT_LE(summary["peak_device_bytes"].get<std::uint64_t>(), summary["device_budget_bytes"].get<std::uint64_t>());
+    for (const char* key : {"model_state_bytes", "step_s", "compute_s", "param_io_s", "adam_s", "optimizer_io_s",
+                            "bound_s", "peak_rss_bytes", "statistics"}) {
+      EXPECT_TRUE(summary.contains(key)) << key;
+    }
+  }
+}
+
+// The losses of steps (from, to] of a resumed run equal the uninterrupted run's bit for bit.
+void expect_resumed_run_matches(const std::map<long, nlohmann::json>& resumed,
+                                const std::map<long, nlohmann::json>& whole, long last) {
+  ASSERT_FALSE(resumed.empty());
+  ASSERT_EQ(resumed.rbegin()->first, last);
+  for (const auto& [step, line] : resumed) {
+    EXPECT_EQ(line["loss_hex"], whole.at(step)["loss_hex"]) << "step " << step;
+  }
+}
+
+TEST(TrainMlp, SigkillAfterACheckpointResumesBitForBit) {
+  const long steps = 8;
+  const scratch_dir whole_dir;
+  const run_result whole =
+      run(small_model + " --json --steps " + std::to_string(steps) + " --dir " + whole_dir.path().string());
+  ASSERT_EQ(whole.exit_code, 0) << whole.output;
+  const auto uninterrupted = steps_of(whole.output);
+  ASSERT_EQ(uninterrupted.size(), static_cast<std::size_t>(steps));
+
+  const scratch_dir dir;
+  {
+    child c(split(small_model + " --json --steps " + std::to_string(steps) + " --checkpoint-every 2 --dir " +
+                  dir.path().string()));
+    ASSERT_TRUE(c.started());
+    ASSERT_TRUE(c.wait_for_line("checkpoint step 2 saved"));
+    c.kill_now();
+  }
+  const run_result resumed =
+      run(small_model + " --json --resume --steps " + std::to_string(steps) + " --dir " + dir.path().string());
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  const auto after = steps_of(resumed.output);
+  ASSERT_FALSE(after.empty());
+  EXPECT_GE(after.begin()->first, 3);  // it continued from a checkpoint, not from the start
+  expect_resumed_run_matches(after, uninterrupted, steps);
+}
+
+TEST(TrainMlp, SigkillDuringSavesLeavesALoadableCheckpoint) {
+  const long steps = 6;
+  const scratch_dir whole_dir;
+  const run_result whole =
+      run(small_model + " --json --steps " + std::to_string(steps) + " --dir " + whole_dir.path().string());
+  ASSERT_EQ(whole.exit_code, 0) << whole.output;
+  const auto uninterrupted = steps_of(whole.output);
+
+  // A checkpoint after every step, so a kill at any moment is likely to land inside a save; the
+  // delays only vary where it lands: the assertions hold wherever it does.
+  for (const int delay_us : {0, 200, 1000, 3000, 10000}) {
+    const scratch_dir dir;
+    {
+      child c(split(small_model + " --json --steps " + std::to_string(steps) + " --checkpoint-every 1 --dir " +
+                    dir.path().string()));
+      ASSERT_TRUE(c.started());
+      ASSERT_TRUE(c.wait_for_line("checkpoint step 1 saved"));
+      std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
+      c.kill_now();
+    }
+    const run_result resumed =
+        run(small_model + " --json --resume --steps " + std::to_string(steps) + " --dir " + dir.path().string());
+    ASSERT_EQ(resumed.exit_code, 0) << "delay " << delay_us << " us: " << resumed.output;
+    const auto after = steps_of(resumed.output);
+    if (after.empty()) {
+      // The kill came after the last checkpoint: nothing was left to run.
+      EXPECT_NE(resumed.output.find("step " + std::to_string(steps)), std::string::npos) << resumed.output;
+      continue;
+    }
+    expect_resumed_run_matches(after, uninterrupted, steps);
+  }
+}
+
+}  // namespace
+}  // namespace zoe::testing
