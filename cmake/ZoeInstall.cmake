@@ -31,12 +31,17 @@ if(TARGET zoe_c)
 endif()
 
 # Programs linked with libzoe_c.so find it beside them once installed (bin/../lib), wherever the
-# prefix lands, without LD_LIBRARY_PATH; the shared libraries they take from outside the system's
-# folders (CUDA's cudart and cuBLAS in the toolkit's folder) stay found too.
+# prefix lands, without LD_LIBRARY_PATH; with CUDA they also find cudart and cuBLAS in the
+# toolkit's folder, which the loader's path may lack. (Not every linked folder: OpenBLAS stays
+# Debian's alternatives' choice.)
 file(RELATIVE_PATH zoe_bin_to_lib ${CMAKE_INSTALL_FULL_BINDIR} ${CMAKE_INSTALL_FULL_LIBDIR})
+set(zoe_program_rpath "$ORIGIN/${zoe_bin_to_lib}")
+if(ZOE_WITH_CUDA)
+  list(APPEND zoe_program_rpath ${CUDAToolkit_LIBRARY_DIR})
+endif()
 foreach(program zoe-train-mlp)
   if(TARGET ${program})
-    set_target_properties(${program} PROPERTIES INSTALL_RPATH "$ORIGIN/${zoe_bin_to_lib}" INSTALL_RPATH_USE_LINK_PATH ON)
+    set_target_properties(${program} PROPERTIES INSTALL_RPATH "${zoe_program_rpath}")
   endif()
 endforeach()
 
