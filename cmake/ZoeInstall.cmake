@@ -1,4 +1,5 @@
-# find_package(zoe) for C++ users, and a pkg-config file.
+# find_package(zoe) for C and C++ users, and pkg-config files: zoe.pc for the static C++ libraries,
+# zoe-c.pc for the C API (libzoe_c.so).
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
@@ -10,6 +11,39 @@ foreach(module core allocators kernels io engine)
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/${module}/include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 endforeach()
 install(EXPORT zoe-targets NAMESPACE zoe:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/zoe)
+
+# The C API: a shared library that carries the static C++ libraries inside it and exports only zoe_*
+# (tests/ci checks the file), so a C user links -lzoe_c and nothing else. Its own export set, so that
+# find_package(zoe COMPONENTS c) loads it without the C++ libraries' build dependencies (hwy, TBB,
+# hwloc headers): the .so names its runtime libraries itself (DT_NEEDED).
+if(TARGET zoe_c)
+  # While the major version is 0 a minor release may change the ABI, so the SONAME carries
+  # major.minor (libzoe_c.so.0.1), as zoe-config-version.cmake accepts only the same minor version.
+  if(PROJECT_VERSION_MAJOR EQUAL 0)
+    set(zoe_c_soversion ${PROJECT_VERSION_MAJOR}.${PROJECT_VERSION_MINOR})
+  else()
+    set(zoe_c_soversion ${PROJECT_VERSION_MAJOR})
+  endif()
+  set_target_properties(zoe_c PROPERTIES VERSION ${PROJECT_VERSION} SOVERSION ${zoe_c_soversion})
+  install(TARGETS zoe_c EXPORT zoe-c-targets LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+  install(FILES ${PROJECT_SOURCE_DIR}/bindings/include/zoe/zoe.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/zoe)
+  install(EXPORT zoe-c-targets NAMESPACE zoe:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/zoe)
+endif()
+
+# Programs linked with libzoe_c.so find it beside them once installed (bin/../lib), wherever the
+# prefix lands, without LD_LIBRARY_PATH; with CUDA they also find cudart and cuBLAS in the
+# toolkit's folder, which the loader's path may lack. (Not every linked folder: OpenBLAS stays
+# Debian's alternatives' choice.)
+file(RELATIVE_PATH zoe_bin_to_lib ${CMAKE_INSTALL_FULL_BINDIR} ${CMAKE_INSTALL_FULL_LIBDIR})
+set(zoe_program_rpath "$ORIGIN/${zoe_bin_to_lib}")
+if(ZOE_WITH_CUDA)
+  list(APPEND zoe_program_rpath ${CUDAToolkit_LIBRARY_DIR})
+endif()
+foreach(program zoe-train-mlp)
+  if(TARGET ${program})
+    set_target_properties(${program} PROPERTIES INSTALL_RPATH "${zoe_program_rpath}")
+  endif()
+endforeach()
 
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/zoe-config.cmake.in
   ${PROJECT_BINARY_DIR}/zoe-config.cmake INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/zoe)
@@ -36,3 +70,10 @@ else()
 endif()
 configure_file(${PROJECT_SOURCE_DIR}/cmake/zoe.pc.in ${PROJECT_BINARY_DIR}/zoe.pc @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/zoe.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+# zoe-c.pc: -lzoe_c alone (the shared library brings its own dependencies). It is not on the
+# default library path when installed under a prefix of one's own: link with
+# -Wl,-rpath,$(pkg-config --variable=libdir zoe-c), as scripts/test does.
+if(TARGET zoe_c)
+  configure_file(${PROJECT_SOURCE_DIR}/cmake/zoe-c.pc.in ${PROJECT_BINARY_DIR}/zoe-c.pc @ONLY)
+  install(FILES ${PROJECT_BINARY_DIR}/zoe-c.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+endif()
