@@ -310,6 +310,12 @@ TEST(activation_config, KeysParseAndNameThemselves) {
   } catch (const config_error& e) {
     EXPECT_NE(std::string(e.what()).find("zoe.activations.host_bytes"), std::string::npos) << e.what();
   }
+  try {
+    (void)engine::parse_config(R"({"zoe": {"activations": {"nvme_bytes": 1e18}}})");
+    ADD_FAILURE() << "expected a config_error";
+  } catch (const config_error& e) {
+    EXPECT_NE(std::string(e.what()).find("zoe.activations.nvme_bytes"), std::string::npos) << e.what();
+  }
   // DeepSpeed's own block stays a known key (read quietly).
   EXPECT_TRUE(engine::parse_config(R"({"activation_checkpointing": {"cpu_checkpointing": true}})").warnings.empty());
 }
