@@ -52,6 +52,9 @@
 extern "C" {
 #endif
 
+/* The C API's names follow C's conventions (upper-case constants), not zoe's C++ naming. */
+/* NOLINTBEGIN(readability-identifier-naming) */
+
 /* ---- status and errors ----------------------------------------------------------------------- */
 
 /** Every call's result. The values are stable (zoe::error_category's). */
@@ -351,6 +354,8 @@ typedef struct zoe_stage_times {
 /** Times the stages above; changes no state (the optimizer stages write shadow extents and drop
  *  them). Between steps only, after at least one step (ZOE_ERROR_USAGE otherwise). One thread. */
 ZOE_API zoe_status zoe_measure_stages(zoe_engine* engine, zoe_stage_times* times);
+
+/* NOLINTEND(readability-identifier-naming) */
 
 #ifdef __cplusplus
 } /* extern "C" */
