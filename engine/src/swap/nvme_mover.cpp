@@ -45,6 +45,7 @@ void nvme_mover::add_stats(parameter_swapper_stats& out) const {
   const std::lock_guard lock(mutex_);
   out.bytes_read += stats_.bytes_read;
   out.bytes_written += stats_.bytes_written;
+  out.bytes_staged += stats_.bytes_staged;
   out.moves_in += stats_.moves_in;
   out.moves_out += stats_.moves_out;
   out.failed_moves += stats_.failed_moves;
@@ -214,6 +215,8 @@ void nvme_mover::start_copy(piece& p, copy_kind kind, stream_view stream, stage 
   dev_.record(p.copied, stream);
   p.at = next;
   ++copies_out_;
+  const std::lock_guard lock(mutex_);
+  stats_.bytes_staged += p.bytes;
 }
 
 bool nvme_mover::reap_copies(io::swap_channel& channel) {

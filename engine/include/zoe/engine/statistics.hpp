@@ -12,9 +12,9 @@ namespace zoe::engine {
 /// One JSON object (no newline), keys in snake_case with their unit in the name. The counters add
 /// up everything since the engine was made (measure_stages' I/O included):
 ///   nvme_read_bytes, nvme_write_bytes   every stage's NVMe bytes summed
-///   host_device_copy_bytes              parameter moves between device and host homes, the
-///                                       reduced gradients copied off the device, and the
-///                                       activations' copies both ways
+///   host_device_copy_bytes              parameters copied between the device and host homes or
+///                                       NVMe homes' pinned slots, reduced gradients copied off
+///                                       the device, and the activations' copies both ways
 ///   fetch_wait_seconds                  time callers spent waiting on fetches
 ///   optimizer_steps, loss_scale
 ///   parameters   the parameter swapper: nvme_{read,write}_bytes and _gib_per_s over io_busy_seconds

@@ -41,6 +41,9 @@ struct parameter_swapper_stats {
   std::uint64_t bytes_read = 0;     ///< from NVMe
   std::uint64_t bytes_written = 0;  ///< to NVMe
   std::uint64_t bytes_copied = 0;   ///< between the device and host or device homes
+  /// Between the device and the pinned slots NVMe homes pass through (each piece read is copied to
+  /// the device, each piece written is copied from it first).
+  std::uint64_t bytes_staged = 0;
   std::uint64_t moves_in = 0;
   std::uint64_t moves_out = 0;
   std::uint64_t failed_moves = 0;
