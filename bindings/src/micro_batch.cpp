@@ -114,7 +114,7 @@ zoe_status zoe_parameter_address(zoe_engine* engine, zoe_parameter_id parameter,
     expect_pointer(address, "address (the out-parameter)");
     const zoe::engine::parameter_id id = zoe::bindings::layout_id(e, parameter);
     const zoe::engine::parameter_layout& p = e.engine->layout().parameter(id);
-    e.tracker.expect_fetched(p.module, zoe::str("parameter '", p.name, "'").c_str());
+    e.tracker.expect_fetched(p.module, p.name);
     *address = e.engine->address(id);
   });
 }
