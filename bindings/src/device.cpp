@@ -21,24 +21,24 @@ stream_view stream_on(const zoe_device& on, zoe_stream* stream) {
 
 namespace {
 
-zoe::copy_kind copy_kind_of(zoe_copy_kind kind) {
+zoe::copy_kind copy_kind_of(int kind) {
   switch (kind) {
     case ZOE_COPY_HOST_TO_DEVICE: return zoe::copy_kind::host_to_device;
     case ZOE_COPY_DEVICE_TO_HOST: return zoe::copy_kind::device_to_host;
     case ZOE_COPY_DEVICE_TO_DEVICE: return zoe::copy_kind::device_to_device;
   }
-  throw usage_error(str("copy kind ", static_cast<int>(kind),
+  throw usage_error(str("copy kind ", kind,
                         " is not a zoe_copy_kind (ZOE_COPY_HOST_TO_DEVICE, ZOE_COPY_DEVICE_TO_HOST or "
                         "ZOE_COPY_DEVICE_TO_DEVICE)"));
 }
 
-std::string kind_name(zoe_device_kind kind) {
+std::string kind_name(int kind) {
   switch (kind) {
     case ZOE_DEVICE_AUTO: return "";  // core's empty kind: ZOE_DEVICE from the environment, else auto
     case ZOE_DEVICE_HOST: return "host";
     case ZOE_DEVICE_CUDA: return "cuda";
   }
-  throw config_error(str("zoe_device_options.kind ", static_cast<int>(kind),
+  throw config_error(str("zoe_device_options.kind ", kind,
                          " is not a zoe_device_kind (ZOE_DEVICE_AUTO, ZOE_DEVICE_HOST or ZOE_DEVICE_CUDA)"));
 }
 
@@ -56,8 +56,9 @@ zoe_status zoe_device_create(const zoe_device_options* options, zoe_device** dev
     const zoe_device_options& o =
         zoe::bindings::expect_struct(options, ZOE_FIELDS_END(zoe_device_options, cuda_ordinal), "zoe_device_options");
     expect_pointer(device, "device (the out-parameter)");
-    zoe::device_options chosen{
-        .kind = zoe::bindings::kind_name(o.kind), .budget_bytes = {}, .cuda_ordinal = o.cuda_ordinal};
+    zoe::device_options chosen{.kind = zoe::bindings::kind_name(zoe::bindings::enum_value(o.kind)),
+                               .budget_bytes = {},
+                               .cuda_ordinal = o.cuda_ordinal};
     if (o.budget_bytes != 0) chosen.budget_bytes = o.budget_bytes;
     auto made = std::make_unique<zoe_device>();
     made->dev = zoe::select_device(chosen).dev;
@@ -164,7 +165,7 @@ zoe_status zoe_copy_async(zoe_device* device, void* dst, const void* src, size_t
   return guarded("zoe_copy_async", [&] {
     zoe_device& d = live(device, "device");
     const zoe::stream_view s = zoe::bindings::stream_on(d, stream);
-    const zoe::copy_kind k = zoe::bindings::copy_kind_of(kind);
+    const zoe::copy_kind k = zoe::bindings::copy_kind_of(zoe::bindings::enum_value(kind));
     if (bytes == 0) return;
     expect_pointer(dst, "dst");
     expect_pointer(src, "src");

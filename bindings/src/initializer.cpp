@@ -42,7 +42,7 @@ float normal(float scale, std::uint64_t seed, std::uint64_t i) noexcept {
 
 }  // namespace
 
-void fill_initial(zoe_init init, float scale, std::uint64_t seed, std::uint64_t first, std::span<float> values) {
+void fill_initial(int init, float scale, std::uint64_t seed, std::uint64_t first, std::span<float> values) {
   switch (init) {
     case ZOE_INIT_ZEROS: std::fill(values.begin(), values.end(), 0.0F); return;
     case ZOE_INIT_UNIFORM:
@@ -53,8 +53,8 @@ void fill_initial(zoe_init init, float scale, std::uint64_t seed, std::uint64_t 
       return;
     case ZOE_INIT_DATA: throw usage_error("ZOE_INIT_DATA is the caller's data, not a seeded initializer");
   }
-  throw usage_error(str("init ", static_cast<int>(init),
-                        " is not a seeded initializer (ZOE_INIT_ZEROS, ZOE_INIT_UNIFORM or ZOE_INIT_NORMAL)"));
+  throw usage_error(
+      str("init ", init, " is not a seeded initializer (ZOE_INIT_ZEROS, ZOE_INIT_UNIFORM or ZOE_INIT_NORMAL)"));
 }
 
 }  // namespace zoe::bindings
@@ -65,10 +65,11 @@ zoe_status zoe_initializer_fill(zoe_init init, float scale, uint64_t seed, uint6
                                 size_t count) {
   return zoe::bindings::guarded("zoe_initializer_fill", [&] {
     if (count > 0) zoe::bindings::expect_pointer(values, "values");
-    if ((init == ZOE_INIT_UNIFORM || init == ZOE_INIT_NORMAL) && !(std::isfinite(scale) && scale >= 0)) {
+    const int kind = zoe::bindings::enum_value(init);
+    if ((kind == ZOE_INIT_UNIFORM || kind == ZOE_INIT_NORMAL) && !(std::isfinite(scale) && scale >= 0)) {
       throw zoe::usage_error(zoe::str("the scale ", scale, " is not a finite number >= 0"));
     }
-    zoe::bindings::fill_initial(init, scale, seed, first, std::span<float>(values, count));
+    zoe::bindings::fill_initial(kind, scale, seed, first, std::span<float>(values, count));
   });
 }
 

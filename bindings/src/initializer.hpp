@@ -19,9 +19,9 @@
 
 namespace zoe::bindings {
 
-/// Writes elements [first, first + values.size()) of initializer `init` (ZOE_INIT_ZEROS,
-/// ZOE_INIT_UNIFORM or ZOE_INIT_NORMAL). usage_error for ZOE_INIT_DATA or an unknown one.
-/// Thread-safe.
-void fill_initial(zoe_init init, float scale, std::uint64_t seed, std::uint64_t first, std::span<float> values);
+/// Writes elements [first, first + values.size()) of initializer `init` (a zoe_init value as a
+/// caller passed it: ZOE_INIT_ZEROS, ZOE_INIT_UNIFORM or ZOE_INIT_NORMAL). usage_error for ZOE_INIT_DATA or an unknown
+/// one. Thread-safe.
+void fill_initial(int init, float scale, std::uint64_t seed, std::uint64_t first, std::span<float> values);
 
 }  // namespace zoe::bindings

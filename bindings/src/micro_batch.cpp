@@ -33,12 +33,12 @@ class module_call {
   bool done_ = false;
 };
 
-module_op fetch_op(zoe_pass pass) {
+module_op fetch_op(int pass) {
   switch (pass) {
     case ZOE_PASS_FORWARD: return module_op::fetch_forward;
     case ZOE_PASS_BACKWARD: return module_op::fetch_backward;
   }
-  throw usage_error(str("pass ", static_cast<int>(pass), " is not a zoe_pass (ZOE_PASS_FORWARD or ZOE_PASS_BACKWARD)"));
+  throw usage_error(str("pass ", pass, " is not a zoe_pass (ZOE_PASS_FORWARD or ZOE_PASS_BACKWARD)"));
 }
 
 }  // namespace
@@ -80,7 +80,7 @@ zoe_status zoe_fetch(zoe_engine* engine, zoe_module_id module, zoe_pass pass, zo
   return guarded("zoe_fetch", [&] {
     zoe_engine& e = live(engine, "engine");
     const zoe::stream_view s = zoe::bindings::stream_on(*e.device, stream);
-    zoe::bindings::module_call call(e.tracker, module, zoe::bindings::fetch_op(pass));
+    zoe::bindings::module_call call(e.tracker, module, zoe::bindings::fetch_op(zoe::bindings::enum_value(pass)));
     const zoe::engine::fetch_handle fetched = e.engine->fetch(module);
     try {
       fetched.wait(s);
@@ -114,7 +114,7 @@ zoe_status zoe_parameter_address(zoe_engine* engine, zoe_parameter_id parameter,
     expect_pointer(address, "address (the out-parameter)");
     const zoe::engine::parameter_id id = zoe::bindings::layout_id(e, parameter);
     const zoe::engine::parameter_layout& p = e.engine->layout().parameter(id);
-    e.tracker.expect_fetched(p.module, zoe::str("parameter '", p.name, "'").c_str());
+    e.tracker.expect_fetched(p.module, p.name);
     *address = e.engine->address(id);
   });
 }

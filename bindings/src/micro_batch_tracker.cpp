@@ -165,11 +165,11 @@ void micro_batch_tracker::finish(std::uint32_t module, module_op op, bool succee
   }
 }
 
-void micro_batch_tracker::expect_fetched(std::uint32_t module, const char* what) const {
+void micro_batch_tracker::expect_fetched(std::uint32_t module, std::string_view parameter) const {
   expect_module(module);
   const std::lock_guard lock(mutex_);
   if (modules_[module].fetch == fetched::no) {
-    throw usage_error(str(what, ": its module '", modules_[module].name,
+    throw usage_error(str("parameter '", parameter, "': its module '", modules_[module].name,
                           "' is not fetched (valid from zoe_fetch until zoe_release)"));
   }
 }

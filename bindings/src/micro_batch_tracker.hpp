@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace zoe::bindings {
@@ -49,8 +50,8 @@ class micro_batch_tracker {
   void start(std::uint32_t module, module_op op);
   /// Ends the call start() began: applies `op` when `succeeded`, and clears the busy mark.
   void finish(std::uint32_t module, module_op op, bool succeeded) noexcept;
-  /// usage_error unless `module` is fetched (a parameter address is asked for).
-  void expect_fetched(std::uint32_t module, const char* what) const;
+  /// usage_error naming `parameter` unless its module `module` is fetched (its address is asked for).
+  void expect_fetched(std::uint32_t module, std::string_view parameter) const;
 
   [[nodiscard]] std::size_t parameter_count(std::uint32_t module) const;
   [[nodiscard]] const std::string& name(std::uint32_t module) const;

@@ -12,18 +12,19 @@
 namespace zoe::bindings {
 namespace {
 
-kernels::dtype dtype_of(zoe_dtype t, const std::string& parameter) {
+kernels::dtype dtype_of(int t, const std::string& parameter) {
   switch (t) {
     case ZOE_FP32: return kernels::dtype::fp32;
     case ZOE_FP16: return kernels::dtype::fp16;
     case ZOE_BF16: return kernels::dtype::bf16;
   }
-  throw usage_error(str("parameter '", parameter, "': dtype ", static_cast<int>(t),
-                        " is not a zoe_dtype (ZOE_FP32, ZOE_FP16 or ZOE_BF16)"));
+  throw usage_error(
+      str("parameter '", parameter, "': dtype ", t, " is not a zoe_dtype (ZOE_FP32, ZOE_FP16 or ZOE_BF16)"));
 }
 
 void check_init(const zoe_parameter_desc& d, const std::string& parameter) {
-  switch (d.init) {
+  const int init = enum_value(d.init);
+  switch (init) {
     case ZOE_INIT_DATA:
       if (d.data == nullptr) throw usage_error(str("parameter '", parameter, "': ZOE_INIT_DATA with data NULL"));
       return;
@@ -36,7 +37,7 @@ void check_init(const zoe_parameter_desc& d, const std::string& parameter) {
       }
       return;
   }
-  throw usage_error(str("parameter '", parameter, "': init ", static_cast<int>(d.init),
+  throw usage_error(str("parameter '", parameter, "': init ", init,
                         " is not a zoe_init (ZOE_INIT_DATA, ZOE_INIT_ZEROS, ZOE_INIT_UNIFORM or ZOE_INIT_NORMAL)"));
 }
 
@@ -117,7 +118,7 @@ zoe_status zoe_model_add_parameter(zoe_model* model, zoe_module_id module, const
       throw zoe::usage_error("the model has as many parameters as a zoe_parameter_id counts");
     }
     zoe_model::parameter p;
-    p.dtype = zoe::bindings::dtype_of(d.dtype, name);
+    p.dtype = zoe::bindings::dtype_of(zoe::bindings::enum_value(d.dtype), name);
     zoe::bindings::check_init(d, name);
     p.shape = zoe::bindings::shape_of(d, name, p.numel);
     p.init = d.init;

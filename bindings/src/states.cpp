@@ -9,14 +9,14 @@
 
 namespace {
 
-zoe::engine::state_kind state_of(zoe_state s) {
+zoe::engine::state_kind state_of(int s) {
   switch (s) {
     case ZOE_STATE_PARAMETER: return zoe::engine::state_kind::master;
     case ZOE_STATE_GRADIENT: return zoe::engine::state_kind::gradient;
     case ZOE_STATE_EXP_AVG: return zoe::engine::state_kind::exp_avg;
     case ZOE_STATE_EXP_AVG_SQ: return zoe::engine::state_kind::exp_avg_sq;
   }
-  throw zoe::usage_error(zoe::str("state ", static_cast<int>(s),
+  throw zoe::usage_error(zoe::str("state ", s,
                                   " is not a zoe_state (ZOE_STATE_PARAMETER, ZOE_STATE_GRADIENT, ZOE_STATE_EXP_AVG "
                                   "or ZOE_STATE_EXP_AVG_SQ)"));
 }
@@ -42,7 +42,7 @@ zoe_status zoe_read_state(zoe_engine* engine, zoe_parameter_id parameter, zoe_st
   return guarded("zoe_read_state", [&] {
     zoe_engine& e = live(engine, "engine");
     const zoe::engine::parameter_id id = zoe::bindings::layout_id(e, parameter);
-    const zoe::engine::state_kind kind = state_of(state);
+    const zoe::engine::state_kind kind = state_of(zoe::bindings::enum_value(state));
     const zoe::engine::parameter_layout& p = e.engine->layout().parameter(id);
     if (count != p.numel) {
       throw zoe::usage_error(zoe::str("parameter '", p.name, "' has ", p.numel, " elements; count is ", count));

@@ -57,10 +57,11 @@ void expect_struct_size(const void* s, std::size_t struct_size, std::size_t fiel
 extern "C" {
 
 const char* zoe_status_string(zoe_status status) {
-  if (status == ZOE_SUCCESS) return "success";
-  if (status < ZOE_ERROR_INTERNAL || status > ZOE_ERROR_TIMEOUT) return "unknown";
+  const int value = zoe::bindings::enum_value(status);
+  if (value == ZOE_SUCCESS) return "success";
+  if (value < ZOE_ERROR_INTERNAL || value > ZOE_ERROR_TIMEOUT) return "unknown";
   // The names are string literals (category_name returns views of them): NUL-terminated.
-  return zoe::category_name(static_cast<zoe::error_category>(status)).data();
+  return zoe::category_name(static_cast<zoe::error_category>(value)).data();
 }
 
 const char* zoe_last_error(void) { return zoe::bindings::last_error.c_str(); }

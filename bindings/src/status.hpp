@@ -5,7 +5,9 @@
 // std::bad_alloc is ZOE_ERROR_MEMORY; anything else is a bug of zoe (ZOE_ERROR_INTERNAL).
 
 #include <cstddef>
+#include <cstring>
 #include <string>
+#include <type_traits>
 
 #include "zoe/zoe.h"
 
@@ -25,6 +27,17 @@ template <typename Body>
   } catch (...) {
     return fail_current(call);
   }
+}
+
+/// The value a C caller passed for an enum, as an int. Read as bytes: C may pass any int, and in
+/// C++ loading a value that is not one of the enumerators' as the enum type is undefined (UBSan's
+/// enum check stops there), so a C enum is checked as an int before it is used as its type.
+template <typename Enum>
+[[nodiscard]] int enum_value(const Enum& e) noexcept {
+  static_assert(std::is_enum_v<Enum> && sizeof(Enum) == sizeof(int));
+  int v = 0;
+  std::memcpy(&v, &e, sizeof v);
+  return v;
 }
 
 /// Throws usage_error naming `what` when `pointer` is NULL.

@@ -9,6 +9,7 @@
 
 #include <ftw.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -114,7 +115,8 @@ static int build_model(rig* r) {
 }
 
 /* Stage 3 with the working copies and the optimizer states on NVMe in the rig's folder; small aio
- * blocks and few small swap buffers, so the run takes little memory and time. */
+ * blocks and few small swap buffers, so the run takes little memory and time; a pinned share for
+ * activations that holds one of activation_round_trip's two, so the other goes to NVMe. */
 static int config_json(const rig* r, char* out, size_t capacity) {
   const int n = snprintf(out, capacity,
                          "{\"zero_optimization\": {\"stage\": 3, \"sub_group_size\": 3000,"
@@ -124,7 +126,9 @@ static int config_json(const rig* r, char* out, size_t capacity) {
                          " \"aio\": {\"block_size\": 65536},"
                          " \"gradient_clipping\": 0,"
                          " \"optimizer\": {\"type\": \"Adam\", \"params\": {\"lr\": 0.01}},"
-                         " \"zoe\": {\"device\": {\"kind\": \"host\", \"budget_bytes\": 268435456}}}",
+                         " \"zoe\": {\"device\": {\"kind\": \"host\", \"budget_bytes\": 268435456},"
+                         " \"activations\": {\"host_bytes\": 16384, \"nvme_bytes\": 262144,"
+                         " \"prefetch_bytes\": 16384}}}",
                          r->dir, r->dir);
   return n > 0 && (size_t)n < capacity;
 }
@@ -631,14 +635,129 @@ fail:
   return 0;
 }
 
+/* two activations saved in forward come back intact in backward (in reverse order), after their
+ * device buffers were overwritten */
+static int activation_round_trip(void) {
+  rig r;
+  enum { BYTES = 3 * 4096 + 100 };
+  static unsigned char pattern[2][BYTES], back[BYTES];
+  void* buffer = NULL;
+  void* loaded;
+  zoe_activation_id ids[2];
+  int a, i;
+  memset(&r, 0, sizeof r);
+  if (!rig_open(&r, 1)) goto fail;
+  EXPECT_OK(zoe_device_allocate(r.device, BYTES, r.stream, &buffer));
+  EXPECT_OK(zoe_begin_micro_batch(r.engine));
+  for (a = 0; a < 2; ++a) {
+    for (i = 0; i < BYTES; ++i) pattern[a][i] = (unsigned char)(i * (a + 3) + a);
+    EXPECT_OK(zoe_copy_async(r.device, buffer, pattern[a], BYTES, ZOE_COPY_HOST_TO_DEVICE, r.stream));
+    EXPECT_OK(zoe_activation_save(r.engine, buffer, BYTES, r.stream, &ids[a]));
+  }
+  EXPECT_TRUE(ids[0] != ids[1]);
+  memset(back, 0, sizeof back);
+  EXPECT_OK(zoe_copy_async(r.device, buffer, back, BYTES, ZOE_COPY_HOST_TO_DEVICE, r.stream));
+  for (a = 1; a >= 0; --a) {
+    EXPECT_OK(zoe_activation_load(r.engine, ids[a], r.stream, &loaded));
+    EXPECT_USAGE(zoe_activation_load(r.engine, ids[a], r.stream, &loaded), NULL); /* already loaded */
+    EXPECT_OK(zoe_copy_async(r.device, back, loaded, BYTES, ZOE_COPY_DEVICE_TO_HOST, r.stream));
+    EXPECT_OK(zoe_stream_synchronize(r.stream));
+    EXPECT_TRUE(memcmp(back, pattern[a], BYTES) == 0);
+    EXPECT_OK(zoe_activation_free(r.engine, ids[a], r.stream));
+  }
+  EXPECT_USAGE(zoe_activation_load(r.engine, ids[0], r.stream, &loaded), NULL); /* freed */
+  EXPECT_OK(zoe_end_micro_batch(r.engine));
+  EXPECT_OK(zoe_device_free(r.device, buffer, BYTES, r.stream));
+  return rig_close(&r);
+fail:
+  if (buffer != NULL) zoe_device_free(r.device, buffer, BYTES, r.stream);
+  rig_close(&r);
+  return 0;
+}
+
+/* fetch, address, gradients and release are thread-safe for different modules: each module's
+ * forward and backward run on a thread of its own, on a stream of its own */
+typedef struct module_worker {
+  rig* r;
+  zoe_module_id module;
+  zoe_parameter_id parameter;
+  size_t numel;
+  zoe_pass pass;
+  zoe_stream* stream;
+  int ok;
+} module_worker;
+
+static void* run_module(void* arg) {
+  module_worker* w = (module_worker*)arg;
+  void* address;
+  void* grads[1];
+  size_t i;
+  w->ok = 0;
+  EXPECT_OK(zoe_fetch(w->r->engine, w->module, w->pass, w->stream));
+  EXPECT_OK(zoe_parameter_address(w->r->engine, w->parameter, &address));
+  if (w->pass == ZOE_PASS_BACKWARD) {
+    EXPECT_OK(zoe_module_gradients(w->r->engine, w->module, w->stream, grads, 1));
+    EXPECT_OK(zoe_stream_synchronize(w->stream));
+    for (i = 0; i < w->numel; ++i) ((float*)grads[0])[i] = 0.01f * (float)(i % 7) - 0.03f;
+    EXPECT_OK(zoe_reduce_gradients(w->r->engine, w->module, w->stream));
+  }
+  EXPECT_OK(zoe_release(w->r->engine, w->module, w->stream));
+  w->ok = 1;
+fail:
+  return NULL;
+}
+
+static int threads_on_different_modules(void) {
+  rig r;
+  module_worker workers[2];
+  pthread_t threads[2];
+  zoe_step_result result = ZOE_STEP_RESULT_INIT;
+  int step, pass, t, started;
+  memset(&r, 0, sizeof r);
+  memset(workers, 0, sizeof workers);
+  if (!rig_open(&r, 1)) goto fail;
+  for (t = 0; t < 2; ++t) {
+    workers[t].r = &r;
+    workers[t].module = t == 0 ? r.layer0 : r.layer1;
+    workers[t].parameter = t == 0 ? r.w : r.v;
+    workers[t].numel = t == 0 ? HIDDEN * IN : HIDDEN;
+    EXPECT_OK(zoe_stream_create(r.device, &workers[t].stream));
+  }
+  for (step = 0; step < 3; ++step) {
+    EXPECT_OK(zoe_begin_micro_batch(r.engine));
+    for (pass = 0; pass < 2; ++pass) {
+      started = 0;
+      for (t = 0; t < 2; ++t) {
+        workers[t].pass = pass == 0 ? ZOE_PASS_FORWARD : ZOE_PASS_BACKWARD;
+        if (pthread_create(&threads[t], NULL, run_module, &workers[t]) == 0) ++started;
+      }
+      for (t = 0; t < started; ++t) pthread_join(threads[t], NULL);
+      EXPECT_TRUE(started == 2 && workers[0].ok && workers[1].ok);
+    }
+    EXPECT_OK(zoe_end_micro_batch(r.engine));
+    EXPECT_OK(zoe_step(r.engine, 1e-3, &result));
+    EXPECT_TRUE(result.optimizer_steps == step + 1);
+  }
+  for (t = 0; t < 2; ++t) EXPECT_OK(zoe_stream_destroy(workers[t].stream));
+  return rig_close(&r);
+fail:
+  for (t = 0; t < 2; ++t) {
+    if (workers[t].stream != NULL) zoe_stream_destroy(workers[t].stream);
+  }
+  rig_close(&r);
+  return 0;
+}
+
 static int training_loss_falls(void) {
   rig r;
   zoe_step_result result = ZOE_STEP_RESULT_INIT;
   float before[HIDDEN * IN], after[HIDDEN * IN], moment[HIDDEN * IN];
   double first = 0, loss = 0;
   uint64_t current, peak, budget;
+  zoe_stage_times times = ZOE_STAGE_TIMES_INIT;
   int step;
   if (!rig_open(&r, 1)) goto fail;
+  EXPECT_USAGE(zoe_measure_stages(r.engine, &times), "step");
   EXPECT_OK(zoe_read_state(r.engine, r.w, ZOE_STATE_PARAMETER, before, HIDDEN * IN));
   for (step = 0; step < 8; ++step) {
     if (!train_step(&r, 0.05, &loss, &result)) goto fail;
@@ -654,6 +773,8 @@ static int training_loss_falls(void) {
   EXPECT_TRUE(moment[0] > 0);
   EXPECT_OK(zoe_device_memory(r.device, &current, &peak, &budget));
   EXPECT_TRUE(peak > 0 && peak <= budget && budget == 256u << 20);
+  EXPECT_OK(zoe_measure_stages(r.engine, &times));
+  EXPECT_TRUE(times.param_io_s > 0 && times.adam_s > 0 && times.optimizer_io_s > 0);
   return rig_close(&r);
 fail:
   rig_close(&r);
@@ -735,6 +856,8 @@ static const test_case cases[] = {
     {"out_of_order", out_of_order},
     {"wrong_sizes_and_states", wrong_sizes_and_states},
     {"activations_out_of_order", activations_out_of_order},
+    {"activation_round_trip", activation_round_trip},
+    {"threads_on_different_modules", threads_on_different_modules},
     {"training_loss_falls", training_loss_falls},
     {"checkpoint_round_trip", checkpoint_round_trip},
     {"statistics_length", statistics_length},

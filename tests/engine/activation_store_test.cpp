@@ -130,14 +130,16 @@ TEST(activation_store, WhatOverflowsTheHostShareGoesToNvmeAndComesBackBitExact) 
   std::vector<activation_id> ids;
   for (const auto& d : data) ids.push_back(r.save(d));
   engine::activation_stats st = r.acts->stats();
-  EXPECT_EQ(st.bytes_to_host, 48 * KiB + 10 * KiB);  // the last fits again beside the first
   EXPECT_EQ(st.bytes_written, 40 * KiB + 300 * KiB + 5);
+  EXPECT_EQ(st.peak_host_bytes, 48 * KiB + 10 * KiB);  // the last fits again beside the first
+  EXPECT_EQ(st.bytes_to_host, 48 * KiB + 40 * KiB + 300 * KiB + 5 + 10 * KiB);
   EXPECT_GT(st.peak_nvme_bytes, 0U);
   EXPECT_LE(st.peak_nvme_bytes, 2 * MiB);
   // Mixed: host and NVMe ones, in reverse order.
   for (std::size_t i = ids.size(); i-- > 0;) EXPECT_TRUE(r.load_matches(ids[i], data[i])) << i;
   st = r.acts->stats();
   EXPECT_EQ(st.bytes_read, st.bytes_written);
+  EXPECT_EQ(st.bytes_to_device, st.bytes_to_host);
   EXPECT_EQ(r.store->free_bytes(), r.store->capacity()) << "every extent went back";
 }
 
@@ -228,7 +230,9 @@ TEST(activation_store, ACorruptNvmeCopyIsDetectedNeverRead) {
     const std::string m = e.what();
     EXPECT_NE(m.find(r.dir.path().string()), std::string::npos) << m;
     EXPECT_NE(m.find("activation " + std::to_string(id)), std::string::npos) << m;
+    EXPECT_NE(m.find("at offset " + std::to_string(store_chunk)), std::string::npos) << m;
   }
+  r.dev->synchronize(r.s.view());  // the failed load's memory is freed in order with its stream
   EXPECT_EQ(r.dev->usage().current_bytes, 0U) << "the failed load's device memory went back";
   r.acts->free(id, r.s.view());
   EXPECT_EQ(r.store->free_bytes(), r.store->capacity());
@@ -305,6 +309,12 @@ TEST(activation_config, KeysParseAndNameThemselves) {
     ADD_FAILURE() << "expected a config_error";
   } catch (const config_error& e) {
     EXPECT_NE(std::string(e.what()).find("zoe.activations.host_bytes"), std::string::npos) << e.what();
+  }
+  try {
+    (void)engine::parse_config(R"({"zoe": {"activations": {"nvme_bytes": 1e18}}})");
+    ADD_FAILURE() << "expected a config_error";
+  } catch (const config_error& e) {
+    EXPECT_NE(std::string(e.what()).find("zoe.activations.nvme_bytes"), std::string::npos) << e.what();
   }
   // DeepSpeed's own block stays a known key (read quietly).
   EXPECT_TRUE(engine::parse_config(R"({"activation_checkpointing": {"cpu_checkpointing": true}})").warnings.empty());

@@ -51,7 +51,9 @@ struct entry {
 
 struct activation_store::impl {
   impl(device& d, allocators::pinned_host_resource& p, io::swap_store* s, activation_store_options o)
-      : dev(d), pinned(p), store(s), options(o), share(d, p, o.host_bytes), prefetch_stream(d.create_stream()) {
+      : dev(d), pinned(p), store(s), options(o), share(d, p, o.host_bytes) {
+    // A stream of the host device is a thread: only a store that prefetches makes one.
+    if (options.prefetch_bytes > 0) prefetch_stream = dev.create_stream();
     if (nvme_enabled()) {
       const std::uint64_t block = store->options().io.block_size;
       ZOE_EXPECTS(options.staging_bytes > 0 && options.staging_bytes % block == 0, "activation_store: staging_bytes ",
@@ -151,6 +153,7 @@ struct activation_store::impl {
     e.extent = extent;
     nvme_in_use += charge;
     const std::lock_guard lock(stats_mutex);
+    stats.bytes_to_host += e.bytes;
     stats.bytes_written += e.bytes;
     stats.peak_nvme_bytes = std::max(stats.peak_nvme_bytes, nvme_in_use);
   }
@@ -176,6 +179,7 @@ struct activation_store::impl {
     drop_extent(e);
     const std::lock_guard lock(stats_mutex);
     stats.bytes_read += e.bytes;
+    stats.bytes_to_device += e.bytes;
     stats.load_wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
 

@@ -1,5 +1,6 @@
 // zoe's own settings, under the top-level "zoe" key (engine/CONFIG.md, "The zoe block").
 #include <cmath>
+#include <cstdint>
 #include <string>
 
 #include "config/blocks.hpp"
@@ -79,10 +80,14 @@ block_spec placement_block(zoe_settings& z) {
   return b;
 }
 
+// Byte counts up to 2^56 (64 PiB), so the plan's sums and roundings of them cannot overflow.
+constexpr std::uint64_t max_share_bytes = std::uint64_t{1} << 56;
+
 block_spec activations_block(zoe_settings& z) {
   block_spec b;
-  b.fields = {uint_field("host_bytes", z.activations.host_bytes), uint_field("nvme_bytes", z.activations.nvme_bytes),
-              uint_field("prefetch_bytes", z.activations.prefetch_bytes)};
+  b.fields = {uint_field("host_bytes", z.activations.host_bytes, 0, max_share_bytes),
+              uint_field("nvme_bytes", z.activations.nvme_bytes, 0, max_share_bytes),
+              uint_field("prefetch_bytes", z.activations.prefetch_bytes, 0, max_share_bytes)};
   return b;
 }
 

@@ -16,8 +16,10 @@
 // The pinned share and the staging memory are taken from the pinned resource at the first save
 // that needs them, so an engine that never saves an activation holds none of it.
 //
-// Thread-safety: one thread drives save/load/free/clear (the engine's micro-batch thread); the
-// store's own I/O thread works for it. stats() may be read from any thread.
+// Thread-safety: one thread drives save/load/free/clear (the engine's micro-batch thread). The
+// store starts no thread: its NVMe reads and writes run on that thread, through a swap channel it
+// makes at the first one, and its copies on the caller's streams and a prefetch stream of its own.
+// stats() may be read from any thread.
 
 #include <cstddef>
 #include <cstdint>
@@ -50,8 +52,8 @@ struct activation_stats {
   std::uint64_t saves = 0;
   std::uint64_t loads = 0;
   std::uint64_t prefetch_hits = 0;    ///< loads whose bytes were already on their way or back
-  std::uint64_t bytes_to_host = 0;    ///< device -> pinned host
-  std::uint64_t bytes_to_device = 0;  ///< pinned host -> device
+  std::uint64_t bytes_to_host = 0;    ///< device -> pinned host (the share, or the staging memory to NVMe)
+  std::uint64_t bytes_to_device = 0;  ///< pinned host -> device (the share, or the staging memory from NVMe)
   std::uint64_t bytes_written = 0;    ///< to NVMe
   std::uint64_t bytes_read = 0;       ///< from NVMe
   std::uint64_t peak_host_bytes = 0;  ///< most of the pinned share in use
@@ -61,8 +63,9 @@ struct activation_stats {
 
 class activation_store {
  public:
-  /// `store` may be null: everything must then fit the host share. Makes a stream on `dev` for
-  /// prefetching (device_error if refused). Everything passed must outlive the store.
+  /// `store` may be null: everything must then fit the host share. With prefetch_bytes, makes a
+  /// stream on `dev` for prefetching (device_error if refused). Everything passed must outlive the
+  /// store.
   activation_store(device& dev, allocators::pinned_host_resource& pinned, io::swap_store* store,
                    activation_store_options options);
   ~activation_store();
