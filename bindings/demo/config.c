@@ -9,10 +9,10 @@
 #include "model.h"
 
 /* Activations of one micro-batch that the device holds ahead of backward's loads. */
-#define ZOE_MLP_PREFETCHED_ACTIVATIONS 2
+#define ZOE_MLP_PREFETCHED_ACTIVATIONS 1
 
 char* mlp_builtin_config(const char* swap_dir, size_t hidden, size_t layers, size_t micro_batches, size_t micro_rows,
-                         double lr) {
+                         double lr, uint64_t budget) {
   const unsigned long long layer = (unsigned long long)mlp_layer_numel(hidden);
   const unsigned long long weight = (unsigned long long)hidden * hidden;
   const unsigned long long activation = 4ull * micro_rows * hidden;
@@ -43,16 +43,17 @@ char* mlp_builtin_config(const char* swap_dir, size_t hidden, size_t layers, siz
       "    \"reduce_bucket_size\": %llu\n"
       "  },\n"
       "  \"aio\": {\"block_size\": 1048576, \"queue_depth\": 8},\n"
-      "  \"zoe\": {\"activations\": {\"host_bytes\": %llu, \"prefetch_bytes\": %llu}}\n"
+      "  \"zoe\": {\"device\": {\"budget_bytes\": %llu},\n"
+      "          \"activations\": {\"host_bytes\": %llu, \"prefetch_bytes\": %llu}}\n"
       "}\n";
   const int n = snprintf(NULL, 0, format, micro_batches, ZOE_MLP_GRADIENT_CLIPPING, lr, ZOE_MLP_BETA1, ZOE_MLP_BETA2,
                          ZOE_MLP_EPS, ZOE_MLP_WEIGHT_DECAY, swap_dir, swap_dir, layer, live, weight, hidden, layer,
-                         activation * layers, activation * ZOE_MLP_PREFETCHED_ACTIVATIONS);
+                         (unsigned long long)budget, activation * layers, activation * ZOE_MLP_PREFETCHED_ACTIVATIONS);
   char* out = malloc((size_t)n + 1);
   if (out == NULL) return NULL;
   snprintf(out, (size_t)n + 1, format, micro_batches, ZOE_MLP_GRADIENT_CLIPPING, lr, ZOE_MLP_BETA1, ZOE_MLP_BETA2,
            ZOE_MLP_EPS, ZOE_MLP_WEIGHT_DECAY, swap_dir, swap_dir, layer, live, weight, hidden, layer,
-           activation * layers, activation * ZOE_MLP_PREFETCHED_ACTIVATIONS);
+           (unsigned long long)budget, activation * layers, activation * ZOE_MLP_PREFETCHED_ACTIVATIONS);
   return out;
 }
 

@@ -18,7 +18,7 @@
  * pinned buffers, aio.block_size 1 MiB, biases gathered for good (weights offloaded), the activations of a micro-batch
  * in pinned host memory, `micro_batches` micro-batches a step. */
 char* mlp_builtin_config(const char* swap_dir, size_t hidden, size_t layers, size_t micro_batches, size_t micro_rows,
-                         double lr);
+                         double lr, uint64_t budget);
 
 /* The default device budget for the built-in configuration: the gathered-parameter arena (two
  * layers' weights and every bias), two gradient buckets of one layer, the program's four

@@ -1,6 +1,7 @@
 /* zoe-train-mlp: trains an MLP whose states do not fit in device memory, through zoe's C API.
  * main.c: the flags, the training loop with its checkpoints, and the output. */
 #include <cblas.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,27 @@
 /* OpenBLAS's own call (cblas.h declares it); BLAS, zoe's I/O thread and its workers share the
  * cores, so the demo sets it rather than letting OpenBLAS take every core. */
 void openblas_set_num_threads(int num_threads);
+
+/* Set by SIGINT / SIGTERM: the run stops after the step in progress and cleans up (its temporary
+ * folder holds a gigabyte of swap files); a second signal ends it at once. */
+static volatile sig_atomic_t stop_requested = 0;
+
+static void request_stop(int signal_number) {
+  stop_requested = 1;
+  struct sigaction restore;
+  memset(&restore, 0, sizeof restore);
+  restore.sa_handler = SIG_DFL;
+  sigaction(signal_number, &restore, NULL);
+}
+
+static void install_stop_handlers(void) {
+  struct sigaction a;
+  memset(&a, 0, sizeof a);
+  a.sa_handler = request_stop;
+  sigemptyset(&a.sa_mask);
+  sigaction(SIGINT, &a, NULL);
+  sigaction(SIGTERM, &a, NULL);
+}
 
 /* Saves the checkpoint of `step` into DIR/checkpoints and drops the one saved before it. */
 static int save_checkpoint(mlp_trainer* t, const mlp_run_dir* dir, long step, long* previous) {
@@ -46,9 +68,15 @@ static int train(const mlp_options* o, size_t micro_batches, const char* user_co
           (double)states / (double)budget, dir.root, dir.temporary ? " (temporary)" : "");
   fflush(info);
 
+  if (o->checkpoint_every > 0 && dir.temporary) {
+    fprintf(stderr,
+            "zoe-train-mlp: warning: --checkpoint-every without --dir: the checkpoints go into the temporary "
+            "folder %s and are removed with it at exit\n",
+            dir.root);
+  }
   char* builtin = NULL;
   if (user_config == NULL) {
-    builtin = mlp_builtin_config(dir.swap, o->hidden, o->layers, micro_batches, rows, o->lr);
+    builtin = mlp_builtin_config(dir.swap, o->hidden, o->layers, micro_batches, rows, o->lr, budget);
     if (builtin == NULL) {
       fprintf(stderr, "zoe-train-mlp: out of memory\n");
       mlp_run_dir_close(&dir);
@@ -91,6 +119,11 @@ static int train(const mlp_options* o, size_t micro_batches, const char* user_co
     mlp_report_step(o->json, &line);
     if (o->checkpoint_every > 0 && step % o->checkpoint_every == 0 &&
         save_checkpoint(&t, &dir, step, &previous_checkpoint) != 0) {
+      goto done;
+    }
+    if (stop_requested) {
+      fprintf(stderr, "zoe-train-mlp: stopped by a signal after step %ld\n", step);
+      rc = 130;
       goto done;
     }
   }
@@ -152,6 +185,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   openblas_set_num_threads(o.blas_threads);
+  install_stop_handlers();
 
   char* user_config = NULL;
   size_t micro_batches = o.micro_batches != 0 ? o.micro_batches : 1;

@@ -7,8 +7,8 @@
 
 #define ZOE_MLP_DEFAULT_HIDDEN 2048
 #define ZOE_MLP_DEFAULT_LAYERS 16
-#define ZOE_MLP_DEFAULT_BATCH 256
-#define ZOE_MLP_DEFAULT_STEPS 10
+#define ZOE_MLP_DEFAULT_BATCH 512
+#define ZOE_MLP_DEFAULT_STEPS 8
 #define ZOE_MLP_DEFAULT_LR 1e-4
 #define ZOE_MLP_DEFAULT_SEED 1
 #define ZOE_MLP_DEFAULT_BLAS_THREADS 2
@@ -71,7 +71,8 @@ void mlp_print_help(FILE* out) {
       "                       for first touches); the only step's time when there was one\n"
       "  compute_s            forward and backward of one step with everything resident: the same BLAS and\n"
       "                       elementwise work over L layers with one layer's weights kept in device\n"
-      "                       memory and the activations kept there too, no zoe calls\n"
+      "                       memory and the activations kept there too, no fetches (the second of two\n"
+      "                       runs after training; the first warms up)\n"
       "  param_io_s           the step's parameter reads alone (zoe_measure_stages: every module fetched\n"
       "                       and released for forward, then for backward)\n"
       "  adam_s               Adam over every shard with its NVMe parts already read (zoe_measure_stages)\n"
@@ -80,9 +81,11 @@ void mlp_print_help(FILE* out) {
       "                       every transfer hid behind compute and Adam\n"
       "  peak_rss_bytes       the process's peak resident set (getrusage)\n"
       "  statistics           zoe_statistics: bytes and bandwidth per tier and direction, fetch waits, ...\n"
-      "(With --reference the final line has step_s and peak_rss_bytes only.)\n"
+      "(With --reference the final line has \"reference\": true, step_s and peak_rss_bytes only.)\n"
       "\n"
-      "exit status: 0 done, 1 a zoe or system failure (the message names it), 2 a bad flag or value.\n",
+      "exit status: 0 done, 1 a zoe or system failure (the message names it), 2 a bad flag or value,\n"
+      "130 stopped by SIGINT or SIGTERM (after the step in progress, its temporary folder removed; a second\n"
+      "signal ends it at once).\n",
       out);
 }
 

@@ -233,15 +233,17 @@ TEST(TrainMlp, SigkillDuringSavesLeavesALoadableCheckpoint) {
   ASSERT_EQ(whole.exit_code, 0) << whole.output;
   const auto uninterrupted = steps_of(whole.output);
 
-  // A checkpoint after every step, so a kill at any moment is likely to land inside a save; the
-  // delays only vary where it lands: the assertions hold wherever it does.
-  for (const int delay_us : {0, 200, 1000, 3000, 10000}) {
+  // A checkpoint after every step. The save of step 2 starts right after its loss line is printed,
+  // so kills a few milliseconds after that line land inside the save (in its staging folder, its
+  // renames, or the switch of `latest`); the delays only vary where: the assertions hold wherever
+  // it lands.
+  for (const int delay_us : {0, 1000, 5000, 15000, 25000, 40000}) {
     const scratch_dir dir;
     {
       child c(split(small_model + " --json --steps " + std::to_string(steps) + " --checkpoint-every 1 --dir " +
                     dir.path().string()));
       ASSERT_TRUE(c.started());
-      ASSERT_TRUE(c.wait_for_line("checkpoint step 1 saved"));
+      ASSERT_TRUE(c.wait_for_line("{\"step\": 2,"));
       std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
       c.kill_now();
     }
