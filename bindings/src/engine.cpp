@@ -7,6 +7,7 @@
 #include "objects.hpp"
 #include "status.hpp"
 #include "zoe/core/error.hpp"
+#include "zoe/core/log.hpp"
 #include "zoe/core/str.hpp"
 #include "zoe/engine/config/parse.hpp"
 
@@ -96,6 +97,29 @@ void set_initial_values(const zoe_model& model, zoe_engine& e) {
   }
 }
 
+// Before an engine is destroyed: the work zoe queued on the caller's streams completes (a gradient
+// buffer's zero-fill, a release's event: it touches memory the engine frees), then the fetches still
+// open are released (the caller may stop in the middle of a micro-batch, after an error of its own).
+// Failures are logged: the engine goes all the same.
+void synchronize_logged(zoe_engine& e) noexcept {
+  try {
+    e.device->dev->synchronize();
+  } catch (const std::exception& failure) {
+    log::warn("zoe_engine_destroy: the device's work failed: ", failure.what());
+  }
+}
+
+void wind_down(zoe_engine& e) noexcept {
+  synchronize_logged(e);
+  try {
+    const std::vector<std::uint32_t> open = e.tracker.fetched_modules();
+    for (const std::uint32_t m : open) e.engine->release(m);
+    if (!open.empty()) synchronize_logged(e);
+  } catch (const std::exception& failure) {
+    log::warn("zoe_engine_destroy: releasing the modules still fetched: ", failure.what());
+  }
+}
+
 }  // namespace
 }  // namespace zoe::bindings
 
@@ -153,7 +177,8 @@ zoe_status zoe_engine_destroy(zoe_engine* engine) {
     zoe_device* on = gone->device;
     const bool owned = gone->owned_device != nullptr;
     if (owned) zoe::bindings::device_handles().remove(on);
-    gone.reset();  // waits for the engine's work, removes its swap files, closes an owned device
+    zoe::bindings::wind_down(*gone);
+    gone.reset();  // waits for the engine's threads, removes its swap files, closes an owned device
     if (!owned) --on->users;
   });
 }

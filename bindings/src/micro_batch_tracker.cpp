@@ -165,6 +165,15 @@ void micro_batch_tracker::finish(std::uint32_t module, module_op op, bool succee
   }
 }
 
+std::vector<std::uint32_t> micro_batch_tracker::fetched_modules() const {
+  const std::lock_guard lock(mutex_);
+  std::vector<std::uint32_t> out;
+  for (std::size_t m = 0; m < modules_.size(); ++m) {
+    if (modules_[m].fetch != fetched::no) out.push_back(static_cast<std::uint32_t>(m));
+  }
+  return out;
+}
+
 void micro_batch_tracker::expect_fetched(std::uint32_t module, std::string_view parameter) const {
   expect_module(module);
   const std::lock_guard lock(mutex_);

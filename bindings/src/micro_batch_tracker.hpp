@@ -53,6 +53,9 @@ class micro_batch_tracker {
   /// usage_error naming `parameter` unless its module `module` is fetched (its address is asked for).
   void expect_fetched(std::uint32_t module, std::string_view parameter) const;
 
+  /// The modules fetched now (for an engine destroyed in the middle of a micro-batch).
+  [[nodiscard]] std::vector<std::uint32_t> fetched_modules() const;
+
   [[nodiscard]] std::size_t parameter_count(std::uint32_t module) const;
   [[nodiscard]] const std::string& name(std::uint32_t module) const;
   /// usage_error naming `module` when it is not a module of the engine.

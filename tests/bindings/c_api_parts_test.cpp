@@ -145,18 +145,18 @@ TEST(handle_set, AHandleNotLiveIsNamedInTheMessage) {
 
 class tracker_test : public ::testing::Test {
  protected:
-  micro_batch_tracker t{{"embed", "head"}, {2, 1}};
+  micro_batch_tracker t_{{"embed", "head"}, {2, 1}};
 
   // Runs start+finish of `op` on `m`: "" when allowed, else the refusal's message.
   std::string apply(std::uint32_t m, module_op op) {
-    const std::string refused = usage_message([&] { t.start(m, op); });
-    if (refused.empty()) t.finish(m, op, true);
+    const std::string refused = usage_message([&] { t_.start(m, op); });
+    if (refused.empty()) t_.finish(m, op, true);
     return refused;
   }
 };
 
 TEST_F(tracker_test, AFullMicroBatchPassesAndCountsItsReduces) {
-  t.open();
+  t_.open();
   for (const std::uint32_t m : {0U, 1U}) {
     EXPECT_EQ(apply(m, module_op::fetch_forward), "");
     EXPECT_EQ(apply(m, module_op::release), "");
@@ -167,17 +167,17 @@ TEST_F(tracker_test, AFullMicroBatchPassesAndCountsItsReduces) {
     EXPECT_EQ(apply(m, module_op::reduce_gradients), "");
     EXPECT_EQ(apply(m, module_op::release), "");
   }
-  EXPECT_FALSE(t.any_reduced_in_step());
-  t.expect_can_close();
-  t.close(true);
-  EXPECT_TRUE(t.any_reduced_in_step());
-  t.step_done();
-  EXPECT_FALSE(t.any_reduced_in_step());
+  EXPECT_FALSE(t_.any_reduced_in_step());
+  t_.expect_can_close();
+  t_.close(true);
+  EXPECT_TRUE(t_.any_reduced_in_step());
+  t_.step_done();
+  EXPECT_FALSE(t_.any_reduced_in_step());
 }
 
 TEST_F(tracker_test, CallsOutOfOrderAreRefusedNamingTheModule) {
   EXPECT_NE(apply(0, module_op::fetch_forward).find("no micro-batch is open"), std::string::npos);
-  t.open();
+  t_.open();
   EXPECT_NE(apply(2, module_op::fetch_forward).find("module 2 is not a module of this engine (it has 2 modules)"),
             std::string::npos);
   EXPECT_NE(apply(1, module_op::release).find("module 'head' is not fetched"), std::string::npos);
@@ -187,7 +187,7 @@ TEST_F(tracker_test, CallsOutOfOrderAreRefusedNamingTheModule) {
   EXPECT_NE(
       apply(1, module_op::acquire_gradients).find("'head' is not fetched for backward (it is fetched for forward)"),
       std::string::npos);
-  EXPECT_NE(usage_message([&] { t.expect_can_close(); }).find("'head' is still fetched"), std::string::npos);
+  EXPECT_NE(usage_message([&] { t_.expect_can_close(); }).find("'head' is still fetched"), std::string::npos);
   EXPECT_EQ(apply(1, module_op::release), "");
   EXPECT_EQ(apply(0, module_op::fetch_backward), "");
   EXPECT_EQ(apply(0, module_op::acquire_gradients), "");
@@ -197,42 +197,42 @@ TEST_F(tracker_test, CallsOutOfOrderAreRefusedNamingTheModule) {
   EXPECT_NE(apply(0, module_op::reduce_gradients).find("already reduced"), std::string::npos);
   EXPECT_EQ(apply(0, module_op::release), "");
   EXPECT_NE(apply(0, module_op::fetch_backward).find("already handed in"), std::string::npos);
-  t.expect_can_close();
+  t_.expect_can_close();
 }
 
 TEST_F(tracker_test, ABackwardFetchReleasedWithoutGradientsKeepsTheMicroBatchOpen) {
-  t.open();
+  t_.open();
   EXPECT_EQ(apply(1, module_op::fetch_backward), "");
   EXPECT_EQ(apply(1, module_op::release), "");
-  EXPECT_NE(usage_message([&] { t.expect_can_close(); }).find("'head' was fetched for backward"), std::string::npos);
+  EXPECT_NE(usage_message([&] { t_.expect_can_close(); }).find("'head' was fetched for backward"), std::string::npos);
   EXPECT_EQ(apply(1, module_op::fetch_backward), "");
   EXPECT_EQ(apply(1, module_op::acquire_gradients), "");
   EXPECT_EQ(apply(1, module_op::reduce_gradients), "");
   EXPECT_EQ(apply(1, module_op::release), "");
-  t.expect_can_close();
+  t_.expect_can_close();
 }
 
 TEST_F(tracker_test, AModuleIsBusyDuringACallAndAFailedCallChangesNothing) {
-  t.open();
-  t.start(0, module_op::fetch_forward);
+  t_.open();
+  t_.start(0, module_op::fetch_forward);
   EXPECT_NE(apply(0, module_op::fetch_forward).find("in progress on another thread"), std::string::npos);
   EXPECT_EQ(apply(1, module_op::fetch_forward), "");  // another module is free
-  t.finish(0, module_op::fetch_forward, false);       // the engine refused: still not fetched
+  t_.finish(0, module_op::fetch_forward, false);      // the engine refused: still not fetched
   EXPECT_NE(apply(0, module_op::release).find("'embed' is not fetched"), std::string::npos);
   EXPECT_EQ(apply(0, module_op::fetch_forward), "");
 }
 
 TEST_F(tracker_test, OpeningAgainStartsEveryModuleAfresh) {
-  t.open();
+  t_.open();
   EXPECT_EQ(apply(1, module_op::fetch_backward), "");
   EXPECT_EQ(apply(1, module_op::acquire_gradients), "");
   EXPECT_EQ(apply(1, module_op::reduce_gradients), "");
   EXPECT_EQ(apply(1, module_op::release), "");
-  t.close(false);  // a failed end: not counted
-  EXPECT_FALSE(t.any_reduced_in_step());
-  EXPECT_NE(usage_message([&] { t.expect_open(); }).find("no micro-batch is open"), std::string::npos);
-  t.open();
-  EXPECT_NE(usage_message([&] { t.expect_closed(); }).find("a micro-batch is open"), std::string::npos);
+  t_.close(false);  // a failed end: not counted
+  EXPECT_FALSE(t_.any_reduced_in_step());
+  EXPECT_NE(usage_message([&] { t_.expect_open(); }).find("no micro-batch is open"), std::string::npos);
+  t_.open();
+  EXPECT_NE(usage_message([&] { t_.expect_closed(); }).find("a micro-batch is open"), std::string::npos);
   EXPECT_EQ(apply(1, module_op::fetch_backward), "");
   EXPECT_EQ(apply(1, module_op::acquire_gradients), "");
 }

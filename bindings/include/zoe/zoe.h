@@ -52,6 +52,9 @@
 extern "C" {
 #endif
 
+/* The C API's names follow C's conventions (upper-case constants), not zoe's C++ naming. */
+/* NOLINTBEGIN(readability-identifier-naming) */
+
 /* ---- status and errors ----------------------------------------------------------------------- */
 
 /** Every call's result. The values are stable (zoe::error_category's). */
@@ -172,8 +175,10 @@ typedef struct zoe_parameter_desc {
 /** Writes elements [first, first + count) of the values the seeded initializer `init`
  *  (ZOE_INIT_ZEROS, ZOE_INIT_UNIFORM or ZOE_INIT_NORMAL) gives a parameter with this `scale` and
  *  `seed`: element i depends only on (init, scale, seed, i), so a reference implementation can
- *  reproduce zoe's initial values piece by piece. ZOE_ERROR_USAGE for ZOE_INIT_DATA or an unknown
- *  initializer. Thread-safe. */
+ *  reproduce zoe's initial values piece by piece. With r(k) the k-th output of splitmix64 seeded
+ *  with `seed` and u(k) = (r(k) >> 11) * 2^-53, in double: uniform is scale * (2 u(i) - 1), normal
+ *  is scale * sqrt(-2 ln(1 - u(2i))) * cos(2 pi u(2i+1)), each rounded to float. ZOE_ERROR_USAGE
+ *  for ZOE_INIT_DATA, an unknown initializer, or a scale that is not finite and >= 0. Thread-safe. */
 ZOE_API zoe_status zoe_initializer_fill(zoe_init init, float scale, uint64_t seed, uint64_t first, float* values,
                                         size_t count);
 
@@ -351,6 +356,8 @@ typedef struct zoe_stage_times {
 /** Times the stages above; changes no state (the optimizer stages write shadow extents and drop
  *  them). Between steps only, after at least one step (ZOE_ERROR_USAGE otherwise). One thread. */
 ZOE_API zoe_status zoe_measure_stages(zoe_engine* engine, zoe_stage_times* times);
+
+/* NOLINTEND(readability-identifier-naming) */
 
 #ifdef __cplusplus
 } /* extern "C" */
