@@ -20,8 +20,7 @@ char* mlp_builtin_config(const char* swap_dir, size_t hidden, size_t layers, siz
    * stay gathered (below stage3_param_persistence_threshold); a released layer stays gathered only
    * when it is used again at once (the last layer, from forward into backward): any longer reuse
    * distance would keep every layer of forward for backward and fill the arena. */
-  /* Rounded to 1024 elements: the engine's plan takes the arena's window from this limit without
-   * rounding it to the arena's alignment (256 bytes), and the arena refuses such a capacity. */
+  /* Rounded to whole 1024 elements, the same figure mlp_default_budget counts. */
   const unsigned long long live = (2 * layer + (unsigned long long)layers * hidden + 1023) / 1024 * 1024;
   const char* format =
       "{\n"

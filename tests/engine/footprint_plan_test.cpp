@@ -319,10 +319,12 @@ TEST(footprint_plan, TheArenaHoldsTheLargestModulePrefetchAndPersistentParameter
   config.zero.prefetch_bucket_size = 1000;
   const auto arena = [&] { return make_footprint_plan(layout, config, placement(layout, config)).arena_bytes; };
   // Largest module 16 KiB, plus a bucket of 1000 fp16 elements, plus one parameter that may pass the
-  // bucket's edge (16 KiB), plus the persistent 4 KiB.
-  EXPECT_EQ(arena(), 16384U + 2000 + 16384 + 4096);
-  config.zero.max_live_parameters = 10'000;  // 20000 bytes live at most
-  EXPECT_EQ(arena(), 20000U + 4096);
+  // bucket's edge (16 KiB), plus the persistent 4 KiB. The limits count elements; their bytes are
+  // rounded up to the arena's 256-byte alignment, or the arena would refuse its capacity.
+  EXPECT_EQ(arena(), 16384U + 2048 + 16384 + 4096);
+  config.zero.max_live_parameters = 10'000;  // 20000 bytes live at most: 20224 rounded
+  EXPECT_EQ(arena(), 20224U + 4096);
+  EXPECT_EQ(arena() % 256, 0U);
   config.zero.max_live_parameters = 10;  // never below the largest module
   EXPECT_EQ(arena(), 16384U + 4096);
   config.zero.max_live_parameters = 1'000'000'000;
