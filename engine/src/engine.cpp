@@ -63,9 +63,18 @@ offload_engine::offload_engine(std::vector<module_spec> modules, const engine_co
                                                       activation_options(path_->plan(), path_->store()))),
       files_(options.checkpoint_files != nullptr ? options.checkpoint_files : &checkpoint_fs::posix()),
       scaler_(config.fp16),
-      lr_(adam_settings_.lr) {}
+      lr_(adam_settings_.lr),
+      device_(&dev) {}
 
-offload_engine::~offload_engine() = default;
+offload_engine::~offload_engine() {
+  // The caller's streams may still hold work on memory the stages own and free below (the
+  // zero-fill of a lent gradient bucket, a copy into a gathered parameter): let it finish first.
+  try {
+    device_->synchronize();
+  } catch (const std::exception& e) {
+    log::warn("offload_engine: work queued on the device failed before the engine was destroyed: ", e.what());
+  }
+}
 
 void offload_engine::expect_between_steps(const char* what) const {
   ZOE_EXPECTS(!micro_batch_open_, what, " while a micro-batch is open: end it first");

@@ -177,6 +177,7 @@ class offload_engine {
   checkpoint_fs* files_;
   loss_scaler scaler_;
   double lr_ = 0;
+  device* device_;
   std::size_t micro_batches_done_ = 0;  ///< of the current step
   bool micro_batch_open_ = false;
   /// end_micro_batch ended the coordinator's step, then the gradient path refused to end its
