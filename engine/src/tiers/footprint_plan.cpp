@@ -268,11 +268,16 @@ void add_arena(plan_builder& out, footprint_plan& plan, const model_layout& layo
     largest_module = std::max(largest_module, bytes);
     all_fetched += bytes;
   }
-  const std::uint64_t ahead = round_up(saturating_mul(config.zero.prefetch_bucket_size, element), arena_alignment);
-  // The limits count elements: rounded up to the arena's alignment, as every gathered block is, so a
-  // limit such as 2 layers and 3 biases in elements does not make an arena the allocator refuses.
-  const std::uint64_t live_cap =
-      std::max(largest_module, round_up(saturating_mul(config.zero.max_live_parameters, element), arena_alignment));
+  // The limits count elements: their bytes round up to the arena's alignment, as every gathered
+  // block does (a limit such as two layers and the biases would otherwise give a capacity the arena
+  // refuses), saturating like the product.
+  const auto aligned_bytes = [element](std::uint64_t elements) {
+    const std::uint64_t bytes = saturating_mul(elements, element);
+    return bytes > std::numeric_limits<std::uint64_t>::max() - arena_alignment ? bytes
+                                                                               : round_up(bytes, arena_alignment);
+  };
+  const std::uint64_t ahead = aligned_bytes(config.zero.prefetch_bucket_size);
+  const std::uint64_t live_cap = std::max(largest_module, aligned_bytes(config.zero.max_live_parameters));
   const std::uint64_t window =
       std::max(largest_module,
                std::min({largest_module + std::min(ahead, all_fetched) + largest_parameter, live_cap, all_fetched}));
