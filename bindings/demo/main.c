@@ -133,15 +133,7 @@ static int train(const mlp_options* o, size_t micro_batches, const char* user_co
   s.device_budget_bytes = budget;
   s.model_state_bytes = states;
   s.step_s = timed > 0 ? after_first / (double)timed : only;
-  zoe_stage_times st = ZOE_STAGE_TIMES_INIT;
-  if (first <= o->steps) {
-    if (mlp_check(zoe_measure_stages(t.engine, &st), "zoe_measure_stages") != 0) goto done;
-  } else {
-    fprintf(stderr, "zoe-train-mlp: no step ran in this process: the stage times are not measured\n");
-  }
-  s.param_io_s = st.param_io_s;
-  s.adam_s = st.adam_s;
-  s.optimizer_io_s = st.optimizer_io_s;
+  /* The statistics of training alone: zoe_measure_stages' own reads and writes would count too. */
   size_t length = 0;
   char* statistics = NULL;
   if (zoe_statistics(t.engine, NULL, 0, &length) == ZOE_SUCCESS && (statistics = malloc(length + 1)) != NULL &&
@@ -150,6 +142,18 @@ static int train(const mlp_options* o, size_t micro_batches, const char* user_co
     statistics = NULL;
   }
   s.statistics = statistics;
+  zoe_stage_times st = ZOE_STAGE_TIMES_INIT;
+  if (first <= o->steps) {
+    if (mlp_check(zoe_measure_stages(t.engine, &st), "zoe_measure_stages") != 0) {
+      free(statistics);
+      goto done;
+    }
+  } else {
+    fprintf(stderr, "zoe-train-mlp: no step ran in this process: the stage times are not measured\n");
+  }
+  s.param_io_s = st.param_io_s;
+  s.adam_s = st.adam_s;
+  s.optimizer_io_s = st.optimizer_io_s;
   uint64_t current = 0;
   uint64_t device_budget = 0;
   if (mlp_check(zoe_device_memory(t.device, &current, &s.peak_device_bytes, &device_budget), "zoe_device_memory") !=
@@ -162,6 +166,10 @@ static int train(const mlp_options* o, size_t micro_batches, const char* user_co
     goto done;
   }
   s.compute_s = mlp_trainer_compute_s(&t);
+  if (s.compute_s < 0) { /* the message is out already; no figure without its compute time */
+    free(statistics);
+    goto done;
+  }
   const double io = s.param_io_s > s.compute_s ? s.param_io_s : s.compute_s;
   const double opt = s.adam_s > s.optimizer_io_s ? s.adam_s : s.optimizer_io_s;
   s.bound_s = io + opt;

@@ -122,14 +122,16 @@ ZOE_API zoe_status zoe_stream_destroy(zoe_stream* stream);
  *  Thread-safe. */
 ZOE_API zoe_status zoe_stream_synchronize(zoe_stream* stream);
 /** The native handle: the cudaStream_t on a CUDA device (for cuBLAS and kernels), NULL on the host
- *  device (whose memory is host memory: synchronize the stream, then compute on the host). */
+ *  device (whose memory is host memory: synchronize the stream, then compute on the host).
+ *  Thread-safe. */
 ZOE_API zoe_status zoe_stream_native(const zoe_stream* stream, void** native);
 
 /** `bytes` (> 0) of device memory (counted against the budget), usable by work on `stream`.
  *  ZOE_ERROR_MEMORY naming the size, the usage and the budget when it does not fit. Thread-safe. */
 ZOE_API zoe_status zoe_device_allocate(zoe_device* device, size_t bytes, zoe_stream* stream, void** pointer);
 /** Frees memory from zoe_device_allocate (`bytes` as allocated) after the work on `stream`; a NULL
- *  pointer is ignored. Thread-safe. */
+ *  pointer is ignored. The pointer and size are not checked against the allocation: a wrong one is
+ *  logged by the host device, not returned as a status. Thread-safe. */
 ZOE_API zoe_status zoe_device_free(zoe_device* device, void* pointer, size_t bytes, zoe_stream* stream);
 
 typedef enum zoe_copy_kind {
@@ -215,7 +217,7 @@ typedef struct zoe_engine_desc {
 ZOE_API zoe_status zoe_engine_create(const zoe_engine_desc* desc, zoe_engine** engine);
 /** Waits for the engine's work, frees every tier's memory and removes its swap files.
  *  ZOE_ERROR_USAGE while streams of a device the engine opened itself (zoe_engine_device) are
- *  alive: destroy them first. */
+ *  alive: destroy them first. Not concurrently with any other call on this engine. */
 ZOE_API zoe_status zoe_engine_destroy(zoe_engine* engine);
 /** The device the engine runs on (borrowed: valid until zoe_engine_destroy). Thread-safe. */
 ZOE_API zoe_status zoe_engine_device(zoe_engine* engine, zoe_device** device);
@@ -283,7 +285,8 @@ ZOE_API zoe_status zoe_activation_free(zoe_engine* engine, zoe_activation_id act
 
 /* ---- the step ---------------------------------------------------------------------------------- */
 
-/** What the loss is multiplied by before backward (fp16's dynamic loss scale; 1 otherwise). */
+/** What the loss is multiplied by before backward (fp16's dynamic loss scale; 1 otherwise). One
+ *  thread. */
 ZOE_API zoe_status zoe_loss_scale(const zoe_engine* engine, double* scale);
 
 typedef struct zoe_step_result {
@@ -354,7 +357,9 @@ typedef struct zoe_stage_times {
   { sizeof(zoe_stage_times), 0.0, 0.0, 0.0 }
 
 /** Times the stages above; changes no state (the optimizer stages write shadow extents and drop
- *  them). Between steps only, after at least one step (ZOE_ERROR_USAGE otherwise). One thread. */
+ *  them). Between steps only, after at least one step (ZOE_ERROR_USAGE otherwise). param_io_s is
+ *  0 while no fetch order is recorded yet (the steps fetched no module). The engine's statistics
+ *  count these runs' transfers too: read zoe_statistics first for training's alone. One thread. */
 ZOE_API zoe_status zoe_measure_stages(zoe_engine* engine, zoe_stage_times* times);
 
 /* NOLINTEND(readability-identifier-naming) */
