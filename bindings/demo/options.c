@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define ZOE_MLP_DEFAULT_HIDDEN 2048
 #define ZOE_MLP_DEFAULT_LAYERS 16
@@ -11,7 +12,14 @@
 #define ZOE_MLP_DEFAULT_STEPS 8
 #define ZOE_MLP_DEFAULT_LR 1e-4
 #define ZOE_MLP_DEFAULT_SEED 1
-#define ZOE_MLP_DEFAULT_BLAS_THREADS 2
+
+/* Every core but one: on the host device zoe's stream workers do what a GPU's copy engines do
+ * (moving parameters, gradients and activations) and its I/O thread drives the drive; with BLAS on
+ * every core they would take turns with it instead of running beside it. */
+static int default_blas_threads(void) {
+  const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  return cores > 2 ? (int)cores - 1 : 1;
+}
 
 void mlp_print_help(FILE* out) {
   fprintf(out,
@@ -52,11 +60,12 @@ void mlp_print_help(FILE* out) {
           "  --reference           train the same model, same seed, in ordinary memory without zoe (plain arrays,\n"
           "                        the same BLAS forward and backward, Adam written out with zoe's arithmetic);\n"
           "                        prints the same per-step lines\n"
-          "  --blas-threads T      OpenBLAS threads (BLAS, zoe's I/O and workers share the cores) [%d]\n"
+          "  --blas-threads T      OpenBLAS threads [%d: every core but one, which zoe's I/O thread and stream\n"
+          "                        workers (the host device's copy engines) keep to themselves]\n"
           "  --help                this text\n"
           "\n",
           ZOE_MLP_DEFAULT_HIDDEN, ZOE_MLP_DEFAULT_LAYERS, ZOE_MLP_DEFAULT_BATCH, ZOE_MLP_DEFAULT_STEPS,
-          ZOE_MLP_DEFAULT_LR, ZOE_MLP_DEFAULT_SEED, ZOE_MLP_DEFAULT_BLAS_THREADS);
+          ZOE_MLP_DEFAULT_LR, ZOE_MLP_DEFAULT_SEED, default_blas_threads());
   fputs(
       "--json output: one line per step\n"
       "  {\"step\": n, \"loss\": the step's loss (mean over its micro-batches of the mean squared error, %.9g),\n"
@@ -124,7 +133,7 @@ int mlp_parse_options(int argc, char** argv, mlp_options* o) {
   o->lr = ZOE_MLP_DEFAULT_LR;
   o->seed = ZOE_MLP_DEFAULT_SEED;
   o->device = "auto";
-  o->blas_threads = ZOE_MLP_DEFAULT_BLAS_THREADS;
+  o->blas_threads = default_blas_threads();
   for (int i = 1; i < argc; ++i) {
     const char* f = argv[i];
     /* Flags without a value. */
