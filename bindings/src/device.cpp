@@ -1,4 +1,5 @@
 // Devices, streams, device memory and copies: the C face of core's device seam (zoe/core/device.hpp).
+#include <mutex>
 #include <utility>
 
 #include "objects.hpp"
@@ -148,7 +149,15 @@ zoe_status zoe_device_allocate(zoe_device* device, size_t bytes, zoe_stream* str
     const zoe::stream_view s = zoe::bindings::stream_on(d, stream);
     expect_pointer(pointer, "pointer (the out-parameter)");
     if (bytes == 0) throw zoe::usage_error("0 bytes asked for: give a size > 0");
-    *pointer = d.dev->allocate(bytes, s);
+    void* p = d.dev->allocate(bytes, s);
+    try {
+      const std::lock_guard lock(d.allocations_mutex);
+      d.allocations.emplace(p, bytes);
+    } catch (...) {
+      d.dev->deallocate(p, bytes, s);
+      throw;
+    }
+    *pointer = p;
   });
 }
 
@@ -156,6 +165,19 @@ zoe_status zoe_device_free(zoe_device* device, void* pointer, size_t bytes, zoe_
   return guarded("zoe_device_free", [&] {
     zoe_device& d = live(device, "device");
     const zoe::stream_view s = zoe::bindings::stream_on(d, stream);
+    if (pointer == nullptr) return;
+    {
+      const std::lock_guard lock(d.allocations_mutex);
+      const auto it = d.allocations.find(pointer);
+      if (it == d.allocations.end()) {
+        throw zoe::usage_error(zoe::str(pointer, " was not allocated by zoe_device_allocate on device ",
+                                        static_cast<const void*>(device), ", or was freed already"));
+      }
+      if (it->second != bytes) {
+        throw zoe::usage_error(zoe::str(pointer, " was allocated with ", it->second, " bytes, not ", bytes));
+      }
+      d.allocations.erase(it);
+    }
     d.dev->deallocate(pointer, bytes, s);
   });
 }

@@ -7,7 +7,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "handles.hpp"
@@ -23,6 +25,10 @@ struct zoe_device {
   const zoe_engine* owner = nullptr;
   /// Streams and engines using the device: it may be destroyed only when none is left.
   std::atomic<std::size_t> users{0};
+  /// What zoe_device_allocate handed out and its size, so zoe_device_free refuses a pointer it
+  /// did not make, one freed already, or a wrong size (the device seam only logs those).
+  std::mutex allocations_mutex;
+  std::unordered_map<const void*, std::size_t> allocations;
 };
 
 struct zoe_stream {

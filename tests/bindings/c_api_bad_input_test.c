@@ -621,6 +621,9 @@ static int activations_out_of_order(void) {
   void* buffer = NULL;
   if (!rig_open(&r, 1)) goto fail;
   ZOE_EXPECT_OK(zoe_device_allocate(r.device, 256, r.stream, &buffer));
+  /* a wrong size or a pointer the device did not hand out is refused, and frees nothing */
+  ZOE_EXPECT_USAGE(zoe_device_free(r.device, buffer, 128, r.stream), "allocated with 256 bytes, not 128");
+  ZOE_EXPECT_USAGE(zoe_device_free(r.device, (char*)buffer + 64, 192, r.stream), "was not allocated");
   ZOE_EXPECT_USAGE(zoe_activation_save(r.engine, buffer, 256, r.stream, &a), "no micro-batch is open");
   ZOE_EXPECT_OK(zoe_begin_micro_batch(r.engine));
   ZOE_EXPECT_USAGE(zoe_activation_save(r.engine, NULL, 256, r.stream, &a), "pointer is NULL");
@@ -629,6 +632,7 @@ static int activations_out_of_order(void) {
   ZOE_EXPECT_USAGE(zoe_activation_free(r.engine, 12345, r.stream), "12345");
   ZOE_EXPECT_OK(zoe_end_micro_batch(r.engine));
   ZOE_EXPECT_OK(zoe_device_free(r.device, buffer, 256, r.stream));
+  ZOE_EXPECT_USAGE(zoe_device_free(r.device, buffer, 256, r.stream), "or was freed already");
   return rig_close(&r);
 fail:
   if (buffer != NULL) zoe_device_free(r.device, buffer, 256, r.stream);

@@ -130,8 +130,9 @@ ZOE_API zoe_status zoe_stream_native(const zoe_stream* stream, void** native);
  *  ZOE_ERROR_MEMORY naming the size, the usage and the budget when it does not fit. Thread-safe. */
 ZOE_API zoe_status zoe_device_allocate(zoe_device* device, size_t bytes, zoe_stream* stream, void** pointer);
 /** Frees memory from zoe_device_allocate (`bytes` as allocated) after the work on `stream`; a NULL
- *  pointer is ignored. The pointer and size are not checked against the allocation: a wrong one is
- *  logged by the host device, not returned as a status. Thread-safe. */
+ *  pointer is ignored. ZOE_ERROR_USAGE, freeing nothing, for a pointer this device's
+ *  zoe_device_allocate did not return, one freed already, or a size other than the one allocated.
+ *  Thread-safe. */
 ZOE_API zoe_status zoe_device_free(zoe_device* device, void* pointer, size_t bytes, zoe_stream* stream);
 
 typedef enum zoe_copy_kind {
