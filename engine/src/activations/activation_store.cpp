@@ -202,8 +202,11 @@ struct activation_store::impl {
   }
 
   // Device memory for a load: the device budget comes first for the caller, so prefetched
-  // activations give theirs back (those loaded last first) until the allocation fits.
+  // activations give theirs back (those loaded last first) until the allocation fits. A free on a
+  // stream returns its memory only once the work queued before it is done: before giving up, wait
+  // for the prefetch stream and the caller's, so frees still queued there count.
   void* allocate_for_load(activation_id id, std::uint64_t bytes, stream_view stream) {
+    bool waited = false;
     for (;;) {
       try {
         return dev.allocate(static_cast<std::size_t>(bytes), stream);
@@ -211,12 +214,18 @@ struct activation_store::impl {
         const auto victim = std::find_if(entries.begin(), entries.end(), [id](const auto& kv) {
           return kv.first != id && kv.second.at == stage::prefetched;
         });
-        if (victim == entries.end()) throw;
-        entry& v = victim->second;
-        dev.deallocate(v.device, static_cast<std::size_t>(v.bytes), v.device_stream);
-        v.device = nullptr;
-        v.at = stage::saved;
-        prefetched_bytes -= v.bytes;
+        if (victim != entries.end()) {
+          entry& v = victim->second;
+          dev.deallocate(v.device, static_cast<std::size_t>(v.bytes), v.device_stream);
+          v.device = nullptr;
+          v.at = stage::saved;
+          prefetched_bytes -= v.bytes;
+          continue;
+        }
+        if (waited) throw;
+        if (options.prefetch_bytes > 0) dev.synchronize(prefetch_stream.view());
+        dev.synchronize(stream);
+        waited = true;
       }
     }
   }
