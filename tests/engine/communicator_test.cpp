@@ -235,20 +235,36 @@ TEST(single_communicator, BadArgumentsNameTheCollective) {
   EXPECT_EQ(comm->stats().calls, 1U);
 }
 
-TEST(bytes_sent, IsWhatABandwidthOptimalAlgorithmSendsFromTheRank) {
-  EXPECT_EQ(bytes_sent(collective::all_gather, 4, 2, 100), 300U);
-  EXPECT_EQ(bytes_sent(collective::reduce_scatter, 8, 0, 10), 70U);
-  EXPECT_EQ(bytes_sent(collective::all_to_all, 2, 1, 4096), 4096U);
-  EXPECT_EQ(bytes_sent(collective::all_reduce, 4, 3, 1000), 1500U) << "2 (n-1) / n of the buffer";
-  EXPECT_EQ(bytes_sent(collective::all_reduce, 3, 0, 10), 13U) << "rounded down";
+TEST(bytes_to, IsWhatTheDirectAlgorithmsSendFromTheRankToEachOther) {
+  for (std::size_t dest = 0; dest < 4; ++dest) {
+    const std::uint64_t other = dest == 2 ? 0 : 1;
+    EXPECT_EQ(bytes_to(collective::all_gather, 4, 2, dest, 100), other * 100);
+    EXPECT_EQ(bytes_to(collective::reduce_scatter, 4, 2, dest, 10), other * 10);
+    EXPECT_EQ(bytes_to(collective::all_to_all, 4, 2, dest, 4096), other * 4096);
+  }
+  // 10 fp32 elements over 3 ranks: chunks of 3, 3 and 4 elements.
+  EXPECT_EQ(bytes_to(collective::all_reduce, 3, 0, 1, 40, 0, 4), 24U) << "chunk 1 out, chunk 0 back";
+  EXPECT_EQ(bytes_to(collective::all_reduce, 3, 0, 2, 40, 0, 4), 28U);
+  EXPECT_EQ(bytes_to(collective::all_reduce, 3, 2, 0, 40, 0, 4), 28U);
   const std::uint64_t huge = std::numeric_limits<std::uint64_t>::max() / 2;
-  EXPECT_EQ(bytes_sent(collective::all_reduce, 2, 0, huge), huge) << "no overflow in the intermediate";
-  // A ring rooted at 2 of 4 ranks ends at rank 1, which forwards nothing.
-  for (std::size_t r = 0; r < 4; ++r) EXPECT_EQ(bytes_sent(collective::broadcast, 4, r, 64, 2), r == 1 ? 0U : 64U);
+  EXPECT_EQ(bytes_to(collective::all_reduce, 2, 0, 1, huge - 1), huge - 1) << "no overflow in the intermediate";
+  for (std::size_t r = 0; r < 4; ++r) {
+    for (std::size_t d = 0; d < 4; ++d) {
+      EXPECT_EQ(bytes_to(collective::broadcast, 4, r, d, 64, 2), r == 2 && d != 2 ? 64U : 0U);
+    }
+  }
   for (const collective c : {collective::all_gather, collective::reduce_scatter, collective::all_to_all,
                              collective::all_reduce, collective::broadcast}) {
-    EXPECT_EQ(bytes_sent(c, 1, 0, 1 << 20), 0U) << collective_name(c) << ": nothing leaves a lone rank";
+    EXPECT_EQ(bytes_to(c, 1, 0, 0, 1 << 20), 0U) << collective_name(c) << ": nothing leaves a lone rank";
   }
+}
+
+TEST(total_stats, CountsEachDistinctGroupOnce) {
+  auto dev = make_host_device(16 * MiB);
+  auto comm = make_single_communicator(*dev);
+  comm->barrier();
+  comm->all_gather(nullptr, nullptr, 0, {});
+  EXPECT_EQ(total_stats(*comm).calls, 1U) << "the sub-groups of a lone rank are the world itself";
 }
 
 }  // namespace

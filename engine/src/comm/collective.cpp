@@ -19,22 +19,38 @@ std::string_view collective_name(collective c) noexcept {
   return "unknown collective";
 }
 
-std::uint64_t bytes_sent(collective c, std::size_t group_size, std::size_t rank, std::uint64_t payload,
-                         std::size_t root) noexcept {
-  if (group_size <= 1) return 0;
-  const std::uint64_t others = group_size - 1;
+std::uint64_t bytes_to(collective c, std::size_t size, std::size_t rank, std::size_t dest, std::uint64_t payload,
+                       std::size_t root, std::size_t element) noexcept {
+  if (size <= 1 || dest == rank || dest >= size) return 0;
   switch (c) {
     case collective::all_gather:
     case collective::reduce_scatter:
-    case collective::all_to_all: return others * payload;
+    case collective::all_to_all: return payload;
     case collective::all_reduce: {
-      // 2 (n-1) payload / n without forming 2 (n-1) payload, which may not fit.
-      const std::uint64_t n = group_size;
-      return 2 * others * (payload / n) + 2 * others * (payload % n) / n;
+      // Chunk i holds elements [count * i / size, count * (i + 1) / size), computed without
+      // forming count * i, which may not fit.
+      const std::uint64_t count = element == 0 ? 0 : payload / element;
+      const auto first = [count, size](std::uint64_t i) { return (count / size) * i + (count % size) * i / size; };
+      const auto chunk = [&](std::uint64_t i) { return (first(i + 1) - first(i)) * element; };
+      return chunk(dest) + chunk(rank);
     }
-    case collective::broadcast: return rank == (root + group_size - 1) % group_size ? 0 : payload;
+    case collective::broadcast: return rank == root ? payload : 0;
   }
   return 0;
+}
+
+comm_stats total_stats(communicator& world) {
+  comm_stats out = world.stats();
+  communicator* seen[] = {&world, nullptr, nullptr, nullptr};
+  std::size_t n = 1;
+  for (communicator* g : {&world.node_local(), &world.cross_node(), &world.hpz()}) {
+    bool counted = false;
+    for (std::size_t i = 0; i < n; ++i) counted = counted || seen[i] == g;
+    if (counted) continue;
+    seen[n++] = g;
+    out += g->stats();
+  }
+  return out;
 }
 
 namespace detail {
@@ -69,15 +85,11 @@ void check_overlap(collective_call call, const void* send, std::uint64_t send_by
               " bytes) overlaps recv [", recv, ", +", recv_bytes, " bytes) other than in place");
 }
 
-void traffic_counter::count(collective what, std::uint64_t bytes_sent) noexcept {
+void traffic_counter::count(collective what, traffic sent) noexcept {
   const std::lock_guard lock(mutex_);
-  switch (what) {
-    case collective::all_gather: stats_.all_gather_bytes += bytes_sent; break;
-    case collective::reduce_scatter: stats_.reduce_scatter_bytes += bytes_sent; break;
-    case collective::all_to_all: stats_.all_to_all_bytes += bytes_sent; break;
-    case collective::all_reduce: stats_.all_reduce_bytes += bytes_sent; break;
-    case collective::broadcast: stats_.broadcast_bytes += bytes_sent; break;
-  }
+  traffic& t = stats_.of(what);
+  t.intra_node += sent.intra_node;
+  t.inter_node += sent.inter_node;
   ++stats_.calls;
 }
 

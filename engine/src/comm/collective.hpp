@@ -1,7 +1,7 @@
 #pragma once
 // What every communicator backend shares: the checks of a collective's arguments, with messages
 // naming the collective and the group, and the count of the bytes it sends (the rule is
-// bytes_sent() in communicator.hpp), so every backend checks and counts alike.
+// bytes_to() in communicator.hpp), so every backend checks and counts alike.
 
 #include <cstddef>
 #include <cstdint>
@@ -37,8 +37,8 @@ void check_overlap(collective_call call, const void* send, std::uint64_t send_by
 /// The bytes one group's collectives sent. Thread-safe.
 class traffic_counter {
  public:
-  /// Counts one collective in which this rank sent `bytes_sent`.
-  void count(collective what, std::uint64_t bytes_sent) noexcept;
+  /// Counts one collective in which this rank sent `sent`.
+  void count(collective what, traffic sent) noexcept;
   [[nodiscard]] comm_stats snapshot() const;
 
  private:

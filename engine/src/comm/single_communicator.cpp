@@ -1,6 +1,7 @@
 // The world-size-1 communicator: every collective is the identity, so each is at most one
 // stream-ordered device-to-device copy and sends nothing.
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -23,6 +24,13 @@ class single_communicator final : public communicator {
     identity({collective::all_gather, group_name}, send, recv, bytes, stream);
   }
 
+  void all_gather_coalesced(std::span<const gather_part> parts, stream_view stream) override {
+    const detail::collective_call call{collective::all_gather, group_name};
+    for (const gather_part& part : parts) check(call, part.send, part.recv, part.bytes);
+    for (const gather_part& part : parts) copy(part.send, part.recv, part.bytes, stream);
+    traffic_.count(call.what, {});
+  }
+
   void reduce_scatter(const void* send, void* recv, std::size_t count, kernels::dtype type, reduce_op op,
                       stream_view stream) override {
     reduction(collective::reduce_scatter, send, recv, count, type, op, stream);
@@ -42,13 +50,14 @@ class single_communicator final : public communicator {
     ZOE_EXPECTS(root < size(), detail::describe(call), ": root ", root, " is not a rank of the group (size ", size(),
                 ")");
     detail::check_buffer(call, "broadcast", buffer, bytes);
-    traffic_.count(call.what, bytes_sent(call.what, size(), rank(), bytes, root));
+    traffic_.count(call.what, {});
   }
 
   void barrier() override {}
 
   [[nodiscard]] communicator& node_local() override { return *this; }
   [[nodiscard]] communicator& cross_node() override { return *this; }
+  [[nodiscard]] communicator& hpz() override { return *this; }
 
   [[nodiscard]] comm_stats stats() const override { return traffic_.snapshot(); }
 
@@ -63,11 +72,19 @@ class single_communicator final : public communicator {
   // Checks the call, copies send to recv on the stream unless they are the same block, and counts.
   // With one rank every in-place form (send at recv + rank() * block) is send == recv.
   void identity(detail::collective_call call, const void* send, void* recv, std::uint64_t bytes, stream_view stream) {
+    check(call, send, recv, bytes);
+    copy(send, recv, bytes, stream);
+    traffic_.count(call.what, {});  // nothing leaves a lone rank
+  }
+
+  static void check(detail::collective_call call, const void* send, const void* recv, std::uint64_t bytes) {
     detail::check_buffer(call, "send", send, bytes);
     detail::check_buffer(call, "recv", recv, bytes);
     detail::check_overlap(call, send, bytes, recv, bytes, recv);
+  }
+
+  void copy(const void* send, void* recv, std::uint64_t bytes, stream_view stream) {
     if (send != recv && bytes > 0) dev_->copy_async(recv, send, bytes, copy_kind::device_to_device, stream);
-    traffic_.count(call.what, bytes_sent(call.what, size(), rank(), bytes));
   }
 
   static constexpr std::string_view group_name = "single (world)";

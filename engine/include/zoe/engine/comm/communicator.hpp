@@ -1,8 +1,21 @@
 #pragma once
 // The communicator seam: collectives on device buffers over a group of ranks, in stream order on
-// the device the communicator was made for, plus the node-local and cross-node sub-groups that
-// hpZ and qgZ use. Backends: single (world size 1, here), mpi and nccl (later). Every backend counts
-// the bytes it sends per group, so communication volume is measured, not estimated.
+// the device the communicator was made for, plus the node-local, cross-node and hpZ sub-groups that
+// hpZ and qgZ use. Backends: single (world size 1), mpi (Open MPI, real processes) and nccl (GPUs,
+// loaded at run time, bootstrapped through MPI). Every backend counts the bytes it hands the
+// transport per group, per collective and per destination (intra-node or inter-node), so
+// communication volume is measured, not estimated.
+//
+// Ranks and nodes: world rank r lives on node r / ranks_per_node with local rank r % ranks_per_node
+// (ranks are placed on nodes in consecutive blocks, as mpirun's default by-slot mapping does; a
+// launch that interleaves them is refused with the ranks named). The node-local group of r is the
+// ranks of its node; the cross-node group the ranks with its local rank on every node; the hpZ
+// group the hpz_partition_size consecutive ranks containing r.
+//
+// Failure: a collective that has waited comm_options::timeout for a rank's part fails with a
+// comm_error naming that rank (its world rank and node); a rank that fails (its communicator
+// destroyed while an exception unwinds) tells the others, which fail at once naming it. Nothing
+// hangs for ever.
 //
 // Buffers are device memory of the communicator's device (host memory on the host device). A
 // collective is queued on `stream`: it reads its input and writes its output in order with the work
@@ -10,9 +23,12 @@
 // sizes, a bad root) throw usage_error at once; a failure of the transfer is a comm_error naming the
 // collective, the group and the rank, reported by the stream's next synchronize.
 
+#include <array>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -31,36 +47,65 @@ enum class collective : std::uint8_t {
   all_reduce = 3,
   broadcast = 4
 };
+inline constexpr std::size_t collective_count = 5;
 /// "all_gather", "reduce_scatter", "all_to_all", "all_reduce", "broadcast". Never throws.
 [[nodiscard]] std::string_view collective_name(collective c) noexcept;
 
-/// The bytes rank `rank` of a group of `group_size` counts as sent for one collective: what a
-/// bandwidth-optimal algorithm sends from that rank to the others, whatever the backend really
-/// runs (MPI and NCCL choose their algorithms out of sight), so every backend counts alike and the
-/// volume matches ZeRO's analysis. `payload` is the collective's byte argument:
-///   all_gather      bytes each rank contributes          -> (size - 1) * payload
-///   reduce_scatter  bytes of one rank's result block     -> (size - 1) * payload
-///   all_to_all      bytes of one block                   -> (size - 1) * payload
-///   all_reduce      bytes of the buffer                  -> 2 * (size - 1) * payload / size (a ring's
-///                                                           reduce-scatter then all-gather, rounded down)
-///   broadcast       bytes of the buffer                  -> payload at every rank of a ring rooted at
-///                                                           `root` except the last, (root + size - 1) % size
-/// A copy a rank makes to itself is not sent: at world size 1 every count is 0. Never throws; the
-/// caller keeps (size - 1) * payload within 64 bits (the collective's own buffers do).
-[[nodiscard]] std::uint64_t bytes_sent(collective c, std::size_t group_size, std::size_t rank, std::uint64_t payload,
-                                       std::size_t root = 0) noexcept;
+/// The bytes rank `rank` of a group of `size` hands the transport for rank `dest` in one
+/// collective, by the direct algorithms the mpi backend runs (each rank sends every other rank
+/// exactly the part that rank needs, and reduces what it receives in rank order, so the result does
+/// not depend on timing). The nccl backend, whose algorithms run out of sight, counts by the same
+/// rule, so every backend counts alike. `payload` is the collective's byte argument:
+///   all_gather      bytes each rank contributes  -> payload to every other rank
+///   reduce_scatter  bytes of one result block    -> payload to every other rank
+///   all_to_all      bytes of one block           -> payload to every other rank
+///   all_reduce      bytes of the buffer: a reduce-scatter of `size` chunks then an all-gather of
+///                   them, chunk i holding elements [count * i / size, count * (i + 1) / size) of
+///                   `element` bytes each -> chunk(dest) + chunk(rank) to every other rank
+///   broadcast       bytes of the buffer          -> payload from `root` to every other rank
+/// A copy a rank makes to itself is not sent: 0 when dest == rank, and every count is 0 at world
+/// size 1. Never throws; the caller keeps the sizes within 64 bits (the collective's buffers do).
+[[nodiscard]] std::uint64_t bytes_to(collective c, std::size_t size, std::size_t rank, std::size_t dest,
+                                     std::uint64_t payload, std::size_t root = 0, std::size_t element = 1) noexcept;
 
-/// Bytes this rank sent through one group, per collective, by bytes_sent()'s rule.
+/// Bytes sent to ranks on this rank's node and to ranks on other nodes.
+struct traffic {
+  std::uint64_t intra_node = 0;
+  std::uint64_t inter_node = 0;
+  [[nodiscard]] std::uint64_t total() const noexcept { return intra_node + inter_node; }
+};
+
+/// Bytes this rank sent through one group, per collective, by bytes_to()'s rule.
 struct comm_stats {
-  std::uint64_t all_gather_bytes = 0;
-  std::uint64_t reduce_scatter_bytes = 0;
-  std::uint64_t all_to_all_bytes = 0;
-  std::uint64_t all_reduce_bytes = 0;
-  std::uint64_t broadcast_bytes = 0;
+  std::array<traffic, collective_count> sent{};  ///< indexed by collective
   std::uint64_t calls = 0;  ///< collectives issued on this group (barriers not counted), world size 1 included
-  [[nodiscard]] std::uint64_t total_bytes() const noexcept {
-    return all_gather_bytes + reduce_scatter_bytes + all_to_all_bytes + all_reduce_bytes + broadcast_bytes;
+  [[nodiscard]] const traffic& of(collective c) const noexcept { return sent[static_cast<std::size_t>(c)]; }
+  [[nodiscard]] traffic& of(collective c) noexcept { return sent[static_cast<std::size_t>(c)]; }
+  /// Every collective's bytes together.
+  [[nodiscard]] traffic total() const noexcept {
+    traffic t;
+    for (const traffic& s : sent) {
+      t.intra_node += s.intra_node;
+      t.inter_node += s.inter_node;
+    }
+    return t;
   }
+  [[nodiscard]] std::uint64_t total_bytes() const noexcept { return total().total(); }
+  comm_stats& operator+=(const comm_stats& o) noexcept {
+    for (std::size_t i = 0; i < collective_count; ++i) {
+      sent[i].intra_node += o.sent[i].intra_node;
+      sent[i].inter_node += o.sent[i].inter_node;
+    }
+    calls += o.calls;
+    return *this;
+  }
+};
+
+/// One all-gather of several: as all_gather(send, recv, bytes).
+struct gather_part {
+  const void* send = nullptr;
+  void* recv = nullptr;
+  std::size_t bytes = 0;
 };
 
 /// One group of ranks. Thread-safety: collectives of one group are issued from one thread at a
@@ -74,12 +119,17 @@ class communicator {
 
   [[nodiscard]] virtual std::size_t rank() const noexcept = 0;
   [[nodiscard]] virtual std::size_t size() const noexcept = 0;
-  /// "single", "mpi", "nccl", with the group ("world", "node-local", "cross-node").
+  /// "single", "mpi", "nccl", with the group ("world", "node-local", "cross-node", "hpz").
   [[nodiscard]] virtual std::string name() const = 0;
 
   /// Every rank contributes `bytes` from `send`; `recv` (size() * bytes) receives them in rank
   /// order. `send` may be recv + rank() * bytes (in place).
   virtual void all_gather(const void* send, void* recv, std::size_t bytes, stream_view stream) = 0;
+  /// Several all-gathers carried as one (DeepSpeed's allgather_coalesced): one message per pair of
+  /// ranks holding every part, each part landing as all_gather(part.send, part.recv, part.bytes)
+  /// would leave it; counted as one all_gather of the parts' summed bytes. The parts' sizes must
+  /// agree on every rank.
+  virtual void all_gather_coalesced(std::span<const gather_part> parts, stream_view stream) = 0;
   /// `send` holds size() * count elements; rank r receives in `recv` the reduction of every rank's
   /// r-th block of `count` elements. `recv` may be send + rank() * count elements (in place).
   virtual void reduce_scatter(const void* send, void* recv, std::size_t count, kernels::dtype type, reduce_op op,
@@ -97,17 +147,51 @@ class communicator {
   /// Blocks until every rank of the group arrived (host-side; not stream-ordered).
   virtual void barrier() = 0;
 
-  /// The ranks on this node (hpZ's secondary shard group) and the ranks with the same local rank
-  /// on every node. At world size 1 both are this group itself.
+  /// The sub-groups of a world communicator (see the top of this file): the ranks on this node,
+  /// the ranks with the same local rank on every node, and the hpZ group. Where a sub-group is the
+  /// whole group (world size 1, one node, ...) it may be this group itself. On a sub-group these
+  /// return the sub-group itself where it already lies within the asked-for group, and throw
+  /// usage_error otherwise.
   [[nodiscard]] virtual communicator& node_local() = 0;
   [[nodiscard]] virtual communicator& cross_node() = 0;
+  [[nodiscard]] virtual communicator& hpz() = 0;
 
+  /// This group's traffic only (its sub-groups count their own; see total_stats()).
   [[nodiscard]] virtual comm_stats stats() const = 0;
 };
 
+/// The world's traffic with that of its distinct sub-groups (node_local, cross_node, hpz), each
+/// group counted once. Throws only std::bad_alloc.
+[[nodiscard]] comm_stats total_stats(communicator& world);
+
+/// How make_communicator builds a world.
+struct comm_options {
+  /// "auto" | "single" | "mpi" | "nccl" (zoe.comm.backend). auto: mpi when the process was
+  /// launched by mpirun (its environment says so) with more than one rank, nccl instead on a
+  /// CUDA device where NCCL loads, single otherwise.
+  std::string backend = "auto";
+  /// Ranks per node (zoe.ranks_per_node); 0: from MPI's shared-memory split. Must divide the world.
+  std::size_t ranks_per_node = 0;
+  /// Ranks of an hpZ group (zero_optimization.zero_hpz_partition_size); must divide the world size.
+  /// 1: no hpZ. A group within a node (dividing ranks_per_node) keeps backward gathers off the
+  /// network; a larger one is allowed and its gathers cross nodes.
+  std::size_t hpz_partition_size = 1;
+  /// How long a collective waits for another rank's part before it fails naming it (zoe.comm.timeout_s).
+  std::chrono::milliseconds timeout{std::chrono::minutes(5)};
+};
+
+/// A new world communicator on `dev` (collective: every rank calls it, in the same order). Each
+/// call makes an independent world with its own sub-groups (for MPI a duplicated communicator), so
+/// two users of the engine (the coordinator's gathers and the gradient path's reductions) each
+/// keep their own order of collectives. config_error naming zoe.comm.backend for an unknown
+/// backend or one this build or machine lacks (the error says what is missing), naming
+/// zoe.ranks_per_node / zero_optimization.zero_hpz_partition_size for a size that does not fit
+/// the world; comm_error when the transport fails to start. The device must outlive it.
+[[nodiscard]] std::unique_ptr<communicator> make_communicator(device& dev, const comm_options& options);
+
 /// World size 1 on `dev`: every collective is at most one device-to-device copy on the stream from
 /// send to recv (sum and mean of one rank are its input), and none where send is recv (in place);
-/// a broadcast copies nothing. Its node-local and cross-node groups are itself; bytes sent are 0,
+/// a broadcast copies nothing. Its node-local, cross-node and hpZ groups are itself; bytes sent are 0,
 /// calls are counted. Throws nothing; its collectives throw usage_error naming the collective for a
 /// null buffer with a nonzero size, a partial overlap of send and recv, a root other than 0, an
 /// unknown dtype or reduce_op, or a size that overflows. The device must outlive it.
