@@ -51,8 +51,9 @@ write_basic_package_version_file(${PROJECT_BINARY_DIR}/zoe-config-version.cmake 
 install(FILES ${PROJECT_BINARY_DIR}/zoe-config.cmake ${PROJECT_BINARY_DIR}/zoe-config-version.cmake
   DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/zoe)
 
-# The libraries are static, so zoe.pc names everything they link privately. With CUDA, zoe_core and
-# zoe_kernels link the static CUDA runtime, which needs libdl and librt (and threads: -pthread).
+# The libraries are static, so zoe.pc names everything they link privately (libdl: zoe_engine loads
+# NCCL with dlopen). With CUDA, zoe_core, zoe_kernels and zoe_engine link the static CUDA runtime,
+# which needs libdl and librt (and threads: -pthread).
 set(ZOE_CUDA_PC_LIBS "")
 if(ZOE_WITH_CUDA)
   get_target_property(zoe_cudart_static CUDA::cudart_static IMPORTED_LOCATION)
