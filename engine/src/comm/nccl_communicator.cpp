@@ -101,7 +101,8 @@ class group_state {
   ~group_state() = default;
 
   [[nodiscard]] const nccl::library& lib() const noexcept { return *lib_; }
-  [[nodiscard]] nccl::comm_t comm() const noexcept { return comm_; }
+  /// nullptr once aborted or destroyed.
+  [[nodiscard]] nccl::comm_t comm() const noexcept { return comm_.load(std::memory_order_acquire); }
   [[nodiscard]] const rank_group& members() const noexcept { return members_; }
   [[nodiscard]] const std::string& name() const noexcept { return name_; }
   [[nodiscard]] bool failed() const noexcept { return failed_.load(std::memory_order_acquire); }
@@ -122,32 +123,32 @@ class group_state {
   /// NCCL's asynchronous error (success where none, or where the communicator is gone).
   [[nodiscard]] nccl::result async_error() {
     const std::lock_guard lock(mutex_);
-    if (comm_ == nullptr) return nccl::result::success;
+    if (comm() == nullptr) return nccl::result::success;
     nccl::result r = nccl::result::success;
-    const nccl::result q = lib_->entry().comm_get_async_error(comm_, &r);
+    const nccl::result q = lib_->entry().comm_get_async_error(comm(), &r);
     return ok(q) ? r : q;
   }
   /// Aborts the NCCL communicator (its kernels in flight return): once, after fail(). NCCL calls
   /// this rank is making on it elsewhere are not waited for (a hung one is what abort ends).
   void abort() noexcept {
     const std::lock_guard lock(mutex_);
-    if (comm_ == nullptr) return;
-    const nccl::result r = lib_->entry().comm_abort(comm_);
+    const nccl::comm_t comm = comm_.exchange(nullptr);
+    if (comm == nullptr) return;
+    const nccl::result r = lib_->entry().comm_abort(comm);
     if (!ok(r)) log::error(name_, ": ncclCommAbort failed: ", lib_->error_string(r));
-    comm_ = nullptr;
   }
   /// Destroys a communicator that did not fail, after its work completed.
   void destroy() noexcept {
     const std::lock_guard lock(mutex_);
-    if (comm_ == nullptr) return;
-    const nccl::result r = lib_->entry().comm_destroy(comm_);
+    const nccl::comm_t comm = comm_.exchange(nullptr);
+    if (comm == nullptr) return;
+    const nccl::result r = lib_->entry().comm_destroy(comm);
     if (!ok(r)) log::error(name_, ": ncclCommDestroy failed: ", lib_->error_string(r));
-    comm_ = nullptr;
   }
 
  private:
   const nccl::library* lib_;
-  nccl::comm_t comm_;
+  std::atomic<nccl::comm_t> comm_;  // atomic: issuing threads read it while the watchdog aborts
   rank_group members_;
   std::string name_;
   std::atomic<bool> failed_{false};
@@ -422,6 +423,7 @@ class nccl_communicator final : public communicator {
       ctx_->dev->memset_async(barrier_buffer_, 0, sizeof(float), barrier_stream_.view());
     }
     const stream_view s = barrier_stream_.view();
+    // Carried as an uncounted all-reduce; messages call it a barrier.
     const collective_call call{collective::all_reduce, state_->name()};
     issue(
         call, s, {},
@@ -491,12 +493,24 @@ class nccl_communicator final : public communicator {
   void issue(const collective_call& call, stream_view stream, traffic sent, Enqueue&& enqueue, bool counted = true) {
     state_->throw_if_failed();
     check_cuda(cudaSetDevice(ctx_->ordinal), str("cudaSetDevice(", ctx_->ordinal, ") for ", describe(call)));
-    const nccl::result r = enqueue(state_->lib().entry(), state_->comm());
-    if (!ok(r)) {
-      throw comm_error(str(describe(call), " (world rank ", state_->members().world_rank(),
-                           "): NCCL refused it: ", state_->lib().error_string(r)));
+    const nccl::comm_t comm = state_->comm();
+    if (comm == nullptr) {  // aborted since the check above
+      state_->throw_if_failed();
+      throw comm_error(str(describe(call), ": the communicator is shut down"));
     }
-    ctx_->dog.watch(state_, describe(call), stream);
+    const nccl::result r = enqueue(state_->lib().entry(), comm);
+    if (!ok(r)) {
+      const std::string message = str(describe(call), " (world rank ", state_->members().world_rank(),
+                                      "): NCCL refused it: ", state_->lib().error_string(r));
+      // A bad argument leaves the communicator usable; any other refusal (a system, CUDA or remote
+      // error) leaves it broken, and its peers must not wait on it for ever.
+      if (r != nccl::result::invalid_argument && r != nccl::result::invalid_usage) {
+        state_->fail(str(message, "; aborted ", state_->name()));
+        state_->abort();
+      }
+      throw comm_error(message);
+    }
+    ctx_->dog.watch(state_, counted ? describe(call) : str("barrier on ", state_->name()), stream);
     ctx_->dev->launch_host(stream, [state = state_] { state->throw_if_failed(); });
     if (counted) traffic_.count(call.what, sent);
   }
