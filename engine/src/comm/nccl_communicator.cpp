@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <deque>
 #include <exception>
+#include <iterator>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -197,7 +198,7 @@ class watchdog {
     }
     {
       const std::lock_guard lock(mutex_);
-      pending_.push_back({group, std::move(what), event, clock::now()});
+      pending_.push_back({group, std::move(what), event, stream.native(), clock::now()});
     }
     wake_.notify_all();
   }
@@ -215,7 +216,8 @@ class watchdog {
     std::shared_ptr<group_state> group;
     std::string what;
     cudaEvent_t event;
-    clock::time_point issued;
+    const void* stream;
+    clock::time_point since;  // issued, or when the collective before it on its stream completed
   };
 
   void run() {
@@ -245,6 +247,11 @@ class watchdog {
       entry& e = *it;
       const cudaError_t q = cudaEventQuery(e.event);
       if (q == cudaSuccess) {
+        // The next collective on the same stream starts its wait now, not when it was queued
+        // behind this one.
+        const auto next =
+            std::find_if(std::next(it), pending_.end(), [&](const entry& n) { return n.stream == e.stream; });
+        if (next != pending_.end()) next->since = std::max(next->since, now);
         free_.push_back(e.event);
         it = pending_.erase(it);
         continue;
@@ -259,7 +266,7 @@ class watchdog {
         failure = str(e.what, ": NCCL reports ", e.group->lib().error_string(r), " among ",
                       e.group->members().describe_members(),
                       "; NCCL does not say which rank failed (the mpi backend names it)");
-      } else if (now - e.issued >= timeout_) {
+      } else if (now - e.since >= timeout_) {
         failure = str(e.what, " did not complete within zoe.comm.timeout_s (",
                       std::chrono::duration<double>(timeout_).count(), " s): a rank of ",
                       e.group->members().describe_members(),
