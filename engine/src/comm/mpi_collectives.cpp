@@ -68,7 +68,7 @@ void mpi_group::all_gather_coalesced(std::span<const gather_part> parts, stream_
   const copy_kind to_host = dev_->kind() == device_kind::host ? copy_kind::device_to_device : copy_kind::device_to_host;
   const copy_kind to_device =
       dev_->kind() == device_kind::host ? copy_kind::device_to_device : copy_kind::host_to_device;
-  const int tag = next_tag();
+  const int tag = next_tag(coalesced_tag_kind);
   {
     const std::lock_guard lock(mutex_);
     ++in_flight_;
@@ -217,7 +217,7 @@ void mpi_group::broadcast(void* buffer, std::size_t bytes, std::size_t root, str
 
 void mpi_group::barrier() {
   // Host-side: a message of no bytes to and from every peer, under this group's next tag.
-  const int tag = next_tag();
+  const int tag = next_tag(barrier_tag_kind);
   mpi_exchange x(view_, tag, str("barrier on ", name_));
   for (std::size_t p = 0; p < size(); ++p) {
     if (p == rank()) continue;
