@@ -84,7 +84,7 @@ std::size_t mpi_group::node_of(std::size_t group_rank) const noexcept {
   return shape_.world_ranks[group_rank] / ranks_per_node_;
 }
 
-void mpi_group::count(collective what, std::uint64_t payload, std::size_t root, std::size_t element) {
+void mpi_group::count_traffic(collective what, std::uint64_t payload, std::size_t root, std::size_t element) {
   traffic t;
   const std::size_t me = node_of(rank());
   for (std::size_t dest = 0; dest < size(); ++dest) {
