@@ -218,6 +218,12 @@ void mpi_group::broadcast(void* buffer, std::size_t bytes, std::size_t root, str
 void mpi_group::barrier() {
   // Host-side: a message of no bytes to and from every peer, under this group's next tag.
   const int tag = next_tag(barrier_tag_kind);
+  {
+    const std::lock_guard lock(mutex_);
+    if (!failure_.empty()) {
+      throw comm_error(str("barrier on ", name_, ": not run: an earlier collective of this group failed: ", failure_));
+    }
+  }
   mpi_exchange x(view_, tag, str("barrier on ", name_));
   for (std::size_t p = 0; p < size(); ++p) {
     if (p == rank()) continue;
