@@ -39,11 +39,10 @@ struct reduction {
   std::byte* out = nullptr;  // the requantized unit (requantize) or unused (the final dequantize)
 };
 
-std::vector<kernels::const_quantized_span> spans_of(const reduction& r, std::size_t count,
-                                                    const kernels::quant_config& config) {
+std::vector<kernels::const_quantized_span> spans_of(const reduction& r, const detail::unit_shape& shape) {
   std::vector<kernels::const_quantized_span> spans;
   spans.reserve(r.inputs.size());
-  for (const std::byte* unit : r.inputs) spans.push_back(detail::unit_at(unit, count, config));
+  for (const std::byte* unit : r.inputs) spans.push_back(detail::unit_at(unit, shape));
   return spans;
 }
 
@@ -72,8 +71,7 @@ std::size_t quantized_reduce_scatter_scratch(kernels::topology topo, std::size_t
 void quantized_reduce_scatter(communicator& world, device& dev, const void* send, void* recv, std::size_t count,
                               kernels::dtype type, reduce_op op, std::span<std::byte> scratch, stream_view stream,
                               std::size_t block) {
-  const kernels::quant_config config = qgz_config(block);
-  config.validate();
+  qgz_config(block).validate();
   detail::check_dtype(call_name, type);
   ZOE_EXPECTS(op == reduce_op::sum || op == reduce_op::mean, call_name, ": unknown reduce_op ", static_cast<int>(op));
   ZOE_EXPECTS(count == 0 || (send != nullptr && recv != nullptr), call_name, ": a null ",
@@ -86,7 +84,9 @@ void quantized_reduce_scatter(communicator& world, device& dev, const void* send
   const std::size_t ranks = topo.world();
   const std::size_t nodes = topo.nodes;
   const std::size_t per_node = topo.ranks_per_node;
-  const std::size_t unit = quantized_unit_bytes(count, config);
+  const detail::unit_shape shape = detail::shape_of(count, qgz_config(block));
+  const kernels::quant_config config = shape.config;
+  const std::size_t unit = shape.bytes;
   const std::size_t element = kernels::dtype_size(type);
   std::byte* const a = scratch.data();
   std::byte* const b = a + ranks * unit;
@@ -99,7 +99,7 @@ void quantized_reduce_scatter(communicator& world, device& dev, const void* send
       for (std::size_t d = 0; d < ranks; ++d) {
         const std::size_t slot = (d % per_node) * nodes + d / per_node;
         quantize(kernels::const_tensor_view{type, source + d * count * element, count}, config,
-                 detail::unit_at(a + slot * unit, count, config));
+                 detail::unit_at(a + slot * unit, shape));
       }
     };
     launch_kernel(
@@ -132,10 +132,10 @@ void quantized_reduce_scatter(communicator& world, device& dev, const void* send
     } else {
       // 3. Each node's sum of the received units, requantized for the trip across nodes.
       auto shared = std::make_shared<const std::vector<reduction>>(std::move(sums));
-      const auto each_node = [shared, count, config](const auto& reduce) {
+      const auto each_node = [shared, shape](const auto& reduce) {
         for (const reduction& r : *shared) {
-          const std::vector<kernels::const_quantized_span> in = spans_of(r, count, config);
-          reduce(std::span<const kernels::const_quantized_span>(in), detail::unit_at(r.out, count, config));
+          const std::vector<kernels::const_quantized_span> in = spans_of(r, shape);
+          reduce(std::span<const kernels::const_quantized_span>(in), detail::unit_at(r.out, shape));
         }
       };
       launch_kernel(
@@ -164,12 +164,12 @@ void quantized_reduce_scatter(communicator& world, device& dev, const void* send
   const kernels::tensor_view out{type, recv, count};
   launch_kernel(
       dev, stream,
-      [last, count, config, post_scale, out, workspace] {
-        const std::vector<kernels::const_quantized_span> in = spans_of(*last, count, config);
+      [last, shape, config, post_scale, out, workspace] {
+        const std::vector<kernels::const_quantized_span> in = spans_of(*last, shape);
         kernels::reduce_dequantize(in, config, post_scale, out, workspace);
       },
       [&](stream_view s) {
-        const std::vector<kernels::const_quantized_span> in = spans_of(*last, count, config);
+        const std::vector<kernels::const_quantized_span> in = spans_of(*last, shape);
         kernels::cuda::reduce_dequantize(in, config, post_scale, out, workspace, s);
       });
 }

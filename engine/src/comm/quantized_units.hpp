@@ -11,11 +11,21 @@
 
 namespace zoe::engine::detail {
 
-/// The unit of `count` elements in `config` starting at `base` (aligned to
-/// quantized_scratch_alignment; quantized_unit_bytes(count, config) bytes from there).
-[[nodiscard]] kernels::quantized_span unit_at(std::byte* base, std::size_t count, const kernels::quant_config& config);
-[[nodiscard]] kernels::const_quantized_span unit_at(const std::byte* base, std::size_t count,
-                                                    const kernels::quant_config& config);
+/// How one run of `count` elements is quantized and how many bytes its unit takes. A run shorter
+/// than the configured block is one block of its own length rounded up to 8: the same codes and
+/// scale as the padded long block would hold (the scale comes from the run's elements alone), in
+/// a fraction of the bytes.
+struct unit_shape {
+  kernels::quant_config config;
+  std::size_t count = 0;
+  std::size_t bytes = 0;  ///< codes, scales, zero points, padded to quantized_scratch_alignment
+};
+/// The unit of `count` elements in `config` (validated by the caller). Never throws.
+[[nodiscard]] unit_shape shape_of(std::size_t count, const kernels::quant_config& config) noexcept;
+
+/// The unit of `shape` starting at `base` (aligned to quantized_scratch_alignment).
+[[nodiscard]] kernels::quantized_span unit_at(std::byte* base, const unit_shape& shape);
+[[nodiscard]] kernels::const_quantized_span unit_at(const std::byte* base, const unit_shape& shape);
 
 /// Throws usage_error naming `what` when `scratch` holds fewer than `need` bytes or does not start
 /// at a multiple of quantized_scratch_alignment.

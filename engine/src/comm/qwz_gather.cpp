@@ -20,18 +20,25 @@ namespace {
 
 constexpr std::string_view call_name = "quantized_all_gather";
 
-// Where each part's unit starts in one rank's message, and the message's size.
+// One part's unit in a rank's message.
+struct part_unit {
+  quantized_gather_part part;
+  detail::unit_shape shape;
+  std::size_t offset = 0;  // from the start of the message
+};
+
+// The units of `parts`, in order, and the message's size.
 struct message_layout {
-  std::vector<std::size_t> offsets;
+  std::vector<part_unit> units;
   std::size_t bytes = 0;
 };
 
 message_layout layout_of(std::span<const quantized_gather_part> parts, const kernels::quant_config& config) {
   message_layout m;
-  m.offsets.reserve(parts.size());
+  m.units.reserve(parts.size());
   for (const quantized_gather_part& part : parts) {
-    m.offsets.push_back(m.bytes);
-    m.bytes += quantized_unit_bytes(part.count, config);
+    m.units.push_back({part, detail::shape_of(part.count, config), m.bytes});
+    m.bytes += m.units.back().shape.bytes;
   }
   return m;
 }
@@ -72,20 +79,19 @@ void quantized_all_gather(communicator& group, device& dev, std::span<const quan
   detail::check_scratch(call_name, scratch, ranks * layout.bytes);
   if (layout.bytes == 0) return;  // every part is empty, on every rank alike: nothing to gather
 
-  // The host task runs later, on the stream's worker: it keeps its own copies of the parts.
-  auto shared_parts = std::make_shared<const std::vector<quantized_gather_part>>(parts.begin(), parts.end());
-  auto offsets = std::make_shared<const std::vector<std::size_t>>(std::move(layout.offsets));
+  // The host tasks run later, on the stream's worker: they keep their own copy of the layout.
+  const auto units = std::make_shared<const std::vector<part_unit>>(std::move(layout.units));
+  const std::size_t message = layout.bytes;
   std::byte* const all = scratch.data();
-  std::byte* const mine = all + group.rank() * layout.bytes;
+  std::byte* const mine = all + group.rank() * message;
 
   // Quantize this rank's shards straight into its slot of the gathered buffer: the all-gather then
   // runs in place, and no separate send buffer is needed.
-  const auto quantize_into = [shared_parts, offsets, config, mine](const auto& quantize) {
-    const std::vector<quantized_gather_part>& ps = *shared_parts;
-    for (std::size_t i = 0; i < ps.size(); ++i) {
-      if (ps[i].count == 0) continue;
-      quantize(kernels::const_tensor_view{ps[i].type, ps[i].send, ps[i].count}, config,
-               detail::unit_at(mine + (*offsets)[i], ps[i].count, config));
+  const auto quantize_into = [units, mine](const auto& quantize) {
+    for (const part_unit& u : *units) {
+      if (u.part.count == 0) continue;
+      quantize(kernels::const_tensor_view{u.part.type, u.part.send, u.part.count}, u.shape.config,
+               detail::unit_at(mine + u.offset, u.shape));
     }
   };
   launch_kernel(
@@ -99,18 +105,16 @@ void quantized_all_gather(communicator& group, device& dev, std::span<const quan
                           kernels::quantized_span out) { kernels::cuda::quantize(in, c, out, s); });
       });
 
-  group.all_gather(mine, all, layout.bytes, stream);
+  group.all_gather(mine, all, message, stream);
 
-  const std::size_t message = layout.bytes;
-  const auto dequantize_from = [shared_parts, offsets, config, all, ranks, message](const auto& dequantize) {
-    const std::vector<quantized_gather_part>& ps = *shared_parts;
+  const auto dequantize_from = [units, all, ranks, message](const auto& dequantize) {
     for (std::size_t r = 0; r < ranks; ++r) {
-      for (std::size_t i = 0; i < ps.size(); ++i) {
-        const quantized_gather_part& p = ps[i];
-        if (p.count == 0) continue;
-        auto* const out = static_cast<std::byte*>(p.recv) + r * p.count * kernels::dtype_size(p.type);
-        dequantize(detail::unit_at(static_cast<const std::byte*>(all + r * message + (*offsets)[i]), p.count, config),
-                   config, kernels::tensor_view{p.type, out, p.count});
+      const std::byte* const from = all + r * message;
+      for (const part_unit& u : *units) {
+        if (u.part.count == 0) continue;
+        auto* const out = static_cast<std::byte*>(u.part.recv) + r * u.part.count * kernels::dtype_size(u.part.type);
+        dequantize(detail::unit_at(from + u.offset, u.shape), u.shape.config,
+                   kernels::tensor_view{u.part.type, out, u.part.count});
       }
     }
   };
