@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -434,6 +435,71 @@ TEST_F(quantized_collectives, ReduceScatterInPlaceAndSum) {
     SCOPED_TRACE(std::to_string(per_node) + " per node");
     check_reduce_scatter(*w, *dev_, stream_.view(), 32, 4097, dtype::fp32, reduce_op::sum, true);
     check_reduce_scatter(*w, *dev_, stream_.view(), 33, 1000, dtype::bf16, reduce_op::mean, true);
+  }
+}
+
+// The counted bytes against the plain collectives' on the same world: qwZ sends about a quarter of
+// fp32, and qgZ's inter-node bytes are one int4 unit per other node instead of R fp32 blocks.
+TEST_F(quantized_collectives, QuantizedBytesAgainstThePlainCollectives) {
+  const std::size_t ranks = world_size();
+  const std::size_t count = 4 * qwz_default_block;  // whole blocks at both block sizes
+  for (const std::size_t per_node : topologies(ranks)) {
+    const std::unique_ptr<communicator> w = world(per_node);
+    const kernels::topology topo = qgz_topology(*w);
+    SCOPED_TRACE(std::to_string(topo.nodes) + " x " + std::to_string(per_node));
+    const device_buffer full(*dev_, ranks * count * 4);
+    const device_buffer own(*dev_, count * 4);
+    std::memset(full.data(), 0, ranks * count * 4);
+    store(values_of(41, w->rank(), count, dtype::fp32), dtype::fp32, own.data());
+    const device_buffer gather_scratch(*dev_, quantized_all_gather_scratch(ranks, count));
+    const device_buffer reduce_scratch(*dev_, quantized_reduce_scatter_scratch(topo, count, dev_->kind()));
+
+    const auto counted = [&](collective what, const auto& run) {
+      const traffic before = sent_by(*w, what);
+      run();
+      dev_->synchronize(stream_.view());
+      const traffic after = sent_by(*w, what);
+      return traffic{after.intra_node - before.intra_node, after.inter_node - before.inter_node};
+    };
+    const traffic plain_gather =
+        counted(collective::all_gather, [&] { w->all_gather(own.data(), full.data(), count * 4, stream_.view()); });
+    const traffic qwz = counted(collective::all_gather, [&] {
+      quantized_all_gather(*w, *dev_, quantized_gather_part{own.data(), full.data(), count, dtype::fp32},
+                           gather_scratch.span(), stream_.view());
+    });
+    const traffic plain_reduce = counted(collective::reduce_scatter, [&] {
+      w->reduce_scatter(full.data(), own.data(), count, dtype::fp32, reduce_op::mean, stream_.view());
+    });
+    const traffic qgz = counted(collective::all_to_all, [&] {
+      quantized_reduce_scatter(*w, *dev_, full.data(), own.data(), count, dtype::fp32, reduce_op::mean,
+                               reduce_scratch.span(), stream_.view());
+    });
+    // int8 codes and one fp32 scale per 2048: 4 / (1 + 4 / 2048) fewer bytes than fp32.
+    EXPECT_EQ(qwz.total(), (ranks - 1) * (count + count / qwz_default_block * 4));
+    EXPECT_EQ(plain_gather.total(), (ranks - 1) * count * 4);
+    EXPECT_GE(static_cast<double>(plain_gather.total()), 3.99 * static_cast<double>(qwz.total()));
+    // qgZ across nodes: (N - 1) int4 units (count / 2 bytes and a scale per 512) where the plain
+    // reduce-scatter sends (N - 1) * R fp32 blocks: R * 4 / (1 / 2 + 4 / 512) fewer.
+    EXPECT_EQ(qgz.inter_node, (topo.nodes - 1) * (count / 2 + count / qgz_default_block * 4));
+    EXPECT_EQ(plain_reduce.inter_node, (topo.nodes - 1) * per_node * count * 4);
+    if (topo.nodes > 1) {
+      EXPECT_GE(static_cast<double>(plain_reduce.inter_node),
+                7.8 * static_cast<double>(per_node) * static_cast<double>(qgz.inter_node));
+    }
+    if (w->rank() == 0) {
+      std::printf(
+          "bytes per rank, %zu x %zu, %zu fp32 elements per rank: all_gather %llu (intra %llu inter %llu) "
+          "qwZ %llu (intra %llu inter %llu); reduce_scatter %llu (intra %llu inter %llu) qgZ %llu (intra %llu "
+          "inter %llu)\n",
+          topo.nodes, per_node, count, static_cast<unsigned long long>(plain_gather.total()),
+          static_cast<unsigned long long>(plain_gather.intra_node),
+          static_cast<unsigned long long>(plain_gather.inter_node), static_cast<unsigned long long>(qwz.total()),
+          static_cast<unsigned long long>(qwz.intra_node), static_cast<unsigned long long>(qwz.inter_node),
+          static_cast<unsigned long long>(plain_reduce.total()),
+          static_cast<unsigned long long>(plain_reduce.intra_node),
+          static_cast<unsigned long long>(plain_reduce.inter_node), static_cast<unsigned long long>(qgz.total()),
+          static_cast<unsigned long long>(qgz.intra_node), static_cast<unsigned long long>(qgz.inter_node));
+    }
   }
 }
 
