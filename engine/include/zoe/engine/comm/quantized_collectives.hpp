@@ -18,6 +18,10 @@
 // aligned, of at least the bytes the matching *_scratch function gives, until the stream has run
 // the call; so every byte is in the caller's footprint plan and nothing is allocated here.
 //
+// Thread-safety: as the collectives they issue: calls on one group from one thread at a time, in
+// the same order on every rank (qgZ issues on the world's node_local() and cross_node() groups).
+// The size functions are pure.
+//
 // Errors: usage_error at once for bad arguments (null buffers, scratch too small or misaligned, a
 // bad block, a world whose node-local and cross-node groups do not form its topology); the
 // communicator's and the kernels' errors as they report them (see communicator.hpp).
