@@ -20,22 +20,22 @@ namespace {
 
 int probe(std::size_t victim, std::chrono::milliseconds timeout) {
   using namespace zoe;
-  testing::scratch_dir dir;
+  zoe::testing::scratch_dir dir;
   const std::unique_ptr<device> dev = make_host_device(std::uint64_t{256} << 20);
-  engine::engine_config c = testing::config_on("host", dir.path());
+  engine::engine_config c = zoe::testing::config_on("host", dir.path());
   c.zoe.comm.backend = "mpi";
   c.zoe.comm.timeout_s = static_cast<double>(timeout.count()) / 1000.0;
   std::size_t rank = 0;
   auto start = std::chrono::steady_clock::now();
   try {
-    engine::offload_engine e(testing::small_model(kernels::dtype::fp32), c, *dev);
+    engine::offload_engine e(zoe::testing::small_model(kernels::dtype::fp32), c, *dev);
     rank = e.parameters().comm().rank();
     for (const engine::parameter_layout& p : e.layout().parameters()) {
       e.set_parameter(p.id, std::vector<float>(p.numel, 0.5F));
     }
     start = std::chrono::steady_clock::now();
     for (int step = 0; step < 2; ++step) {
-      testing::run_micro_batch(e, *dev, testing::gradients(e.layout(), 7), [&](engine::module_id) {
+      zoe::testing::run_micro_batch(e, *dev, zoe::testing::gradients(e.layout(), 7), [&](engine::module_id) {
         if (rank == victim) std::raise(SIGKILL);
       });
       (void)e.step(1e-3);
