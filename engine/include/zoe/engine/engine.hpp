@@ -18,6 +18,17 @@
 // step does not advance the step count that bias correction uses. A step that fails (an NVMe read or
 // write) leaves every state and the loss scaler as they were: call step() again.
 //
+// Many ranks (data parallel; the world from zoe.comm.backend, see engine/CONFIG.md): every rank
+// builds the engine with the same model and configuration and makes the calls above in the same
+// order, each handing in the gradients of its own part of the batch; the gradients are averaged
+// over the ranks (so N ranks of b samples step like one rank of N*b). Each rank holds shard
+// rank() of every state. Construction, read_state, step() (the norm and the
+// inf/NaN check cover every rank's shards, so all ranks clip and skip alike), fetch and
+// reduce_gradients are collective. A rank that fails or vanishes makes the others' calls fail
+// with a comm_error naming it within zoe.comm.timeout_s. Below stage 3 the parameters are
+// replicated (parameter_path.hpp): a module's first fetch after a step gathers it, later fetches
+// find it on the device.
+//
 // Thread-safety: fetch, release, address, gradient_buffers and reduce_gradients may be called from
 // several threads (for different modules); the rest from one thread, not concurrently with them.
 
@@ -50,6 +61,10 @@ struct engine_options {
   std::function<std::unique_ptr<io::io_backend>(std::unique_ptr<io::io_backend>)> wrap_backend;
   /// The file system checkpoints go through (tests: a fault-injecting one); null: the real one.
   checkpoint_fs* checkpoint_files = nullptr;
+  /// The two worlds (parameter_path_options::comm / gradient_comm): both or neither; null: made
+  /// from the configuration's zoe.comm.* keys (make_communicator, collective).
+  communicator* comm = nullptr;
+  communicator* gradient_comm = nullptr;
 };
 
 /// Each stage of a training step's offload timed alone (measure_stages()).
@@ -90,13 +105,17 @@ class offload_engine {
   [[nodiscard]] const footprint_plan& plan() const noexcept { return path_->plan(); }
 
   // ---- values --------------------------------------------------------------------------------
-  /// Gives `p` its value: `values` holds its numel elements (fp32, row-major). The master takes
-  /// them (padding zero), the working copy their cast to its dtype, both moments zero. usage_error
-  /// naming the parameter for another count, or while a micro-batch is open.
+  /// Gives `p` its value: `values` holds its numel elements (fp32, row-major). Every rank passes
+  /// the same values and keeps its shard of them (elements [rank * shard_numel, ...)): the master
+  /// takes them (padding zero), the working copy their cast to its dtype, both moments zero.
+  /// usage_error naming the parameter for another count, or while a micro-batch is open.
   void set_parameter(parameter_id p, std::span<const float> values);
   /// The numel real elements of state `s` of `p`, as fp32 (the gradient: as accumulated so far,
-  /// summed and still loss-scaled). usage_error naming it while the state holds nothing yet, or
-  /// while a micro-batch is open.
+  /// summed and still loss-scaled, averaged over the ranks), whole at any world size: at world size
+  /// > 1 it is collective (every rank calls it, in the same order, for the same p and s) and
+  /// gathers the shards through the gradient world, borrowing the padded parameter's bytes of
+  /// device memory meanwhile. usage_error naming it while the state holds nothing yet, or while a
+  /// micro-batch is open; a comm_error naming a rank that failed or vanished.
   [[nodiscard]] std::vector<float> read_state(parameter_id p, state_kind s);
 
   // ---- a micro-batch ---------------------------------------------------------------------------
