@@ -24,7 +24,9 @@
 //
 // Message layout (one "unit" per quantized run of `count` elements, in block `block`):
 //   [codes: blocks(count) * block * bits / 8 bytes][scales: blocks(count) fp32][padding to 16 bytes]
-// so one unit is one contiguous message and one collective carries codes and scales together.
+// so one unit is one contiguous message and one collective carries codes and scales together. A run
+// shorter than `block` is one block of its own length rounded up to 8 elements: the same codes and
+// scale (a block's scale comes from its elements alone), without sending a whole padded block.
 
 #include <cstddef>
 #include <span>
@@ -123,16 +125,17 @@ void quantized_all_gather(communicator& group, device& dev, const quantized_gath
 ///      consecutive units are the messages to the R local ranks;
 ///   2. all_to_all over node_local() (skipped when R = 1): local rank l receives, from every rank
 ///      of its node, the N units for the ranks with local rank l;
-///   3. per node n: dequantize the R units, sum in local-rank order (fp32), requantize to int4
-///      (skipped when R = 1, the units pass through as quantized);
+///   3. per node n: dequantize the R units, sum in local-rank order (fp32), requantize to int4;
+///      skipped when R = 1 (the units pass through as quantized) and when N = 1 (the node's sum is
+///      the result: step 5 reduces the R units);
 ///   4. all_to_all over cross_node() (skipped when N = 1): each rank receives the N node sums of
 ///      its own block;
-///   5. dequantize the N units, sum in node order (fp32), times 1 / world.size() for a mean, into
-///      `recv` in `type`.
+///   5. dequantize the units (the N node sums, or the R units of step 2 when N = 1), sum in order
+///      (fp32), times 1 / world.size() for a mean, into `recv` in `type`.
 /// Every reduction runs in a fixed order, so the result does not depend on timing. Error per
 /// element against the exact reduction (before the mean's division): at most the sum over ranks of
-/// half the step of the rank's block (max |x| / 7 / 2) plus, when R > 1, the sum over nodes of half
-/// the step of the node sum's block, plus fp32 and output rounding.
+/// half the step of the rank's block (max |x| / 7 / 2) plus, when R > 1 and N > 1, the sum over
+/// nodes of half the step of the node sum's block, plus fp32 and output rounding.
 ///
 /// Bytes: node_local() counts one all_to_all of (R - 1) * N units (intra-node); cross_node() one
 /// all_to_all of (N - 1) units (inter-node), a unit being quantized_unit_bytes(count,
