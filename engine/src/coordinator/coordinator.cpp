@@ -122,8 +122,8 @@ struct coordinator::impl {
   communicator& comm;
   device& dev;
   coordinator_options options;
-  const bool ordered;  // the rank-independent choices (coordinator.hpp)
-  const bool hpz_on;   // comm.hpz() has more than one rank
+  const bool ordered;    // the rank-independent choices (coordinator.hpp)
+  const bool hpz_on;     // comm.hpz() has more than one rank
   device_stream stream;  // the gathers run here; each gathered block records its use of it
   allocators::arena arena;
 
@@ -281,7 +281,8 @@ void coordinator::impl::communicate(const std::vector<parameter_id>& members, bo
   if (hpz_on && !hpz) {
     // The forward gather leaves this rank's slice over the hpZ group for backward's gathers.
     for (const parameter_id p : members) {
-      dev.copy_async(secondary_shard(p), static_cast<std::byte*>(params[p].block.data()) + comm.hpz().rank() * slice_bytes(p),
+      dev.copy_async(secondary_shard(p),
+                     static_cast<std::byte*>(params[p].block.data()) + comm.hpz().rank() * slice_bytes(p),
                      slice_bytes(p), copy_kind::device_to_device, stream.view());
     }
   }
@@ -291,7 +292,7 @@ void coordinator::impl::fail_gather(parameter_id p, const carried_error& e) {
   gathered_parameter& g = params[p];
   g.failure = e;
   ++stats.failed_gathers;
-  has_secondary[p] = false;  // never gather from a slice that was not written
+  has_secondary[p] = false;           // never gather from a slice that was not written
   g.block.record_use(stream.view());  // the stream waits for the copies of the pieces that arrived
   g.block.unpin();
   g.block.reset();

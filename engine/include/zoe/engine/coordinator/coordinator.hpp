@@ -116,8 +116,8 @@ struct coordinator_stats {
   std::uint64_t write_backs = 0;        ///< dirty parameters written back
   std::uint64_t failed_write_backs = 0;
   std::uint64_t failed_gathers = 0;
-  std::uint64_t collectives = 0;        ///< all-gathers issued (one per bucket)
-  std::uint64_t hpz_gathers = 0;        ///< parameters gathered from the hpZ secondary shards
+  std::uint64_t collectives = 0;      ///< all-gathers issued (one per bucket)
+  std::uint64_t hpz_gathers = 0;      ///< parameters gathered from the hpZ secondary shards
   double wait_seconds = 0;            ///< time callers spent in fetch_handle waits
   std::uint64_t peak_live_numel = 0;  ///< most gathered elements the policy counted live
   allocators::arena_stats arena;
@@ -190,8 +190,9 @@ class coordinator {
   /// Writes back every dirty parameter (as flush()), then frees every gathered parameter,
   /// persistent ones too, so that each is gathered again from its home at its next fetch: the
   /// engine calls it between steps (after end_step), once the optimizer step has rewritten the
-  /// homes. The hpZ secondary shards go too (the next forward fetch leaves new ones). usage_error while a fetch is open (naming its module) or a prefetch is still reading
-  /// (a step is open); rethrows what flush() throws (nothing is freed then).
+  /// homes. The hpZ secondary shards go too (the next forward fetch leaves new ones). usage_error while a fetch is open
+  /// (naming its module) or a prefetch is still reading (a step is open); rethrows what flush() throws (nothing is
+  /// freed then).
   void drop_gathered();
 
   /// The device address of gathered parameter `p` (stable while its module's fetch is waited
