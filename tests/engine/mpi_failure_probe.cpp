@@ -1,20 +1,23 @@
 // A program run under mpirun by mpi_failure_driver.cmake: every rank starts an all-gather, and one
-// rank (the victim) fails to take part, by skipping it (`skip`) or by dying in it (`kill`). Each
+// rank (the victim) fails to take part: it skips it (`skip`), dies in it (`kill`), or throws past
+// its communicator instead (`throw`: the others hear of it at once, long before the timeout). Each
 // rank that sees its collective fail prints one line
 //   zoe-mpi-probe rank <R> failed after <S> s: <message>
 // which the driver checks names the victim, within the timeout.
-//   usage: mpi_failure_probe skip|kill VICTIM TIMEOUT_MS
+//   usage: mpi_failure_probe skip|kill|throw VICTIM TIMEOUT_MS
 #include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "zoe/core/device.hpp"
+#include "zoe/core/error.hpp"
 #include "zoe/engine/comm/communicator.hpp"
 
 namespace {
@@ -35,6 +38,10 @@ int probe(std::string_view scenario, std::size_t victim, std::chrono::millisecon
   std::vector<std::byte> recv(bytes * comm->size());
   const auto start = std::chrono::steady_clock::now();
   try {
+    if (rank == victim && scenario == "throw") {
+      // Unwinds past `comm`, whose destructor tells the others; main reports it.
+      throw std::runtime_error("the victim gave up");
+    }
     if (rank == victim && scenario == "skip") {
       comm->barrier();  // the others are in the all-gather: this fails once they give up
     } else {
@@ -44,7 +51,7 @@ int probe(std::string_view scenario, std::size_t victim, std::chrono::millisecon
     }
     std::printf("zoe-mpi-probe rank %zu: no failure\n", rank);
     return 1;
-  } catch (const std::exception& e) {
+  } catch (const zoe::error& e) {
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     std::printf("zoe-mpi-probe rank %zu failed after %.1f s: %s\n", rank, seconds, e.what());
     std::fflush(stdout);
@@ -56,9 +63,14 @@ int probe(std::string_view scenario, std::size_t victim, std::chrono::millisecon
 
 int main(int argc, char** argv) {
   if (argc != 4) {
-    std::fprintf(stderr, "usage: %s skip|kill VICTIM TIMEOUT_MS\n", argv[0]);
+    std::fprintf(stderr, "usage: %s skip|kill|throw VICTIM TIMEOUT_MS\n", argv[0]);
     return 2;
   }
-  return probe(argv[1], std::strtoul(argv[2], nullptr, 10),
-               std::chrono::milliseconds(std::strtol(argv[3], nullptr, 10)));
+  try {
+    return probe(argv[1], std::strtoul(argv[2], nullptr, 10),
+                 std::chrono::milliseconds(std::strtol(argv[3], nullptr, 10)));
+  } catch (const std::exception& e) {
+    std::printf("zoe-mpi-probe victim: %s\n", e.what());
+    return 0;
+  }
 }

@@ -69,9 +69,7 @@ mpi_group::~mpi_group() {
   }
   release_retired();
   if (std::uncaught_exceptions() > 0) {
-    mpi_runtime& rt = mpi_runtime::instance();
-    rt.announce_failure(
-        str("world rank ", rt.world_rank(), " failed: an exception unwound past its ", name_, " communicator"));
+    mpi_runtime::instance().announce_failure(str("an exception unwound past its ", name_, " communicator"));
   }
 }
 
