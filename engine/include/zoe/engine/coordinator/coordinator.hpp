@@ -25,8 +25,8 @@
 //   world size > 1 (or with coordinator_options::rank_independent_order) neither a prefetch's
 //   back-off nor a demand fetch's eviction looks at it. Both look at the bytes of the parameters
 //   gathered or in flight (set only by the calls above): a prefetch backs off when it would take
-//   them past the arena's capacity (and the walk stops there, so nothing later in the trace is
-//   prefetched before it), and a demand fetch evicts parameters gathered ahead that no open fetch
+//   them past the arena's capacity (the walk stops there for this fetch; what it passed is gathered
+//   at its own fetch, on every rank alike), and a demand fetch evicts parameters gathered ahead that no open fetch
 //   holds, in id order, until its own fit; then the allocation waits for the space to settle,
 //   never backing off. At world size 1 nothing crosses ranks, and the coordinator uses the arena's
 //   momentary state (try_allocate) for both, which keeps more gathered when memory allows;
