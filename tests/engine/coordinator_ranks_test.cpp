@@ -1,7 +1,8 @@
-// The coordinator's gathers on real ranks (label mpi; each case under mpirun): hpZ's backward
-// gathers stay inside the node and give the forward's parameters; coalesced gathers give the same
-// parameters as per-parameter ones with one collective per bucket; qwZ gathers of fp32, fp16 and
-// bf16 are within the quantizer's bound on every rank.
+// The coordinator's gathers and the gradient path's reductions on real ranks (label mpi; each case
+// under mpirun): hpZ's backward gathers stay inside the node and give the forward's parameters;
+// coalesced gathers give the same parameters as per-parameter ones with one collective per bucket;
+// qwZ gathers of fp32, fp16 and bf16 are within the quantizer's bound on every rank; qgZ's
+// reduce-scatter gives each owner the mean gradient within its bound.
 //
 // Every rank knows every full parameter (seeded by its id) and writes its own shard of it home, so
 // each rank checks the gathered parameter against the whole.
@@ -20,6 +21,7 @@
 #include "zoe/engine/comm/communicator.hpp"
 #include "zoe/engine/comm/quantized_collectives.hpp"
 #include "zoe/engine/coordinator/parameter_path.hpp"
+#include "zoe/engine/optim/gradient_path.hpp"
 #include "zoe/kernels/cast.hpp"
 
 namespace zoe::engine {
@@ -240,6 +242,93 @@ TEST(CoordinatorRanks, QuantizedGathersOfEveryWorkingTypeAreWithinTheQuantizersB
   // only quantizes, without a collective).
   if (world > 1) {
     EXPECT_EQ(r.path->comm().stats().calls, r.path->coord().stats().collectives);
+  }
+}
+
+// The gradient each rank hands in for `p`: seeded by the rank, so every rank knows every rank's.
+std::vector<float> rank_gradient(const parameter_layout& p, std::size_t world, std::size_t rank) {
+  std::mt19937_64 rng(5000 + 97 * rank + p.id);
+  std::normal_distribution<float> normal(0.0F, 1.0F);
+  std::vector<float> v(p.padded_numel(world), 0.0F);
+  for (std::size_t i = 0; i < p.numel; ++i) v[i] = normal(rng) * (i % 89 == 0 ? 5.0F : 1.0F);
+  std::vector<std::byte> typed(v.size() * kernels::dtype_size(p.dtype));
+  kernels::cast({kernels::dtype::fp32, v.data(), v.size()}, {p.dtype, typed.data(), v.size()});
+  kernels::cast({p.dtype, typed.data(), v.size()}, {kernels::dtype::fp32, v.data(), v.size()});
+  return v;
+}
+
+TEST(GradientRanks, QuantizedReductionGivesTheMeanWithinTheQuantizersBound) {
+  engine_config config = ranked_config();
+  config.zero.zero_quantized_gradients = true;
+  const char* w = std::getenv("OMPI_COMM_WORLD_SIZE");
+  const std::size_t launched = w == nullptr ? 1 : static_cast<std::size_t>(std::stoul(w));
+  if (launched % 2 == 0) config.zoe.ranks_per_node = 2;  // 2 x 2 on 4 ranks, 1 x 2 on 2
+  ranked_path r(config);
+  parameter_path& path = *r.path;
+  communicator& comm = path.gradient_comm();
+  const std::size_t world = comm.size();
+  const std::size_t rank = comm.rank();
+  const std::size_t per_node = comm.node_local().size();
+  ASSERT_GT(path.plan().qgz_scratch_bytes, 0U);
+  gradient_path gradients(path.tiers(), comm, *r.dev, path.pinned(), path.store(),
+                          {.bucket_bytes = path.plan().gradient_bucket_bytes,
+                           .bucket_count = static_cast<std::size_t>(path.plan().gradient_bucket_count),
+                           .staging_buffer_count = static_cast<std::size_t>(path.plan().gradient_buffer_count),
+                           .staging_buffer_bytes = static_cast<std::size_t>(path.plan().gradient_buffer_bytes),
+                           .quantized_scratch_bytes = static_cast<std::size_t>(path.plan().qgz_scratch_bytes)});
+  const device_stream stream = r.dev->create_stream();
+  gradients.begin_micro_batch(0, 1);
+  for (const module_layout& m : path.layout().modules()) {
+    const std::vector<void*> memory = gradients.acquire(m.id, stream.view());
+    for (std::size_t i = 0; i < m.parameters.size(); ++i) {
+      const parameter_layout& p = path.layout().parameter(m.parameters[i]);
+      const std::vector<std::byte> typed = in_type(rank_gradient(p, world, rank), p.dtype);
+      r.dev->copy_async(memory[i], typed.data(), typed.size(), copy_kind::host_to_device, stream.view());
+      r.dev->synchronize(stream.view());
+    }
+    gradients.reduce(m.id, stream.view());
+  }
+  gradients.end_micro_batch();
+  for (const parameter_layout& p : path.layout().parameters()) {
+    std::vector<std::vector<float>> all;
+    for (std::size_t q = 0; q < world; ++q) all.push_back(rank_gradient(p, world, q));
+    const state_location& home = path.tiers().location(p.id, state_kind::gradient);
+    ASSERT_EQ(home.where, tier::host);
+    std::vector<float> got(p.shard_numel);
+    std::memcpy(got.data(), home.host.data(), got.size() * sizeof(float));
+    const std::size_t first = rank * p.shard_numel;
+    for (std::size_t b = 0; b < p.shard_numel; b += qgz_default_block) {
+      const std::size_t end = std::min<std::size_t>(b + qgz_default_block, p.shard_numel);
+      // Half a step of each rank's block, and (more than one rank per node) of each node sum's block.
+      double bound = 0;
+      for (std::size_t q = 0; q < world; ++q) {
+        float max_abs = 0;
+        for (std::size_t i = b; i < end; ++i) max_abs = std::max(max_abs, std::fabs(all[q][first + i]));
+        bound += max_abs / 7.0 / 2.0;
+      }
+      if (per_node > 1) {
+        for (std::size_t node = 0; node < world / per_node; ++node) {
+          double max_abs = 0;
+          for (std::size_t i = b; i < end; ++i) {
+            double sum = 0;
+            for (std::size_t l = 0; l < per_node; ++l) sum += all[node * per_node + l][first + i];
+            max_abs = std::max(max_abs, std::fabs(sum));
+          }
+          // The node sum is itself quantized from values off by the first stage's error.
+          bound += (max_abs + bound) / 7.0 / 2.0;
+        }
+      }
+      for (std::size_t i = b; i < end; ++i) {
+        double mean = 0;
+        for (std::size_t q = 0; q < world; ++q) mean += all[q][first + i];
+        mean /= static_cast<double>(world);
+        const double rounding = p.dtype == kernels::dtype::bf16   ? std::fabs(mean) / 128
+                                : p.dtype == kernels::dtype::fp16 ? std::fabs(mean) / 1024
+                                                                  : 0.0;
+        ASSERT_LE(std::fabs(got[i] - mean), bound / static_cast<double>(world) * 1.01 + rounding + 1e-5)
+            << p.name << " element " << first + i << " of " << world << " ranks";
+      }
+    }
   }
 }
 
