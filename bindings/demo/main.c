@@ -255,6 +255,7 @@ int main(int argc, char** argv) {
   /* Where this process stands, as its launcher says (zoe's engine confirms it once made). */
   zoe_ranks launch = ZOE_RANKS_INIT;
   if (mlp_check(zoe_launcher_ranks(&launch), "zoe_launcher_ranks") != 0) return 1;
+  mlp_set_rank(launch.rank, launch.world_size);
   if (launch.world_size > 1) {
     if (o.reference) {
       fprintf(stderr,

@@ -10,4 +10,21 @@ if(TARGET zoe-train-mlp)
   target_include_directories(train_mlp_tests PRIVATE ${PROJECT_SOURCE_DIR}/tests/common)
   target_compile_definitions(train_mlp_tests PRIVATE ZOE_TRAIN_MLP_PATH="$<TARGET_FILE:zoe-train-mlp>")
   add_dependencies(train_mlp_tests zoe-train-mlp)
+
+  # The demo on 4 ranks: the test process itself is one, and starts mpirun as a child (label mpi;
+  # skipped without an MPI launcher).
+  find_program(ZOE_MPIRUN NAMES mpirun mpiexec HINTS ${MPIEXEC_EXECUTABLE})
+  if(ZOE_MPIRUN)
+    zoe_add_test(NAME train_mlp_mpi_tests
+      SOURCES ${CMAKE_CURRENT_LIST_DIR}/train_mlp_mpi_test.cpp
+      LIBS zoe_io_test_support nlohmann_json::nlohmann_json
+      LABELS mpi
+      TIMEOUT 300)
+    target_include_directories(train_mlp_mpi_tests PRIVATE ${PROJECT_SOURCE_DIR}/tests/common)
+    target_compile_definitions(train_mlp_mpi_tests PRIVATE
+      ZOE_TRAIN_MLP_PATH="$<TARGET_FILE:zoe-train-mlp>"
+      ZOE_MPIRUN_PATH="${ZOE_MPIRUN}"
+      ZOE_DEMO_CONFIGS_DIR="${PROJECT_SOURCE_DIR}/bindings/demo/configs")
+    add_dependencies(train_mlp_mpi_tests zoe-train-mlp)
+  endif()
 endif()

@@ -21,27 +21,12 @@
 
 #include "child_process.hpp"
 #include "io_test_support.hpp"
+#include "train_mlp_support.hpp"
 
 extern char** environ;
 
 namespace zoe::testing {
 namespace {
-
-const std::string demo = ZOE_TRAIN_MLP_PATH;
-
-// A model small enough for seconds a run, wide enough that shards span several aio chunks.
-const std::string small_model = " --hidden 96 --layers 3 --batch 8 --seed 7 --lr 0.01 --device host";
-
-run_result run(const std::string& flags) { return run_shell(demo + " " + flags + " 2>&1"); }
-
-// Step -> loss line of a --json run's output.
-std::map<long, nlohmann::json> steps_of(const std::string& output) {
-  std::map<long, nlohmann::json> out;
-  for (const nlohmann::json& j : json_lines(output)) {
-    if (j.contains("step") && j.contains("loss")) out[j["step"].get<long>()] = j;
-  }
-  return out;
-}
 
 // The demo as a child whose stdout is read line by line, to kill it at a chosen point.
 class child {
