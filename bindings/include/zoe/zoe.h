@@ -215,12 +215,12 @@ typedef struct zoe_engine_desc {
 #define ZOE_ENGINE_DESC_INIT \
   { sizeof(zoe_engine_desc), NULL, NULL, NULL, NULL, NULL }
 
-/** Parses the configuration (with config_overrides merged over it), lays the model out, plans its footprint (checked against this
- *  machine before anything is allocated), builds every stage and gives each parameter its initial
- *  value. ZOE_ERROR_CONFIG naming the key, ZOE_ERROR_MEMORY naming the plan item, ZOE_ERROR_IO
- *  naming the swap path. Config warnings (unknown keys) go to zoe's log. Several ranks (a launch
- *  by mpirun; zoe.comm.backend): collective, every rank calls it with the same model and
- *  configuration, and each holds 1/world_size of every state. Thread-safe. */
+/** Parses the configuration (with config_overrides merged over it), lays the model out, plans its
+ *  footprint (checked against this machine before anything is allocated), builds every stage and
+ *  gives each parameter its initial value. ZOE_ERROR_CONFIG naming the key, ZOE_ERROR_MEMORY naming
+ *  the plan item, ZOE_ERROR_IO naming the swap path. Config warnings (unknown keys) go to zoe's log.
+ *  Several ranks (a launch by mpirun; zoe.comm.backend): collective, every rank calls it with the
+ *  same model and configuration, and each holds 1/world_size of every state. Thread-safe. */
 ZOE_API zoe_status zoe_engine_create(const zoe_engine_desc* desc, zoe_engine** engine);
 /** Waits for the engine's work, frees every tier's memory and removes its swap files.
  *  ZOE_ERROR_USAGE while streams of a device the engine opened itself (zoe_engine_device) are
