@@ -99,8 +99,10 @@ engine::loaded_config load(const zoe_engine_desc& d, const char* overrides) {
   return engine::parse_config(merged.dump(), origin + " with zoe_engine_desc.config_overrides");
 }
 
-// The caller's world for zoe_all_reduce_sum: the same backend and nodes as the engine's.
-engine::comm_options caller_world_options(const engine::engine_config& /*config*/) { return engine::comm_options{}; }
+// The caller's world for zoe_all_reduce_sum: the same backend, nodes and timeout as the engine's.
+engine::comm_options caller_world_options(const engine::engine_config& config) {
+  return engine::comm_options_of(config);
+}
 
 // The device zoe.device names (kind and budget). Left at its default, the kind is core's empty
 // one, so ZOE_DEVICE in the environment still chooses, as zoe_device_create's ZOE_DEVICE_AUTO does.

@@ -81,7 +81,9 @@ zoe_status zoe_fetch(zoe_engine* engine, zoe_module_id module, zoe_pass pass, zo
     zoe_engine& e = live(engine, "engine");
     const zoe::stream_view s = zoe::bindings::stream_on(*e.device, stream);
     zoe::bindings::module_call call(e.tracker, module, zoe::bindings::fetch_op(zoe::bindings::enum_value(pass)));
-    const zoe::engine::fetch_handle fetched = e.engine->fetch(module);
+    // The pass picks the gather: a backward fetch gathers from the hpZ secondary shards.
+    const zoe::engine::fetch_handle fetched = e.engine->fetch(
+        module, pass == ZOE_PASS_BACKWARD ? zoe::engine::fetch_pass::backward : zoe::engine::fetch_pass::forward);
     try {
       fetched.wait(s);
     } catch (...) {

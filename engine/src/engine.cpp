@@ -29,7 +29,8 @@ gradient_path_options gradient_options(const footprint_plan& plan) {
   return {.bucket_bytes = plan.gradient_bucket_bytes,
           .bucket_count = static_cast<std::size_t>(plan.gradient_bucket_count),
           .staging_buffer_count = static_cast<std::size_t>(plan.gradient_buffer_count),
-          .staging_buffer_bytes = static_cast<std::size_t>(plan.gradient_buffer_bytes)};
+          .staging_buffer_bytes = static_cast<std::size_t>(plan.gradient_buffer_bytes),
+          .quantized_scratch_bytes = static_cast<std::size_t>(plan.qgz_scratch_bytes)};
 }
 
 activation_store_options activation_options(const footprint_plan& plan, const io::swap_store* store) {
@@ -137,7 +138,7 @@ void offload_engine::begin_micro_batch() {
   micro_batch_open_ = true;
 }
 
-fetch_handle offload_engine::fetch(module_id m) { return path_->coord().fetch(m); }
+fetch_handle offload_engine::fetch(module_id m, fetch_pass pass) { return path_->coord().fetch(m, pass); }
 
 void offload_engine::release(module_id m, stream_view stream) { path_->coord().release(m, stream); }
 

@@ -9,6 +9,7 @@
 #include "zoe/core/check.hpp"
 #include "zoe/core/log.hpp"
 #include "zoe/core/units.hpp"
+#include "zoe/engine/comm/quantized_collectives.hpp"
 
 namespace zoe::engine {
 
@@ -16,7 +17,50 @@ namespace {
 using clock = std::chrono::steady_clock;
 // A demand fetch that has waited this long for arena space says what holds it.
 constexpr auto arena_wait_warning = std::chrono::seconds(10);
+
+// Device memory of the coordinator's own (the hpZ secondary shards, the qwZ scratch), freed after
+// the gather stream was synchronized (the coordinator's destructor does so first).
+class device_memory {
+ public:
+  device_memory() = default;
+  device_memory(device& dev, std::uint64_t bytes) : dev_(&dev), bytes_(bytes) {
+    if (bytes_ > 0) data_ = dev.allocate(bytes_, {});
+  }
+  ~device_memory() {
+    if (data_ != nullptr) dev_->deallocate(data_, bytes_, {});
+  }
+  device_memory(const device_memory&) = delete;
+  device_memory& operator=(const device_memory&) = delete;
+  [[nodiscard]] std::byte* data() const noexcept { return static_cast<std::byte*>(data_); }
+  [[nodiscard]] std::uint64_t size() const noexcept { return bytes_; }
+
+ private:
+  device* dev_ = nullptr;
+  void* data_ = nullptr;
+  std::uint64_t bytes_ = 0;
+};
+
+// Parameters gathered by one collective, in the order they were started (see Buckets in
+// coordinator.hpp). Sealed when the fetch that started them returns: only then is it issued, so
+// its members never depend on how fast its reads arrive.
+struct gather_bucket {
+  std::vector<parameter_id> members;
+  std::uint64_t numel = 0;    // gathered elements
+  std::uint64_t scratch = 0;  // qwZ scratch bytes it needs
+  bool hpz = false;           // from the secondary shards within comm.hpz()
+  bool sealed = false;
+};
 }  // namespace
+
+coordinator_options coordinator_options_of(const engine_config& config, const footprint_plan& plan) {
+  return {.arena_bytes = plan.arena_bytes,
+          .limits = prefetch_limits::from(config.zero),
+          .allgather_bucket_numel = config.zero.allgather_bucket_size,
+          .quantized_weights = config.zero.zero_quantized_weights,
+          .quantized_scratch_bytes = plan.qwz_scratch_bytes,
+          .hpz_secondary_bytes = plan.hpz_secondary_bytes,
+          .rank_independent_order = false};
+}
 
 // One parameter's full copy, as the coordinator holds it.
 struct gathered_parameter {
@@ -39,16 +83,47 @@ struct coordinator::impl {
         swapper(s),
         comm(c),
         dev(d),
+        options(o),
+        ordered(o.rank_independent_order || c.size() > 1),
+        hpz_on(c.hpz().size() > 1),
         stream(d.create_stream()),
         arena(d, o.arena_bytes, allocators::arena_options{.name = "gathered-parameter arena"}),
         policy(t.layout(), o.limits),
         params(t.layout().parameters().size()),
-        open(t.layout().modules().size()) {}
+        open(t.layout().modules().size()),
+        secondary_offset(params.size(), 0),
+        has_secondary(params.size(), false) {
+    const model_layout& layout = t.layout();
+    if (hpz_on) {
+      std::uint64_t at = 0;
+      for (const parameter_layout& p : layout.parameters()) {
+        secondary_offset[p.id] = at;
+        at += align_up(hpz_secondary_shard_bytes(p, c.size(), c.hpz().size()), arena_alignment);
+      }
+      ZOE_EXPECTS(o.hpz_secondary_bytes >= at, "coordinator: the hpZ secondary shards need ", at,
+                  " bytes of device memory; the plan lent ", o.hpz_secondary_bytes,
+                  " (zero_optimization.zero_hpz_partition_size)");
+      secondary = std::make_unique<device_memory>(d, at);
+    }
+    if (o.quantized_weights) {
+      std::uint64_t largest = 0;
+      for (const parameter_layout& p : layout.parameters()) {
+        largest = std::max<std::uint64_t>(largest, quantized_all_gather_scratch(c.size(), p.shard_numel));
+      }
+      ZOE_EXPECTS(o.quantized_scratch_bytes >= largest, "coordinator: the quantized gathers need ", largest,
+                  " bytes of scratch for the largest parameter; the plan lent ", o.quantized_scratch_bytes,
+                  " (zero_optimization.zero_quantized_weights)");
+      scratch = std::make_unique<device_memory>(d, o.quantized_scratch_bytes);
+    }
+  }
 
   tier_manager& tiers;
   parameter_swapper& swapper;
   communicator& comm;
   device& dev;
+  coordinator_options options;
+  const bool ordered;    // the rank-independent choices (coordinator.hpp)
+  const bool hpz_on;     // comm.hpz() has more than one rank
   device_stream stream;  // the gathers run here; each gathered block records its use of it
   allocators::arena arena;
 
@@ -57,10 +132,16 @@ struct coordinator::impl {
   prefetch_policy policy;
   std::vector<gathered_parameter> params;
   std::vector<std::deque<std::shared_ptr<detail::fetch_state>>> open;  // per module, oldest first
-  std::deque<parameter_id> gathers;      // reading, in the order started: gathered in this order
+  std::deque<gather_bucket> gathers;     // started, in order: issued in this order, once sealed
   std::vector<parameter_id> writebacks;  // writing
   std::vector<carried_error> write_failures;
   coordinator_stats stats;
+  // hpZ: each parameter's secondary shard at its offset; whether it holds one (a world gather of it
+  // was started since the last drop_gathered: it is issued before any later gather of it).
+  std::vector<std::uint64_t> secondary_offset;
+  std::vector<bool> has_secondary;
+  std::unique_ptr<device_memory> secondary;
+  std::unique_ptr<device_memory> scratch;  // qwZ, lent to one bucket's gather at a time (stream order)
 
   [[nodiscard]] std::uint64_t shard_bytes(parameter_id p) const {
     return state_bytes(tiers.layout().parameter(p), working_state(tiers.layout().parameter(p)));
@@ -76,13 +157,37 @@ struct coordinator::impl {
   [[nodiscard]] std::byte* own_shard(parameter_id p) const {
     return static_cast<std::byte*>(params[p].block.data()) + comm.rank() * shard_bytes(p);
   }
+  [[nodiscard]] std::uint64_t slice_bytes(parameter_id p) const { return full_bytes(p) / comm.hpz().size(); }
+  [[nodiscard]] std::byte* secondary_shard(parameter_id p) const { return secondary->data() + secondary_offset[p]; }
+  // The arena bytes of the parameters gathered or in flight for the policy: set only by the calls
+  // (start, free, evict), never by timing, so every rank counts the same.
+  [[nodiscard]] std::uint64_t live_bytes() const {
+    std::uint64_t total = 0;
+    for (parameter_id p = 0; p < params.size(); ++p) {
+      if (params[p].live && params[p].block) total += align_up(full_bytes(p), arena.alignment());
+    }
+    return total;
+  }
 
   void pump();  // under the lock
-  void complete_gather(parameter_id p);
+  void issue(const gather_bucket& bucket);
+  void communicate(const std::vector<parameter_id>& members, bool hpz);
+  void fail_gather(parameter_id p, const carried_error& e);
+  void finish_gather(parameter_id p);
   void retire_writebacks();
-  bool start(parameter_id p, bool demand, std::unique_lock<std::mutex>& lock);
+  bool start(parameter_id p, bool demand, bool backward, std::unique_lock<std::mutex>& lock);
+  void enqueue(parameter_id p, bool hpz);
+  void seal() noexcept {
+    if (!gathers.empty() && !gathers.back().sealed) {
+      gathers.back().sealed = true;
+      changed.notify_all();
+    }
+  }
+  void wait_head(std::unique_lock<std::mutex>& lock);
+  void settle(parameter_id p, std::unique_lock<std::mutex>& lock);
   allocators::arena_block allocate_waiting(parameter_id p, std::unique_lock<std::mutex>& lock);
   bool evict_one();
+  bool evict_ordered(std::unique_lock<std::mutex>& lock);
   void free(parameter_id p, std::unique_lock<std::mutex>& lock);
   void start_writeback(parameter_id p);
   void drop(parameter_id p);
@@ -94,14 +199,16 @@ struct coordinator::impl {
   }
 };
 
-// Issues the gathers whose shards arrived, oldest first (the order every rank issues them in), and
-// retires finished write-backs.
+// Issues the sealed buckets whose shards arrived, oldest first (the order every rank issues them
+// in), and retires finished write-backs. A bucket behind one still reading waits for it.
 void coordinator::impl::pump() {
   bool any = false;
-  while (!gathers.empty() && params[gathers.front()].in.ready()) {
-    const parameter_id p = gathers.front();
+  while (!gathers.empty() && gathers.front().sealed &&
+         std::all_of(gathers.front().members.begin(), gathers.front().members.end(),
+                     [&](parameter_id p) { return params[p].in.ready(); })) {
+    const gather_bucket bucket = std::move(gathers.front());
     gathers.pop_front();
-    complete_gather(p);
+    issue(bucket);
     any = true;
   }
   if (!writebacks.empty()) {
@@ -112,31 +219,98 @@ void coordinator::impl::pump() {
   if (any) changed.notify_all();
 }
 
-void coordinator::impl::complete_gather(parameter_id p) {
-  gathered_parameter& g = params[p];
-  try {
-    g.in.wait(stream.view());  // the gather runs after the shard's copies
-    const std::uint64_t shard = shard_bytes(p);
-    comm.all_gather(own_shard(p), g.block.data(), shard, stream.view());
-    if (!g.ready.valid()) g.ready = dev.create_event();
-    dev.record(g.ready, stream.view());
-    g.block.record_use(stream.view());
-  } catch (...) {
-    g.failure = carried_error::of(std::current_exception());
-    ++stats.failed_gathers;
-    g.block.record_use(stream.view());  // the stream waits for the copies of the pieces that arrived
-    g.block.unpin();
-    g.block.reset();
-    g.at = gathered_parameter::phase::none;
-    if (g.live) {
-      g.live = false;
-      policy.on_freed(p);
+void coordinator::impl::issue(const gather_bucket& bucket) {
+  std::vector<parameter_id> ok;
+  std::optional<carried_error> failed;
+  for (const parameter_id p : bucket.members) {
+    try {
+      params[p].in.wait(stream.view());  // the gather runs after the shard's copies
+      ok.push_back(p);
+    } catch (...) {
+      const carried_error e = carried_error::of(std::current_exception());
+      fail_gather(p, e);
+      if (!failed) failed = e;
     }
+  }
+  // Ranks must issue the same collectives: a bucket with a failed read is not issued at all (the
+  // other ranks then fail naming this one), rather than issued with a part left out.
+  if (failed && ordered) {
+    for (const parameter_id p : ok) fail_gather(p, *failed);
+    ok.clear();
+  }
+  if (ok.empty()) return;
+  try {
+    communicate(ok, bucket.hpz);
+  } catch (...) {
+    const carried_error e = carried_error::of(std::current_exception());
+    for (const parameter_id p : ok) fail_gather(p, e);
     return;
   }
+  for (const parameter_id p : ok) finish_gather(p);
+}
+
+// One collective for the bucket's parameters (the ones whose reads succeeded).
+void coordinator::impl::communicate(const std::vector<parameter_id>& members, bool hpz) {
+  const auto gather = [&](communicator& group, const std::vector<gather_part>& parts) {
+    if (parts.size() == 1) {
+      group.all_gather(parts[0].send, parts[0].recv, parts[0].bytes, stream.view());
+    } else {
+      group.all_gather_coalesced(parts, stream.view());
+    }
+  };
+  std::vector<gather_part> parts;
+  if (hpz) {
+    // The hpZ group's ranks are consecutive world ranks and hold consecutive slices, so their
+    // secondary shards in group-rank order are the full parameter.
+    for (const parameter_id p : members) parts.push_back({secondary_shard(p), params[p].block.data(), slice_bytes(p)});
+    gather(comm.hpz(), parts);
+    stats.hpz_gathers += members.size();
+  } else if (options.quantized_weights) {
+    std::vector<quantized_gather_part> q;
+    for (const parameter_id p : members) {
+      const parameter_layout& pl = tiers.layout().parameter(p);
+      q.push_back({own_shard(p), params[p].block.data(), static_cast<std::size_t>(pl.shard_numel), pl.dtype});
+    }
+    // One scratch for every bucket: the gathers run in order on one stream, each after the last.
+    quantized_all_gather(comm, dev, q, std::span(scratch->data(), scratch->size()), stream.view());
+  } else {
+    for (const parameter_id p : members) parts.push_back({own_shard(p), params[p].block.data(), shard_bytes(p)});
+    gather(comm, parts);
+  }
+  ++stats.collectives;
+  if (hpz_on && !hpz) {
+    // The forward gather leaves this rank's slice over the hpZ group for backward's gathers.
+    for (const parameter_id p : members) {
+      dev.copy_async(secondary_shard(p),
+                     static_cast<std::byte*>(params[p].block.data()) + comm.hpz().rank() * slice_bytes(p),
+                     slice_bytes(p), copy_kind::device_to_device, stream.view());
+    }
+  }
+}
+
+void coordinator::impl::fail_gather(parameter_id p, const carried_error& e) {
+  gathered_parameter& g = params[p];
+  g.failure = e;
+  ++stats.failed_gathers;
+  has_secondary[p] = false;           // never gather from a slice that was not written
+  g.block.record_use(stream.view());  // the stream waits for the copies of the pieces that arrived
+  g.block.unpin();
+  g.block.reset();
+  g.at = gathered_parameter::phase::none;
+  if (g.live) {
+    g.live = false;
+    policy.on_freed(p);
+  }
+}
+
+void coordinator::impl::finish_gather(parameter_id p) {
+  gathered_parameter& g = params[p];
+  if (!g.ready.valid()) g.ready = dev.create_event();
+  dev.record(g.ready, stream.view());
+  g.block.record_use(stream.view());
   g.block.unpin();  // until a fetch's wait pins it, compaction may move it
   g.at = gathered_parameter::phase::gathered;
-  // Not live: the policy released it and a free() waits for this read outside the lock (it drops
+  // Not live: the policy released it and a free() waits for this gather outside the lock (it drops
   // the block when it wakes); the policy would refuse it as gathered.
   if (g.live) policy.on_gathered(p);
 }
@@ -161,21 +335,36 @@ void coordinator::impl::retire_writebacks() {
   });
 }
 
-// Gathers `p` for the policy. False when a prefetch backed off (the arena is full).
-bool coordinator::impl::start(parameter_id p, bool demand, std::unique_lock<std::mutex>& lock) {
+// Gathers `p` for the policy (from the hpZ secondary shards when `backward` and it has one).
+// False when a prefetch backed off (the arena is full).
+bool coordinator::impl::start(parameter_id p, bool demand, bool backward, std::unique_lock<std::mutex>& lock) {
   gathered_parameter& g = params[p];
   if (g.block) {
-    // Still here: kept for a write-back (in flight or failed). The data is the newest there is.
+    // Still here: kept for a write-back (in flight or failed), or a free() waits for its gather.
+    // The data is the newest there is.
     g.live = true;
     if (g.at == gathered_parameter::phase::gathered) policy.on_gathered(p);
     return true;
   }
   g.failure.reset();
+  const std::uint64_t bytes = full_bytes(p);
   std::optional<allocators::arena_block> block;
-  if (demand) {
+  if (ordered) {
+    // Decided on the live bytes, which every rank counts alike; the allocation then waits for the
+    // space to settle (coordinator.hpp, Order of collectives).
+    const std::uint64_t need = align_up(bytes, arena.alignment());
+    const auto fits = [&] { return live_bytes() + need <= arena.capacity(); };
+    if (demand) {
+      while (!fits() && evict_ordered(lock)) {
+      }
+      block = allocate_waiting(p, lock);
+    } else if (fits()) {
+      block = allocate_waiting(p, lock);
+    }
+  } else if (demand) {
     block = allocate_waiting(p, lock);
   } else {
-    block = arena.try_allocate(full_bytes(p));
+    block = arena.try_allocate(bytes);
   }
   if (!block) {
     ++stats.prefetch_backoffs;
@@ -187,22 +376,85 @@ bool coordinator::impl::start(parameter_id p, bool demand, std::unique_lock<std:
   // Pinned while the swapper holds its address, until the gather is queued.
   block->pin();
   g.block = std::move(*block);
-  try {
-    g.in = swapper.swap_in(p, own_shard(p));
-  } catch (...) {
-    g.block.unpin();
-    g.block.reset();
-    policy.on_freed(p);
-    throw;
+  const bool from_secondary = backward && hpz_on && has_secondary[p];
+  if (from_secondary) {
+    g.in = {};  // this rank's part is in its secondary shard: nothing to read
+  } else {
+    try {
+      g.in = swapper.swap_in(p, own_shard(p));
+    } catch (...) {
+      g.block.unpin();
+      g.block.reset();
+      policy.on_freed(p);
+      throw;
+    }
+    // Its world gather, issued before any later gather of `p`, leaves the secondary shard.
+    if (hpz_on) has_secondary[p] = true;
   }
   g.at = gathered_parameter::phase::reading;
   g.live = true;
-  gathers.push_back(p);
+  enqueue(p, from_secondary);
   // A wait that found `p` still being started sleeps on `changed` until its read exists.
   changed.notify_all();
   ++(demand ? stats.gathers : stats.prefetches);
   stats.peak_live_numel = std::max(stats.peak_live_numel, policy.live_numel());
   return true;
+}
+
+// Adds `p` to the open bucket, or opens one: a bucket holds at most allgather_bucket_numel
+// gathered elements (a larger parameter alone) and, with qwZ, no more than the scratch lent.
+void coordinator::impl::enqueue(parameter_id p, bool hpz) {
+  const parameter_layout& pl = tiers.layout().parameter(p);
+  const std::uint64_t numel = pl.padded_numel(comm.size());
+  const bool quantized = options.quantized_weights && !hpz;
+  const auto scratch_with = [&](const gather_bucket& b) -> std::uint64_t {
+    if (!quantized) return 0;
+    std::vector<std::size_t> counts;
+    for (const parameter_id m : b.members) counts.push_back(tiers.layout().parameter(m).shard_numel);
+    counts.push_back(pl.shard_numel);
+    return quantized_all_gather_scratch(comm.size(), counts);
+  };
+  if (!gathers.empty() && !gathers.back().sealed) {
+    gather_bucket& b = gathers.back();
+    const std::uint64_t scratch_need = scratch_with(b);
+    if (b.hpz == hpz && numel <= options.allgather_bucket_numel - std::min(b.numel, options.allgather_bucket_numel) &&
+        (!quantized || scratch_need <= options.quantized_scratch_bytes)) {
+      b.members.push_back(p);
+      b.numel += numel;
+      b.scratch = scratch_need;
+      return;
+    }
+    b.sealed = true;
+  }
+  gather_bucket b;
+  b.hpz = hpz;
+  b.scratch = scratch_with(b);
+  b.members.push_back(p);
+  b.numel = numel;
+  gathers.push_back(std::move(b));
+}
+
+// Waits for the next bucket's progress: its first read still running, or (while it is being
+// filled by a fetch on another thread) for that fetch to seal it.
+void coordinator::impl::wait_head(std::unique_lock<std::mutex>& lock) {
+  if (!gathers.empty() && gathers.front().sealed) {
+    for (const parameter_id p : gathers.front().members) {
+      if (!params[p].in.ready()) {
+        wait_outside(params[p].in, lock);
+        return;
+      }
+    }
+    return;  // all arrived: the caller's pump() issues it
+  }
+  changed.wait_for(lock, std::chrono::seconds(1));
+}
+
+// Until `p`'s gather is issued (or failed): a started gather is always issued, in order.
+void coordinator::impl::settle(parameter_id p, std::unique_lock<std::mutex>& lock) {
+  while (params[p].at == gathered_parameter::phase::reading) {
+    wait_head(lock);
+    pump();
+  }
 }
 
 allocators::arena_block coordinator::impl::allocate_waiting(parameter_id p, std::unique_lock<std::mutex>& lock) {
@@ -216,11 +468,12 @@ allocators::arena_block coordinator::impl::allocate_waiting(parameter_id p, std:
       ++stats.arena_waits;
       counted = true;
     }
-    if (evict_one()) continue;
+    // Ordered, what to evict was decided before (start); here the space only settles.
+    if (!ordered && evict_one()) continue;
     // Space comes back as reads arrive (their parameters become evictable once gathered) and as
     // write-backs finish; after that only other callers' releases free any.
-    if (!gathers.empty()) {
-      wait_outside(params[gathers.front()].in, lock);
+    if (!gathers.empty() && gathers.front().sealed) {
+      wait_head(lock);
     } else if (!writebacks.empty()) {
       wait_outside(params[writebacks.front()].out, lock);
     } else {
@@ -252,24 +505,33 @@ bool coordinator::impl::evict_one() {
   return false;
 }
 
+// As evict_one, choosing by what the calls set (live, held, dirty), not by whether its read has
+// arrived: one still in flight is gathered first (its collective was started on every rank).
+// mark_dirty, which the engine does not use, makes `dirty` clear when a write-back finishes: a
+// caller of it at world size > 1 must flush() before the next step.
+bool coordinator::impl::evict_ordered(std::unique_lock<std::mutex>& lock) {
+  for (parameter_id p = 0; p < params.size(); ++p) {
+    gathered_parameter& g = params[p];
+    if (!g.live || !g.block || g.holders > 0 || g.dirty || g.writing) continue;
+    settle(p, lock);
+    if (!g.live) return true;  // its read failed: freed already
+    g.live = false;
+    policy.on_freed(p);
+    drop(p);
+    ++stats.evictions;
+    return true;
+  }
+  return false;
+}
+
 // The policy released `p`: free its memory, after writing it back if it is dirty.
 void coordinator::impl::free(parameter_id p, std::unique_lock<std::mutex>& lock) {
   gathered_parameter& g = params[p];
   g.live = false;
   if (g.at == gathered_parameter::phase::reading) {
-    // Gathered ahead for a use that did not come: its read still writes into the block.
-    const swap_ticket in = g.in;
-    wait_outside(in, lock);
-    if (g.at == gathered_parameter::phase::reading) {
-      std::erase(gathers, p);
-      try {
-        in.wait(stream.view());
-      } catch (const std::exception&) {  // nobody uses it; the read's failure does not matter
-      }
-      g.block.record_use(stream.view());  // reused after the copies into it
-      g.block.unpin();
-      g.at = gathered_parameter::phase::gathered;
-    }
+    // Gathered ahead for a use that did not come: its gather is issued all the same (every rank
+    // issues every gather it started, whether or not the read has arrived when the use is dropped).
+    settle(p, lock);
     if (g.live) return;  // fetched again while we waited
   }
   if (g.dirty && !g.writing) start_writeback(p);
@@ -335,10 +597,13 @@ coordinator::~coordinator() {
                  "' was changed and cannot be written back; its changes are lost: ", e.what());
     }
   }
+  impl_->seal();
   while (!impl_->gathers.empty() || !impl_->writebacks.empty()) {
-    const swap_ticket t = impl_->gathers.empty() ? impl_->params[impl_->writebacks.front()].out
-                                                 : impl_->params[impl_->gathers.front()].in;
-    impl_->wait_outside(t, lock);
+    if (impl_->gathers.empty()) {
+      impl_->wait_outside(impl_->params[impl_->writebacks.front()].out, lock);
+    } else {
+      impl_->wait_head(lock);
+    }
     try {
       impl_->pump();
     } catch (const std::exception& e) {
@@ -361,8 +626,9 @@ void coordinator::begin_step() {
   impl_->policy.begin_step();
 }
 
-fetch_handle coordinator::fetch(module_id module) {
+fetch_handle coordinator::fetch(module_id module, fetch_pass pass) {
   std::unique_lock lock(impl_->mutex);
+  const bool backward = pass == fetch_pass::backward;
   const module_layout& m = impl_->tiers.layout().module(module);
   const std::uint64_t need = impl_->module_bytes(module);
   if (need > impl_->arena.capacity()) {
@@ -381,8 +647,9 @@ fetch_handle coordinator::fetch(module_id module) {
   impl_->open[module].push_back(state);
   for (const parameter_id p : m.parameters) ++impl_->params[p].holders;
   try {
-    for (const parameter_id p : decision.gather) impl_->start(p, true, lock);
+    for (const parameter_id p : decision.gather) impl_->start(p, true, backward, lock);
   } catch (...) {
+    impl_->seal();  // what was started is issued (every rank started it)
     // The parameters not started are released in the policy's view; the fetch stays open, so its
     // release (which the policy expects) still comes.
     for (const parameter_id p : decision.gather) {
@@ -394,6 +661,9 @@ fetch_handle coordinator::fetch(module_id module) {
   // Ahead of need, in trace order: the first that does not fit, or whose read cannot start now
   // (another mover has its state), ends the walk; it and the rest are released again and their
   // own fetches gather them (and report a refusal that lasts). A prefetch never fails this fetch.
+  // At world size > 1 a back-off is decided on the live bytes (start), the same on every rank; a
+  // read the swapper refuses (its state is being moved by the optimizer step or a checkpoint,
+  // which run between steps) does not happen within a step. The prefetches take the fetch's pass.
   bool backed_off = false;
   for (const parameter_id p : decision.prefetch) {
     if (backed_off) {
@@ -401,13 +671,14 @@ fetch_handle coordinator::fetch(module_id module) {
       continue;
     }
     try {
-      backed_off = !impl_->start(p, false, lock);
+      backed_off = !impl_->start(p, false, backward, lock);
     } catch (const std::exception&) {
       if (!impl_->params[p].live && impl_->policy.status(p) != gather_status::released) impl_->policy.on_freed(p);
       ++impl_->stats.prefetch_backoffs;
       backed_off = true;
     }
   }
+  impl_->seal();  // the fetch's last bucket: its members are now what every rank started
   impl_->pump();
   return fetch_handle(std::move(state));
 }
@@ -437,8 +708,8 @@ void coordinator::wait_fetch(detail::fetch_state& state, const stream_view* stre
     if (all) {
       impl_->wait_outside(impl_->params[*writing].out, lock);
     } else if (!impl_->gathers.empty()) {
-      // The next gather is the oldest read's: wait for it, whoever's it is.
-      impl_->wait_outside(impl_->params[impl_->gathers.front()].in, lock);
+      // The next gather is the oldest bucket's: wait for it, whoever's it is.
+      impl_->wait_head(lock);
     } else {
       impl_->changed.wait(lock);  // another caller is starting it
     }
@@ -552,6 +823,8 @@ void coordinator::drop_gathered() {
     }
     impl_->drop(p);
   }
+  // The homes changed: the next forward gather leaves new secondary shards.
+  std::fill(impl_->has_secondary.begin(), impl_->has_secondary.end(), false);
 }
 
 void* coordinator::address(parameter_id p) const {

@@ -127,9 +127,7 @@ parameter_path::parameter_path(std::vector<module_spec> modules, const engine_co
   swapper_ = std::make_unique<parameter_swapper>(
       *tiers_, dev, *pinned_, store_.get(),
       parameter_swapper_options{.buffer_count = plan_.param_buffer_count, .buffer_bytes = plan_.param_buffer_bytes});
-  coordinator_ = std::make_unique<coordinator>(
-      *tiers_, *swapper_, *comm_, dev,
-      coordinator_options{.arena_bytes = plan_.arena_bytes, .limits = prefetch_limits::from(config_.zero)});
+  coordinator_ = std::make_unique<coordinator>(*tiers_, *swapper_, *comm_, dev, coordinator_options_of(config_, plan_));
 }
 
 // Members go in reverse order: the coordinator's reads and write-backs finish before the swapper

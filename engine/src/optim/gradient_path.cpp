@@ -32,6 +32,7 @@
 #include "zoe/core/str.hpp"
 #include "zoe/core/stream_launch.hpp"
 #include "zoe/core/units.hpp"
+#include "zoe/engine/comm/quantized_collectives.hpp"
 #include "zoe/engine/swap/carried_error.hpp"
 #include "zoe/io/swap_channel.hpp"
 #include "zoe/kernels/cast.hpp"
@@ -117,6 +118,13 @@ struct gradient_path::impl {
   // when the path closes, after the worker (and with it the channel) is gone.
   std::vector<allocators::buffer_lease> quarantined;
   device_stream stream;  ///< the path's copies and the device homes' work it starts itself
+
+  // qgZ: the quantized reduce-scatter's scratch, lent to one reduction at a time; a reduction
+  // queued on another stream than the last one's waits for it (qgz_done).
+  std::byte* qgz_scratch = nullptr;
+  std::mutex qgz_mutex;
+  device_event qgz_done;
+  void reduce_scatter(const void* send, void* recv, std::size_t elements, dtype type, stream_view on);
 
   // CUDA only: the device-home summaries' scratch (see device_summary_slot).
   std::byte* scratch = nullptr;
@@ -242,10 +250,22 @@ gradient_path::impl::impl(tier_manager& t, communicator& c, device& d, allocator
       }
       if (scratch_bytes > 0) scratch = static_cast<std::byte*>(dev.allocate(scratch_bytes));
     }
+    if (options.quantized_scratch_bytes > 0) {
+      std::size_t need = 0;
+      const kernels::topology topo = qgz_topology(comm);
+      for (const parameter_layout& prm : layout.parameters()) {
+        need = std::max(need, quantized_reduce_scatter_scratch(topo, prm.shard_numel, dev.kind()));
+      }
+      ZOE_EXPECTS(options.quantized_scratch_bytes >= need, "gradient_path: the quantized reduce-scatter needs ", need,
+                  " bytes of scratch for the largest parameter; the plan lent ", options.quantized_scratch_bytes,
+                  " (zero_optimization.zero_quantized_gradients)");
+      qgz_scratch = static_cast<std::byte*>(dev.allocate(options.quantized_scratch_bytes));
+    }
     stream = dev.create_stream();
     worker = std::jthread([this] { run(); });
   } catch (...) {
     staging.reset();
+    if (qgz_scratch != nullptr) dev.deallocate(qgz_scratch, options.quantized_scratch_bytes);
     if (scratch != nullptr) dev.deallocate(scratch, scratch_bytes);
     for (std::byte* m : bucket_memory) dev.deallocate(m, options.bucket_bytes);
     throw;
@@ -268,8 +288,35 @@ gradient_path::impl::~impl() {
   stream = device_stream{};
   quarantined.clear();
   staging.reset();
+  if (qgz_scratch != nullptr) {
+    try {
+      if (qgz_done.valid()) dev.synchronize(qgz_done);  // the last reduction has read its scratch
+    } catch (const std::exception& e) {
+      log::error("gradient_path: a quantized reduce-scatter failed while closing: ", e.what());
+    }
+    dev.deallocate(qgz_scratch, options.quantized_scratch_bytes);
+  }
   if (scratch != nullptr) dev.deallocate(scratch, scratch_bytes);
   for (std::byte* m : bucket_memory) dev.deallocate(m, options.bucket_bytes);
+}
+
+// The reduction of one parameter's gradient to its owners (mean over the ranks): qgZ's quantized
+// reduce-scatter when the plan lent its scratch, else the communicator's.
+void gradient_path::impl::reduce_scatter(const void* send, void* recv, std::size_t elements, dtype type,
+                                         stream_view on) {
+  if (qgz_scratch == nullptr) {
+    comm.reduce_scatter(send, recv, elements, type, reduce_op::mean, on);
+    return;
+  }
+  const std::lock_guard lock(qgz_mutex);
+  if (qgz_done.valid()) {
+    dev.wait(on, qgz_done);
+  } else {
+    qgz_done = dev.create_event();
+  }
+  quantized_reduce_scatter(comm, dev, send, recv, elements, type, reduce_op::mean,
+                           std::span(qgz_scratch, options.quantized_scratch_bytes), on);
+  dev.record(qgz_done, on);
 }
 
 std::uint64_t gradient_path::impl::module_bytes(module_id m) const {
@@ -794,7 +841,7 @@ void gradient_path::reduce(module_id m, stream_view stream) {
   try {
     for (std::size_t i = 0; i < j.params.size(); ++i) {
       const parameter_layout& p = s.param(j.params[i]);
-      s.comm.reduce_scatter(s.modules[m].memory[i], j.sources[i], p.shard_numel, p.dtype, reduce_op::mean, stream);
+      s.reduce_scatter(s.modules[m].memory[i], j.sources[i], p.shard_numel, p.dtype, stream);
       if (s.home(p.id).where == tier::device) {
         ZOE_EXPECTS(s.tiers.begin_move(p.id, state_kind::gradient, move_kind::write),
                     "gradient_path::reduce: the gradient of '", p.name, "' is in flight elsewhere");

@@ -9,6 +9,7 @@
 
 #include "../optim/step_pieces.hpp"
 #include "zoe/core/check.hpp"
+#include "zoe/engine/comm/quantized_collectives.hpp"
 #include "zoe/core/str.hpp"
 #include "zoe/core/units.hpp"
 #include "zoe/kernels/cuda.hpp"
@@ -377,7 +378,51 @@ void add_activations(plan_builder& out, footprint_plan& plan, const engine_confi
           {"zoe.activations.nvme_bytes", "aio.block_size"});
 }
 
+// ZeRO++'s device memory (footprint_plan.hpp says what each holds).
+void add_zero_plus_plus(plan_builder& out, footprint_plan& plan, const model_layout& layout,
+                        const engine_config& config) {
+  const std::size_t world = layout.options().world_size;
+  const std::uint64_t hpz = config.zero.zero_hpz_partition_size;
+  if (world > 1 && hpz > 1 && world % hpz == 0) {
+    for (const parameter_layout& p : layout.parameters()) {
+      plan.hpz_secondary_bytes += align_up(hpz_secondary_shard_bytes(p, world, hpz), arena_alignment);
+    }
+    out.add("hpZ secondary shards", memory_kind::device, plan.hpz_secondary_bytes,
+            {"zero_optimization.zero_hpz_partition_size"});
+  }
+  if (config.zero.zero_quantized_weights) {
+    std::uint64_t model = 0;
+    for (const parameter_layout& p : layout.parameters()) {
+      plan.qwz_scratch_bytes =
+          std::max<std::uint64_t>(plan.qwz_scratch_bytes, quantized_all_gather_scratch(world, p.shard_numel));
+      model = saturating_add(model, p.padded_numel(world));
+    }
+    const std::uint64_t bucket = std::min(config.zero.allgather_bucket_size, model);
+    plan.qwz_scratch_bytes = std::max<std::uint64_t>(
+        plan.qwz_scratch_bytes,
+        quantized_all_gather_scratch(world, static_cast<std::size_t>((bucket + world - 1) / world)));
+    out.add("qwZ quantized gather scratch", memory_kind::device, plan.qwz_scratch_bytes,
+            {"zero_optimization.zero_quantized_weights", "zero_optimization.allgather_bucket_size"});
+  }
+  if (config.zero.zero_quantized_gradients) {
+    // One node of `world` ranks needs the most workspace (max(nodes, ranks per node) inputs), a
+    // CUDA device more than the host's (none): the bound for any launch.
+    for (const parameter_layout& p : layout.parameters()) {
+      plan.qgz_scratch_bytes = std::max<std::uint64_t>(
+          plan.qgz_scratch_bytes,
+          quantized_reduce_scatter_scratch(kernels::topology{.nodes = 1, .ranks_per_node = world}, p.shard_numel,
+                                           device_kind::cuda));
+    }
+    out.add("qgZ quantized reduce-scatter scratch", memory_kind::device, plan.qgz_scratch_bytes,
+            {"zero_optimization.zero_quantized_gradients"});
+  }
+}
+
 }  // namespace
+
+std::uint64_t hpz_secondary_shard_bytes(const parameter_layout& p, std::size_t world, std::size_t hpz) noexcept {
+  return hpz == 0 ? 0 : p.padded_numel(world) * kernels::dtype_size(p.dtype) / hpz;
+}
 
 std::uint64_t gradient_norm_scratch_bytes(std::uint64_t shard_numel) noexcept {
   return round_up(kernels::cuda::sum_of_squares_workspace(static_cast<std::size_t>(shard_numel)), 8) + 16;
@@ -430,6 +475,7 @@ footprint_plan make_footprint_plan(const model_layout& layout, const engine_conf
   add_optimizer_undo_log(out, plan, layout, where);
   add_arena(out, plan, layout, config);
   add_activations(out, plan, config);
+  add_zero_plus_plus(out, plan, layout, config);
   return plan;
 }
 

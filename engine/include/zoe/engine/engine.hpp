@@ -114,7 +114,7 @@ class offload_engine {
   /// micro-batches are all done and step() has not run.
   void begin_micro_batch();
   /// Forward and backward fetches: coordinator::fetch / release / address.
-  [[nodiscard]] fetch_handle fetch(module_id m);
+  [[nodiscard]] fetch_handle fetch(module_id m, fetch_pass pass = fetch_pass::forward);
   void release(module_id m, stream_view stream = {});
   [[nodiscard]] void* address(parameter_id p) const;
   /// Device memory for module `m`'s gradients (gradient_path::acquire) and their hand-in

@@ -51,6 +51,10 @@ struct gradient_path_options {
   /// Bytes per staging buffer (plan): whole 64 Ki-element fp32 chunks and whole aio.block_size
   /// chunks, unless it holds the largest off-device gradient shard whole. usage_error otherwise.
   std::size_t staging_buffer_bytes = 0;
+  /// qgZ (zero_quantized_gradients): device bytes of scratch for the quantized reduce-scatter
+  /// (footprint_plan::qgz_scratch_bytes), which then replaces communicator::reduce_scatter; 0:
+  /// the communicator's. usage_error when smaller than the largest parameter's on this world.
+  std::size_t quantized_scratch_bytes = 0;
 };
 
 /// What the optimizer step needs to know about a step's gradients before it starts.

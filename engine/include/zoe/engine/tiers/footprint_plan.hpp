@@ -80,6 +80,18 @@ struct footprint_plan {
   std::uint64_t activation_prefetch_bytes = 0;
   std::uint64_t activation_nvme_bytes = 0;
   std::uint64_t activation_staging_bytes = 0;
+  /// ZeRO++ (engine/coordinator/coordinator.hpp, optim/gradient_path.hpp), device memory, 0 when off:
+  /// hpZ's secondary shards (zero_hpz_partition_size > 1 dividing the world size > 1): each
+  /// parameter's slice over the hpZ group (hpz_secondary_shard_bytes, blocks aligned to
+  /// arena_alignment), kept from the forward gather for backward's;
+  std::uint64_t hpz_secondary_bytes = 0;
+  /// qwZ's scratch (zero_quantized_weights): one bucket's quantized messages from every rank; the
+  /// largest parameter's alone, or a bucket of allgather_bucket_size gathered elements (at most the
+  /// whole model's), whichever is more;
+  std::uint64_t qwz_scratch_bytes = 0;
+  /// qgZ's scratch (zero_quantized_gradients): the largest parameter's quantized reduce-scatter on
+  /// any topology of the world and any device (an upper bound on the host device and on one node).
+  std::uint64_t qgz_scratch_bytes = 0;
   /// The swap store: its folders (striped) and its block_size (aio.block_size), which the
   /// capacity's rounding assumes. Empty paths when nothing is on nvme.
   std::vector<std::filesystem::path> swap_paths;
@@ -98,6 +110,11 @@ inline constexpr std::uint64_t gradient_buffer_count = 4;
 /// CUDA device (gradient_path.cpp): the sum of squares' workspace for its shard of `shard_numel`
 /// elements, then the fp64 result and the uint32 inf/NaN flag (16 bytes). Never throws.
 [[nodiscard]] std::uint64_t gradient_norm_scratch_bytes(std::uint64_t shard_numel) noexcept;
+
+/// Bytes of `p`'s hpZ secondary shard on a world of `world` ranks with hpZ groups of `hpz` ranks
+/// (dividing `world`): its full (padded) parameter at its working type over `hpz`. Never throws.
+[[nodiscard]] std::uint64_t hpz_secondary_shard_bytes(const parameter_layout& p, std::size_t world,
+                                                      std::size_t hpz) noexcept;
 
 /// The parameters that stay gathered for good, as DeepSpeed marks them (parameter_offload.py,
 /// mark_persistent_parameters): in layout order, a parameter of at most
