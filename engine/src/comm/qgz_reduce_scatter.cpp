@@ -115,8 +115,8 @@ void quantized_reduce_scatter(communicator& world, device& dev, const void* send
   }
 
   // The units the final reduction reads: where no exchange runs, those this rank made itself.
-  auto last = std::make_shared<reduction>();
-  for (std::size_t n = 0; n < nodes; ++n) last->inputs.push_back(a + n * unit);
+  reduction last;
+  for (std::size_t n = 0; n < nodes; ++n) last.inputs.push_back(a + n * unit);
 
   if (per_node > 1) {
     // 2. Within the node: local rank l gets, from each local rank j, the N units of local rank l.
@@ -128,7 +128,7 @@ void quantized_reduce_scatter(communicator& world, device& dev, const void* send
     }
     if (nodes == 1) {
       // One node: its sum is the result; requantizing it would only lose accuracy.
-      *last = sums[0];
+      last = sums[0];
     } else {
       // 3. Each node's sum of the received units, requantized for the trip across nodes.
       auto shared = std::make_shared<const std::vector<reduction>>(std::move(sums));
@@ -156,7 +156,7 @@ void quantized_reduce_scatter(communicator& world, device& dev, const void* send
   if (nodes > 1) {
     // 4. Across nodes: rank (n, l) gets node n' 's sum of its block from rank (n', l).
     world.cross_node().all_to_all(a, b, unit, stream);
-    for (std::size_t n = 0; n < nodes; ++n) last->inputs[n] = b + n * unit;
+    for (std::size_t n = 0; n < nodes; ++n) last.inputs[n] = b + n * unit;
   }
 
   // 5. Dequantize, sum in order and average, into recv.
@@ -165,11 +165,11 @@ void quantized_reduce_scatter(communicator& world, device& dev, const void* send
   launch_kernel(
       dev, stream,
       [last, shape, config, post_scale, out, workspace] {
-        const std::vector<kernels::const_quantized_span> in = spans_of(*last, shape);
+        const std::vector<kernels::const_quantized_span> in = spans_of(last, shape);
         kernels::reduce_dequantize(in, config, post_scale, out, workspace);
       },
       [&](stream_view s) {
-        const std::vector<kernels::const_quantized_span> in = spans_of(*last, shape);
+        const std::vector<kernels::const_quantized_span> in = spans_of(last, shape);
         kernels::cuda::reduce_dequantize(in, config, post_scale, out, workspace, s);
       });
 }
