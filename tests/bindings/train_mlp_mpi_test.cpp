@@ -22,8 +22,7 @@ const std::string configs = ZOE_DEMO_CONFIGS_DIR;
 
 // The demo on `ranks` processes of this machine (oversubscribed: the tests share two cores).
 run_result run_ranks(int ranks, const std::string& flags) {
-  return run_shell(std::string(ZOE_MPIRUN_PATH) + " --allow-run-as-root --oversubscribe --bind-to none -n " +
-                   std::to_string(ranks) + " " + demo + " " + flags + " 2>&1");
+  return run_shell(std::string(ZOE_MPIRUN) + " -n " + std::to_string(ranks) + " " + demo + " " + flags + " 2>&1");
 }
 
 // The last JSON line: the summary.
