@@ -66,6 +66,26 @@ TEST(TrainMlpMpi, FourRanksAsTwoNodesMatchOneRank) {
   }
 }
 
+// With the rows grouped alike, data parallelism adds no rounding at all: 4 ranks of 2 rows equal
+// one rank summing 4 micro-batches of 2 rows bit for bit (fp32; the ranks' mean reduce-scatter
+// adds in rank order as gradient accumulation adds in micro-batch order). What separates them
+// from one micro-batch of 8 rows is only the order of the row sums inside BLAS.
+TEST(TrainMlpMpi, FourRanksEqualOneRankOfFourMicroBatchesBitForBit) {
+  const std::string flags = small_model + " --steps 5 --json";
+  const run_result many = run_ranks(4, flags + " --ranks-per-node 2");
+  const run_result one = run(flags + " --micro-batches 4");
+  ASSERT_EQ(many.exit_code, 0) << many.output;
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  const auto a = steps_of(many.output);
+  const auto b = steps_of(one.output);
+  ASSERT_EQ(a.size(), 5U) << many.output;
+  ASSERT_EQ(b.size(), 5U) << one.output;
+  for (const auto& [step, line] : a) {
+    EXPECT_EQ(line["loss_hex"], b.at(step)["loss_hex"]) << "step " << step;
+    EXPECT_EQ(line["grad_norm"], b.at(step)["grad_norm"]) << "step " << step;
+  }
+}
+
 TEST(TrainMlpMpi, FourRanksOnOneNodeSendNothingAcrossNodes) {
   const run_result r = run_ranks(4, small_model + " --steps 2 --json --ranks-per-node 4");
   ASSERT_EQ(r.exit_code, 0) << r.output;
