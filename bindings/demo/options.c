@@ -79,11 +79,12 @@ void mlp_print_help(FILE* out) {
       "Many ranks: `mpirun -n 4 zoe-train-mlp --ranks-per-node 2 ...` trains data-parallel (the program does\n"
       "not link MPI: it learns its rank through zoe). Every rank draws the same global batch and trains on\n"
       "its rows (rank r of W: rows [r B/(K W), (r+1) B/(K W)) of each micro-batch of B/K rows), zoe averages\n"
-      "the gradients over the ranks, so one rank with the same flags computes the same steps. The loss\n"
-      "printed is the global mean (summed over the ranks with zoe_all_reduce_sum). With --dir every rank keeps\n"
-      "its swap files in DIR/rank-<r>. Rank 0 alone prints the lines below and the progress; another rank\n"
-      "prints only its errors. --checkpoint-every and --resume are refused on several ranks (not yet\n"
-      "supported by this program).\n"
+      "the gradients over the ranks, so one rank with the same flags computes the same steps: bit for bit\n"
+      "where the rows are grouped alike (W ranks of one micro-batch each, one rank of W micro-batches), else\n"
+      "up to the order of fp32 row sums. The loss printed is the global mean (summed over the ranks with\n"
+      "zoe_all_reduce_sum). With --dir every rank keeps its swap files in DIR/rank-<r>. Rank 0 alone prints\n"
+      "the lines below and the progress; another rank prints only its errors. --checkpoint-every and\n"
+      "--resume are refused on several ranks (not yet supported by this program).\n"
       "\n",
       out);
   fputs(
