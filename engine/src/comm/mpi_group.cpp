@@ -69,9 +69,7 @@ mpi_group::~mpi_group() {
   }
   release_retired();
   if (std::uncaught_exceptions() > 0) {
-    mpi_runtime& rt = mpi_runtime::instance();
-    rt.announce_failure(
-        str("world rank ", rt.world_rank(), " failed: an exception unwound past its ", name_, " communicator"));
+    mpi_runtime::instance().announce_failure(str("an exception unwound past its ", name_, " communicator"));
   }
 }
 
@@ -86,7 +84,7 @@ std::size_t mpi_group::node_of(std::size_t group_rank) const noexcept {
   return shape_.world_ranks[group_rank] / ranks_per_node_;
 }
 
-void mpi_group::count(collective what, std::uint64_t payload, std::size_t root, std::size_t element) {
+void mpi_group::count_traffic(collective what, std::uint64_t payload, std::size_t root, std::size_t element) {
   traffic t;
   const std::size_t me = node_of(rank());
   for (std::size_t dest = 0; dest < size(); ++dest) {
@@ -96,9 +94,11 @@ void mpi_group::count(collective what, std::uint64_t payload, std::size_t root, 
   traffic_.count(what, t);
 }
 
-int mpi_group::next_tag() noexcept {
+int mpi_group::next_tag(std::uint64_t kind) noexcept {
+  // The kind is in the tag too: a rank that skipped a collective then issues another kind under the
+  // tag the others use for the skipped one, and its messages must not match theirs.
   const auto span = static_cast<std::uint64_t>(mpi_runtime::instance().tag_upper_bound()) + 1;
-  return static_cast<int>(sequence_++ % span);
+  return static_cast<int>((sequence_++ * tag_kinds + kind) % span);
 }
 
 std::shared_ptr<mpi_group::staging> mpi_group::stage(std::uint64_t bytes) {
@@ -150,7 +150,7 @@ void mpi_group::run(collective_call c, int tag, const std::function<void(mpi_exc
 
 void mpi_group::launch(collective what, stream_view stream, const void* in, std::uint64_t in_bytes, void* out,
                        std::uint64_t out_bytes, exchange_fn fn) {
-  const int tag = next_tag();
+  const int tag = next_tag(static_cast<std::uint64_t>(what));
   const collective_call c = call(what);
   {
     const std::lock_guard lock(mutex_);

@@ -101,9 +101,13 @@ class mpi_group final : public communicator {
   [[nodiscard]] collective_call call(collective what) const noexcept { return {what, name_}; }
   [[nodiscard]] std::size_t node_of(std::size_t group_rank) const noexcept;
   // Counts the bytes bytes_to() gives for every destination, split by node.
-  void count(collective what, std::uint64_t payload, std::size_t root = 0, std::size_t element = 1);
-  // The tag of the next collective or barrier: the issue order is the contract between ranks.
-  [[nodiscard]] int next_tag() noexcept;
+  void count_traffic(collective what, std::uint64_t payload, std::size_t root = 0, std::size_t element = 1);
+  // The tag of the next collective or barrier of `kind` (a collective's value, or one of the kinds
+  // below): the issue order is the contract between ranks.
+  [[nodiscard]] int next_tag(std::uint64_t kind) noexcept;
+  static constexpr std::uint64_t barrier_tag_kind = collective_count;
+  static constexpr std::uint64_t coalesced_tag_kind = collective_count + 1;
+  static constexpr std::uint64_t tag_kinds = collective_count + 2;
   // Queues `fn` on `stream` reading `in_bytes` at `in` and writing `out_bytes` at `out`.
   void launch(collective what, stream_view stream, const void* in, std::uint64_t in_bytes, void* out,
               std::uint64_t out_bytes, exchange_fn fn);

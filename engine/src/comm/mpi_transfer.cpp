@@ -67,10 +67,12 @@ void mpi_exchange::post(std::vector<MPI_Request>& requests, std::vector<std::siz
         if (rc != MPI_SUCCESS) {
           fail_waiting(requests, owner,
                        str(msg.is_send ? "posting the send to " : "posting the receive from ",
-                           group_->describe_rank(msg.peer), " failed"));
+                           group_->describe_rank(msg.peer), " failed"),
+                       true);
         }
         requests.push_back(r);
         owner.push_back(m);
+        piece_bytes_.push_back(piece);
         ++msg.pending;
         offset += piece;
       } while (offset < msg.bytes);
@@ -88,30 +90,69 @@ void mpi_exchange::run() {
   mpi_runtime& rt = mpi_runtime::instance();
   const auto deadline = std::chrono::steady_clock::now() + group_->timeout;
   std::vector<int> done(requests.size());
+  std::vector<MPI_Status> statuses(requests.size());
   std::size_t remaining = requests.size();
   backoff wait;
+  // A failure notice fails the exchange only once a poll after it made no progress: the notice
+  // travels on a communicator of its own, and a part its sender sent before failing may be matched
+  // by the same progress call that found the notice (that part is then complete, not missing).
+  bool notice_seen = false;
   while (remaining > 0) {
     int count = 0;
+    int rc = MPI_SUCCESS;
     {
       const auto mpi = rt.serialize();
-      const int rc =
-          MPI_Testsome(static_cast<int>(requests.size()), requests.data(), &count, done.data(), MPI_STATUSES_IGNORE);
-      if (rc != MPI_SUCCESS) count = MPI_UNDEFINED - 1;  // reported below, outside the lock
+      rc = MPI_Testsome(static_cast<int>(requests.size()), requests.data(), &count, done.data(), statuses.data());
     }
-    if (count == MPI_UNDEFINED - 1) fail_waiting(requests, owner, "MPI_Testsome failed");
+    if (rc != MPI_SUCCESS && rc != MPI_ERR_IN_STATUS) fail_waiting(requests, owner, "MPI_Testsome failed", true);
     if (count != MPI_UNDEFINED && count > 0) {
-      for (int i = 0; i < count; ++i)
-        --messages_[owner[static_cast<std::size_t>(done[static_cast<std::size_t>(i)])]].pending;
+      for (std::size_t i = 0; i < static_cast<std::size_t>(count); ++i) {
+        const auto request = static_cast<std::size_t>(done[i]);
+        check_completed(requests, owner, request, statuses[i], rc == MPI_ERR_IN_STATUS);
+        --messages_[owner[request]].pending;
+      }
       remaining -= static_cast<std::size_t>(count);
       continue;  // progress: poll again at once
     }
     if (const auto notice = rt.poll_notice()) {
-      fail_waiting(requests, owner, str(group_->describe_world_rank(notice->world_rank), " failed: ", notice->message));
+      if (notice_seen) {
+        fail_waiting(requests, owner,
+                     str(group_->describe_world_rank(notice->world_rank), " failed: ", notice->message), false);
+      }
+      notice_seen = true;
+      continue;  // poll once more before failing
     }
-    if (std::chrono::steady_clock::now() >= deadline) fail_waiting(requests, owner, missing_peers());
+    if (std::chrono::steady_clock::now() >= deadline) fail_waiting(requests, owner, missing_peers(), true);
     wait.pause();
   }
   messages_.clear();
+  piece_bytes_.clear();
+}
+
+void mpi_exchange::check_completed(std::vector<MPI_Request>& requests, const std::vector<std::size_t>& owner,
+                                   std::size_t request, const MPI_Status& status, bool status_has_error) {
+  const message& msg = messages_[owner[request]];
+  if (status_has_error && status.MPI_ERROR != MPI_SUCCESS) {
+    char text[MPI_MAX_ERROR_STRING] = {};
+    int length = 0;
+    MPI_Error_string(status.MPI_ERROR, text, &length);
+    fail_waiting(requests, owner,
+                 str(msg.is_send ? "the send to " : "the receive from ", group_->describe_rank(msg.peer),
+                     " failed: ", std::string_view(text, static_cast<std::size_t>(length))),
+                 true);
+  }
+  if (msg.is_send) return;
+  // A part of another size means the ranks disagree on the collective (its size, or the order of
+  // the group's collectives): fail naming the peer rather than hand back wrong data.
+  int got = 0;
+  MPI_Get_count(&status, MPI_BYTE, &got);
+  if (static_cast<std::uint64_t>(got) != piece_bytes_[request]) {
+    fail_waiting(requests, owner,
+                 str(group_->describe_rank(msg.peer), " sent ", got, " bytes where ", piece_bytes_[request],
+                     " were expected: the ranks disagree on this collective's size or on the order of the group's "
+                     "collectives"),
+                 true);
+  }
 }
 
 std::string mpi_exchange::missing_peers() const {
@@ -132,9 +173,11 @@ std::string mpi_exchange::missing_peers() const {
 }
 
 void mpi_exchange::fail_waiting(std::vector<MPI_Request>& requests, const std::vector<std::size_t>& owner,
-                                const std::string& why) {
+                                const std::string& why, bool announce) {
   mpi_runtime& rt = mpi_runtime::instance();
-  rt.record_failure();
+  // A failure seen here (a peer silent or a transfer failed) may be a dead peer, on which
+  // MPI_Finalize would hang; one another rank announced is its own to record.
+  if (announce) rt.record_failure();
   {
     // Receives are cancelled (their buffers may be gone once the caller returns); sends cannot be
     // cancelled in Open MPI, so they are freed and left to finish or die with their peer.
@@ -163,7 +206,11 @@ void mpi_exchange::fail_waiting(std::vector<MPI_Request>& requests, const std::v
     wait.pause();
   }
   messages_.clear();
-  throw comm_error(str(what_, ": ", why));
+  piece_bytes_.clear();
+  const std::string text = str(what_, ": ", why);
+  // The other ranks learn of it at once, instead of each waiting for its own timeout.
+  if (announce) rt.announce_failure(text);
+  throw comm_error(text);
 }
 
 }  // namespace zoe::engine::detail

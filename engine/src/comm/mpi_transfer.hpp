@@ -53,14 +53,20 @@ class mpi_exchange {
   };
 
   void post(std::vector<MPI_Request>& requests, std::vector<std::size_t>& owner);
+  // Checks one finished request: its error, and for a receive that the peer sent the size expected.
+  void check_completed(std::vector<MPI_Request>& requests, const std::vector<std::size_t>& owner, std::size_t request,
+                       const MPI_Status& status, bool status_has_error);
+  // Cancels or frees what is pending, tells the other ranks (`announce`: a failure seen here, not
+  // one another rank announced) and throws comm_error "<what>: <why>".
   [[noreturn]] void fail_waiting(std::vector<MPI_Request>& requests, const std::vector<std::size_t>& owner,
-                                 const std::string& why);
+                                 const std::string& why, bool announce);
   [[nodiscard]] std::string missing_peers() const;
 
   const mpi_group_view* group_;
   int tag_;
   std::string what_;
   std::vector<message> messages_;
+  std::vector<std::uint64_t> piece_bytes_;  // bytes of each posted request
 };
 
 }  // namespace zoe::engine::detail
