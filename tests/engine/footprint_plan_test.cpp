@@ -4,14 +4,17 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <limits>
 #include <string>
+#include <tuple>
 
 #include "io_test_support.hpp"
 #include "tiers_test_support.hpp"
 #include "zoe/core/error.hpp"
 #include "zoe/core/units.hpp"
+#include "zoe/engine/comm/quantized_collectives.hpp"
 
 namespace zoe::engine {
 namespace {
@@ -470,6 +473,56 @@ TEST(footprint_plan, MeasureMachineReadsTheHostDeviceAndTheSwapPaths) {
   EXPECT_TRUE(limits.disk_free[0].filesystem.has_value());
   EXPECT_FALSE(limits.disk_free[1].free.has_value()) << "a missing path: free space unknown";
   EXPECT_FALSE(limits.disk_free[1].filesystem.has_value());
+}
+
+}  // namespace
+}  // namespace zoe::engine
+
+namespace zoe::engine {
+namespace {
+
+// ZeRO++'s device memory: the hpZ secondary shards (each parameter's slice of its full padded
+// value over the hpZ group, aligned), qwZ's gather scratch and qgZ's reduce-scatter scratch, each
+// in the device total and naming its key; none when the keys are off or there is nothing to split.
+TEST(footprint_plan, ZeroPlusPlusMemoryIsListedOnTheDeviceNamingItsKeys) {
+  const auto layout = layout_of({{2048, 7}, {40960}}, kernels::dtype::fp16, 4);
+  auto config = offload_config(offload_device::cpu, offload_device::cpu);
+  const auto off = make_footprint_plan(layout, config, placement(layout, config));
+  EXPECT_EQ(off.hpz_secondary_bytes + off.qwz_scratch_bytes + off.qgz_scratch_bytes, 0U);
+  EXPECT_EQ(item_named(off, "hpZ"), nullptr);
+
+  config.zero.zero_hpz_partition_size = 2;
+  config.zero.zero_quantized_weights = true;
+  config.zero.zero_quantized_gradients = true;
+  const auto plan = make_footprint_plan(layout, config, placement(layout, config));
+  std::uint64_t secondary = 0;
+  for (const parameter_layout& p : layout.parameters()) {
+    const std::uint64_t slice = p.padded_numel(4) * 2 / 2;  // fp16 full bytes over 2 ranks
+    EXPECT_EQ(hpz_secondary_shard_bytes(p, 4, 2), slice);
+    secondary += (slice + arena_alignment - 1) / arena_alignment * arena_alignment;
+  }
+  EXPECT_EQ(plan.hpz_secondary_bytes, secondary);
+  for (const auto& [what, key, bytes] :
+       {std::tuple{"hpZ secondary shards", "zero_optimization.zero_hpz_partition_size", plan.hpz_secondary_bytes},
+        std::tuple{"qwZ", "zero_optimization.zero_quantized_weights", plan.qwz_scratch_bytes},
+        std::tuple{"qgZ", "zero_optimization.zero_quantized_gradients", plan.qgz_scratch_bytes}}) {
+    const plan_item* item = item_named(plan, what);
+    ASSERT_NE(item, nullptr) << what;
+    EXPECT_EQ(item->memory, memory_kind::device) << what;
+    EXPECT_EQ(item->bytes, bytes) << what;
+    EXPECT_GT(bytes, 0U) << what;
+    EXPECT_NE(std::find(item->keys.begin(), item->keys.end(), key), item->keys.end()) << what;
+  }
+  EXPECT_EQ(plan.device_bytes,
+            off.device_bytes + plan.hpz_secondary_bytes + plan.qwz_scratch_bytes + plan.qgz_scratch_bytes);
+  // The largest parameter's gather fits the scratch; so does its reduce-scatter on any topology.
+  EXPECT_GE(plan.qwz_scratch_bytes, quantized_all_gather_scratch(4, layout.parameter(2).shard_numel));
+  EXPECT_GE(plan.qgz_scratch_bytes,
+            quantized_reduce_scatter_scratch(kernels::topology{.nodes = 2, .ranks_per_node = 2},
+                                             layout.parameter(2).shard_numel, device_kind::cuda));
+  // One rank has no hpZ group to split over.
+  const auto single = layout_of({{2048, 7}, {40960}}, kernels::dtype::fp16, 1);
+  EXPECT_EQ(make_footprint_plan(single, config, placement(single, config)).hpz_secondary_bytes, 0U);
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cmath>
@@ -21,6 +22,7 @@
 #include "engine_stack.hpp"
 #include "zoe/core/error.hpp"
 #include "zoe/core/units.hpp"
+#include "zoe/engine/comm/quantized_collectives.hpp"
 #include "zoe/io/swap_channel.hpp"
 #include "zoe/kernels/cast.hpp"
 
@@ -89,15 +91,26 @@ gradient_path_options options_of(const engine::footprint_plan& plan) {
           .staging_buffer_bytes = static_cast<std::size_t>(plan.gradient_buffer_bytes)};
 }
 
+// qgZ (zero_quantized_gradients) on or off, and the scratch the plan lends it.
+engine::engine_config quantized(engine::engine_config c, bool on) {
+  c.zero.zero_quantized_gradients = on;
+  return c;
+}
+gradient_path_options quantized(gradient_path_options o, const engine::footprint_plan& plan) {
+  o.quantized_scratch_bytes = static_cast<std::size_t>(plan.qgz_scratch_bytes);
+  return o;
+}
+
 // The stack, a gradient path over it sized by the plan, a stream, and the host's reference sums.
 struct bench {
   explicit bench(home_kind h, bool overlap_comm = false, std::uint64_t bucket_elements = 500'000'000,
-                 std::shared_ptr<fault_plan> faults = nullptr, bool use_fake_device = false)
+                 std::shared_ptr<fault_plan> faults = nullptr, bool use_fake_device = false,
+                 bool quantized_gradients = false)
       : s({.modules = model(),
-           .config = config_for(h, overlap_comm, bucket_elements),
+           .config = quantized(config_for(h, overlap_comm, bucket_elements), quantized_gradients),
            .faults = std::move(faults),
            .use_fake_device = use_fake_device}),
-        path(s.tiers(), s.comm(), s.dev(), s.pinned(), s.store(), options_of(s.plan())),
+        path(s.tiers(), s.comm(), s.dev(), s.pinned(), s.store(), quantized(options_of(s.plan()), s.plan())),
         stream(s.dev().create_stream()),
         reference(s.layout().parameters().size()) {
     for (const auto& p : s.layout().parameters()) reference[p.id].assign(p.shard_numel, 0.0f);
@@ -502,6 +515,37 @@ TEST(gradient_path, TheDeviceMemoryItTakesOnAGpuIsInThePlan) {
     EXPECT_LE(fake.usage().current_bytes - before, planned);
   }
   fake.report_kind(device_kind::host);
+}
+
+// qgZ: the reduction is the quantized reduce-scatter (int4 blocks of qgz_default_block elements,
+// each element within half its block's step, max |x| / 7 / 2, plus the rounding to its type), in
+// every home; off, the same bench is bit-exact (the tests above).
+TEST(GradientPath, QuantizedGradientsAreWithinTheQuantizersBound) {
+  for (const home_kind h : {home_kind::device, home_kind::split}) {
+    bench b(h, false, 500'000'000, nullptr, false, true);
+    ASSERT_GT(b.s.plan().qgz_scratch_bytes, 0U);
+    b.step(1);
+    for (const auto& p : b.s.layout().parameters()) {
+      const std::vector<float> got = b.gradient(p.id);
+      const std::vector<float>& x = b.reference[p.id];
+      ASSERT_EQ(got.size(), x.size());
+      bool changed = false;
+      for (std::size_t first = 0; first < x.size(); first += engine::qgz_default_block) {
+        const std::size_t end = std::min<std::size_t>(first + engine::qgz_default_block, x.size());
+        float max_abs = 0;
+        for (std::size_t i = first; i < end; ++i) max_abs = std::max(max_abs, std::fabs(x[i]));
+        for (std::size_t i = first; i < end; ++i) {
+          const float rounding = p.dtype == kernels::dtype::bf16   ? std::fabs(x[i]) / 128
+                                 : p.dtype == kernels::dtype::fp16 ? std::fabs(x[i]) / 1024
+                                                                   : 0.0F;
+          ASSERT_LE(std::fabs(got[i] - x[i]), max_abs / 7 / 2 * 1.001F + rounding + 1e-6F)
+              << name_of(h) << " " << p.name << " element " << i;
+          changed = changed || got[i] != x[i];
+        }
+      }
+      EXPECT_TRUE(changed) << p.name << ": the reduction was not quantized";
+    }
+  }
 }
 
 }  // namespace

@@ -68,6 +68,7 @@ struct gathered_parameter {
   phase at = phase::none;
   allocators::arena_block block;  // set in reading and gathered
   swap_ticket in;                 // the shard's read (reading)
+  bool arrived = false;           // reading: its read is done and the gather stream waits for it (unpinned)
   device_event ready;             // recorded after the gather
   swap_ticket out;                // its write-back, while `writing`
   bool live = false;              // the policy counts it in flight or gathered
@@ -170,6 +171,7 @@ struct coordinator::impl {
   }
 
   void pump();  // under the lock
+  void mark_arrivals();
   void issue(const gather_bucket& bucket);
   void communicate(const std::vector<parameter_id>& members, bool hpz);
   void fail_gather(parameter_id p, const carried_error& e);
@@ -189,6 +191,12 @@ struct coordinator::impl {
   bool evict_one();
   bool evict_ordered(std::unique_lock<std::mutex>& lock);
   void free(parameter_id p, std::unique_lock<std::mutex>& lock);
+  // The policy released all of `ps` at once: none is live any more, before any free() waits (a
+  // gather issued meanwhile must not report one of them gathered to the policy).
+  void free_all(const std::vector<parameter_id>& ps, std::unique_lock<std::mutex>& lock) {
+    for (const parameter_id p : ps) params[p].live = false;
+    for (const parameter_id p : ps) free(p, lock);
+  }
   void start_writeback(parameter_id p);
   void drop(parameter_id p);
   // A copy of the ticket: once the lock is dropped, another caller may reset the one it came from.
@@ -203,6 +211,7 @@ struct coordinator::impl {
 // in), and retires finished write-backs. A bucket behind one still reading waits for it.
 void coordinator::impl::pump() {
   bool any = false;
+  mark_arrivals();
   while (!gathers.empty() && gathers.front().sealed &&
          std::all_of(gathers.front().members.begin(), gathers.front().members.end(),
                      [&](parameter_id p) { return params[p].in.ready(); })) {
@@ -219,12 +228,29 @@ void coordinator::impl::pump() {
   if (any) changed.notify_all();
 }
 
+// A read that arrived before its bucket is issued: the gather stream waits for its copies now and
+// the block is unpinned, so that compaction may move it while the bucket waits for its other reads
+// or its seal (a pinned block the arena cannot move could leave the fetch that fills the bucket
+// without room, waiting for a seal that only its own return brings).
+void coordinator::impl::mark_arrivals() {
+  for (const gather_bucket& b : gathers) {
+    for (const parameter_id p : b.members) {
+      gathered_parameter& g = params[p];
+      if (g.arrived || g.at != gathered_parameter::phase::reading || !g.in.ready() || g.in.failure()) continue;
+      g.in.wait(stream.view());  // never throws: it succeeded
+      g.block.record_use(stream.view());
+      g.block.unpin();
+      g.arrived = true;
+    }
+  }
+}
+
 void coordinator::impl::issue(const gather_bucket& bucket) {
   std::vector<parameter_id> ok;
   std::optional<carried_error> failed;
   for (const parameter_id p : bucket.members) {
     try {
-      params[p].in.wait(stream.view());  // the gather runs after the shard's copies
+      if (!params[p].arrived) params[p].in.wait(stream.view());  // the gather runs after the shard's copies
       ok.push_back(p);
     } catch (...) {
       const carried_error e = carried_error::of(std::current_exception());
@@ -294,7 +320,8 @@ void coordinator::impl::fail_gather(parameter_id p, const carried_error& e) {
   ++stats.failed_gathers;
   has_secondary[p] = false;           // never gather from a slice that was not written
   g.block.record_use(stream.view());  // the stream waits for the copies of the pieces that arrived
-  g.block.unpin();
+  if (!g.arrived) g.block.unpin();
+  g.arrived = false;
   g.block.reset();
   g.at = gathered_parameter::phase::none;
   if (g.live) {
@@ -308,7 +335,8 @@ void coordinator::impl::finish_gather(parameter_id p) {
   if (!g.ready.valid()) g.ready = dev.create_event();
   dev.record(g.ready, stream.view());
   g.block.record_use(stream.view());
-  g.block.unpin();  // until a fetch's wait pins it, compaction may move it
+  if (!g.arrived) g.block.unpin();  // until a fetch's wait pins it, compaction may move it
+  g.arrived = false;
   g.at = gathered_parameter::phase::gathered;
   // Not live: the policy released it and a free() waits for this gather outside the lock (it drops
   // the block when it wakes); the policy would refuse it as gathered.
@@ -472,7 +500,16 @@ allocators::arena_block coordinator::impl::allocate_waiting(parameter_id p, std:
     if (!ordered && evict_one()) continue;
     // Space comes back as reads arrive (their parameters become evictable once gathered) and as
     // write-backs finish; after that only other callers' releases free any.
-    if (!gathers.empty() && gathers.front().sealed) {
+    mark_arrivals();
+    const swap_ticket* reading = nullptr;
+    for (const gather_bucket& b : gathers) {
+      for (const parameter_id m : b.members) {
+        if (reading == nullptr && !params[m].in.ready()) reading = &params[m].in;
+      }
+    }
+    if (reading != nullptr) {
+      wait_outside(*reading, lock);
+    } else if (!gathers.empty() && gathers.front().sealed) {
       wait_head(lock);
     } else if (!writebacks.empty()) {
       wait_outside(params[writebacks.front()].out, lock);
@@ -485,6 +522,14 @@ allocators::arena_block coordinator::impl::allocate_waiting(parameter_id p, std:
                   std::chrono::duration_cast<std::chrono::seconds>(clock::now() - since).count(), " s for ",
                   format_bytes(bytes), " of the gathered-parameter arena (", format_bytes(a.used), " of ",
                   format_bytes(a.capacity), " held by modules fetched and not released)");
+        // What holds the arena: a pinned block cannot be moved by compaction.
+        for (parameter_id q = 0; q < params.size(); ++q) {
+          const gathered_parameter& g = params[q];
+          if (!g.block || !g.block.pinned()) continue;
+          log::warn("  pinned: parameter '", tiers.layout().parameter(q).name, "' (",
+                    g.at == gathered_parameter::phase::reading ? "reading" : "gathered", ", ", g.holders,
+                    " open fetch(es), ", g.writing ? "being written back" : "not being written", ")");
+        }
       }
     }
     pump();
@@ -755,14 +800,14 @@ void coordinator::release(module_id module, stream_view stream) {
     impl_->dev.synchronize(stream);
     lock.lock();
   }
-  for (const parameter_id p : to_free) impl_->free(p, lock);
+  impl_->free_all(to_free, lock);
   impl_->pump();
   impl_->changed.notify_all();
 }
 
 void coordinator::end_step() {
   std::unique_lock lock(impl_->mutex);
-  for (const parameter_id p : impl_->policy.end_step()) impl_->free(p, lock);
+  impl_->free_all(impl_->policy.end_step(), lock);
   impl_->pump();
   if (!impl_->write_failures.empty()) {
     const carried_error first = impl_->write_failures.front();
