@@ -8,12 +8,15 @@
 #include <memory>
 #include <string>
 
+#include "fake_device.hpp"
 #include "quantized_checks.hpp"
 #include "usage_message.hpp"
 #include "zoe/core/device.hpp"
+#include "zoe/core/error.hpp"
 #include "zoe/core/units.hpp"
 #include "zoe/engine/comm/communicator.hpp"
 #include "zoe/engine/comm/quantized_collectives.hpp"
+#include "zoe/kernels/cuda.hpp"
 
 namespace zoe::engine {
 namespace {
@@ -160,6 +163,46 @@ TEST_F(quantized_collectives, ReduceScatterRefusesBadArgumentsNamingThem) {
                 .find("reduce_op"),
             std::string::npos);
   dev_->synchronize(stream_.view());
+}
+
+// ---- both --------------------------------------------------------------------------------------------
+
+// On a CUDA device the quantized collectives run the kernels' CUDA launchers (launch_kernel's CUDA
+// branch), and qgZ's scratch holds their fp32 workspace, which the host needs none of. Without CUDA
+// in the build, a device that reports CUDA proves the routing: the launchers throw device_error.
+TEST_F(quantized_collectives, OnACudaDeviceTheCudaLaunchersRunWithTheirWorkspace) {
+  if (kernels::cuda::available()) GTEST_SKIP() << "a CUDA build: the launchers would run on host memory";
+  zoe::testing::fake_device cuda(make_host_device(64 * MiB));
+  cuda.report_kind(device_kind::cuda);
+  const device_stream stream = cuda.create_stream();
+  const std::unique_ptr<communicator> w = world(0);
+  const kernels::topology topo = qgz_topology(*w);
+  const std::size_t count = 4097;
+  const std::size_t host = quantized_reduce_scatter_scratch(topo, count, device_kind::host);
+  const std::size_t device = quantized_reduce_scatter_scratch(topo, count, device_kind::cuda);
+  EXPECT_EQ(device - host, (kernels::cuda::reduce_requantize_workspace(count) + 15) / 16 * 16);
+
+  const device_buffer send(*dev_, w->size() * count * 4);
+  const device_buffer recv(*dev_, w->size() * count * 4);
+  const device_buffer gather_scratch(*dev_, quantized_all_gather_scratch(w->size(), count));
+  const device_buffer reduce_scratch(*dev_, device);
+  const auto names_cuda = [](const auto& run) {
+    try {
+      run();
+      ADD_FAILURE() << "the CUDA launcher did not run";
+    } catch (const device_error& e) {
+      EXPECT_NE(std::string(e.what()).find("kernels::cuda::quantize"), std::string::npos) << e.what();
+    }
+  };
+  names_cuda([&] {
+    quantized_all_gather(*w, cuda, quantized_gather_part{send.data(), recv.data(), count, dtype::fp16},
+                         gather_scratch.span(), stream.view());
+  });
+  names_cuda([&] {
+    quantized_reduce_scatter(*w, cuda, send.data(), recv.data(), count, dtype::fp32, reduce_op::mean,
+                             reduce_scratch.span(), stream.view());
+  });
+  cuda.synchronize(stream.view());
 }
 
 }  // namespace

@@ -5,6 +5,12 @@
 //   A again: the node sums to send across nodes (unit n for node n); A was sent already
 //   B again: the cross-node receive (unit n: node n's sum of my block); B was reduced already
 // Every reuse is safe because the kernels and the collectives run in the order of one stream.
+//
+// The swizzle is done by where step 1 writes, not by kernels::swizzle: that kernel permutes one
+// quantized buffer whose codes and scales are two separate arrays, so each destination's piece would
+// be two runs (two all_to_alls), and it needs the blocks padded as a whole buffer, where each
+// rank's block must be padded on its own. Quantizing each block into its slot of units (codes and
+// scales together) gives the same order, one message per destination, and no extra pass.
 #include <algorithm>
 #include <cstddef>
 #include <functional>
