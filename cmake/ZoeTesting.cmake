@@ -1,4 +1,4 @@
-# zoe_add_test(NAME name SOURCES ... LIBS ... [LABELS label] [TIMEOUT seconds])
+# zoe_add_test(NAME name SOURCES ... LIBS ... [LABELS label] [TIMEOUT seconds] [RESOURCE_LOCK name])
 # Labels: unit (the default), concurrency (unit tests whose subject is threads, also run under
 # TSan; scripts/test adds kernels_tests there by name), gpu (tests/gpu: need a GPU, skip without
 # one), mpi (cases run under mpirun: zoe_add_mpi_test below); slow is reserved for tests no module has yet.
@@ -8,7 +8,13 @@ enable_testing()
 include(GoogleTest)
 
 function(zoe_add_test)
-  cmake_parse_arguments(arg "" "NAME;TIMEOUT" "SOURCES;LIBS;LABELS" ${ARGN})
+  cmake_parse_arguments(arg "" "NAME;TIMEOUT;RESOURCE_LOCK" "SOURCES;LIBS;LABELS" ${ARGN})
+  # RESOURCE_LOCK: the cases never run beside another test holding the same lock (mpi: a test that
+  # starts mpirun itself, as zoe_add_mpi_test's do).
+  set(lock "")
+  if(arg_RESOURCE_LOCK)
+    set(lock RESOURCE_LOCK ${arg_RESOURCE_LOCK})
+  endif()
   if(NOT arg_LABELS)
     set(arg_LABELS unit)
   endif()
@@ -26,7 +32,7 @@ function(zoe_add_test)
   gtest_discover_tests(${arg_NAME}
     DISCOVERY_MODE PRE_TEST
     TEST_PREFIX "${arg_NAME}."
-    PROPERTIES LABELS ${arg_LABELS} TIMEOUT ${arg_TIMEOUT})
+    PROPERTIES LABELS ${arg_LABELS} TIMEOUT ${arg_TIMEOUT} ${lock})
 endfunction()
 
 # zoe_add_mpi_test(NAME name SOURCES ... LIBS ... RANKS 1 2 3 4 [TIMEOUT seconds])

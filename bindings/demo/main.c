@@ -53,22 +53,53 @@ static int save_checkpoint(mlp_trainer* t, const mlp_run_dir* dir, long step, lo
   return 0;
 }
 
-static int train(const mlp_options* o, size_t micro_batches, const char* user_config) {
+/* What crossed between ranks over the steps of this run: the engine's counters before and after,
+ * averaged over the ranks (collective) and the steps. */
+typedef struct traffic_mark {
+  uint64_t intra;
+  uint64_t inter;
+} traffic_mark;
+
+static int traffic_now(mlp_trainer* t, traffic_mark* m) {
+  zoe_comm_traffic c = ZOE_COMM_TRAFFIC_INIT;
+  if (mlp_check(zoe_engine_traffic(t->engine, &c), "zoe_engine_traffic") != 0) return -1;
+  m->intra = c.intra_node_bytes;
+  m->inter = c.inter_node_bytes;
+  return 0;
+}
+
+static int traffic_per_step(mlp_trainer* t, const traffic_mark* before, long steps, mlp_summary* s) {
+  traffic_mark after;
+  if (traffic_now(t, &after) != 0) return -1;
+  double v[2] = {(double)(after.intra - before->intra), (double)(after.inter - before->inter)};
+  if (mlp_check(zoe_all_reduce_sum(t->engine, v, 2), "zoe_all_reduce_sum") != 0) return -1;
+  const double per = steps > 0 ? (double)t->ranks.world_size * (double)steps : 1.0;
+  s->intra_node_bytes_per_step = v[0] / per;
+  s->inter_node_bytes_per_step = v[1] / per;
+  return 0;
+}
+
+static int train(const mlp_options* o, const zoe_ranks* launch, size_t micro_batches, const char* user_config) {
+  const int several = launch->world_size > 1;
+  const int lead = launch->rank == 0; /* prints the lines and the progress */
   mlp_run_dir dir;
-  if (mlp_run_dir_open(o->dir, &dir) != 0) return 1;
+  if (mlp_run_dir_open(o->dir, several ? (long)launch->rank : -1, &dir) != 0) return 1;
+  /* The budget and the built-in configuration for a whole micro-batch: a rank's share needs less. */
   const size_t rows = o->batch / micro_batches;
   const uint64_t budget = o->device_budget != 0 ? o->device_budget : mlp_default_budget(o->hidden, o->layers, rows);
   const uint64_t states = mlp_model_state_bytes(o->hidden, o->layers);
   FILE* info = o->json ? stderr : stdout;
-  fprintf(info,
-          "zoe-train-mlp: %zu layers of %zu x %zu, batch %zu in %zu micro-batch(es); model states %llu bytes, "
-          "device budget %llu bytes (%s; states = %.1fx budget); folder %s%s\n",
-          o->layers, o->hidden, o->hidden, o->batch, micro_batches, (unsigned long long)states,
-          (unsigned long long)budget, o->device_budget != 0 ? "--device-budget" : "computed from the model",
-          (double)states / (double)budget, dir.root, dir.temporary ? " (temporary)" : "");
-  fflush(info);
+  if (lead) {
+    fprintf(info,
+            "zoe-train-mlp: %zu layers of %zu x %zu, batch %zu in %zu micro-batch(es) on %u rank(s); model states %llu "
+            "bytes, device budget %llu bytes (%s; states = %.1fx budget); folder %s%s\n",
+            o->layers, o->hidden, o->hidden, o->batch, micro_batches, launch->world_size, (unsigned long long)states,
+            (unsigned long long)budget, o->device_budget != 0 ? "--device-budget" : "computed from the model",
+            (double)states / (double)budget, dir.root, dir.temporary ? " (temporary)" : "");
+    fflush(info);
+  }
 
-  if (o->checkpoint_every > 0 && dir.temporary) {
+  if (o->checkpoint_every > 0 && dir.temporary && lead) {
     fprintf(stderr,
             "zoe-train-mlp: warning: --checkpoint-every without --dir: the checkpoints go into the temporary "
             "folder %s and are removed with it at exit\n",
@@ -83,9 +114,25 @@ static int train(const mlp_options* o, size_t micro_batches, const char* user_co
       return 1;
     }
   }
+  char overrides[96];
+  if (o->ranks_per_node != 0) {
+    snprintf(overrides, sizeof overrides, "{\"zoe\": {\"ranks_per_node\": %zu}}", o->ranks_per_node);
+  }
   int rc = 1;
   mlp_trainer t;
-  if (mlp_trainer_open(&t, o, user_config != NULL ? user_config : builtin, micro_batches, budget) != 0) goto done;
+  const int opened = mlp_trainer_open(&t, o, user_config != NULL ? user_config : builtin,
+                                      o->ranks_per_node != 0 ? overrides : NULL, micro_batches, budget);
+  if (opened != 0) {
+    rc = opened == 2 ? 2 : 1;
+    goto done;
+  }
+  if (t.ranks.world_size != launch->world_size || t.ranks.rank != launch->rank) {
+    fprintf(stderr,
+            "zoe-train-mlp: the launcher says rank %u of %u, zoe's engine rank %u of %u (zoe.comm.backend?): they "
+            "must agree\n",
+            launch->rank, launch->world_size, t.ranks.rank, t.ranks.world_size);
+    goto done;
+  }
 
   long first = 1;
   long previous_checkpoint = -1;
@@ -99,15 +146,25 @@ static int train(const mlp_options* o, size_t micro_batches, const char* user_co
     previous_checkpoint = at;
   }
 
-  mlp_report_header(o->json);
+  if (lead) mlp_report_header(o->json);
   double after_first = 0.0;
   double only = 0.0;
   long timed = 0;
+  long ran = 0;
+  traffic_mark before;
+  if (traffic_now(&t, &before) != 0) goto done;
   for (long step = first; step <= o->steps; ++step) {
     const double t0 = mlp_now();
     double loss = 0.0;
     zoe_step_result r = ZOE_STEP_RESULT_INIT;
     if (mlp_trainer_step(&t, step, o->lr, &loss, &r) != 0) goto done;
+    ++ran;
+    /* The global batch's mean loss: every rank's share is equal. A signal that reached some ranks
+     * stops them all after this step (a rank that stopped alone would leave the others waiting). */
+    double global[2] = {loss, stop_requested ? 1.0 : 0.0};
+    if (several && mlp_check(zoe_all_reduce_sum(t.engine, global, 2), "zoe_all_reduce_sum") != 0) goto done;
+    loss = global[0] / (double)t.ranks.world_size;
+    const int stop = global[1] > 0.0;
     const double seconds = mlp_now() - t0;
     if (step == first) {
       only = seconds;
@@ -116,13 +173,13 @@ static int train(const mlp_options* o, size_t micro_batches, const char* user_co
       ++timed;
     }
     const mlp_step_line line = {step, o->steps, loss, r.skipped, r.grad_norm, seconds};
-    mlp_report_step(o->json, &line);
+    if (lead) mlp_report_step(o->json, &line);
     if (o->checkpoint_every > 0 && step % o->checkpoint_every == 0 &&
         save_checkpoint(&t, &dir, step, &previous_checkpoint) != 0) {
       goto done;
     }
-    if (stop_requested) {
-      fprintf(stderr, "zoe-train-mlp: stopped by a signal after step %ld\n", step);
+    if (stop) {
+      if (lead) fprintf(stderr, "zoe-train-mlp: stopped by a signal after step %ld\n", step);
       rc = 130;
       goto done;
     }
@@ -133,6 +190,9 @@ static int train(const mlp_options* o, size_t micro_batches, const char* user_co
   s.device_budget_bytes = budget;
   s.model_state_bytes = states;
   s.step_s = timed > 0 ? after_first / (double)timed : only;
+  s.world_size = t.ranks.world_size;
+  s.ranks_per_node = t.ranks.ranks_per_node;
+  if (traffic_per_step(&t, &before, ran, &s) != 0) goto done;
   /* The statistics of training alone: zoe_measure_stages' own reads and writes would count too. */
   size_t length = 0;
   char* statistics = NULL;
@@ -148,7 +208,7 @@ static int train(const mlp_options* o, size_t micro_batches, const char* user_co
       free(statistics);
       goto done;
     }
-  } else {
+  } else if (lead) {
     fprintf(stderr, "zoe-train-mlp: no step ran in this process: the stage times are not measured\n");
   }
   s.param_io_s = st.param_io_s;
@@ -174,7 +234,7 @@ static int train(const mlp_options* o, size_t micro_batches, const char* user_co
   const double opt = s.adam_s > s.optimizer_io_s ? s.adam_s : s.optimizer_io_s;
   s.bound_s = io + opt;
   s.peak_rss_bytes = mlp_peak_rss_bytes();
-  mlp_report_summary(o->json, &s);
+  if (lead) mlp_report_summary(o->json, &s);
   free(statistics);
   rc = 0;
 done:
@@ -192,7 +252,25 @@ int main(int argc, char** argv) {
     mlp_print_help(stdout);
     return 0;
   }
-  openblas_set_num_threads(o.blas_threads);
+  /* Where this process stands, as its launcher says (zoe's engine confirms it once made). */
+  zoe_ranks launch = ZOE_RANKS_INIT;
+  if (mlp_check(zoe_launcher_ranks(&launch), "zoe_launcher_ranks") != 0) return 1;
+  mlp_set_rank(launch.rank, launch.world_size);
+  if (launch.world_size > 1) {
+    if (o.reference) {
+      fprintf(stderr,
+              "zoe-train-mlp: --reference trains in one process without zoe: run it without a launcher (this one "
+              "started %u ranks); the one-rank zoe run is the reference of a many-rank run\n",
+              launch.world_size);
+      return 2;
+    }
+    if (o.checkpoint_every > 0 || o.resume) {
+      fprintf(stderr, "zoe-train-mlp: %s: not supported on several ranks yet (this launch has %u)\n",
+              o.resume ? "--resume" : "--checkpoint-every", launch.world_size);
+      return 2;
+    }
+  }
+  openblas_set_num_threads(o.blas_threads_given ? o.blas_threads : mlp_default_blas_threads(launch.ranks_per_node));
   install_stop_handlers();
 
   char* user_config = NULL;
@@ -216,7 +294,15 @@ int main(int argc, char** argv) {
     free(user_config);
     return 2;
   }
-  const int rc = o.reference ? mlp_reference_run(&o, micro_batches) : train(&o, micro_batches, user_config);
+  if (o.batch % (micro_batches * launch.world_size) != 0) {
+    fprintf(stderr,
+            "zoe-train-mlp: --batch %zu: not a multiple of gradient_accumulation_steps %zu times the world size %u "
+            "(every rank takes an equal share of every micro-batch)\n",
+            o.batch, micro_batches, launch.world_size);
+    free(user_config);
+    return 2;
+  }
+  const int rc = o.reference ? mlp_reference_run(&o, micro_batches) : train(&o, &launch, micro_batches, user_config);
   free(user_config);
   return rc;
 }

@@ -16,10 +16,13 @@
 /* Every core but one: on the host device zoe's stream workers do what a GPU's copy engines do
  * (moving parameters, gradients and activations) and its I/O thread drives the drive; with BLAS on
  * every core they would take turns with it instead of running beside it. */
-static int default_blas_threads(void) {
+int mlp_default_blas_threads(unsigned local_ranks) {
   const long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  return cores > 2 ? (int)cores - 1 : 1;
+  const long each = (cores - 1) / (long)(local_ranks > 0 ? local_ranks : 1);
+  return each > 1 ? (int)each : 1;
 }
+
+static int default_blas_threads(void) { return mlp_default_blas_threads(1); }
 
 void mlp_print_help(FILE* out) {
   fprintf(out,
@@ -36,7 +39,8 @@ void mlp_print_help(FILE* out) {
           "  --hidden H            width of every layer [%d]\n"
           "  --layers L            number of layers, each with W (H x H) and b (H) [%d]\n"
           "  --batch B             global batch, split evenly over the configuration's\n"
-          "                        gradient_accumulation_steps micro-batches (must divide) [%d]\n"
+          "                        gradient_accumulation_steps micro-batches and over the ranks (their\n"
+          "                        product must divide it) [%d]\n"
           "  --micro-batches K     the built-in configuration's gradient_accumulation_steps [1]\n"
           "  --steps N             train up to step N (with --resume: from the checkpoint's step) [%d]\n"
           "  --lr LR               learning rate passed to every step [%g]\n"
@@ -59,13 +63,30 @@ void mlp_print_help(FILE* out) {
           "                        of --checkpoint-every stay text lines between them)\n"
           "  --reference           train the same model, same seed, in ordinary memory without zoe (plain arrays,\n"
           "                        the same BLAS forward and backward, Adam written out with zoe's arithmetic);\n"
-          "                        prints the same per-step lines\n"
+          "                        prints the same per-step lines. One process only: refused under a launcher\n"
+          "                        with several ranks (the one-rank zoe run is the many-rank run's reference)\n"
           "  --blas-threads T      OpenBLAS threads [%d: every core but one, which zoe's I/O thread and stream\n"
-          "                        workers (the host device's copy engines) keep to themselves]\n"
+          "                        workers (the host device's copy engines) keep to themselves; under a launcher\n"
+          "                        that many divided by the ranks on the node, at least 1]\n"
+          "  --ranks-per-node N    ranks per node (zoe.ranks_per_node, set over --config's too): N consecutive\n"
+          "                        ranks form a node, so 4 ranks on one machine can run as 2 nodes of 2 [zoe's\n"
+          "                        default: MPI's shared-memory split]\n"
           "  --help                this text\n"
           "\n",
           ZOE_MLP_DEFAULT_HIDDEN, ZOE_MLP_DEFAULT_LAYERS, ZOE_MLP_DEFAULT_BATCH, ZOE_MLP_DEFAULT_STEPS,
           ZOE_MLP_DEFAULT_LR, ZOE_MLP_DEFAULT_SEED, default_blas_threads());
+  fputs(
+      "Many ranks: `mpirun -n 4 zoe-train-mlp --ranks-per-node 2 ...` trains data-parallel (the program does\n"
+      "not link MPI: it learns its rank through zoe). Every rank draws the same global batch and trains on\n"
+      "its rows (rank r of W: rows [r B/(K W), (r+1) B/(K W)) of each micro-batch of B/K rows), zoe averages\n"
+      "the gradients over the ranks, so one rank with the same flags computes the same steps: bit for bit\n"
+      "where the rows are grouped alike (W ranks of one micro-batch each, one rank of W micro-batches), else\n"
+      "up to the order of fp32 row sums. The loss printed is the global mean (summed over the ranks with\n"
+      "zoe_all_reduce_sum). With --dir every rank keeps its swap files in DIR/rank-<r>. Rank 0 alone prints\n"
+      "the lines below and the progress; another rank prints only its errors. --checkpoint-every and\n"
+      "--resume are refused on several ranks (not yet supported by this program).\n"
+      "\n",
+      out);
   fputs(
       "--json output: one line per step\n"
       "  {\"step\": n, \"loss\": the step's loss (mean over its micro-batches of the mean squared error, %.9g),\n"
@@ -91,6 +112,13 @@ void mlp_print_help(FILE* out) {
       "                       every transfer hid behind compute and Adam\n"
       "  peak_rss_bytes       the process's peak resident set (getrusage)\n"
       "  statistics           zoe_statistics: bytes and bandwidth per tier and direction, fetch waits, ...\n"
+      "                       (rank 0's)\n"
+      "  world_size           the ranks that trained (1 without a launcher)\n"
+      "  ranks_per_node       ranks per node as zoe grouped them (--ranks-per-node)\n"
+      "  inter_node_bytes_per_step  bytes a rank sent to ranks on other nodes per step (zoe_engine_traffic:\n"
+      "                       counted by the communicator over every collective of the engine, per rank,\n"
+      "                       averaged over the ranks and the steps of this run); 0 on one node\n"
+      "  intra_node_bytes_per_step  the same for bytes sent to ranks on the same node\n"
       "(With --reference the final line has \"reference\": true, step_s and peak_rss_bytes only.)\n"
       "\n"
       "exit status: 0 done, 1 a zoe or system failure (the message names it), 2 a bad flag or value,\n"
@@ -153,9 +181,20 @@ int mlp_parse_options(int argc, char** argv, mlp_options* o) {
       o->resume = 1;
       continue;
     }
-    static const char* const with_value[] = {
-        "--hidden",           "--layers", "--batch",  "--steps",         "--lr",           "--seed",         "--dir",
-        "--checkpoint-every", "--config", "--device", "--device-budget", "--blas-threads", "--micro-batches"};
+    static const char* const with_value[] = {"--hidden",
+                                             "--layers",
+                                             "--batch",
+                                             "--steps",
+                                             "--lr",
+                                             "--seed",
+                                             "--dir",
+                                             "--checkpoint-every",
+                                             "--config",
+                                             "--device",
+                                             "--device-budget",
+                                             "--blas-threads",
+                                             "--micro-batches",
+                                             "--ranks-per-node"};
     int known = 0;
     for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; ++k) known |= strcmp(f, with_value[k]) == 0;
     if (!known) return bad(f, NULL, "unknown flag");
@@ -190,6 +229,10 @@ int mlp_parse_options(int argc, char** argv, mlp_options* o) {
     } else if (strcmp(f, "--blas-threads") == 0) {
       rc = parse_u64(f, v, 1, 1024, &u);
       o->blas_threads = (int)u;
+      o->blas_threads_given = 1;
+    } else if (strcmp(f, "--ranks-per-node") == 0) {
+      rc = parse_u64(f, v, 1, 1u << 20, &u);
+      o->ranks_per_node = (size_t)u;
     } else if (strcmp(f, "--lr") == 0) {
       char* end = NULL;
       errno = 0;

@@ -23,6 +23,8 @@ typedef struct mlp_options {
   int json;
   int reference;
   int blas_threads;
+  int blas_threads_given; /* 0: the default, divided among the ranks of this node */
+  size_t ranks_per_node;  /* --ranks-per-node: zoe.ranks_per_node (0: not given, zoe decides) */
   int help;
 } mlp_options;
 
@@ -32,5 +34,9 @@ int mlp_parse_options(int argc, char** argv, mlp_options* o);
 
 /* The --help text. */
 void mlp_print_help(FILE* out);
+
+/* OpenBLAS threads when --blas-threads is not given: every core but one, shared by the
+ * `local_ranks` ranks of this node (at least 1 each). */
+int mlp_default_blas_threads(unsigned local_ranks);
 
 #endif /* ZOE_DEMO_OPTIONS_H */

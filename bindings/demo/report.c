@@ -74,10 +74,12 @@ void mlp_report_summary(int json, const mlp_summary* s) {
     printf(
         "{\"peak_device_bytes\": %llu, \"device_budget_bytes\": %llu, \"model_state_bytes\": %llu, "
         "\"step_s\": %.6f, \"compute_s\": %.6f, \"param_io_s\": %.6f, \"adam_s\": %.6f, \"optimizer_io_s\": %.6f, "
-        "\"bound_s\": %.6f, \"peak_rss_bytes\": %llu, \"statistics\": %s}\n",
+        "\"bound_s\": %.6f, \"peak_rss_bytes\": %llu, \"world_size\": %u, \"ranks_per_node\": %u, "
+        "\"inter_node_bytes_per_step\": %.17g, \"intra_node_bytes_per_step\": %.17g, \"statistics\": %s}\n",
         (unsigned long long)s->peak_device_bytes, (unsigned long long)s->device_budget_bytes,
         (unsigned long long)s->model_state_bytes, s->step_s, s->compute_s, s->param_io_s, s->adam_s, s->optimizer_io_s,
-        s->bound_s, (unsigned long long)s->peak_rss_bytes, s->statistics != NULL ? s->statistics : "null");
+        s->bound_s, (unsigned long long)s->peak_rss_bytes, s->world_size, s->ranks_per_node,
+        s->inter_node_bytes_per_step, s->intra_node_bytes_per_step, s->statistics != NULL ? s->statistics : "null");
     fflush(stdout);
     return;
   }
@@ -93,6 +95,11 @@ void mlp_report_summary(int json, const mlp_summary* s) {
   printf("  parameter reads    %10.3f s\n", s->param_io_s);
   printf("  Adam alone         %10.3f s\n", s->adam_s);
   printf("  optimizer I/O      %10.3f s\n", s->optimizer_io_s);
+  if (s->world_size > 1) {
+    printf("ranks                %10u (%u per node); per rank and step: %.1f MiB to other nodes, %.1f MiB within\n",
+           s->world_size, s->ranks_per_node, mib((uint64_t)s->inter_node_bytes_per_step),
+           mib((uint64_t)s->intra_node_bytes_per_step));
+  }
   printf("  bound              %10.3f s = max(compute, parameter reads) + max(Adam, optimizer I/O); step/bound %.2f\n",
          s->bound_s, s->bound_s > 0 ? s->step_s / s->bound_s : 0.0);
   if (s->statistics != NULL) {

@@ -27,6 +27,10 @@ typedef struct mlp_summary {
   double bound_s;
   uint64_t peak_rss_bytes;
   const char* statistics; /* zoe_statistics' JSON, or NULL */
+  unsigned world_size;
+  unsigned ranks_per_node;
+  double inter_node_bytes_per_step; /* per rank, averaged over the ranks and steps */
+  double intra_node_bytes_per_step;
 } mlp_summary;
 
 /* The table's header (nothing with --json). */

@@ -29,7 +29,7 @@ static int join(char* out, size_t size, const char* a, const char* b) {
   return 0;
 }
 
-int mlp_run_dir_open(const char* dir, mlp_run_dir* out) {
+int mlp_run_dir_open(const char* dir, long rank, mlp_run_dir* out) {
   memset(out, 0, sizeof *out);
   if (dir == NULL) {
     const char* base = getenv("TMPDIR");
@@ -66,7 +66,13 @@ int mlp_run_dir_open(const char* dir, mlp_run_dir* out) {
     mlp_run_dir_close(out);
     return -1;
   }
-  if (join(out->swap, sizeof out->swap, out->root, "swap") != 0 ||
+  char swap_name[32];
+  if (rank >= 0) {
+    snprintf(swap_name, sizeof swap_name, "rank-%ld", rank);
+  } else {
+    strcpy(swap_name, "swap");
+  }
+  if (join(out->swap, sizeof out->swap, out->root, swap_name) != 0 ||
       join(out->checkpoints, sizeof out->checkpoints, out->root, "checkpoints") != 0 || make_folder(out->swap) != 0 ||
       make_folder(out->checkpoints) != 0) {
     mlp_run_dir_close(out);

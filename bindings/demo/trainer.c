@@ -13,9 +13,16 @@
 #include "model.h"
 #include "report.h"
 
+/* "zoe-train-mlp" or "zoe-train-mlp[rank r]": which of several ranks failed. */
+static char program_name[48] = "zoe-train-mlp";
+
+void mlp_set_rank(unsigned rank, unsigned world_size) {
+  if (world_size > 1) snprintf(program_name, sizeof program_name, "zoe-train-mlp[rank %u]", rank);
+}
+
 int mlp_check(zoe_status s, const char* what) {
   if (s == ZOE_SUCCESS) return 0;
-  fprintf(stderr, "zoe-train-mlp: %s: %s: %s\n", what, zoe_status_string(s), zoe_last_error());
+  fprintf(stderr, "%s: %s: %s: %s\n", program_name, what, zoe_status_string(s), zoe_last_error());
   return -1;
 }
 
@@ -38,15 +45,16 @@ static int settle(mlp_trainer* t) {
   return mlp_check(zoe_stream_synchronize(t->stream), "zoe_stream_synchronize");
 }
 
-int mlp_trainer_open(mlp_trainer* t, const mlp_options* o, const char* config_json, size_t micro_batches,
-                     uint64_t budget) {
+int mlp_trainer_open(mlp_trainer* t, const mlp_options* o, const char* config_json, const char* overrides,
+                     size_t micro_batches, uint64_t budget) {
   memset(t, 0, sizeof *t);
   t->hidden = o->hidden;
   t->layers = o->layers;
   t->batch = o->batch;
   t->micro_batches = micro_batches;
-  t->rows = o->batch / micro_batches;
   t->seed = o->seed;
+  const zoe_ranks one = ZOE_RANKS_INIT;
+  t->ranks = one;
   zoe_device_options dopt = ZOE_DEVICE_OPTIONS_INIT;
   dopt.kind = strcmp(o->device, "host") == 0   ? ZOE_DEVICE_HOST
               : strcmp(o->device, "cuda") == 0 ? ZOE_DEVICE_CUDA
@@ -69,11 +77,23 @@ int mlp_trainer_open(mlp_trainer* t, const mlp_options* o, const char* config_js
   ZOE_MLP_CHECK(mlp_model_build(o->hidden, o->layers, o->seed, &model));
   zoe_engine_desc desc = ZOE_ENGINE_DESC_INIT;
   desc.config_json = config_json;
+  desc.config_overrides = overrides;
   desc.model = model;
   desc.device = t->device;
   const zoe_status made = zoe_engine_create(&desc, &t->engine);
   zoe_model_destroy(model);
   if (mlp_check(made, "zoe_engine_create") != 0) return -1;
+  ZOE_MLP_CHECK(zoe_engine_ranks(t->engine, &t->ranks));
+  mlp_set_rank(t->ranks.rank, t->ranks.world_size);
+  /* Every rank takes the same share of every micro-batch. */
+  if (o->batch % (micro_batches * t->ranks.world_size) != 0) {
+    fprintf(stderr,
+            "zoe-train-mlp: --batch %zu: not a multiple of gradient_accumulation_steps %zu times the world size %u "
+            "(every rank takes an equal share of every micro-batch)\n",
+            o->batch, micro_batches, t->ranks.world_size);
+    return 2;
+  }
+  t->rows = o->batch / (micro_batches * t->ranks.world_size);
 
   t->buffer_bytes = t->rows * t->hidden * sizeof(float);
   for (int i = 0; i < 4; ++i) {
@@ -95,6 +115,9 @@ static int micro_batch(mlp_trainer* t, long step, size_t micro, double* loss_sum
   const size_t n = t->rows * h;
   uint64_t row0 = 0;
   mlp_micro_batch_rows(t->batch, t->micro_batches, micro, &row0);
+  /* This rank's rows of the micro-batch: the gradient of their mean loss, averaged over the ranks
+   * by zoe's reduction, is the gradient of the whole micro-batch's mean loss. */
+  row0 += (uint64_t)t->ranks.rank * t->rows;
   const mlp_compute_ops* ops = t->compute->ops;
   float* cur = t->buffers[0];
   float* next = t->buffers[1];

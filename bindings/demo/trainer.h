@@ -15,8 +15,9 @@ typedef struct mlp_trainer {
   size_t layers;
   size_t batch;
   size_t micro_batches;
-  size_t rows; /* per micro-batch */
+  size_t rows; /* per micro-batch and rank: batch / (micro_batches x world size) */
   uint64_t seed;
+  zoe_ranks ranks; /* the engine's */
   zoe_device* device;
   zoe_stream* stream;
   zoe_engine* engine;
@@ -27,12 +28,15 @@ typedef struct mlp_trainer {
 } mlp_trainer;
 
 /* Opens the device (kind from o->device, budget `budget`), the stream and the compute backend,
- * registers the model and makes the engine from `config_json`. 0, or -1 with a message on stderr;
+ * registers the model and makes the engine from `config_json` with `overrides` (a JSON merge
+ * patch, or NULL) merged over it: collective on several ranks. Then this rank's share of the batch:
+ * the engine's world size times micro_batches must divide o->batch. 0; 2 for a batch the ranks
+ * cannot share (the message names both); -1 with a message on stderr for anything else.
  * mlp_trainer_close undoes whatever was made either way. */
-int mlp_trainer_open(mlp_trainer* t, const mlp_options* o, const char* config_json, size_t micro_batches,
-                     uint64_t budget);
+int mlp_trainer_open(mlp_trainer* t, const mlp_options* o, const char* config_json, const char* overrides,
+                     size_t micro_batches, uint64_t budget);
 /* One training step (all micro-batches, then zoe_step with `lr`): *loss is the mean over the
- * micro-batches of the mean squared error. 0, or -1 with a message. */
+ * micro-batches of the mean squared error of this rank's rows. 0, or -1 with a message. */
 int mlp_trainer_step(mlp_trainer* t, long step, double lr, double* loss, zoe_step_result* result);
 /* Destroys the engine (not the device): after it, device memory is free for mlp_trainer_compute_s. */
 int mlp_trainer_close_engine(mlp_trainer* t);
@@ -42,7 +46,10 @@ int mlp_trainer_close_engine(mlp_trainer* t);
 double mlp_trainer_compute_s(mlp_trainer* t);
 void mlp_trainer_close(mlp_trainer* t);
 
-/* Prints "zoe-train-mlp: <what>: <status>: <zoe_last_error()>" and returns -1 unless s succeeded. */
+/* Prints "zoe-train-mlp: <what>: <status>: <zoe_last_error()>" ("zoe-train-mlp[rank r]: ..." once
+ * mlp_set_rank has named a rank of several) and returns -1 unless s succeeded. */
 int mlp_check(zoe_status s, const char* what);
+/* Names this process's rank in mlp_check's messages when world_size > 1. */
+void mlp_set_rank(unsigned rank, unsigned world_size);
 
 #endif /* ZOE_DEMO_TRAINER_H */

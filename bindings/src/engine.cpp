@@ -1,7 +1,13 @@
 // The engine handle: created from a configuration (JSON text or a file), a model and a device;
 // every parameter given its initial value one at a time, so host memory holds one parameter.
 #include <algorithm>
+#include <cerrno>
+#include <fstream>
+#include <sstream>
+#include <string>
 #include <utility>
+
+#include <nlohmann/json.hpp>
 
 #include "initializer.hpp"
 #include "objects.hpp"
@@ -59,13 +65,43 @@ std::vector<std::size_t> parameter_counts(const zoe_model& model) {
   return counts;
 }
 
-engine::loaded_config load(const zoe_engine_desc& d) {
+std::string file_text(const char* path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    const int err = errno;
+    throw config_error(str(path, ": cannot read the configuration file: ", errno_text(err)));
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) throw config_error(str(path, ": cannot read the configuration file"));
+  return text.str();
+}
+
+engine::loaded_config load(const zoe_engine_desc& d, const char* overrides) {
   if ((d.config_json == nullptr) == (d.config_path == nullptr)) {
     throw usage_error(str("zoe_engine_desc: give exactly one of config_json and config_path (",
                           d.config_json == nullptr ? "neither is" : "both are", " set; \"{}\" gives the defaults)"));
   }
   // Both log their warnings (unknown keys, deprecated names) through zoe's log.
-  return d.config_json != nullptr ? engine::parse_config(d.config_json) : engine::load_config_file(d.config_path);
+  if (overrides == nullptr) {
+    return d.config_json != nullptr ? engine::parse_config(d.config_json) : engine::load_config_file(d.config_path);
+  }
+  const nlohmann::json patch = nlohmann::json::parse(overrides, nullptr, false);
+  if (!patch.is_object()) {
+    throw config_error(str("zoe_engine_desc.config_overrides is not a JSON object: '", overrides, "'"));
+  }
+  const std::string text = d.config_json != nullptr ? std::string(d.config_json) : file_text(d.config_path);
+  const std::string origin = d.config_json != nullptr ? std::string("<config>") : std::string(d.config_path);
+  nlohmann::json merged = nlohmann::json::parse(text, nullptr, false);
+  // Not JSON, or not an object: the reader's own message says where.
+  if (!merged.is_object()) return engine::parse_config(text, origin);
+  merged.merge_patch(patch);
+  return engine::parse_config(merged.dump(), origin + " with zoe_engine_desc.config_overrides");
+}
+
+// The caller's world for zoe_all_reduce_sum: the same backend, nodes and timeout as the engine's.
+engine::comm_options caller_world_options(const engine::engine_config& config) {
+  return engine::comm_options_of(config);
 }
 
 // The device zoe.device names (kind and budget). Left at its default, the kind is core's empty
@@ -127,6 +163,8 @@ zoe_engine::zoe_engine(zoe_device& on, std::unique_ptr<zoe_device> owned, const 
                        const zoe::engine::engine_config& config)
     : owned_device(std::move(owned)),
       device(&on),
+      caller_world(zoe::engine::make_communicator(*on.dev, zoe::bindings::caller_world_options(config))),
+      caller_stream(on.dev->create_stream()),
       engine(std::make_unique<zoe::engine::offload_engine>(zoe::bindings::module_specs(model), config, *on.dev)),
       layout_ids(zoe::bindings::layout_ids_of(model)),
       tracker(zoe::bindings::module_names(model), zoe::bindings::parameter_counts(model)) {}
@@ -144,7 +182,10 @@ zoe_status zoe_engine_create(const zoe_engine_desc* desc, zoe_engine** engine) {
     expect_pointer(engine, "engine (the out-parameter)");
     const zoe_model& model = live(d.model, "zoe_engine_desc.model");
     zoe_device* given = d.device == nullptr ? nullptr : &live(d.device, "zoe_engine_desc.device");
-    const zoe::engine::loaded_config loaded = zoe::bindings::load(d);
+    // config_overrides only where the caller's struct has the field.
+    const char* overrides =
+        d.struct_size >= ZOE_FIELDS_END(zoe_engine_desc, config_overrides) ? d.config_overrides : nullptr;
+    const zoe::engine::loaded_config loaded = zoe::bindings::load(d, overrides);
     std::unique_ptr<zoe_device> owned = given == nullptr ? zoe::bindings::open_configured_device(loaded) : nullptr;
     zoe_device& on = given != nullptr ? *given : *owned;
     auto made = std::make_unique<zoe_engine>(on, std::move(owned), model, loaded.config);

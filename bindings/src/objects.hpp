@@ -65,6 +65,11 @@ struct zoe_engine {
   /// runs on it, so that it is closed after it.
   std::unique_ptr<zoe_device> owned_device;
   zoe_device* device = nullptr;
+  /// The world zoe_all_reduce_sum runs on, the caller's alone (its collectives keep their own
+  /// order, apart from the engine's), and the stream its copies go on. Made before `engine`: every
+  /// rank makes its worlds in the same order.
+  std::unique_ptr<zoe::engine::communicator> caller_world;
+  zoe::device_stream caller_stream;
   std::unique_ptr<zoe::engine::offload_engine> engine;
   /// The engine's parameter id (modules in order) of each zoe_parameter_id (the order added).
   std::vector<zoe::engine::parameter_id> layout_ids;
@@ -97,6 +102,10 @@ struct handle_traits<zoe_engine> {
 /// The stream to queue an engine's or a device's work on: the default stream for NULL; usage_error
 /// for a stream that is not live or belongs to another device than `on`.
 [[nodiscard]] stream_view stream_on(const zoe_device& on, zoe_stream* stream);
+
+/// The bytes the engine's collectives sent: every communicator of the engine, each with its
+/// sub-groups (not the caller's world of zoe_all_reduce_sum).
+[[nodiscard]] engine::comm_stats engine_traffic(zoe_engine& e);
 
 /// The engine's parameter id of `parameter`; usage_error naming it when unknown.
 [[nodiscard]] engine::parameter_id layout_id(const zoe_engine& e, zoe_parameter_id parameter);

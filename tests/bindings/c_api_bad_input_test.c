@@ -8,6 +8,7 @@
 #include <ftw.h>
 #include <math.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -866,6 +867,168 @@ fail:
   return 0;
 }
 
+/* ---- ranks ----------------------------------------------------------------------------------- */
+
+/* The launcher's variables zoe_launcher_ranks reads, cleared (and restored by restore_launcher). */
+static const char* const launcher_names[] = {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+                                             "OMPI_COMM_WORLD_LOCAL_SIZE", "PMI_RANK", "PMI_SIZE"};
+enum { launcher_name_count = sizeof launcher_names / sizeof launcher_names[0] };
+
+static void clear_launcher(char saved[][64]) {
+  size_t i;
+  for (i = 0; i < launcher_name_count; ++i) {
+    const char* v = getenv(launcher_names[i]);
+    saved[i][0] = '\0';
+    if (v != NULL) snprintf(saved[i], 64, "=%s", v); /* "=" marks a variable that was set */
+    unsetenv(launcher_names[i]);
+  }
+}
+
+static void restore_launcher(char saved[][64]) {
+  size_t i;
+  for (i = 0; i < launcher_name_count; ++i) {
+    if (saved[i][0] == '=') {
+      setenv(launcher_names[i], saved[i] + 1, 1);
+    } else {
+      unsetenv(launcher_names[i]);
+    }
+  }
+}
+
+/* zoe_launcher_ranks: rank 0 of 1 without a launcher, Open MPI's and PMI's variables read, bad
+ * values refused naming the variable. */
+static int launcher_environment(void) {
+  char saved[launcher_name_count][64];
+  zoe_ranks k = ZOE_RANKS_INIT;
+  clear_launcher(saved);
+  ZOE_EXPECT_USAGE(zoe_launcher_ranks(NULL), "zoe_ranks pointer is NULL");
+  ZOE_EXPECT_OK(zoe_launcher_ranks(&k));
+  ZOE_EXPECT_TRUE(k.rank == 0 && k.world_size == 1 && k.ranks_per_node == 1 && k.node == 0 && k.nodes == 1);
+  setenv("OMPI_COMM_WORLD_SIZE", "4", 1);
+  setenv("OMPI_COMM_WORLD_RANK", "3", 1);
+  setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "2", 1);
+  ZOE_EXPECT_OK(zoe_launcher_ranks(&k));
+  ZOE_EXPECT_TRUE(k.rank == 3 && k.world_size == 4 && k.ranks_per_node == 2 && k.node == 1 && k.local_rank == 1 &&
+                  k.nodes == 2);
+  setenv("OMPI_COMM_WORLD_RANK", "4", 1);
+  ZOE_EXPECT_USAGE(zoe_launcher_ranks(&k), "must be below the size");
+  setenv("OMPI_COMM_WORLD_RANK", "1", 1);
+  setenv("OMPI_COMM_WORLD_SIZE", "four", 1);
+  ZOE_EXPECT_USAGE(zoe_launcher_ranks(&k), "OMPI_COMM_WORLD_SIZE is 'four'");
+  unsetenv("OMPI_COMM_WORLD_SIZE");
+  unsetenv("OMPI_COMM_WORLD_RANK");
+  unsetenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  setenv("PMI_SIZE", "3", 1);
+  setenv("PMI_RANK", "2", 1);
+  ZOE_EXPECT_OK(zoe_launcher_ranks(&k));
+  ZOE_EXPECT_TRUE(k.rank == 2 && k.world_size == 3 && k.ranks_per_node == 3 && k.nodes == 1);
+  setenv("PMI_RANK", "-1", 1);
+  ZOE_EXPECT_USAGE(zoe_launcher_ranks(&k), "PMI_RANK");
+  k.struct_size = 0;
+  ZOE_EXPECT_USAGE(zoe_launcher_ranks(&k), "zoe_ranks.struct_size is 0");
+  restore_launcher(saved);
+  return 1;
+fail:
+  restore_launcher(saved);
+  return 0;
+}
+
+/* The ranks calls on one rank: rank 0 of 1, a sum that leaves the values, traffic that counts
+ * the collectives and sends nothing; and their bad input. */
+static int ranks_at_one_rank(void) {
+  rig r;
+  zoe_ranks k = ZOE_RANKS_INIT;
+  zoe_comm_traffic before = ZOE_COMM_TRAFFIC_INIT;
+  zoe_comm_traffic after = ZOE_COMM_TRAFFIC_INIT;
+  zoe_step_result result = ZOE_STEP_RESULT_INIT;
+  double values[3] = {1.5, -2.0, 1e300};
+  double loss = 0;
+  if (!rig_open(&r, 1)) goto fail;
+  ZOE_EXPECT_USAGE(zoe_engine_ranks(NULL, &k), "engine is NULL");
+  ZOE_EXPECT_USAGE(zoe_engine_ranks(r.engine, NULL), "zoe_ranks pointer is NULL");
+  k.struct_size = sizeof k - sizeof k.nodes; /* built against a header without the last field */
+  ZOE_EXPECT_USAGE(zoe_engine_ranks(r.engine, &k), "zoe_ranks.struct_size");
+  k.struct_size = sizeof k;
+  ZOE_EXPECT_OK(zoe_engine_ranks(r.engine, &k));
+  ZOE_EXPECT_TRUE(k.rank == 0 && k.world_size == 1 && k.ranks_per_node == 1 && k.node == 0 && k.local_rank == 0 &&
+                  k.nodes == 1);
+
+  ZOE_EXPECT_USAGE(zoe_all_reduce_sum(NULL, values, 3), "engine is NULL");
+  ZOE_EXPECT_USAGE(zoe_all_reduce_sum(r.engine, NULL, 3), "values is NULL");
+  ZOE_EXPECT_OK(zoe_all_reduce_sum(r.engine, NULL, 0));
+  ZOE_EXPECT_OK(zoe_all_reduce_sum(r.engine, values, 3));
+  ZOE_EXPECT_TRUE(values[0] == 1.5 && values[1] == -2.0 && values[2] == 1e300);
+
+  ZOE_EXPECT_USAGE(zoe_engine_traffic(NULL, &before), "engine is NULL");
+  ZOE_EXPECT_USAGE(zoe_engine_traffic(r.engine, NULL), "zoe_comm_traffic pointer is NULL");
+  before.struct_size = 0;
+  ZOE_EXPECT_USAGE(zoe_engine_traffic(r.engine, &before), "zoe_comm_traffic.struct_size is 0");
+  before.struct_size = sizeof before;
+  ZOE_EXPECT_OK(zoe_engine_traffic(r.engine, &before));
+  if (!train_step(&r, 1e-2, &loss, &result)) goto fail;
+  ZOE_EXPECT_OK(zoe_engine_traffic(r.engine, &after));
+  /* A step gathers and reduces: collectives counted, no byte sent at world size 1. */
+  ZOE_EXPECT_TRUE(after.collectives > before.collectives);
+  ZOE_EXPECT_TRUE(after.intra_node_bytes == 0 && after.inter_node_bytes == 0);
+  return rig_close(&r);
+fail:
+  rig_close(&r);
+  return 0;
+}
+
+/* zoe_engine_desc.config_overrides: merged over config_json and config_path as a merge patch,
+ * checked like the configuration itself. */
+static int config_overrides(void) {
+  rig r;
+  char config[2048];
+  char path[600];
+  FILE* f = NULL;
+  zoe_engine_desc e = ZOE_ENGINE_DESC_INIT;
+  zoe_engine* engine = NULL;
+  if (!rig_open(&r, 1)) goto fail;
+  if (!config_json(&r, config, sizeof config)) goto fail;
+  e.model = r.model;
+  e.device = r.device;
+  e.config_json = config;
+  e.config_overrides = "{\"zero_optimization\": {\"stage\": 7}}";
+  ZOE_EXPECT_STATUS(zoe_engine_create(&e, &engine), ZOE_ERROR_CONFIG, "zero_optimization.stage");
+  e.config_overrides = "[1, 2]";
+  ZOE_EXPECT_STATUS(zoe_engine_create(&e, &engine), ZOE_ERROR_CONFIG, "config_overrides is not a JSON object");
+  e.config_overrides = "{\"zero_optimization\": ";
+  ZOE_EXPECT_STATUS(zoe_engine_create(&e, &engine), ZOE_ERROR_CONFIG, "config_overrides");
+  ZOE_EXPECT_TRUE(engine == NULL);
+  /* A valid patch makes an engine. */
+  e.config_overrides = "{\"gradient_clipping\": 0.5, \"zero_optimization\": {\"sub_group_size\": 2000}}";
+  ZOE_EXPECT_OK(zoe_engine_create(&e, &engine));
+  ZOE_EXPECT_OK(zoe_engine_destroy(engine));
+  engine = NULL;
+  /* The same over a file. */
+  snprintf(path, sizeof path, "%s/config.json", r.dir);
+  f = fopen(path, "w");
+  ZOE_EXPECT_TRUE(f != NULL);
+  fputs(config, f);
+  fclose(f);
+  f = NULL;
+  e.config_json = NULL;
+  e.config_path = path;
+  e.config_overrides = "{\"zero_optimization\": {\"stage\": 7}}";
+  ZOE_EXPECT_STATUS(zoe_engine_create(&e, &engine), ZOE_ERROR_CONFIG, "zero_optimization.stage");
+  e.config_overrides = "{\"zero_optimization\": {\"sub_group_size\": 2000}}";
+  ZOE_EXPECT_OK(zoe_engine_create(&e, &engine));
+  ZOE_EXPECT_OK(zoe_engine_destroy(engine));
+  engine = NULL;
+  /* A struct from before the field: config_overrides is not read. */
+  e.struct_size = offsetof(zoe_engine_desc, config_overrides);
+  e.config_overrides = "not read";
+  ZOE_EXPECT_OK(zoe_engine_create(&e, &engine));
+  ZOE_EXPECT_OK(zoe_engine_destroy(engine));
+  return rig_close(&r);
+fail:
+  if (engine != NULL) zoe_engine_destroy(engine);
+  rig_close(&r);
+  return 0;
+}
+
 /* ---- the driver ------------------------------------------------------------------------------ */
 
 typedef struct test_case {
@@ -892,6 +1055,9 @@ static const test_case cases[] = {
     {"training_loss_falls", training_loss_falls},
     {"checkpoint_round_trip", checkpoint_round_trip},
     {"statistics_length", statistics_length},
+    {"launcher_environment", launcher_environment},
+    {"ranks_at_one_rank", ranks_at_one_rank},
+    {"config_overrides", config_overrides},
 };
 
 int main(int argc, char** argv) {

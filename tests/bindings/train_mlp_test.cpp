@@ -21,27 +21,12 @@
 
 #include "child_process.hpp"
 #include "io_test_support.hpp"
+#include "train_mlp_support.hpp"
 
 extern char** environ;
 
 namespace zoe::testing {
 namespace {
-
-const std::string demo = ZOE_TRAIN_MLP_PATH;
-
-// A model small enough for seconds a run, wide enough that shards span several aio chunks.
-const std::string small_model = " --hidden 96 --layers 3 --batch 8 --seed 7 --lr 0.01 --device host";
-
-run_result run(const std::string& flags) { return run_shell(demo + " " + flags + " 2>&1"); }
-
-// Step -> loss line of a --json run's output.
-std::map<long, nlohmann::json> steps_of(const std::string& output) {
-  std::map<long, nlohmann::json> out;
-  for (const nlohmann::json& j : json_lines(output)) {
-    if (j.contains("step") && j.contains("loss")) out[j["step"].get<long>()] = j;
-  }
-  return out;
-}
 
 // The demo as a child whose stdout is read line by line, to kill it at a chosen point.
 class child {
@@ -134,7 +119,14 @@ TEST(TrainMlp, HelpExitsZeroAndDefinesEveryFlagAndField) {
                            "bound_s",
                            "peak_device_bytes",
                            "peak_rss_bytes",
-                           "tmpfs"}) {
+                           "tmpfs",
+                           "--ranks-per-node",
+                           "mpirun",
+                           "rank-<r>",
+                           "world_size",
+                           "ranks_per_node",
+                           "inter_node_bytes_per_step",
+                           "intra_node_bytes_per_step"}) {
     EXPECT_NE(r.output.find(word), std::string::npos) << word;
   }
 }
@@ -149,7 +141,8 @@ TEST(TrainMlp, BadFlagsExitTwoNamingTheFlag) {
                                                                   {"--device tpu", "--device"},
                                                                   {"--resume", "--resume"},
                                                                   {"--batch 9 --micro-batches 2", "--batch"},
-                                                                  {"--blas-threads 0", "--blas-threads"}};
+                                                                  {"--blas-threads 0", "--blas-threads"},
+                                                                  {"--ranks-per-node 0", "--ranks-per-node"}};
   for (const auto& [flags, name] : cases) {
     const run_result r = run(flags);
     EXPECT_EQ(r.exit_code, 2) << flags;
@@ -186,6 +179,27 @@ TEST(TrainMlp, LossEqualsTheReferenceAtEveryStep) {
                             "bound_s", "peak_rss_bytes", "statistics"}) {
       EXPECT_TRUE(summary.contains(key)) << key;
     }
+    // One rank: nothing crosses to another.
+    EXPECT_EQ(summary["world_size"], 1);
+    EXPECT_EQ(summary["ranks_per_node"], 1);
+    EXPECT_EQ(summary["inter_node_bytes_per_step"], 0);
+    EXPECT_EQ(summary["intra_node_bytes_per_step"], 0);
+  }
+}
+
+// Under a launcher of several ranks (its environment, as mpirun sets it), what the ranks cannot do
+// is refused before any engine is made, naming the flag and the world size.
+TEST(TrainMlp, ManyRanksRefuseWhatTheyCannotShare) {
+  const std::string launch = "OMPI_COMM_WORLD_SIZE=4 OMPI_COMM_WORLD_RANK=0 OMPI_COMM_WORLD_LOCAL_SIZE=4 ";
+  const std::vector<std::pair<std::string, std::vector<std::string>>> cases = {
+      {"--batch 6", {"--batch 6", "world size 4"}},
+      {"--batch 8 --micro-batches 4", {"--batch 8", "gradient_accumulation_steps 4", "world size 4"}},
+      {"--batch 8 --reference", {"--reference", "4 ranks"}},
+      {"--batch 8 --checkpoint-every 1", {"--checkpoint-every", "4"}}};
+  for (const auto& [flags, words] : cases) {
+    const run_result r = run_shell(launch + demo + " --hidden 8 --layers 1 --steps 1 --device host " + flags + " 2>&1");
+    EXPECT_EQ(r.exit_code, 2) << flags << ": " << r.output;
+    for (const std::string& w : words) EXPECT_NE(r.output.find(w), std::string::npos) << flags << ": " << r.output;
   }
 }
 

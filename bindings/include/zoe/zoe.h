@@ -207,21 +207,85 @@ typedef struct zoe_engine_desc {
   const char* config_path; /**< ... a file holding one (exactly one of the two; "{}" for defaults) */
   const zoe_model* model;  /**< read during the call; may be destroyed afterwards */
   zoe_device* device;      /**< NULL: the engine opens the device the config's zoe.device names */
+  /** NULL, or a JSON object merged over the configuration before it is read, as an RFC 7386 merge
+   *  patch (objects merge key by key, any other value replaces, null removes): a launcher's
+   *  settings (zoe.ranks_per_node, ...) over a shared configuration file. */
+  const char* config_overrides;
 } zoe_engine_desc;
 #define ZOE_ENGINE_DESC_INIT \
-  { sizeof(zoe_engine_desc), NULL, NULL, NULL, NULL }
+  { sizeof(zoe_engine_desc), NULL, NULL, NULL, NULL, NULL }
 
-/** Parses the configuration, lays the model out, plans its footprint (checked against this
- *  machine before anything is allocated), builds every stage and gives each parameter its initial
- *  value. ZOE_ERROR_CONFIG naming the key, ZOE_ERROR_MEMORY naming the plan item, ZOE_ERROR_IO
- *  naming the swap path. Config warnings (unknown keys) go to zoe's log. Thread-safe. */
+/** Parses the configuration (with config_overrides merged over it), lays the model out, plans its
+ *  footprint (checked against this machine before anything is allocated), builds every stage and
+ *  gives each parameter its initial value. ZOE_ERROR_CONFIG naming the key, ZOE_ERROR_MEMORY naming
+ *  the plan item, ZOE_ERROR_IO naming the swap path. Config warnings (unknown keys) go to zoe's log.
+ *  Several ranks (a launch by mpirun; zoe.comm.backend): collective, every rank calls it with the
+ *  same model and configuration, and each holds 1/world_size of every state. Thread-safe. */
 ZOE_API zoe_status zoe_engine_create(const zoe_engine_desc* desc, zoe_engine** engine);
 /** Waits for the engine's work, frees every tier's memory and removes its swap files.
  *  ZOE_ERROR_USAGE while streams of a device the engine opened itself (zoe_engine_device) are
- *  alive: destroy them first. Not concurrently with any other call on this engine. */
+ *  alive: destroy them first. Several ranks: collective, every rank destroys its engine. Not
+ *  concurrently with any other call on this engine. */
 ZOE_API zoe_status zoe_engine_destroy(zoe_engine* engine);
 /** The device the engine runs on (borrowed: valid until zoe_engine_destroy). Thread-safe. */
 ZOE_API zoe_status zoe_engine_device(zoe_engine* engine, zoe_device** device);
+
+/* ---- ranks (data parallelism) ------------------------------------------------------------------ */
+
+/** Where this process stands among the ranks of a data-parallel run. Ranks fill nodes in
+ *  consecutive blocks: rank r is on node r / ranks_per_node with local rank r % ranks_per_node. */
+typedef struct zoe_ranks {
+  size_t struct_size;      /**< sizeof(zoe_ranks), set by the caller */
+  uint32_t rank;           /**< 0 .. world_size - 1 */
+  uint32_t world_size;     /**< the ranks training together (1 without a launcher) */
+  uint32_t ranks_per_node; /**< ranks sharing a node (zoe.ranks_per_node, or MPI's shared-memory split) */
+  uint32_t node;           /**< rank / ranks_per_node */
+  uint32_t local_rank;     /**< rank % ranks_per_node */
+  uint32_t nodes;          /**< world_size / ranks_per_node */
+} zoe_ranks;
+#define ZOE_RANKS_INIT \
+  { sizeof(zoe_ranks), 0, 1, 1, 0, 0, 1 }
+
+/** This process's rank and world size as its launcher announces them in the environment, before
+ *  any engine is made: Open MPI's mpirun (OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE,
+ *  OMPI_COMM_WORLD_LOCAL_SIZE), else PMI (PMI_RANK, PMI_SIZE: MPICH's Hydra, Slurm); rank 0 of 1
+ *  without either. ranks_per_node is the launcher's local size (world_size when it gives none), so
+ *  node, local_rank and nodes follow from it; an engine's zoe.ranks_per_node may group them
+ *  otherwise (zoe_engine_ranks is the engine's view). ZOE_ERROR_USAGE naming the variable when one
+ *  is not a number or the rank is not below the size. Reads the environment only: not collective.
+ *  Thread-safe. */
+ZOE_API zoe_status zoe_launcher_ranks(zoe_ranks* ranks);
+
+/** The engine's rank, world size and nodes (its communicator's). Thread-safe. */
+ZOE_API zoe_status zoe_engine_ranks(const zoe_engine* engine, zoe_ranks* ranks);
+
+/** Sums `count` doubles over the ranks, in place: on return every rank holds the same sums, each
+ *  added in rank order (so every rank's result is bit-identical, whatever the timing). For figures
+ *  the caller computes on the host (a loss, a sample count), through a communicator of the engine
+ *  kept for the caller alone, so it neither waits for nor reorders the engine's own collectives.
+ *  Collective: every rank of the engine calls it, in the same order relative to its other calls of
+ *  it, with the same count (ZOE_ERROR_USAGE on every rank naming the ranks' counts otherwise). A
+ *  rank that never calls it makes the others fail with ZOE_ERROR_COMM or ZOE_ERROR_TIMEOUT naming
+ *  it after zoe.comm.timeout_s. count 0 is a no-op (values may be NULL then). At world size 1 the
+ *  values are left as they are. One thread (not concurrently with any other call on this engine). */
+ZOE_API zoe_status zoe_all_reduce_sum(zoe_engine* engine, double* values, size_t count);
+
+/** Bytes this rank has handed the transport in the engine's collectives since the engine was made
+ *  (parameter gathers, gradient reductions, every group together), split by where they went: to
+ *  ranks on this node or on other nodes. zoe_all_reduce_sum's own traffic is not counted. Counted,
+ *  not estimated (engine/comm/communicator.hpp's bytes_to gives the rule); all 0 at world size 1. */
+typedef struct zoe_comm_traffic {
+  size_t struct_size;        /**< sizeof(zoe_comm_traffic), set by the caller */
+  uint64_t intra_node_bytes; /**< sent to ranks on this node */
+  uint64_t inter_node_bytes; /**< sent to ranks on other nodes */
+  uint64_t collectives;      /**< collectives issued (world size 1 included) */
+} zoe_comm_traffic;
+#define ZOE_COMM_TRAFFIC_INIT \
+  { sizeof(zoe_comm_traffic), 0, 0, 0 }
+
+/** The engine's traffic so far (see zoe_comm_traffic); read it before and after a stretch of steps
+ *  for theirs. Not collective. Thread-safe. */
+ZOE_API zoe_status zoe_engine_traffic(zoe_engine* engine, zoe_comm_traffic* traffic);
 
 /* ---- a micro-batch ----------------------------------------------------------------------------- */
 
