@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <limits>
@@ -265,6 +266,30 @@ TEST(total_stats, CountsEachDistinctGroupOnce) {
   comm->barrier();
   comm->all_gather(nullptr, nullptr, 0, {});
   EXPECT_EQ(total_stats(*comm).calls, 1U) << "the sub-groups of a lone rank are the world itself";
+}
+
+// Outside mpirun (as ctest runs this binary), auto is single and nothing starts MPI; the mpi
+// backend's own cases run under mpirun (mpi_communicator_test.cpp).
+TEST(make_communicator, ChoosesSingleOutsideALauncherAndNamesTheKeyForWhatItLacks) {
+  if (std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMI_SIZE") != nullptr ||
+      std::getenv("PMIX_RANK") != nullptr) {
+    GTEST_SKIP() << "launched by an MPI launcher";
+  }
+  auto dev = make_host_device(16 * MiB);
+  comm_options options;
+  EXPECT_EQ(options.backend, "auto");
+  EXPECT_EQ(make_communicator(*dev, options)->name(), "single (world)");
+  options.backend = "single";
+  EXPECT_EQ(make_communicator(*dev, options)->name(), "single (world)");
+  for (const char* backend : {"nccl", "carrier-pigeon"}) {
+    options.backend = backend;
+    try {
+      (void)make_communicator(*dev, options);
+      ADD_FAILURE() << backend << " accepted";
+    } catch (const config_error& e) {
+      EXPECT_THAT(e.what(), AllOf(HasSubstr("zoe.comm.backend"), HasSubstr(backend)));
+    }
+  }
 }
 
 }  // namespace

@@ -117,10 +117,11 @@ void mpi_group::reduce_scatter(const void* send, void* recv, std::size_t count, 
   const std::uint64_t total = blocks_bytes(c, block, n);
   check_buffer(c, "send", send, total);
   check_buffer(c, "recv", recv, block);
-  // In place: recv is send's own block, so send == recv - rank * block.
-  const void* in_place =
-      recv == nullptr ? nullptr : static_cast<const std::byte*>(recv) - static_cast<std::ptrdiff_t>(block * r);
-  check_overlap(c, send, total, recv, block, send == in_place ? send : nullptr);
+  // In place: recv is send's own block (compared as addresses: recv - rank * block may lie before
+  // any object when it is not).
+  const bool in_place =
+      send != nullptr && reinterpret_cast<std::uintptr_t>(recv) == reinterpret_cast<std::uintptr_t>(send) + block * r;
+  check_overlap(c, send, total, recv, block, in_place ? send : nullptr);
   count_traffic(c.what, block);
   launch(c.what, stream, send, total, recv, block,
          [n, r, block, count, type, op](mpi_exchange& x, const std::byte* in, std::byte* out) {
