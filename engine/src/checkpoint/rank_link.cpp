@@ -83,36 +83,41 @@ rank_link::rank_link(communicator& comm, device& dev, std::size_t chunk_bytes)
   ZOE_EXPECTS(chunk_bytes > 0, "rank_link: pieces of 0 bytes");
   if (comm.size() <= 1) return;
   stream_ = dev.create_stream();
-  if (dev.kind() != device_kind::host) {
-    // The verdicts of every rank travel through the same buffer.
-    chunk_bytes_ = std::max(chunk_bytes_, sizeof(verdict) * comm.size());
+  if (dev.kind() == device_kind::host) return;
+  verdict_bytes_ = sizeof(verdict) * comm.size();
+  verdict_buffer_ = dev.allocate(verdict_bytes_);
+  try {
     device_buffer_ = dev.allocate(chunk_bytes_);
+  } catch (...) {
+    setup_failure_ = std::current_exception();
   }
 }
 
 rank_link::~rank_link() {
-  if (device_buffer_ == nullptr) return;
+  if (verdict_buffer_ == nullptr) return;
   try {
     dev_->synchronize(stream_.view());
   } catch (const std::exception& e) {
-    log::warn("checkpoint: work on the device failed before its transfer buffer was freed: ", e.what());
+    log::warn("checkpoint: work on the device failed before its transfer buffers were freed: ", e.what());
   }
-  dev_->deallocate(device_buffer_, chunk_bytes_);
+  if (device_buffer_ != nullptr) dev_->deallocate(device_buffer_, chunk_bytes_);
+  dev_->deallocate(verdict_buffer_, verdict_bytes_);
 }
 
 std::size_t rank_link::rank() const noexcept { return comm_ != nullptr ? comm_->rank() : 0; }
 std::size_t rank_link::size() const noexcept { return comm_ != nullptr ? comm_->size() : 1; }
 
 template <typename Collective>
-void rank_link::on_device(std::span<std::byte> data, bool upload, bool download, Collective&& collective) {
+void rank_link::on_device(std::span<std::byte> data, void* buffer, bool upload, bool download,
+                          Collective&& collective) {
   const stream_view stream = stream_.view();
-  if (device_buffer_ == nullptr) {
+  if (dev_->kind() == device_kind::host) {
     collective(data.data());
   } else {
-    ZOE_ASSERT(data.size() <= chunk_bytes_);
-    if (upload) dev_->copy_async(device_buffer_, data.data(), data.size(), copy_kind::host_to_device, stream);
-    collective(device_buffer_);
-    if (download) dev_->copy_async(data.data(), device_buffer_, data.size(), copy_kind::device_to_host, stream);
+    ZOE_ASSERT(buffer != nullptr);
+    if (upload) dev_->copy_async(buffer, data.data(), data.size(), copy_kind::host_to_device, stream);
+    collective(buffer);
+    if (download) dev_->copy_async(data.data(), buffer, data.size(), copy_kind::device_to_host, stream);
   }
   // A failed transfer (a rank that vanished) is reported here, naming the rank.
   dev_->synchronize(stream);
@@ -123,7 +128,7 @@ void rank_link::broadcast(std::span<std::byte> data, std::size_t root) {
   const bool mine = rank() == root;
   for (std::size_t at = 0; at < data.size();) {
     const std::size_t n = std::min(chunk_bytes_, data.size() - at);
-    on_device(data.subspan(at, n), mine, !mine,
+    on_device(data.subspan(at, n), device_buffer_, mine, !mine,
               [&](void* buffer) { comm_->broadcast(buffer, n, root, stream_.view()); });
     at += n;
   }
@@ -144,9 +149,10 @@ void rank_link::agree(const std::exception_ptr& local) {
   }
   std::string message;
   std::vector<verdict> all(size());
-  if (local) all[rank()] = describe(local, message);
+  const std::exception_ptr& failure = local ? local : setup_failure_;
+  if (failure) all[rank()] = describe(failure, message);
   const std::span<std::byte> bytes = std::as_writable_bytes(std::span(all));
-  on_device(bytes, true, true, [&](void* buffer) {
+  on_device(bytes, verdict_buffer_, true, true, [&](void* buffer) {
     std::byte* const recv = static_cast<std::byte*>(buffer);
     comm_->all_gather(recv + rank() * sizeof(verdict), recv, sizeof(verdict), stream_.view());
   });
@@ -154,7 +160,14 @@ void rank_link::agree(const std::exception_ptr& local) {
   if (failed == all.end()) return;
   const auto root = static_cast<std::size_t>(failed - all.begin());
   message.resize(failed->message_bytes);
-  broadcast(std::as_writable_bytes(std::span(message)), root);
+  // Through the verdict buffer where the transfer buffer may be the failure.
+  for (std::size_t at = 0; at < message.size();) {
+    const std::size_t n = std::min(message.size() - at, verdict_bytes_ == 0 ? message.size() : verdict_bytes_);
+    const std::span<std::byte> piece = std::as_writable_bytes(std::span(message)).subspan(at, n);
+    on_device(piece, verdict_buffer_, rank() == root, rank() != root,
+              [&](void* buffer) { comm_->broadcast(buffer, n, root, stream_.view()); });
+    at += n;
+  }
   throw_as(*failed, str("rank ", root, " of ", size(), ": ", message));
 }
 

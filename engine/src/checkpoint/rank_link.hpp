@@ -21,7 +21,10 @@ class rank_link {
   rank_link() = default;
   /// The ranks of `comm`, whose collectives run on `dev` in pieces of at most `chunk_bytes` (> 0)
   /// through device memory where `dev` is not the host (host memory is device memory there).
-  /// Makes a stream on `dev` when the world has more than one rank (device_error if refused).
+  /// Makes a stream and, off the host, a small buffer for the verdicts on `dev` when the world has
+  /// more than one rank (device_error, memory_error if refused). A refused transfer buffer is not
+  /// thrown here, where the other ranks would not hear of it: the first agree() fails every rank
+  /// with it.
   rank_link(communicator& comm, device& dev, std::size_t chunk_bytes);
   /// Frees the device buffer after the stream's work. Never throws.
   ~rank_link();
@@ -45,16 +48,20 @@ class rank_link {
   void agree(const std::exception_ptr& local);
 
  private:
-  /// Runs `collective` on `bytes` bytes of device memory holding `data` (copied there first when
-  /// `upload`, back when `download`); `data` itself on the host device.
+  /// Runs `collective` on device memory `buffer` holding `data` (copied there first when `upload`,
+  /// back when `download`); on `data` itself on the host device.
   template <typename Collective>
-  void on_device(std::span<std::byte> data, bool upload, bool download, Collective&& collective);
+  void on_device(std::span<std::byte> data, void* buffer, bool upload, bool download, Collective&& collective);
 
   communicator* comm_ = nullptr;
   device* dev_ = nullptr;
   std::size_t chunk_bytes_ = 0;
   device_stream stream_;
-  void* device_buffer_ = nullptr;  // chunk_bytes_, only where the device is not the host
+  // Only where the device is not the host: the verdicts of every rank, and the pieces.
+  void* verdict_buffer_ = nullptr;
+  std::size_t verdict_bytes_ = 0;
+  void* device_buffer_ = nullptr;  // chunk_bytes_
+  std::exception_ptr setup_failure_;
 };
 
 }  // namespace zoe::engine::detail
