@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "aligned_buffer.hpp"
 #include "checkpoint_format.hpp"
@@ -50,21 +51,23 @@ void check_resident(const tier_manager& tiers, const std::vector<state_kind>& st
   }
 }
 
-/// Writes the state files: every rank takes part, rank 0 writes. The first failure on this rank is
-/// kept in `failure` and ends this rank's reading and writing, but not its part in the broadcasts
-/// (it sends zeros), so that the ranks reach the verdict together. The communicator's own
-/// failures (a rank that vanished) are thrown.
+/// Writes the state files: every rank takes part, rank 0 writes. The constructor throws (memory for
+/// the staging buffers refused): the caller combines that with the other ranks' verdicts before
+/// the first file. Afterwards the first failure on this rank is kept in `failure` and ends this
+/// rank's reading and writing, but not its part in the broadcasts (it sends zeros), so that the
+/// ranks reach the verdict together. The communicator's own failures (a rank that vanished) are
+/// thrown.
 class state_stream {
  public:
   state_stream(checkpoint_fs& fs, const std::filesystem::path& folder, tier_manager& tiers, state_io& io,
                const std::vector<state_kind>& states, detail::rank_link& link, std::exception_ptr& failure)
-      : fs_(fs), folder_(folder), layout_(tiers.layout()), link_(link), failure_(failure) {
-    try {
-      source_.emplace(tiers, io, states, detail::piece_bytes, link.rank());
-      if (link.size() > 1) transfer_ = detail::aligned_buffer(transfer_bytes(states));
-    } catch (...) {
-      fail();
-    }
+      : fs_(fs),
+        folder_(folder),
+        layout_(tiers.layout()),
+        link_(link),
+        failure_(failure),
+        source_(tiers, io, states, detail::piece_bytes, link.rank()) {
+    if (link.size() > 1) transfer_ = detail::aligned_buffer(transfer_bytes(states));
   }
 
   /// Streams state `s`'s file; on rank 0 records it in `files`.
@@ -144,7 +147,7 @@ class state_stream {
     if (failure_) return out;
     attempt([&] {
       if (rest_.empty()) {
-        const std::optional<detail::state_piece> piece = source_->next();
+        const std::optional<detail::state_piece> piece = source_.next();
         ZOE_ASSERT(piece && piece->state == s && piece->param == p);
         rest_ = piece->bytes;
       }
@@ -168,7 +171,7 @@ class state_stream {
   const model_layout& layout_;
   detail::rank_link& link_;
   std::exception_ptr& failure_;
-  std::optional<detail::state_source> source_;
+  detail::state_source source_;
   std::span<const std::byte> rest_;  // what is left of this rank's current piece
   detail::aligned_buffer transfer_;
   std::unique_ptr<detail::xxh3_stream> hash_;
@@ -200,6 +203,7 @@ void save_on(detail::rank_link& link, const std::filesystem::path& root, const s
   bool placed = false;  // root/tag is the new checkpoint (what staging holds then is the old one)
   try {
     std::exception_ptr failure;
+    std::optional<state_stream> stream;
     try {
       check_resident(tiers, states);
       if (writes) {
@@ -208,15 +212,14 @@ void save_on(detail::rank_link& link, const std::filesystem::path& root, const s
         detail::remove_flat_folder(fs, staging);  // left by a save that failed or crashed
         fs.create_directory(staging);
       }
+      stream.emplace(fs, staging, tiers, io, states, link, failure);
     } catch (...) {
       failure = std::current_exception();
     }
     link.agree(failure);
 
-    {
-      state_stream stream(fs, staging, tiers, io, states, link, failure);
-      for (const state_kind s : states) stream.write_file(s, m.files);
-    }
+    for (const state_kind s : states) stream->write_file(s, m.files);
+    stream.reset();  // lets go of the states
     link.agree(failure);
 
     if (writes) {
