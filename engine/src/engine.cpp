@@ -12,13 +12,17 @@
 #include "zoe/core/str.hpp"
 #include "zoe/engine/checkpoint/checkpoint.hpp"
 #include "zoe/kernels/cast.hpp"
+#include "rank_collectives.hpp"
 #include "step_arithmetic.hpp"
 
 namespace zoe::engine {
 namespace {
 
 parameter_path_options path_options(engine_options& o) {
-  return {.arena_bytes = o.arena_bytes, .wrap_backend = std::move(o.wrap_backend)};
+  return {.arena_bytes = o.arena_bytes,
+          .wrap_backend = std::move(o.wrap_backend),
+          .comm = o.comm,
+          .gradient_comm = o.gradient_comm};
 }
 
 gradient_path_options gradient_options(const footprint_plan& plan) {
@@ -55,8 +59,8 @@ offload_engine::offload_engine(std::vector<module_spec> modules, const engine_co
       adam_settings_(config.optimizer.value_or(optimizer_config{})),
       path_(std::make_unique<parameter_path>(std::move(modules), config, dev, path_options(options))),
       io_(std::make_unique<state_io>(path_->tiers(), dev, path_->store())),
-      gradients_(std::make_unique<gradient_path>(path_->tiers(), path_->comm(), dev, path_->pinned(), path_->store(),
-                                                 gradient_options(path_->plan()))),
+      gradients_(std::make_unique<gradient_path>(path_->tiers(), path_->gradient_comm(), dev, path_->pinned(),
+                                                 path_->store(), gradient_options(path_->plan()))),
       optimizer_(std::make_unique<optimizer_step>(path_->tiers(), dev, path_->pinned(), path_->store(),
                                                   step_options(path_->plan(), config))),
       activations_(std::make_unique<activation_store>(dev, path_->pinned(), path_->store(),
@@ -85,8 +89,12 @@ void offload_engine::set_parameter(parameter_id p, std::span<const float> values
   const parameter_layout& param = layout().parameter(p);
   ZOE_EXPECTS(values.size() == param.numel, "set_parameter: parameter '", param.name, "' has ", param.numel,
               " elements, not ", values.size());
+  // This rank's shard: elements [rank * shard_numel, (rank + 1) * shard_numel) of the padded
+  // parameter, the padding zero. Every rank passes the same values and keeps its own part.
+  const std::size_t rank = path_->comm().rank();
   std::vector<float> master(param.shard_numel, 0.0F);
-  std::memcpy(master.data(), values.data(), values.size_bytes());
+  const std::uint64_t real = param.real_numel(rank);
+  if (real > 0) std::memcpy(master.data(), values.data() + rank * param.shard_numel, real * sizeof(float));
   // Gathered copies would go stale as the homes change: drop them, so the next fetch reads the new value.
   path_->coord().drop_gathered();
   io_->write(p, state_kind::master, std::as_bytes(std::span(master)));
@@ -107,8 +115,10 @@ std::vector<float> offload_engine::read_state(parameter_id p, state_kind s) {
   const state_kind held = s == state_kind::working && state_bytes(param, s) == 0 ? state_kind::master : s;
   std::vector<std::byte> raw(state_bytes(param, held));
   io_->read(p, held, raw);
+  // The shards of every rank in rank order are the padded parameter (collective at world size > 1).
+  const std::vector<std::byte> full = detail::gather_shards(path_->gradient_comm(), *device_, raw);
   std::vector<float> out(param.numel);
-  kernels::cast({state_dtype(param, held), raw.data(), param.numel}, {kernels::dtype::fp32, out.data(), out.size()});
+  kernels::cast({state_dtype(param, held), full.data(), param.numel}, {kernels::dtype::fp32, out.data(), out.size()});
   return out;
 }
 
@@ -194,7 +204,8 @@ step_result offload_engine::step(double lr) {
   ZOE_EXPECTS(micro_batches_done_ == k, "step: ", micro_batches_done_, " of the step's ", k,
               " micro-batches (gradient_accumulation_steps) have handed in their gradients");
   ZOE_EXPECTS(std::isfinite(lr) && lr >= 0, "step: the learning rate ", lr, " is not a finite number >= 0");
-  const gradient_summary g = gradients_->summary();
+  // Every rank's shards together: each rank takes the same clip and skip decision.
+  const gradient_summary g = detail::global_summary(path_->gradient_comm(), *device_, gradients_->summary());
   const double scale = scaler_.scale();
   const loss_scaler_state before = scaler_.state();
 

@@ -4,6 +4,7 @@
 #include "zoe/engine/statistics.hpp"
 
 #include <cstdint>
+#include <string>
 
 #include <nlohmann/json.hpp>
 
@@ -168,6 +169,48 @@ json footprint_figures(offload_engine& engine) {
   return j;
 }
 
+// One group's traffic: per collective and in all, intra- and inter-node bytes, and its calls.
+json group_figures(const comm_stats& s) {
+  json j;
+  j["calls"] = s.calls;
+  j["intra_node_bytes"] = s.total().intra_node;
+  j["inter_node_bytes"] = s.total().inter_node;
+  for (std::size_t i = 0; i < collective_count; ++i) {
+    const traffic& t = s.sent[i];
+    j[std::string(collective_name(static_cast<collective>(i)))] = {{"intra_node_bytes", t.intra_node},
+                                                                   {"inter_node_bytes", t.inter_node}};
+  }
+  return j;
+}
+
+// The bytes this rank handed the transport, per group. A sub-group that is its world itself (world
+// size 1, one node, no hpZ) is listed with "same_as" and the world's counters; the totals count
+// every group once.
+json comm_figures(parameter_path& path) {
+  communicator& world = path.comm();
+  communicator& gradients = path.gradient_comm();
+  json j;
+  j["world_size"] = world.size();
+  j["rank"] = world.rank();
+  json groups;
+  groups["world"] = group_figures(world.stats());
+  const auto sub = [&](const char* name, communicator& g) {
+    json f = group_figures(g.stats());
+    if (&g == &world) f["same_as"] = "world";
+    groups[name] = std::move(f);
+  };
+  sub("node_local", world.node_local());
+  sub("cross_node", world.cross_node());
+  sub("hpz", world.hpz());
+  groups["gradient_world"] = group_figures(total_stats(gradients));
+  j["groups"] = std::move(groups);
+  comm_stats all = total_stats(world);
+  all += total_stats(gradients);
+  const json totals = group_figures(all);
+  for (const auto& [key, value] : totals.items()) j[key] = value;
+  return j;
+}
+
 }  // namespace
 
 std::string statistics_json(offload_engine& engine) {
@@ -192,6 +235,7 @@ std::string statistics_json(offload_engine& engine) {
   j["optimizer"] = optimizer_figures(engine.optimizer());
   j["activations"] = activation_figures(acts, engine.plan());
   j["footprint"] = footprint_figures(engine);
+  j["comm"] = comm_figures(engine.parameters());
   return j.dump();
 }
 

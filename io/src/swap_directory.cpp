@@ -128,7 +128,8 @@ void reap_stale(int parent_fd, const std::filesystem::path& parent) {
 
 }  // namespace
 
-swap_directory::swap_directory(const std::filesystem::path& parent) : parent_(open_parent(parent)) {
+swap_directory::swap_directory(const std::filesystem::path& parent, const std::string& label)
+    : parent_(open_parent(parent)) {
   check_parent(parent_.get(), parent);
   const int p = parent_.get();
   if (lock_parent(p, LOCK_EX | LOCK_NB, parent)) reap_stale(p, parent);
@@ -143,7 +144,7 @@ swap_directory::swap_directory(const std::filesystem::path& parent) : parent_(op
   std::random_device rd;
   std::string name;
   for (int attempt = 0; attempt < 16 && name.empty(); ++attempt) {
-    name = str(prefix, ::getpid(), "-", std::hex, rd(), rd());
+    name = str(prefix, label, label.empty() ? "" : "-", ::getpid(), "-", std::hex, rd(), rd());
     if (::mkdirat(p, name.c_str(), 0700) != 0) {
       if (errno == EEXIST) {
         name.clear();

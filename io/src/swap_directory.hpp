@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <memory>
+#include <string>
 
 #include "owned_fd.hpp"
 #include "zoe/io/file.hpp"
@@ -16,10 +17,11 @@ class swap_directory {
   /// Opens `parent` (it must exist, be a directory, readable and writable, and not be writable by
   /// everyone without the sticky bit; warns if it is tmpfs or ramfs), reaps this user's stale
   /// zoe-swap-* folders there (those whose lock no live process holds), then creates and locks a
-  /// fresh one. Safe against any number of processes doing the same on one path at once: a
+  /// fresh one, named zoe-swap-<label>-<pid>-<random> (no "<label>-" when `label` is empty; the
+  /// caller checked it is a safe name). Safe against any number of processes doing the same on one path at once: a
   /// folder is never reaped while its creator lives. Throws io_error naming `parent` (or the new
   /// folder) on any refusal. Thread-safe (several may be constructed at once).
-  explicit swap_directory(const std::filesystem::path& parent);
+  explicit swap_directory(const std::filesystem::path& parent, const std::string& label = {});
   /// Removes the folder, then drops its lock. Never throws.
   ~swap_directory();
   swap_directory(const swap_directory&) = delete;

@@ -1,5 +1,6 @@
 #include "zoe/io/swap_store.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -23,6 +24,15 @@ swap_store_options validated(swap_store_options o) {
   // A power-of-two block_size (checked here) keeps every file's share of a whole number of
   // stripes a multiple of 4 KiB, and extents of a chunk or more alignable to a chunk.
   o.io.validate();
+  ZOE_EXPECTS(o.folder_label.size() <= 64 && std::ranges::all_of(o.folder_label,
+                                                                 [](char c) {
+                                                                   return (c >= 'a' && c <= 'z') ||
+                                                                          (c >= 'A' && c <= 'Z') ||
+                                                                          (c >= '0' && c <= '9') || c == '-' ||
+                                                                          c == '_';
+                                                                 }),
+              "swap store folder_label '", o.folder_label,
+              "' must be at most 64 letters, digits, '-' or '_' (it becomes part of a folder name)");
   const std::uint64_t stripe = static_cast<std::uint64_t>(o.io.block_size) * o.paths.size();
   ZOE_EXPECTS(o.capacity <= std::numeric_limits<std::uint64_t>::max() - stripe, "swap store capacity ", o.capacity,
               " is too large");
@@ -43,7 +53,7 @@ swap_store::swap_store(swap_store_options options)
   backend_ = make_backend(options_.engine, options_.io)->name();
 
   for (std::size_t i = 0; i < options_.paths.size(); ++i) {
-    directories_.push_back(std::make_unique<detail::swap_directory>(options_.paths[i]));
+    directories_.push_back(std::make_unique<detail::swap_directory>(options_.paths[i], options_.folder_label));
     files_.push_back(directories_.back()->create_swap_file(static_cast<int>(i), options_.direct));
     try {
       files_.back()->preallocate(file_bytes());

@@ -199,6 +199,9 @@ TEST(config_render, every_known_key_is_listed_once_in_a_fixed_order) {
       "zoe.activations.host_bytes",
       "zoe.activations.nvme_bytes",
       "zoe.activations.prefetch_bytes",
+      "zoe.comm.backend",
+      "zoe.comm.timeout_s",
+      "zoe.ranks_per_node",
   };
   std::vector<std::string> keys;
   for (const config_entry& e : parse_config("{}").entries) keys.push_back(e.key);

@@ -229,5 +229,28 @@ TEST(config_file, a_missing_file_names_its_path) {
   }
 }
 
+TEST(config_comm, defaults_and_given_values) {
+  const loaded_config d = parse_config("{}");
+  EXPECT_EQ(d.config.zoe.comm.backend, "auto");
+  EXPECT_DOUBLE_EQ(d.config.zoe.comm.timeout_s, 300.0);
+  EXPECT_EQ(d.config.zoe.ranks_per_node, 0u);
+  const loaded_config c =
+      parse_config(R"({"zoe": {"comm": {"backend": "mpi", "timeout_s": 2.5}, "ranks_per_node": 2}})");
+  EXPECT_EQ(c.config.zoe.comm.backend, "mpi");
+  EXPECT_DOUBLE_EQ(c.config.zoe.comm.timeout_s, 2.5);
+  EXPECT_EQ(c.config.zoe.ranks_per_node, 2u);
+  EXPECT_EQ(entry_of(c, "zoe.comm.backend")->source, config_source::file);
+  EXPECT_EQ(entry_of(c, "zoe.ranks_per_node")->value, "2");
+}
+
+TEST(config_comm, bad_values_name_their_key) {
+  EXPECT_THAT(config_error_of(R"({"zoe": {"comm": {"backend": "gloo"}}})"),
+              AllOf(HasSubstr("zoe.comm.backend"), HasSubstr("auto, single, mpi, nccl")));
+  EXPECT_THAT(config_error_of(R"({"zoe": {"comm": {"timeout_s": 0}}})"),
+              AllOf(HasSubstr("zoe.comm.timeout_s"), HasSubstr("> 0")));
+  EXPECT_THAT(config_error_of(R"({"zoe": {"comm": {"timeout_s": -1}}})"), HasSubstr("zoe.comm.timeout_s"));
+  EXPECT_THAT(config_error_of(R"({"zoe": {"ranks_per_node": -2}})"), HasSubstr("zoe.ranks_per_node"));
+}
+
 }  // namespace
 }  // namespace zoe::engine

@@ -120,6 +120,22 @@ TEST_F(swap_store_test, StaleFoldersAreReapedAndLiveOnesKept) {
   EXPECT_TRUE(std::filesystem::exists(live));
 }
 
+TEST_F(swap_store_test, TheFolderLabelNamesTheFolderAndOnlySafeLabelsAreTaken) {
+  io::swap_store_options o = store_options({dir_.path()}, MiB);
+  o.folder_label = "rank-3";
+  {
+    const swap_store store(o);
+    EXPECT_TRUE(store.folders()[0].filename().string().starts_with("zoe-swap-rank-3-")) << store.folders()[0];
+  }
+  o.folder_label = "../up";
+  try {
+    const swap_store refused(o);
+    FAIL() << "a label with '/' was taken";
+  } catch (const usage_error& e) {
+    EXPECT_NE(std::string(e.what()).find("folder_label '../up'"), std::string::npos) << e.what();
+  }
+}
+
 TEST_F(swap_store_test, AProcessKilledMidWriteLeavesNothingAfterTheNextRunStarts) {
   const pid_t child = ::fork();
   ASSERT_GE(child, 0);

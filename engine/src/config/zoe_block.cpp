@@ -91,13 +91,36 @@ block_spec activations_block(zoe_settings& z) {
   return b;
 }
 
+// The longest timeout zoe.comm.timeout_s takes: a week, far inside std::chrono::milliseconds.
+constexpr double max_timeout_s = 7.0 * 24 * 3600;
+
+block_spec comm_block(zoe_settings& z) {
+  block_spec b;
+  b.fields = {choice_field("backend", z.comm.backend, {"auto", "single", "mpi", "nccl"}),
+              number_field("timeout_s", z.comm.timeout_s, 0.0, max_timeout_s)};
+  b.finish = [&z](read_context& ctx, const std::string& path, const auto& /*given*/) {
+    // number_field's range is closed; a timeout of 0 would fail every collective that waits at all.
+    if (!(z.comm.timeout_s > 0)) {
+      ctx.fail(path + ".timeout_s", str("must be > 0 seconds, got ", z.comm.timeout_s));
+    }
+  };
+  return b;
+}
+
+// Ranks per node: up to 2^20, far above any node's core count (a typo fails here, not in MPI).
+constexpr std::uint64_t max_ranks_per_node = std::uint64_t{1} << 20;
+
 }  // namespace
 
 block_spec zoe_block(zoe_settings& zoe) {
   block_spec b;
-  b.fields = {block_field("device", zoe, device_block), block_field("swap", zoe, swap_block),
+  b.fields = {block_field("device", zoe, device_block),
+              block_field("swap", zoe, swap_block),
               choice_field("numa", zoe.numa_policy, {"none", "local", "interleave"}),
-              block_field("placement", zoe, placement_block), block_field("activations", zoe, activations_block)};
+              block_field("placement", zoe, placement_block),
+              block_field("activations", zoe, activations_block),
+              block_field("comm", zoe, comm_block),
+              uint_field("ranks_per_node", zoe.ranks_per_node, 0, max_ranks_per_node)};
   return b;
 }
 

@@ -1,6 +1,11 @@
 #include "zoe/engine/coordinator/parameter_path.hpp"
 
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
 #include <filesystem>
+#include <limits>
 #include <string>
 
 #include "zoe/core/check.hpp"
@@ -41,13 +46,64 @@ allocators::pinned_options bounded_by(const footprint_plan& plan) {
   return out;
 }
 
+// Stages 0-2 replicate the 16-bit parameters (DeepSpeed's stage_1_and_2.py keeps the whole model
+// on every rank and all-gathers the owners' updated partitions after the step). zoe reuses stage
+// 3's machinery for that: the shards stay partitioned like the optimizer states, and every
+// parameter is persistent, so the coordinator gathers it once after each step (drop_gathered) and
+// keeps it on the device until the next; the plan sizes the arena for all of it.
+engine_config as_run(const engine_config& config) {
+  engine_config out = config;
+  if (out.zero.stage < 3) {
+    out.zero.param_persistence_threshold = std::numeric_limits<std::uint64_t>::max();
+    out.zero.model_persistence_threshold = std::numeric_limits<std::uint64_t>::max();
+  }
+  return out;
+}
+
+parameter_path::worlds make_worlds(const engine_config& config, device& dev, const parameter_path_options& o) {
+  parameter_path::worlds w;
+  ZOE_EXPECTS((o.comm == nullptr) == (o.gradient_comm == nullptr),
+              "parameter_path_options: give both communicators (comm and gradient_comm) or neither");
+  if (o.comm != nullptr) {
+    ZOE_EXPECTS(o.comm != o.gradient_comm && o.comm->size() == o.gradient_comm->size() &&
+                    o.comm->rank() == o.gradient_comm->rank(),
+                "parameter_path_options: comm and gradient_comm must be two distinct worlds of the same ranks");
+    w.comm = o.comm;
+    w.gradient_comm = o.gradient_comm;
+    return w;
+  }
+  // Two worlds, in this order on every rank (make_communicator is collective): the coordinator's
+  // gathers and the gradient path's reductions run on different threads with timing of their own,
+  // so they must not share one order of collectives.
+  const comm_options options = comm_options_of(config);
+  w.owned_comm = make_communicator(dev, options);
+  w.owned_gradient_comm = make_communicator(dev, options);
+  w.comm = w.owned_comm.get();
+  w.gradient_comm = w.owned_gradient_comm.get();
+  return w;
+}
+
 }  // namespace
+
+comm_options comm_options_of(const engine_config& config) {
+  comm_options o;
+  o.backend = config.zoe.comm.backend;
+  o.ranks_per_node = static_cast<std::size_t>(config.zoe.ranks_per_node);
+  o.hpz_partition_size = static_cast<std::size_t>(config.zero.zero_hpz_partition_size);
+  // The config bounds timeout_s to a week, so the milliseconds fit; at least 1 ms.
+  o.timeout = std::chrono::milliseconds(std::max<std::int64_t>(1, std::llround(config.zoe.comm.timeout_s * 1000.0)));
+  return o;
+}
 
 parameter_path::parameter_path(std::vector<module_spec> modules, const engine_config& config, device& dev,
                                parameter_path_options options)
-    : layout_(std::make_unique<model_layout>(std::move(modules), layout_options{})),
-      placement_(std::make_unique<placement>(*layout_, config)),
-      plan_(checked_plan(*layout_, config, *placement_, dev)),
+    : config_(as_run(config)),
+      worlds_(make_worlds(config_, dev, options)),
+      comm_(worlds_.comm),
+      gradient_comm_(worlds_.gradient_comm),
+      layout_(std::make_unique<model_layout>(std::move(modules), layout_options{.world_size = comm_->size()})),
+      placement_(std::make_unique<placement>(*layout_, config_)),
+      plan_(checked_plan(*layout_, config_, *placement_, dev)),
       // The plan's pinned bytes are a hard limit, not only a figure to compare the peak with.
       pinned_(std::make_unique<allocators::pinned_host_resource>(dev, bounded_by(plan_))) {
   if (options.arena_bytes) plan_.arena_bytes = *options.arena_bytes;
@@ -55,24 +111,25 @@ parameter_path::parameter_path(std::vector<module_spec> modules, const engine_co
     io::swap_store_options so;
     so.paths = plan_.swap_paths;
     so.capacity = plan_.nvme_bytes;
-    so.engine = config.zoe.io_engine;
+    so.engine = config_.zoe.io_engine;
     so.io.block_size = plan_.swap_block_size;
-    so.io.queue_depth = config.aio.queue_depth;
-    so.io.intra_op_parallelism = config.aio.intra_op_parallelism;
-    so.io.single_submit = config.aio.single_submit;
-    so.io.overlap_events = config.aio.overlap_events;
-    so.checksums = config.zoe.checksums;
+    so.io.queue_depth = config_.aio.queue_depth;
+    so.io.intra_op_parallelism = config_.aio.intra_op_parallelism;
+    so.io.single_submit = config_.aio.single_submit;
+    so.io.overlap_events = config_.aio.overlap_events;
+    so.checksums = config_.zoe.checksums;
     so.wrap_backend = std::move(options.wrap_backend);
+    // Every rank shares the path; its own folder says whose it is.
+    so.folder_label = str("rank-", comm_->rank());
     store_ = std::make_unique<io::swap_store>(std::move(so));
   }
   tiers_ = std::make_unique<tier_manager>(*layout_, *placement_, plan_, tier_resources{dev, *pinned_, store_.get()});
   swapper_ = std::make_unique<parameter_swapper>(
       *tiers_, dev, *pinned_, store_.get(),
       parameter_swapper_options{.buffer_count = plan_.param_buffer_count, .buffer_bytes = plan_.param_buffer_bytes});
-  comm_ = make_single_communicator(dev);
   coordinator_ = std::make_unique<coordinator>(
       *tiers_, *swapper_, *comm_, dev,
-      coordinator_options{.arena_bytes = plan_.arena_bytes, .limits = prefetch_limits::from(config.zero)});
+      coordinator_options{.arena_bytes = plan_.arena_bytes, .limits = prefetch_limits::from(config_.zero)});
 }
 
 // Members go in reverse order: the coordinator's reads and write-backs finish before the swapper

@@ -13,7 +13,9 @@
 //
 // The gradients are summed over the micro-batches in fp32 and averaged by step() (so k
 // micro-batches of b samples step like one batch of k*b), unscaled by the loss scale and clipped to
-// gradient_clipping by their global norm, all folded into Adam's grad_scale. An inf or NaN in them
+// gradient_clipping by their global norm, all folded into Adam's grad_scale. The norm and the inf/NaN
+// check cover every rank's shards (collective: every rank calls step() in the same order), so all
+// ranks clip and skip alike. An inf or NaN in them
 // skips the step (the loss scale drops; fp16's dynamic scaling as DeepSpeed does it), and a skipped
 // step does not advance the step count that bias correction uses. A step that fails (an NVMe read or
 // write) leaves every state and the loss scaler as they were: call step() again.
@@ -50,6 +52,10 @@ struct engine_options {
   std::function<std::unique_ptr<io::io_backend>(std::unique_ptr<io::io_backend>)> wrap_backend;
   /// The file system checkpoints go through (tests: a fault-injecting one); null: the real one.
   checkpoint_fs* checkpoint_files = nullptr;
+  /// The two worlds (parameter_path_options::comm / gradient_comm): both or neither; null: made
+  /// from the configuration's zoe.comm.* keys (make_communicator, collective).
+  communicator* comm = nullptr;
+  communicator* gradient_comm = nullptr;
 };
 
 /// Each stage of a training step's offload timed alone (measure_stages()).
@@ -90,13 +96,17 @@ class offload_engine {
   [[nodiscard]] const footprint_plan& plan() const noexcept { return path_->plan(); }
 
   // ---- values --------------------------------------------------------------------------------
-  /// Gives `p` its value: `values` holds its numel elements (fp32, row-major). The master takes
-  /// them (padding zero), the working copy their cast to its dtype, both moments zero. usage_error
-  /// naming the parameter for another count, or while a micro-batch is open.
+  /// Gives `p` its value: `values` holds its numel elements (fp32, row-major). Every rank passes
+  /// the same values and keeps its shard of them (elements [rank * shard_numel, ...)): the master
+  /// takes them (padding zero), the working copy their cast to its dtype, both moments zero.
+  /// usage_error naming the parameter for another count, or while a micro-batch is open.
   void set_parameter(parameter_id p, std::span<const float> values);
   /// The numel real elements of state `s` of `p`, as fp32 (the gradient: as accumulated so far,
-  /// summed and still loss-scaled). usage_error naming it while the state holds nothing yet, or
-  /// while a micro-batch is open.
+  /// summed and still loss-scaled, averaged over the ranks), whole at any world size: at world size
+  /// > 1 it is collective (every rank calls it, in the same order, for the same p and s) and
+  /// gathers the shards through the gradient world, borrowing the padded parameter's bytes of
+  /// device memory meanwhile. usage_error naming it while the state holds nothing yet, or while a
+  /// micro-batch is open; a comm_error naming a rank that failed or vanished.
   [[nodiscard]] std::vector<float> read_state(parameter_id p, state_kind s);
 
   // ---- a micro-batch ---------------------------------------------------------------------------

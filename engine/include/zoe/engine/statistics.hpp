@@ -33,7 +33,16 @@ namespace zoe::engine {
 ///                budget_bytes, state_bytes}, pinned_host {planned_bytes, peak_bytes, current_bytes,
 ///                state_bytes}, pageable_host {planned_bytes, state_bytes}, nvme {planned_bytes,
 ///                state_bytes, capacity_bytes, used_bytes, direct_io}, the plan's buffer sizes, and
-///                its items [{what, memory, bytes}] Reads the stages' counters only; not concurrently with calls
+///                its items [{what, memory, bytes}]
+///   comm         the bytes this rank handed the transport (communicator.hpp's bytes_to rule):
+///                world_size, rank; groups {world, node_local, cross_node, hpz (the coordinator's
+///                world and its sub-groups; one that is the world itself adds "same_as": "world"),
+///                gradient_world (the gradient path's world with its sub-groups)}, each {calls,
+///                intra_node_bytes, inter_node_bytes, and per collective (all_gather,
+///                reduce_scatter, all_to_all, all_reduce, broadcast) {intra_node_bytes,
+///                inter_node_bytes}}; and the same totals over every distinct group. All bytes
+///                are 0 at world size 1.
+/// Reads the stages' counters only; not concurrently with calls
 /// that change the engine (the engine's one-thread calls). Throws what allocation throws.
 [[nodiscard]] std::string statistics_json(offload_engine& engine);
 

@@ -37,6 +37,10 @@ struct swap_store_options {
   bool checksums = true;                     ///< XXH3 per chunk, verified on every read
   bool prewrite = true;                      ///< write the files once at creation (see prewrite_seconds)
   bool direct = true;                        ///< O_DIRECT (falls back to buffered where refused)
+  /// Put in the per-process folder's name, zoe-swap-<label>-<pid>-<random> (empty: no label), so
+  /// that processes sharing a path are told apart by what they are: the engine gives "rank-<r>".
+  /// Letters, digits, '-' and '_' only, at most 64 (usage_error naming it otherwise).
+  std::string folder_label;
   /// Optional: wraps every backend the store makes (for its channels and the prewrite), e.g. in a
   /// fault-injecting backend for tests. Called from the thread that makes the engine.
   std::function<std::unique_ptr<io_backend>(std::unique_ptr<io_backend>)> wrap_backend;

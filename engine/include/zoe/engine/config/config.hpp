@@ -131,6 +131,12 @@ struct activation_settings {
   std::uint64_t prefetch_bytes = 0;  ///< zoe.activations.prefetch_bytes: device share for prefetched ones
 };
 
+/// zoe.comm: how the ranks talk (engine/comm/communicator.hpp; comm_options).
+struct comm_settings {
+  std::string backend = "auto";  ///< zoe.comm.backend: auto | single | mpi | nccl
+  double timeout_s = 300;        ///< zoe.comm.timeout_s: > 0; a collective waiting longer fails naming the rank
+};
+
 /// zoe's own settings (the top-level "zoe" key); see engine/CONFIG.md.
 struct zoe_settings {
   std::string device_kind = "auto";                     ///< zoe.device.kind: auto | host | cuda
@@ -143,6 +149,10 @@ struct zoe_settings {
   /// state (the precedence is documented in engine/CONFIG.md). nullopt: not given.
   std::array<std::optional<tier_fractions>, state_kind_count> placement{};
   activation_settings activations;  ///< zoe.activations
+  comm_settings comm;               ///< zoe.comm
+  /// zoe.ranks_per_node: ranks on one node (consecutive world ranks); 0: from MPI's shared-memory
+  /// split. Lets tests run 4 ranks as 2 "nodes" of 2 on one machine.
+  std::uint64_t ranks_per_node = 0;
 };
 
 /// Every setting zoe reads from one configuration document.

@@ -30,13 +30,38 @@ struct parameter_path_options {
   std::optional<std::uint64_t> arena_bytes;
   /// Passed to swap_store_options::wrap_backend (fault injection in tests).
   std::function<std::unique_ptr<io::io_backend>(std::unique_ptr<io::io_backend>)> wrap_backend;
+  /// The worlds to use instead of making them from the configuration (tests: a fake, or worlds
+  /// made once for several engines). Both or neither; they must outlive the path, be distinct
+  /// objects of the same ranks, and be of one size.
+  communicator* comm = nullptr;           ///< the coordinator's gathers
+  communicator* gradient_comm = nullptr;  ///< the gradient path's reductions and the step's collectives
 };
+
+/// The communicator settings of `config`: zoe.comm.backend, zoe.comm.timeout_s, zoe.ranks_per_node
+/// and zero_optimization.zero_hpz_partition_size. Never throws but std::bad_alloc.
+[[nodiscard]] comm_options comm_options_of(const engine_config& config);
 
 /// Owns every stage of the path; destroyed in reverse order of construction. Not copyable.
 class parameter_path {
  public:
-  /// Lays out `modules` at world size 1 and builds every stage for `config` on `dev` (which must
-  /// outlive it). Before allocating anything, throws config_error naming the keys to change when
+  /// The worlds come first (the layout's size is theirs); a struct so both are made before the
+  /// members that depend on them.
+  struct worlds {
+    std::unique_ptr<communicator> owned_comm;
+    std::unique_ptr<communicator> owned_gradient_comm;
+    communicator* comm = nullptr;
+    communicator* gradient_comm = nullptr;
+  };
+
+  /// Makes the two worlds (make_communicator(comm_options_of(config)) twice, collective: every
+  /// rank constructs its paths in the same order) unless options passes them in, lays `modules` out
+  /// at the world's size, this rank holding shard rank() of every parameter, and builds every
+  /// stage for `config` on `dev` (which must outlive it). Each rank's swap files live in its own
+  /// folder, zoe-swap-rank-<r>-<pid>-<random>, under each swap path (one shared path for all).
+  /// Below stage 3 the 16-bit parameters are replicated, as DeepSpeed's stages 1 and 2 keep them:
+  /// every parameter is persistent (stage3_param/model_persistence_threshold taken as unlimited),
+  /// so its first fetch after a step all-gathers the owners' new values and every later fetch
+  /// finds it on the device. Before allocating anything, throws config_error naming the keys to change when
   /// the footprint plan does not fit this machine with `dev`'s budget (check_plan_fits), and
   /// naming the key and the path when a swap path the plan needs is not an existing folder. Pinned
   /// memory is limited to the plan's pinned_bytes (0: nothing is pinned, and the resource has no
@@ -55,10 +80,18 @@ class parameter_path {
   [[nodiscard]] io::swap_store* store() noexcept { return store_.get(); }
   [[nodiscard]] tier_manager& tiers() noexcept { return *tiers_; }
   [[nodiscard]] parameter_swapper& swapper() noexcept { return *swapper_; }
+  /// The coordinator's world: its gathers, and nothing else, so their order is the coordinator's.
   [[nodiscard]] communicator& comm() noexcept { return *comm_; }
+  /// A second, independent world of the same ranks: the gradient path's reductions and the
+  /// engine's collectives between steps (the step's norm and overflow, read_state's gathers).
+  [[nodiscard]] communicator& gradient_comm() noexcept { return *gradient_comm_; }
   [[nodiscard]] coordinator& coord() noexcept { return *coordinator_; }
 
  private:
+  engine_config config_;  ///< the configuration as the path runs it (stages 0-2: every parameter persistent)
+  worlds worlds_;
+  communicator* comm_;
+  communicator* gradient_comm_;
   std::unique_ptr<model_layout> layout_;
   std::unique_ptr<placement> placement_;
   footprint_plan plan_;
@@ -66,7 +99,6 @@ class parameter_path {
   std::unique_ptr<io::swap_store> store_;
   std::unique_ptr<tier_manager> tiers_;
   std::unique_ptr<parameter_swapper> swapper_;
-  std::unique_ptr<communicator> comm_;
   std::unique_ptr<coordinator> coordinator_;
 };
 

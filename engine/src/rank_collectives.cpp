@@ -1,0 +1,63 @@
+// The engine's collectives between steps (rank_collectives.hpp).
+#include "rank_collectives.hpp"
+
+#include <array>
+#include <cstring>
+
+namespace zoe::engine::detail {
+namespace {
+
+// Device memory for one collective, freed when it goes out of scope (after the stream's work, which
+// gather_on_device waits for before returning).
+class device_scratch {
+ public:
+  device_scratch(device& dev, std::size_t bytes) : dev_(dev), bytes_(bytes), data_(dev.allocate(bytes)) {}
+  ~device_scratch() { dev_.deallocate(data_, bytes_); }
+  device_scratch(const device_scratch&) = delete;
+  device_scratch& operator=(const device_scratch&) = delete;
+  [[nodiscard]] std::byte* data() const noexcept { return static_cast<std::byte*>(data_); }
+
+ private:
+  device& dev_;
+  std::size_t bytes_;
+  void* data_;
+};
+
+// all_gather of host bytes through device memory (the communicator's buffers are device memory).
+std::vector<std::byte> gather_on_device(communicator& world, device& dev, std::span<const std::byte> part) {
+  const std::size_t n = world.size();
+  std::vector<std::byte> out(part.size() * n);
+  if (part.empty()) return out;
+  const device_stream stream = dev.create_stream();
+  const device_scratch scratch(dev, out.size());
+  std::byte* own = scratch.data() + world.rank() * part.size();
+  dev.copy_async(own, part.data(), part.size(), copy_kind::host_to_device, stream.view());
+  world.all_gather(own, scratch.data(), part.size(), stream.view());
+  dev.copy_async(out.data(), scratch.data(), out.size(), copy_kind::device_to_host, stream.view());
+  dev.synchronize(stream.view());
+  return out;
+}
+
+}  // namespace
+
+gradient_summary global_summary(communicator& world, device& dev, const gradient_summary& local) {
+  if (world.size() == 1) return local;
+  // One record per rank: its sum of squares and its flag, as two doubles (the bits travel as bytes).
+  std::array<double, 2> mine{local.sum_of_squares, local.overflow ? 1.0 : 0.0};
+  const std::vector<std::byte> all = gather_on_device(world, dev, std::as_bytes(std::span(mine)));
+  gradient_summary out;
+  for (std::size_t r = 0; r < world.size(); ++r) {
+    std::array<double, 2> rec{};
+    std::memcpy(rec.data(), all.data() + r * sizeof(rec), sizeof(rec));
+    out.sum_of_squares += rec[0];
+    out.overflow = out.overflow || rec[1] != 0.0;
+  }
+  return out;
+}
+
+std::vector<std::byte> gather_shards(communicator& world, device& dev, std::span<const std::byte> shard) {
+  if (world.size() == 1) return {shard.begin(), shard.end()};
+  return gather_on_device(world, dev, shard);
+}
+
+}  // namespace zoe::engine::detail
