@@ -4,6 +4,8 @@ find_package(PkgConfig REQUIRED)
 find_package(CLI11 CONFIG REQUIRED)
 find_package(nlohmann_json 3.10 CONFIG REQUIRED)
 pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
+# The mpi communicator backend (Debian: libopenmpi-dev; mpirun from openmpi-bin runs the mpi tests).
+find_package(MPI REQUIRED COMPONENTS C)
 
 if(ZOE_BUILD_TESTS)
   find_package(GTest REQUIRED)

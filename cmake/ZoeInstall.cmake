@@ -59,6 +59,11 @@ if(ZOE_WITH_CUDA)
   get_filename_component(zoe_cudart_dir "${zoe_cudart_static}" DIRECTORY)
   set(ZOE_CUDA_PC_LIBS " -L${zoe_cudart_dir} -lcudart_static -ldl -lrt")
 endif()
+# zoe_engine's mpi backend links MPI's C library (its full path, as FindMPI gives it).
+set(ZOE_MPI_PC_LIBS "")
+foreach(zoe_mpi_lib IN LISTS MPI_C_LIBRARIES)
+  string(APPEND ZOE_MPI_PC_LIBS " ${zoe_mpi_lib}")
+endforeach()
 # The prefix is found from where zoe.pc lies, as zoe-config.cmake finds it, so an install with
 # `cmake --install --prefix DIR` (scripts/test) is usable where it lands.
 if(IS_ABSOLUTE "${CMAKE_INSTALL_LIBDIR}")

@@ -1,7 +1,7 @@
 # zoe_add_test(NAME name SOURCES ... LIBS ... [LABELS label] [TIMEOUT seconds])
 # Labels: unit (the default), concurrency (unit tests whose subject is threads, also run under
 # TSan; scripts/test adds kernels_tests there by name), gpu (tests/gpu: need a GPU, skip without
-# one); slow and mpi are reserved for tests no module has yet.
+# one), mpi (cases run under mpirun: zoe_add_mpi_test below); slow is reserved for tests no module has yet.
 # One GoogleTest binary per test file group; every test case becomes its own CTest entry,
 # discovered when ctest runs (so building never executes test binaries).
 enable_testing()
@@ -27,4 +27,56 @@ function(zoe_add_test)
     DISCOVERY_MODE PRE_TEST
     TEST_PREFIX "${arg_NAME}."
     PROPERTIES LABELS ${arg_LABELS} TIMEOUT ${arg_TIMEOUT})
+endfunction()
+
+# zoe_add_mpi_test(NAME name SOURCES ... LIBS ... RANKS 1 2 3 4 [TIMEOUT seconds])
+# A GoogleTest binary whose cases run under mpirun: every TEST / TEST_F case found in SOURCES (one
+# `TEST(Suite, Case)` per line, as clang-format leaves them) times every rank count in RANKS becomes
+# its own CTest entry `<name>.<Suite>.<Case>.np<K>`, running
+#   mpirun -n K <ZOE_MPIRUN_FLAGS> <binary> --gtest_filter=Suite.Case --gtest_color=no
+# with label `mpi` (not unit or concurrency: the sanitizer runs leave them out) and RESOURCE_LOCK
+# mpi, so two mpirun jobs never share the cores at once. A case that needs other rank counts calls
+# GTEST_SKIP() on every rank alike; CTest then reports it skipped. The cases are found when CMake
+# configures (the sources are scanned; CMake re-runs when they change), because
+# gtest_discover_tests cannot wrap each rank count.
+#
+# ZOE_MPIRUN_FLAGS: root in containers needs --allow-run-as-root; more ranks than cores needs
+# --oversubscribe; --bind-to none leaves the oversubscribed ranks free to move between cores.
+set(ZOE_MPIRUN_FLAGS --allow-run-as-root --oversubscribe --bind-to none
+  CACHE STRING "Options for mpirun in the mpi tests")
+
+function(zoe_add_mpi_test)
+  cmake_parse_arguments(arg "" "NAME;TIMEOUT" "SOURCES;LIBS;RANKS" ${ARGN})
+  if(NOT arg_RANKS)
+    set(arg_RANKS 1 2 3 4)
+  endif()
+  if(NOT arg_TIMEOUT)
+    set(arg_TIMEOUT 120)
+  endif()
+  add_executable(${arg_NAME} ${arg_SOURCES})
+  target_link_libraries(${arg_NAME} PRIVATE ${arg_LIBS} GTest::gtest GTest::gtest_main GTest::gmock
+                                            zoe::build_flags)
+  set(cases "")
+  foreach(source IN LISTS arg_SOURCES)
+    get_filename_component(path ${source} ABSOLUTE)
+    set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${path})
+    file(STRINGS ${path} lines REGEX "^TEST(_F)?\\([A-Za-z0-9_]+, *[A-Za-z0-9_]+\\)")
+    foreach(line IN LISTS lines)
+      string(REGEX REPLACE "^TEST(_F)?\\(([A-Za-z0-9_]+), *([A-Za-z0-9_]+)\\).*" "\\2.\\3" case "${line}")
+      list(APPEND cases ${case})
+    endforeach()
+  endforeach()
+  if(NOT cases)
+    message(FATAL_ERROR "zoe_add_mpi_test(${arg_NAME}): no TEST(Suite, Case) line in ${arg_SOURCES}")
+  endif()
+  foreach(case IN LISTS cases)
+    foreach(ranks IN LISTS arg_RANKS)
+      set(test_name ${arg_NAME}.${case}.np${ranks})
+      add_test(NAME ${test_name}
+        COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${ranks} ${ZOE_MPIRUN_FLAGS}
+                $<TARGET_FILE:${arg_NAME}> --gtest_filter=${case} --gtest_color=no)
+      set_tests_properties(${test_name} PROPERTIES LABELS mpi RESOURCE_LOCK mpi TIMEOUT ${arg_TIMEOUT}
+        SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\] ${case}")
+    endforeach()
+  endforeach()
 endfunction()

@@ -150,12 +150,14 @@ TEST(checkpoint_mpi, AFailedWriteOnRankZeroFailsEveryRankAndKeepsThePreviousChec
   fault_checkpoint_fs faulty(engine::checkpoint_fs::posix(), root);
   faulty.fail_at(12);
   const std::string failure = failure_of<io_error>([&] {
-    engine::save_checkpoint(root, "step-2", states.tiers(), states.io(), meta_of(2), me.ranks(),
-                            me.rank() == 0 ? static_cast<engine::checkpoint_fs&>(faulty)
-                                           : engine::checkpoint_fs::posix());
+    engine::save_checkpoint(
+        root, "step-2", states.tiers(), states.io(), meta_of(2), me.ranks(),
+        me.rank() == 0 ? static_cast<engine::checkpoint_fs&>(faulty) : engine::checkpoint_fs::posix());
   });
   EXPECT_FALSE(failure.empty()) << "rank " << me.rank() << " did not fail";
-  if (me.size() > 1) EXPECT_NE(failure.find(str("rank 0 of ", me.size())), std::string::npos) << failure;
+  if (me.size() > 1) {
+    EXPECT_NE(failure.find(str("rank 0 of ", me.size())), std::string::npos) << failure;
+  }
   EXPECT_EQ(engine::latest_checkpoint(root), "step-1");
   EXPECT_FALSE(fs::exists(root / "step-2"));
   states.give(random_model(states.layout(), 3));

@@ -1,0 +1,257 @@
+// The mpi group's collectives as direct exchanges: each rank sends every other rank exactly the
+// part that rank needs (so bytes_to() is what each rank hands MPI) and reduces in rank order.
+#include <cstring>
+#include <span>
+#include <vector>
+
+#include "mpi_group.hpp"
+#include "mpi_runtime.hpp"
+#include "rank_order_reduce.hpp"
+#include "zoe/core/check.hpp"
+#include "zoe/core/error.hpp"
+#include "zoe/core/str.hpp"
+
+namespace zoe::engine::detail {
+namespace {
+
+std::size_t chunk_first(std::size_t count, std::size_t size, std::size_t i) {
+  return (count / size) * i + (count % size) * i / size;
+}
+
+// The in-place form of a collective whose rank-r block of `block` bytes sits in `recv`: `send` is
+// in place when it is recv + rank * block (check_overlap's `in_place` argument).
+const void* in_place_send(const void* recv, std::uint64_t block, std::size_t rank) {
+  return recv == nullptr ? nullptr : static_cast<const std::byte*>(recv) + block * rank;
+}
+
+}  // namespace
+
+void mpi_group::all_gather(const void* send, void* recv, std::size_t bytes, stream_view stream) {
+  const collective_call c = call(collective::all_gather);
+  const std::size_t n = size();
+  const std::size_t r = rank();
+  const std::uint64_t total = blocks_bytes(c, bytes, n);
+  check_buffer(c, "send", send, bytes);
+  check_buffer(c, "recv", recv, total);
+  check_overlap(c, send, bytes, recv, total, in_place_send(recv, bytes, r));
+  count(c.what, bytes);
+  launch(c.what, stream, send, bytes, recv, total, [n, r, bytes](mpi_exchange& x, const std::byte* in, std::byte* out) {
+    for (std::size_t p = 0; p < n; ++p) {
+      if (p == r) continue;
+      x.send(p, in, bytes);
+      x.receive(p, out + p * bytes, bytes);
+    }
+    if (in != out + r * bytes && bytes > 0) std::memcpy(out + r * bytes, in, bytes);
+    x.run();
+  });
+}
+
+void mpi_group::all_gather_coalesced(std::span<const gather_part> parts, stream_view stream) {
+  const collective_call c = call(collective::all_gather);
+  const std::size_t n = size();
+  const std::size_t r = rank();
+  std::uint64_t packed = 0;
+  for (const gather_part& part : parts) {
+    const std::uint64_t total = blocks_bytes(c, part.bytes, n);
+    check_buffer(c, "send", part.send, part.bytes);
+    check_buffer(c, "recv", part.recv, total);
+    check_overlap(c, part.send, part.bytes, part.recv, total, in_place_send(part.recv, part.bytes, r));
+    packed += part.bytes;
+  }
+  count(c.what, packed);
+  // One message per peer: the parts packed into a staging buffer on the stream, exchanged, and the
+  // gathered blocks copied to each part's recv. The staging buffer is [pack | n gathered packs].
+  const std::vector<gather_part> kept(parts.begin(), parts.end());
+  const auto s = stage(packed * (n + 1));
+  std::byte* pack = s->data;
+  std::byte* gathered = s->data + packed;
+  const copy_kind to_host = dev_->kind() == device_kind::host ? copy_kind::device_to_device : copy_kind::device_to_host;
+  const copy_kind to_device =
+      dev_->kind() == device_kind::host ? copy_kind::device_to_device : copy_kind::host_to_device;
+  const int tag = next_tag(coalesced_tag_kind);
+  {
+    const std::lock_guard lock(mutex_);
+    ++in_flight_;
+  }
+  try {
+    std::uint64_t offset = 0;
+    for (const gather_part& part : kept) {
+      if (part.bytes > 0) dev_->copy_async(pack + offset, part.send, part.bytes, to_host, stream);
+      offset += part.bytes;
+    }
+    dev_->launch_host(stream, [this, c, tag, n, r, packed, pack, gathered] {
+      run(c, tag, [&](mpi_exchange& x) {
+        for (std::size_t p = 0; p < n; ++p) {
+          if (p == r) continue;
+          x.send(p, pack, packed);
+          x.receive(p, gathered + p * packed, packed);
+        }
+        if (packed > 0) std::memcpy(gathered + r * packed, pack, packed);
+        x.run();
+      });
+    });
+    offset = 0;
+    for (const gather_part& part : kept) {
+      for (std::size_t p = 0; p < n && part.bytes > 0; ++p) {
+        void* dst = static_cast<std::byte*>(part.recv) + p * part.bytes;
+        if (dst != part.send) dev_->copy_async(dst, gathered + p * packed + offset, part.bytes, to_device, stream);
+      }
+      offset += part.bytes;
+    }
+    dev_->launch_host(stream, [this, s]() mutable {
+      retire(std::move(s));
+      task_done();
+    });
+  } catch (...) {
+    task_done();
+    throw;
+  }
+}
+
+void mpi_group::reduce_scatter(const void* send, void* recv, std::size_t count_, kernels::dtype type, reduce_op op,
+                               stream_view stream) {
+  const collective_call c = call(collective::reduce_scatter);
+  const std::size_t n = size();
+  const std::size_t r = rank();
+  const std::uint64_t block = element_bytes(c, count_, type, op);
+  const std::uint64_t total = blocks_bytes(c, block, n);
+  check_buffer(c, "send", send, total);
+  check_buffer(c, "recv", recv, block);
+  // In place: recv is send's own block, so send == recv - rank * block.
+  const void* in_place =
+      recv == nullptr ? nullptr : static_cast<const std::byte*>(recv) - static_cast<std::ptrdiff_t>(block * r);
+  check_overlap(c, send, total, recv, block, send == in_place ? send : nullptr);
+  count(c.what, block);
+  launch(c.what, stream, send, total, recv, block,
+         [n, r, block, count_, type, op](mpi_exchange& x, const std::byte* in, std::byte* out) {
+           std::vector<std::byte> arrived(block * n);
+           for (std::size_t p = 0; p < n; ++p) {
+             if (p == r) continue;
+             x.send(p, in + p * block, block);
+             x.receive(p, arrived.data() + p * block, block);
+           }
+           x.run();
+           std::vector<const void*> blocks(n);
+           for (std::size_t q = 0; q < n; ++q) blocks[q] = q == r ? in + r * block : arrived.data() + q * block;
+           reduce_in_rank_order(blocks, out, count_, type, op);
+         });
+}
+
+void mpi_group::all_to_all(const void* send, void* recv, std::size_t bytes, stream_view stream) {
+  const collective_call c = call(collective::all_to_all);
+  const std::size_t n = size();
+  const std::size_t r = rank();
+  const std::uint64_t total = blocks_bytes(c, bytes, n);
+  check_buffer(c, "send", send, total);
+  check_buffer(c, "recv", recv, total);
+  check_overlap(c, send, total, recv, total, n == 1 ? recv : nullptr);
+  count(c.what, bytes);
+  launch(c.what, stream, send, total, recv, total, [n, r, bytes](mpi_exchange& x, const std::byte* in, std::byte* out) {
+    for (std::size_t p = 0; p < n; ++p) {
+      if (p == r) continue;
+      x.send(p, in + p * bytes, bytes);
+      x.receive(p, out + p * bytes, bytes);
+    }
+    if (in != out && bytes > 0) std::memcpy(out + r * bytes, in + r * bytes, bytes);
+    x.run();
+  });
+}
+
+void mpi_group::all_reduce(const void* send, void* recv, std::size_t count_, kernels::dtype type, reduce_op op,
+                           stream_view stream) {
+  const collective_call c = call(collective::all_reduce);
+  const std::size_t n = size();
+  const std::size_t r = rank();
+  const std::uint64_t total = element_bytes(c, count_, type, op);
+  check_buffer(c, "send", send, total);
+  check_buffer(c, "recv", recv, total);
+  check_overlap(c, send, total, recv, total, recv);
+  const std::size_t element = kernels::dtype_size(type);
+  count(c.what, total, 0, element);
+  // A reduce-scatter of n chunks (chunk i to rank i) then an all-gather of the reduced chunks.
+  launch(c.what, stream, send, total, recv, total,
+         [n, r, count_, element, type, op](mpi_exchange& x, const std::byte* in, std::byte* out) {
+           const auto at = [&](std::size_t i) { return chunk_first(count_, n, i) * element; };
+           const auto bytes_of = [&](std::size_t i) { return at(i + 1) - at(i); };
+           const std::size_t mine = bytes_of(r);
+           std::vector<std::byte> arrived(mine * n);
+           for (std::size_t p = 0; p < n; ++p) {
+             if (p == r) continue;
+             x.send(p, in + at(p), bytes_of(p));
+             x.receive(p, arrived.data() + p * mine, mine);
+           }
+           x.run();
+           std::vector<const void*> blocks(n);
+           for (std::size_t q = 0; q < n; ++q) blocks[q] = q == r ? in + at(r) : arrived.data() + q * mine;
+           reduce_in_rank_order(blocks, out + at(r), mine / element, type, op);
+           // Every send of the first phase is done, so in place the other chunks may be overwritten.
+           for (std::size_t p = 0; p < n; ++p) {
+             if (p == r) continue;
+             x.send(p, out + at(r), mine);
+             x.receive(p, out + at(p), bytes_of(p));
+           }
+           x.run();
+         });
+}
+
+void mpi_group::broadcast(void* buffer, std::size_t bytes, std::size_t root, stream_view stream) {
+  const collective_call c = call(collective::broadcast);
+  const std::size_t n = size();
+  const std::size_t r = rank();
+  ZOE_EXPECTS(root < n, describe(c), ": root ", root, " is not a rank of the group (size ", n, ")");
+  check_buffer(c, "broadcast", buffer, bytes);
+  count(c.what, bytes, root);
+  const bool is_root = r == root;
+  launch(c.what, stream, is_root ? buffer : nullptr, is_root ? bytes : 0, is_root ? nullptr : buffer,
+         is_root ? 0 : bytes, [n, r, root, bytes](mpi_exchange& x, const std::byte* in, std::byte* out) {
+           if (r == root) {
+             for (std::size_t p = 0; p < n; ++p) {
+               if (p != r) x.send(p, in, bytes);
+             }
+           } else {
+             x.receive(root, out, bytes);
+           }
+           x.run();
+         });
+}
+
+void mpi_group::barrier() {
+  // Host-side: a message of no bytes to and from every peer, under this group's next tag.
+  const int tag = next_tag(barrier_tag_kind);
+  mpi_exchange x(view_, tag, str("barrier on ", name_));
+  for (std::size_t p = 0; p < size(); ++p) {
+    if (p == rank()) continue;
+    x.send(p, nullptr, 0);
+    x.receive(p, nullptr, 0);
+  }
+  x.run();
+}
+
+communicator& mpi_group::within(mpi_group* target, std::string_view which) {
+  if (world_ == nullptr) return *target;  // the world hands out its sub-groups
+  const mpi_group& group = *target;
+  const bool inside = std::all_of(shape_.world_ranks.begin(), shape_.world_ranks.end(), [&](std::size_t w) {
+    return std::find(group.shape_.world_ranks.begin(), group.shape_.world_ranks.end(), w) !=
+           group.shape_.world_ranks.end();
+  });
+  ZOE_EXPECTS(inside, name_, ": ", which, "() of a sub-group that does not lie within the ", which,
+              " group; ask the world communicator");
+  return *this;
+}
+
+communicator& mpi_group::node_local() {
+  mpi_group* world = world_ == nullptr ? this : world_;
+  return within(world->node_local_ ? world->node_local_.get() : world, "node_local");
+}
+
+communicator& mpi_group::cross_node() {
+  mpi_group* world = world_ == nullptr ? this : world_;
+  return within(world->cross_node_ ? world->cross_node_.get() : world, "cross_node");
+}
+
+communicator& mpi_group::hpz() {
+  mpi_group* world = world_ == nullptr ? this : world_;
+  return within(world->hpz_ ? world->hpz_.get() : world, "hpz");
+}
+
+}  // namespace zoe::engine::detail

@@ -1,0 +1,193 @@
+// The collectives of one mpi group: argument checks and counting on the calling thread, the
+// exchange as a host task in stream order.
+#include "mpi_group.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <new>
+#include <utility>
+
+#include "mpi_runtime.hpp"
+#include "zoe/core/check.hpp"
+#include "zoe/core/error.hpp"
+#include "zoe/core/log.hpp"
+#include "zoe/core/str.hpp"
+
+namespace zoe::engine::detail {
+namespace {
+
+constexpr std::size_t page_bytes = 4096;
+
+}  // namespace
+
+mpi_comm_owner::~mpi_comm_owner() {
+  if (comm_ != MPI_COMM_NULL) {
+    const auto mpi = mpi_runtime::instance().serialize();
+    MPI_Comm_free(&comm_);
+  }
+}
+
+mpi_comm_owner& mpi_comm_owner::operator=(mpi_comm_owner&& o) noexcept {
+  std::swap(comm_, o.comm_);
+  return *this;
+}
+
+mpi_group::staging::staging(device& d, std::uint64_t bytes) : dev(&d) {
+  rounded = (std::max<std::uint64_t>(bytes, 1) + page_bytes - 1) / page_bytes * page_bytes;
+  data = static_cast<std::byte*>(std::aligned_alloc(page_bytes, rounded));  // NOLINT(cppcoreguidelines-no-malloc)
+  if (data == nullptr) throw std::bad_alloc();
+  if (d.kind() == device_kind::host) return;  // host "device" memory is host memory already
+  try {
+    registered = d.register_host(data, rounded);
+  } catch (...) {
+    std::free(data);  // NOLINT(cppcoreguidelines-no-malloc)
+    throw;
+  }
+}
+
+mpi_group::staging::~staging() {
+  if (registered) dev->unregister_host(data, rounded);
+  std::free(data);  // NOLINT(cppcoreguidelines-no-malloc)
+}
+
+mpi_group::mpi_group(device& dev, mpi_comm_owner comm, mpi_group_shape shape, std::size_t ranks_per_node,
+                     std::chrono::milliseconds timeout, mpi_group* world)
+    : dev_(&dev),
+      comm_(std::move(comm)),
+      shape_(std::move(shape)),
+      ranks_per_node_(ranks_per_node),
+      name_(str("mpi (", shape_.kind, ")")),
+      view_{comm_.get(), shape_.rank, &shape_.world_ranks, ranks_per_node, timeout},
+      world_(world) {}
+
+mpi_group::~mpi_group() {
+  {
+    std::unique_lock lock(mutex_);
+    idle_.wait(lock, [this] { return in_flight_ == 0; });
+  }
+  release_retired();
+  if (std::uncaught_exceptions() > 0) {
+    mpi_runtime& rt = mpi_runtime::instance();
+    rt.announce_failure(
+        str("world rank ", rt.world_rank(), " failed: an exception unwound past its ", name_, " communicator"));
+  }
+}
+
+void mpi_group::adopt(std::unique_ptr<mpi_group> node_local, std::unique_ptr<mpi_group> cross_node,
+                      std::unique_ptr<mpi_group> hpz) {
+  node_local_ = std::move(node_local);
+  cross_node_ = std::move(cross_node);
+  hpz_ = std::move(hpz);
+}
+
+std::size_t mpi_group::node_of(std::size_t group_rank) const noexcept {
+  return shape_.world_ranks[group_rank] / ranks_per_node_;
+}
+
+void mpi_group::count(collective what, std::uint64_t payload, std::size_t root, std::size_t element) {
+  traffic t;
+  const std::size_t me = node_of(rank());
+  for (std::size_t dest = 0; dest < size(); ++dest) {
+    const std::uint64_t b = bytes_to(what, size(), rank(), dest, payload, root, element);
+    (node_of(dest) == me ? t.intra_node : t.inter_node) += b;
+  }
+  traffic_.count(what, t);
+}
+
+int mpi_group::next_tag(std::uint64_t kind) noexcept {
+  // The kind is in the tag too: a rank that skipped a collective then issues another kind under the
+  // tag the others use for the skipped one, and its messages must not match theirs.
+  const auto span = static_cast<std::uint64_t>(mpi_runtime::instance().tag_upper_bound()) + 1;
+  return static_cast<int>((sequence_++ * tag_kinds + kind) % span);
+}
+
+std::shared_ptr<mpi_group::staging> mpi_group::stage(std::uint64_t bytes) {
+  release_retired();
+  return std::make_shared<staging>(*dev_, bytes);
+}
+
+void mpi_group::retire(std::shared_ptr<staging> s) noexcept {
+  const std::lock_guard lock(mutex_);
+  try {
+    retired_.push_back(std::move(s));
+  } catch (...) {
+    // Unregistering here would call into the device from a host task: leak it instead.
+    log::error(name_, ": a staging buffer could not be kept for release; it leaks");
+    new std::shared_ptr<staging>(std::move(s));  // NOLINT(cppcoreguidelines-owning-memory)
+  }
+}
+
+void mpi_group::release_retired() noexcept {
+  std::vector<std::shared_ptr<staging>> done;
+  {
+    const std::lock_guard lock(mutex_);
+    done.swap(retired_);
+  }
+  // Destroyed here, on the issuing thread: unregistering calls into the device.
+}
+
+void mpi_group::task_done() noexcept {
+  const std::lock_guard lock(mutex_);
+  if (--in_flight_ == 0) idle_.notify_all();
+}
+
+void mpi_group::run(collective_call c, int tag, const std::function<void(mpi_exchange&)>& body) {
+  {
+    const std::lock_guard lock(mutex_);
+    if (!failure_.empty()) {
+      throw comm_error(str(describe(c), ": not run: an earlier collective of this group failed: ", failure_));
+    }
+  }
+  mpi_exchange x(view_, tag, describe(c));
+  try {
+    body(x);
+  } catch (const std::exception& e) {
+    const std::lock_guard lock(mutex_);
+    if (failure_.empty()) failure_ = e.what();
+    throw;
+  }
+}
+
+void mpi_group::launch(collective what, stream_view stream, const void* in, std::uint64_t in_bytes, void* out,
+                       std::uint64_t out_bytes, exchange_fn fn) {
+  const int tag = next_tag(static_cast<std::uint64_t>(what));
+  const collective_call c = call(what);
+  {
+    const std::lock_guard lock(mutex_);
+    ++in_flight_;
+  }
+  try {
+    if (dev_->kind() == device_kind::host) {
+      // Device memory is host memory: MPI reads and writes the caller's buffers.
+      dev_->launch_host(stream, [this, c, tag, in, out, fn = std::move(fn)] {
+        struct done_guard {
+          mpi_group* g;
+          ~done_guard() { g->task_done(); }
+        } guard{this};
+        run(c, tag, [&](mpi_exchange& x) { fn(x, static_cast<const std::byte*>(in), static_cast<std::byte*>(out)); });
+      });
+      return;
+    }
+    // Another device: through host staging, in stream order (copy out, exchange, copy back).
+    std::shared_ptr<staging> s = stage(in_bytes + out_bytes);
+    std::byte* host_in = s->data;
+    std::byte* host_out = s->data + in_bytes;
+    if (in_bytes > 0) dev_->copy_async(host_in, in, in_bytes, copy_kind::device_to_host, stream);
+    dev_->launch_host(stream, [this, c, tag, host_in, host_out, fn = std::move(fn)] {
+      run(c, tag, [&](mpi_exchange& x) { fn(x, host_in, host_out); });
+    });
+    if (out_bytes > 0) dev_->copy_async(out, host_out, out_bytes, copy_kind::host_to_device, stream);
+    dev_->launch_host(stream, [this, s = std::move(s)]() mutable {
+      // The copies are done: hand the buffer to the issuing thread, which unregisters it.
+      retire(std::move(s));
+      task_done();
+    });
+  } catch (...) {
+    task_done();
+    throw;
+  }
+}
+
+}  // namespace zoe::engine::detail

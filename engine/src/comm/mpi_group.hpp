@@ -1,0 +1,142 @@
+#pragma once
+// One group of ranks over MPI: the world of a make_communicator call or one of its sub-groups. Its
+// collectives are direct point-to-point exchanges (each rank sends every other rank exactly the
+// part that rank needs, mpi_transfer.hpp) run as host tasks in stream order; on a device other than
+// the host device they pass through host staging buffers (copy to the host, exchange, copy back).
+
+#include <mpi.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "collective.hpp"
+#include "mpi_transfer.hpp"
+#include "zoe/engine/comm/communicator.hpp"
+
+namespace zoe::engine::detail {
+
+/// An MPI communicator handle, freed on destruction (MPI_Comm_free is local in Open MPI).
+class mpi_comm_owner {
+ public:
+  mpi_comm_owner() noexcept = default;
+  explicit mpi_comm_owner(MPI_Comm c) noexcept : comm_(c) {}
+  ~mpi_comm_owner();
+  mpi_comm_owner(mpi_comm_owner&& o) noexcept : comm_(o.comm_) { o.comm_ = MPI_COMM_NULL; }
+  mpi_comm_owner& operator=(mpi_comm_owner&& o) noexcept;
+  mpi_comm_owner(const mpi_comm_owner&) = delete;
+  mpi_comm_owner& operator=(const mpi_comm_owner&) = delete;
+  [[nodiscard]] MPI_Comm get() const noexcept { return comm_; }
+
+ private:
+  MPI_Comm comm_ = MPI_COMM_NULL;
+};
+
+/// Where a group sits in its world.
+struct mpi_group_shape {
+  std::string kind;                      ///< "world", "node-local", "cross-node", "hpz"
+  std::vector<std::size_t> world_ranks;  ///< its members' world ranks, in group-rank order
+  std::size_t rank = 0;                  ///< this process's rank in the group
+};
+
+class mpi_group final : public communicator {
+ public:
+  /// `world` is the world this group belongs to (nullptr for the world itself).
+  mpi_group(device& dev, mpi_comm_owner comm, mpi_group_shape shape, std::size_t ranks_per_node,
+            std::chrono::milliseconds timeout, mpi_group* world);
+  /// Waits for this group's collectives still queued on streams, frees its staging buffers and,
+  /// when an exception unwinds past it, tells every other rank this one failed.
+  ~mpi_group() override;
+  mpi_group(const mpi_group&) = delete;
+  mpi_group& operator=(const mpi_group&) = delete;
+
+  /// The world's sub-groups (each may be the world itself). Only on the world.
+  void adopt(std::unique_ptr<mpi_group> node_local, std::unique_ptr<mpi_group> cross_node,
+             std::unique_ptr<mpi_group> hpz);
+
+  [[nodiscard]] std::size_t rank() const noexcept override { return shape_.rank; }
+  [[nodiscard]] std::size_t size() const noexcept override { return shape_.world_ranks.size(); }
+  [[nodiscard]] std::string name() const override { return name_; }
+
+  void all_gather(const void* send, void* recv, std::size_t bytes, stream_view stream) override;
+  void all_gather_coalesced(std::span<const gather_part> parts, stream_view stream) override;
+  void reduce_scatter(const void* send, void* recv, std::size_t count, kernels::dtype type, reduce_op op,
+                      stream_view stream) override;
+  void all_to_all(const void* send, void* recv, std::size_t bytes, stream_view stream) override;
+  void all_reduce(const void* send, void* recv, std::size_t count, kernels::dtype type, reduce_op op,
+                  stream_view stream) override;
+  void broadcast(void* buffer, std::size_t bytes, std::size_t root, stream_view stream) override;
+  void barrier() override;
+
+  [[nodiscard]] communicator& node_local() override;
+  [[nodiscard]] communicator& cross_node() override;
+  [[nodiscard]] communicator& hpz() override;
+
+  [[nodiscard]] comm_stats stats() const override { return traffic_.snapshot(); }
+
+ private:
+  // The exchange of one collective on host pointers: `in` holds its input, `out` receives its output.
+  using exchange_fn = std::function<void(mpi_exchange&, const std::byte* in, std::byte* out)>;
+  // Host memory a collective stages through (page-aligned, at least one byte); registered with the
+  // device when that is not the host device.
+  struct staging {
+    staging(device& dev, std::uint64_t bytes);
+    ~staging();
+    staging(const staging&) = delete;
+    staging& operator=(const staging&) = delete;
+    device* dev;
+    std::uint64_t rounded = 0;
+    bool registered = false;
+    std::byte* data = nullptr;
+  };
+
+  [[nodiscard]] collective_call call(collective what) const noexcept { return {what, name_}; }
+  [[nodiscard]] std::size_t node_of(std::size_t group_rank) const noexcept;
+  // Counts the bytes bytes_to() gives for every destination, split by node.
+  void count(collective what, std::uint64_t payload, std::size_t root = 0, std::size_t element = 1);
+  // The tag of the next collective or barrier of `kind` (a collective's value, or one of the kinds
+  // below): the issue order is the contract between ranks.
+  [[nodiscard]] int next_tag(std::uint64_t kind) noexcept;
+  static constexpr std::uint64_t barrier_tag_kind = collective_count;
+  static constexpr std::uint64_t coalesced_tag_kind = collective_count + 1;
+  static constexpr std::uint64_t tag_kinds = collective_count + 2;
+  // Queues `fn` on `stream` reading `in_bytes` at `in` and writing `out_bytes` at `out`.
+  void launch(collective what, stream_view stream, const void* in, std::uint64_t in_bytes, void* out,
+              std::uint64_t out_bytes, exchange_fn fn);
+  // Runs one exchange on a stream's worker: refuses after an earlier failure, records a new one.
+  void run(collective_call c, int tag, const std::function<void(mpi_exchange&)>& body);
+  [[nodiscard]] std::shared_ptr<staging> stage(std::uint64_t bytes);
+  void retire(std::shared_ptr<staging> s) noexcept;
+  void release_retired() noexcept;
+  void task_done() noexcept;
+  [[nodiscard]] communicator& within(mpi_group* target, std::string_view which);
+
+  device* dev_;
+  mpi_comm_owner comm_;
+  mpi_group_shape shape_;
+  std::size_t ranks_per_node_;
+  std::string name_;
+  mpi_group_view view_;
+  mpi_group* world_;
+  std::unique_ptr<mpi_group> node_local_;
+  std::unique_ptr<mpi_group> cross_node_;
+  std::unique_ptr<mpi_group> hpz_;
+  std::uint64_t sequence_ = 0;
+  traffic_counter traffic_;
+
+  mutable std::mutex mutex_;
+  std::condition_variable idle_;
+  std::size_t in_flight_ = 0;                      // collectives queued and not finished
+  std::string failure_;                            // the first failed exchange's message
+  std::vector<std::shared_ptr<staging>> retired_;  // staging done with, to unregister and free
+};
+
+}  // namespace zoe::engine::detail

@@ -1,0 +1,136 @@
+// make_mpi_communicator: the world of one call (a duplicate of MPI_COMM_WORLD), its placement of
+// ranks on nodes, and its node-local, cross-node and hpZ sub-groups (splits of that duplicate).
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backends.hpp"
+#include "mpi_group.hpp"
+#include "mpi_runtime.hpp"
+#include "zoe/core/error.hpp"
+#include "zoe/core/str.hpp"
+
+namespace zoe::engine::detail {
+namespace {
+
+// The ranks per node MPI's shared-memory split finds, after checking that every node holds the
+// same number of ranks in one consecutive block of world ranks (as by-slot mapping places them).
+std::size_t detect_ranks_per_node(MPI_Comm world, std::size_t world_rank, std::size_t world_size) {
+  mpi_runtime& rt = mpi_runtime::instance();
+  std::vector<int> first(world_size);  // the lowest world rank on each rank's node
+  {
+    const auto mpi = rt.serialize();
+    MPI_Comm node = MPI_COMM_NULL;
+    check_mpi(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, static_cast<int>(world_rank), MPI_INFO_NULL, &node),
+              "mpi: MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)");
+    const mpi_comm_owner owned(node);
+    const int me = static_cast<int>(world_rank);
+    int lowest = me;
+    check_mpi(MPI_Allreduce(&me, &lowest, 1, MPI_INT, MPI_MIN, node), "mpi: MPI_Allreduce on the node");
+    check_mpi(MPI_Allgather(&lowest, 1, MPI_INT, first.data(), 1, MPI_INT, world), "mpi: MPI_Allgather of nodes");
+  }
+  // The first node's size; then every rank must sit in the block its world rank says.
+  const auto per_node = static_cast<std::size_t>(std::count(first.begin(), first.end(), first[0]));
+  std::string misplaced;
+  for (std::size_t w = 0; w < world_size; ++w) {
+    const std::size_t expected = w / per_node * per_node;
+    if (static_cast<std::size_t>(first[w]) != expected) {
+      misplaced += str(misplaced.empty() ? "" : ", ", "world rank ", w, " shares a node with world rank ", first[w]);
+    }
+  }
+  if (world_size % per_node != 0 || !misplaced.empty()) {
+    throw comm_error(
+        str("mpi: ranks are not placed on nodes in equal consecutive blocks (",
+            misplaced.empty() ? str(world_size, " ranks do not divide into nodes of ", per_node) : misplaced,
+            "); launch with by-slot mapping or set zoe.ranks_per_node"));
+  }
+  return per_node;
+}
+
+// A split of `world` into the group `color`, its ranks ordered by world rank.
+mpi_comm_owner split(MPI_Comm world, std::size_t color, std::size_t world_rank) {
+  const auto mpi = mpi_runtime::instance().serialize();
+  MPI_Comm out = MPI_COMM_NULL;
+  check_mpi(MPI_Comm_split(world, static_cast<int>(color), static_cast<int>(world_rank), &out), "mpi: MPI_Comm_split");
+  mpi_comm_owner owned(out);
+  check_mpi(MPI_Comm_set_errhandler(out, MPI_ERRORS_RETURN), "mpi: MPI_Comm_set_errhandler");
+  return owned;
+}
+
+}  // namespace
+
+std::unique_ptr<communicator> make_mpi_communicator(device& dev, const comm_options& options) {
+  mpi_runtime& rt = mpi_runtime::instance();
+  const std::size_t size = rt.world_size();
+  const std::size_t me = rt.world_rank();
+  // The sizes first, alike on every rank, so a refusal leaves no rank inside a collective.
+  if (options.ranks_per_node != 0 && size % options.ranks_per_node != 0) {
+    throw config_error(str("zoe.ranks_per_node: ", options.ranks_per_node, " does not divide the world size ", size,
+                           " (mpi launched ", size, " ranks)"));
+  }
+  if (options.hpz_partition_size == 0 || size % options.hpz_partition_size != 0) {
+    throw config_error(str("zero_optimization.zero_hpz_partition_size: ", options.hpz_partition_size,
+                           " does not divide the world size ", size, " (1: no hpZ)"));
+  }
+  if (options.timeout.count() <= 0) {
+    throw config_error(str("zoe.comm.timeout_s: ", static_cast<double>(options.timeout.count()) / 1000.0,
+                           " s is not a positive time"));
+  }
+  mpi_comm_owner world;
+  {
+    const auto mpi = rt.serialize();
+    MPI_Comm dup = MPI_COMM_NULL;
+    check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &dup), "mpi: MPI_Comm_dup of MPI_COMM_WORLD");
+    world = mpi_comm_owner(dup);
+    check_mpi(MPI_Comm_set_errhandler(dup, MPI_ERRORS_RETURN), "mpi: MPI_Comm_set_errhandler");
+  }
+  const std::size_t per_node =
+      options.ranks_per_node != 0 ? options.ranks_per_node : detect_ranks_per_node(world.get(), me, size);
+  const std::size_t hpz = options.hpz_partition_size;
+
+  // Members of each group, as bytes_to() and the header describe them.
+  const auto shape = [&](std::string kind, std::size_t first, std::size_t stride, std::size_t count) {
+    mpi_group_shape s{std::move(kind), {}, 0};
+    for (std::size_t i = 0; i < count; ++i) {
+      const std::size_t w = first + i * stride;
+      if (w == me) s.rank = i;
+      s.world_ranks.push_back(w);
+    }
+    return s;
+  };
+  const std::size_t node = me / per_node;
+  const std::size_t local = me % per_node;
+  // Each split is collective over the world; whether a sub-group is the world itself depends on
+  // the sizes only, so every rank makes the same calls.
+  const bool node_is_world = per_node == size;
+  const bool cross_is_world = per_node == 1;
+  const bool hpz_is_world = hpz == size;
+  mpi_comm_owner node_comm = node_is_world ? mpi_comm_owner() : split(world.get(), node, me);
+  mpi_comm_owner cross_comm = cross_is_world ? mpi_comm_owner() : split(world.get(), local, me);
+  mpi_comm_owner hpz_comm = hpz_is_world ? mpi_comm_owner() : split(world.get(), me / hpz, me);
+
+  auto out = std::make_unique<mpi_group>(dev, std::move(world), shape("world", 0, 1, size), per_node, options.timeout,
+                                         nullptr);
+  std::unique_ptr<mpi_group> node_group;
+  std::unique_ptr<mpi_group> cross_group;
+  std::unique_ptr<mpi_group> hpz_group;
+  if (!node_is_world) {
+    node_group =
+        std::make_unique<mpi_group>(dev, std::move(node_comm), shape("node-local", node * per_node, 1, per_node),
+                                    per_node, options.timeout, out.get());
+  }
+  if (!cross_is_world) {
+    cross_group =
+        std::make_unique<mpi_group>(dev, std::move(cross_comm), shape("cross-node", local, per_node, size / per_node),
+                                    per_node, options.timeout, out.get());
+  }
+  if (!hpz_is_world) {
+    hpz_group = std::make_unique<mpi_group>(dev, std::move(hpz_comm), shape("hpz", me / hpz * hpz, 1, hpz), per_node,
+                                            options.timeout, out.get());
+  }
+  out->adopt(std::move(node_group), std::move(cross_group), std::move(hpz_group));
+  return out;
+}
+
+}  // namespace zoe::engine::detail

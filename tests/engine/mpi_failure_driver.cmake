@@ -1,0 +1,48 @@
+# Runs mpi_failure_probe under mpirun and checks that every rank but the victim reported a failure
+# naming the victim, within the timeout. mpirun's status is not checked: the survivors exit without
+# MPI_Finalize (a dead peer would hang it), which mpirun reports as an abnormal exit.
+#   cmake -DMPIRUN=... -DFLAGS="..." -DPROBE=... -DSCENARIO=skip|kill|throw -DRANKS=4 -DVICTIM=1
+#         -DTIMEOUT_MS=2000 [-DLIMIT_S=seconds] -P mpi_failure_driver.cmake
+# --enable-recovery and orte_abort_on_non_zero_status 0 keep Open MPI 4.1's mpirun from killing the
+# survivors as soon as the victim dies or the first survivor exits, so each gets to report.
+foreach(var MPIRUN PROBE SCENARIO RANKS VICTIM TIMEOUT_MS)
+  if(NOT DEFINED ${var})
+    message(FATAL_ERROR "mpi_failure_driver: -D${var}=... missing")
+  endif()
+endforeach()
+set(flags ${FLAGS})  # a CMake list: ZOE_MPIRUN_FLAGS
+execute_process(
+  COMMAND ${MPIRUN} -n ${RANKS} ${flags} --enable-recovery --mca orte_abort_on_non_zero_status 0
+          ${PROBE} ${SCENARIO} ${VICTIM} ${TIMEOUT_MS}
+  OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc TIMEOUT 60)
+message("${out}")
+# Seconds a survivor may take: the timeout, and some more, for the ranks share two cores with
+# everything else (LIMIT_S overrides it).
+if(DEFINED LIMIT_S)
+  set(limit_s ${LIMIT_S})
+else()
+  math(EXPR limit_s "${TIMEOUT_MS} / 1000 + 10")
+endif()
+set(failed "")
+math(EXPR last "${RANKS} - 1")
+foreach(rank RANGE ${last})
+  if(rank EQUAL VICTIM)
+    continue()
+  endif()
+  string(REGEX MATCH "zoe-mpi-probe rank ${rank} failed after ([0-9.]+) s: [^\n]*" line "${out}")
+  if(NOT line)
+    string(APPEND failed "rank ${rank} printed no failure\n")
+    continue()
+  endif()
+  set(seconds ${CMAKE_MATCH_1})
+  if(NOT line MATCHES "\\(world rank ${VICTIM}, node [0-9]+\\) (sent nothing|failed)")
+    string(APPEND failed "rank ${rank} failed without naming world rank ${VICTIM}: ${line}\n")
+  endif()
+  if(seconds GREATER limit_s)
+    string(APPEND failed "rank ${rank} took ${seconds} s (timeout ${TIMEOUT_MS} ms)\n")
+  endif()
+endforeach()
+if(failed)
+  message(FATAL_ERROR "mpi_failure_driver (${SCENARIO}, victim ${VICTIM}, mpirun status ${rc}):\n${failed}stderr:\n${err}")
+endif()
+message("every survivor named world rank ${VICTIM} within ${limit_s} s")

@@ -1,0 +1,76 @@
+// A program run under mpirun by mpi_failure_driver.cmake: every rank starts an all-gather, and one
+// rank (the victim) fails to take part: it skips it (`skip`), dies in it (`kill`), or throws past
+// its communicator instead (`throw`: the others hear of it at once, long before the timeout). Each
+// rank that sees its collective fail prints one line
+//   zoe-mpi-probe rank <R> failed after <S> s: <message>
+// which the driver checks names the victim, within the timeout.
+//   usage: mpi_failure_probe skip|kill|throw VICTIM TIMEOUT_MS
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "zoe/core/device.hpp"
+#include "zoe/core/error.hpp"
+#include "zoe/engine/comm/communicator.hpp"
+
+namespace {
+
+int probe(std::string_view scenario, std::size_t victim, std::chrono::milliseconds timeout) {
+  using namespace zoe;
+  const std::unique_ptr<device> dev = make_host_device(std::uint64_t{1} << 30);
+  const device_stream stream = dev->create_stream();
+  engine::comm_options options;
+  options.backend = "mpi";
+  options.timeout = timeout;
+  const auto comm = engine::make_communicator(*dev, options);
+  const std::size_t rank = comm->rank();
+  comm->barrier();  // everyone is up before the victim fails
+  // 1 MiB per rank: large enough that MPI sends it by rendezvous, so the victim dies mid-transfer.
+  const std::size_t bytes = std::size_t{1} << 20;
+  std::vector<std::byte> send(bytes, std::byte{1});
+  std::vector<std::byte> recv(bytes * comm->size());
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    if (rank == victim && scenario == "throw") {
+      // Unwinds past `comm`, whose destructor tells the others; main reports it.
+      throw std::runtime_error("the victim gave up");
+    }
+    if (rank == victim && scenario == "skip") {
+      comm->barrier();  // the others are in the all-gather: this fails once they give up
+    } else {
+      comm->all_gather(send.data(), recv.data(), bytes, stream.view());
+      if (rank == victim) std::raise(SIGKILL);
+      dev->synchronize(stream.view());
+    }
+    std::printf("zoe-mpi-probe rank %zu: no failure\n", rank);
+    return 1;
+  } catch (const zoe::error& e) {
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::printf("zoe-mpi-probe rank %zu failed after %.1f s: %s\n", rank, seconds, e.what());
+    std::fflush(stdout);
+    return 0;
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 4) {
+    std::fprintf(stderr, "usage: %s skip|kill|throw VICTIM TIMEOUT_MS\n", argv[0]);
+    return 2;
+  }
+  try {
+    return probe(argv[1], std::strtoul(argv[2], nullptr, 10),
+                 std::chrono::milliseconds(std::strtol(argv[3], nullptr, 10)));
+  } catch (const std::exception& e) {
+    std::printf("zoe-mpi-probe victim: %s\n", e.what());
+    return 0;
+  }
+}
