@@ -48,8 +48,10 @@
 // through a tensor library. A save reads the next piece of a state (state_io on a thread of its
 // own, in pieces of 4 MiB; a host home whole and in place) while it writes the one before: it holds
 // two pieces of staging memory besides the homes, and the file system's write buffers
-// (checkpoint_fs.hpp). A load reads each file twice (its checksum, then its states), in pieces, into
-// a host home in place or through state_io from one piece of staging memory.
+// (checkpoint_fs.hpp); at world size > 1 one more piece for the transfers (and, off the host
+// device, one of device memory). A load reads each file twice (its checksum, then its states), in
+// pieces, into a host home in place or through state_io from one piece of staging memory; at world
+// size > 1 a rank reads whole only the files whose checksums it checks, and its own slices of all.
 
 #include <cstdint>
 #include <filesystem>
