@@ -41,9 +41,13 @@ endfunction()
 # gtest_discover_tests cannot wrap each rank count.
 #
 # ZOE_MPIRUN_FLAGS: root in containers needs --allow-run-as-root; more ranks than cores needs
-# --oversubscribe; --bind-to none leaves the oversubscribed ranks free to move between cores.
-set(ZOE_MPIRUN_FLAGS --allow-run-as-root --oversubscribe --bind-to none
-  CACHE STRING "Options for mpirun in the mpi tests")
+# --oversubscribe; --bind-to none leaves the oversubscribed ranks free to move between cores; the
+# shared-memory transport's single-copy mechanism (CMA, process_vm_readv) needs ptrace rights that
+# containers often lack, so large messages take its copy-in/copy-out path instead.
+# ZOE_MPIRUN_EXTRA_FLAGS (cache) adds to them.
+set(ZOE_MPIRUN_EXTRA_FLAGS "" CACHE STRING "More options for mpirun in the mpi tests")
+set(ZOE_MPIRUN_FLAGS --allow-run-as-root --oversubscribe --bind-to none --mca btl_vader_single_copy_mechanism none
+    ${ZOE_MPIRUN_EXTRA_FLAGS})
 
 function(zoe_add_mpi_test)
   cmake_parse_arguments(arg "" "NAME;TIMEOUT" "SOURCES;LIBS;RANKS" ${ARGN})

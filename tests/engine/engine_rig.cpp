@@ -69,34 +69,38 @@ rig::rig(const std::string& where, kernels::dtype t, const std::function<void(en
   }
 }
 
-void rig::micro_batch(const std::vector<std::vector<float>>& grads) {
-  const device_stream s = dev->create_stream();
-  e->begin_micro_batch();
-  const auto modules = static_cast<module_id>(e->layout().modules().size());
+void rig::micro_batch(const std::vector<std::vector<float>>& grads) { run_micro_batch(*e, *dev, grads); }
+
+void run_micro_batch(engine::offload_engine& e, device& dev, const std::vector<std::vector<float>>& grads,
+                     const std::function<void(module_id)>& before_reduce) {
+  const device_stream s = dev.create_stream();
+  e.begin_micro_batch();
+  const auto modules = static_cast<module_id>(e.layout().modules().size());
   for (module_id m = 0; m < modules; ++m) {
-    e->fetch(m).wait();
-    e->release(m, s.view());
+    e.fetch(m).wait();
+    e.release(m, s.view());
   }
   for (module_id m = modules; m-- > 0;) {
-    e->fetch(m).wait();
-    const std::vector<void*> buffers = e->gradient_buffers(m, s.view());
-    dev->synchronize(s.view());
-    const engine::module_layout& ml = e->layout().module(m);
+    e.fetch(m).wait();
+    const std::vector<void*> buffers = e.gradient_buffers(m, s.view());
+    dev.synchronize(s.view());
+    const engine::module_layout& ml = e.layout().module(m);
     // The copies read their sources in stream order: they live until the synchronize.
     std::vector<std::vector<std::byte>> sources;
     for (std::size_t i = 0; i < ml.parameters.size(); ++i) {
-      const engine::parameter_layout& p = e->layout().parameter(ml.parameters[i]);
+      const engine::parameter_layout& p = e.layout().parameter(ml.parameters[i]);
       std::vector<float> scaled(grads[p.id]);
-      for (float& x : scaled) x = static_cast<float>(x * e->loss_scale());
+      for (float& x : scaled) x = static_cast<float>(x * e.loss_scale());
       std::vector<std::byte>& cast = sources.emplace_back(p.numel * kernels::dtype_size(p.dtype));
       kernels::cast({kernels::dtype::fp32, scaled.data(), scaled.size()}, {p.dtype, cast.data(), p.numel});
-      dev->copy_async(buffers[i], cast.data(), cast.size(), copy_kind::host_to_device, s.view());
+      dev.copy_async(buffers[i], cast.data(), cast.size(), copy_kind::host_to_device, s.view());
     }
-    dev->synchronize(s.view());
-    e->reduce_gradients(m, s.view());
-    e->release(m, s.view());
+    dev.synchronize(s.view());
+    if (before_reduce) before_reduce(m);
+    e.reduce_gradients(m, s.view());
+    e.release(m, s.view());
   }
-  e->end_micro_batch();
+  e.end_micro_batch();
 }
 
 std::vector<std::vector<float>> rig::state(state_kind k) {

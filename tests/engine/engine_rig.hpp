@@ -42,6 +42,13 @@ struct rig {
   std::unique_ptr<engine::offload_engine> e;
 };
 
+/// One micro-batch of `e` on `dev` (rig::micro_batch's): a forward over the modules, a backward in
+/// reverse handing in `grads` (fp32 values per parameter, real elements) multiplied by the loss
+/// scale and cast to the working type. `before_reduce`, when given, runs after each module's
+/// gradients are written and before they are handed in (a rank dying mid-step in the mpi tests).
+void run_micro_batch(engine::offload_engine& e, device& dev, const std::vector<std::vector<float>>& grads,
+                     const std::function<void(engine::module_id)>& before_reduce = {});
+
 /// Gradients of the whole model from `seed`, of scale `scale`.
 [[nodiscard]] std::vector<std::vector<float>> gradients(const engine::model_layout& layout, std::uint64_t seed,
                                                         float scale = 1);

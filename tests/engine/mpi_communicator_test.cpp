@@ -458,5 +458,17 @@ TEST_F(mpi_communicator_test, UsageErrorsThrowAtOnce) {
   EXPECT_EQ(comm->stats().calls, 0U);
 }
 
+// Last in the file: its notices stay queued in the process. Every rank throws past its
+// communicator, which tells the others; no rank detected a dead peer, so each still runs
+// MPI_Finalize at exit and mpirun's status (what CTest checks) is success.
+TEST_F(mpi_communicator_test, EveryRankThrowingPastItsCommunicatorStillFinalizes) {
+  const auto unwind = [&] {
+    const auto comm = make_communicator(*dev_, mpi_options());
+    comm->barrier();
+    throw config_error("every rank refuses the same setting");
+  };
+  EXPECT_THROW(unwind(), config_error);
+}
+
 }  // namespace
 }  // namespace zoe::engine

@@ -34,7 +34,7 @@ void mpi_group::all_gather(const void* send, void* recv, std::size_t bytes, stre
   check_buffer(c, "send", send, bytes);
   check_buffer(c, "recv", recv, total);
   check_overlap(c, send, bytes, recv, total, in_place_send(recv, bytes, r));
-  count(c.what, bytes);
+  count_traffic(c.what, bytes);
   launch(c.what, stream, send, bytes, recv, total, [n, r, bytes](mpi_exchange& x, const std::byte* in, std::byte* out) {
     for (std::size_t p = 0; p < n; ++p) {
       if (p == r) continue;
@@ -58,11 +58,11 @@ void mpi_group::all_gather_coalesced(std::span<const gather_part> parts, stream_
     check_overlap(c, part.send, part.bytes, part.recv, total, in_place_send(part.recv, part.bytes, r));
     packed += part.bytes;
   }
-  count(c.what, packed);
+  count_traffic(c.what, packed);
   // One message per peer: the parts packed into a staging buffer on the stream, exchanged, and the
   // gathered blocks copied to each part's recv. The staging buffer is [pack | n gathered packs].
   const std::vector<gather_part> kept(parts.begin(), parts.end());
-  const auto s = stage(packed * (n + 1));
+  auto s = stage(packed * (n + 1));
   std::byte* pack = s->data;
   std::byte* gathered = s->data + packed;
   const copy_kind to_host = dev_->kind() == device_kind::host ? copy_kind::device_to_device : copy_kind::device_to_host;
@@ -108,12 +108,12 @@ void mpi_group::all_gather_coalesced(std::span<const gather_part> parts, stream_
   }
 }
 
-void mpi_group::reduce_scatter(const void* send, void* recv, std::size_t count_, kernels::dtype type, reduce_op op,
+void mpi_group::reduce_scatter(const void* send, void* recv, std::size_t count, kernels::dtype type, reduce_op op,
                                stream_view stream) {
   const collective_call c = call(collective::reduce_scatter);
   const std::size_t n = size();
   const std::size_t r = rank();
-  const std::uint64_t block = element_bytes(c, count_, type, op);
+  const std::uint64_t block = element_bytes(c, count, type, op);
   const std::uint64_t total = blocks_bytes(c, block, n);
   check_buffer(c, "send", send, total);
   check_buffer(c, "recv", recv, block);
@@ -121,9 +121,9 @@ void mpi_group::reduce_scatter(const void* send, void* recv, std::size_t count_,
   const void* in_place =
       recv == nullptr ? nullptr : static_cast<const std::byte*>(recv) - static_cast<std::ptrdiff_t>(block * r);
   check_overlap(c, send, total, recv, block, send == in_place ? send : nullptr);
-  count(c.what, block);
+  count_traffic(c.what, block);
   launch(c.what, stream, send, total, recv, block,
-         [n, r, block, count_, type, op](mpi_exchange& x, const std::byte* in, std::byte* out) {
+         [n, r, block, count, type, op](mpi_exchange& x, const std::byte* in, std::byte* out) {
            std::vector<std::byte> arrived(block * n);
            for (std::size_t p = 0; p < n; ++p) {
              if (p == r) continue;
@@ -133,7 +133,7 @@ void mpi_group::reduce_scatter(const void* send, void* recv, std::size_t count_,
            x.run();
            std::vector<const void*> blocks(n);
            for (std::size_t q = 0; q < n; ++q) blocks[q] = q == r ? in + r * block : arrived.data() + q * block;
-           reduce_in_rank_order(blocks, out, count_, type, op);
+           reduce_in_rank_order(blocks, out, count, type, op);
          });
 }
 
@@ -145,7 +145,7 @@ void mpi_group::all_to_all(const void* send, void* recv, std::size_t bytes, stre
   check_buffer(c, "send", send, total);
   check_buffer(c, "recv", recv, total);
   check_overlap(c, send, total, recv, total, n == 1 ? recv : nullptr);
-  count(c.what, bytes);
+  count_traffic(c.what, bytes);
   launch(c.what, stream, send, total, recv, total, [n, r, bytes](mpi_exchange& x, const std::byte* in, std::byte* out) {
     for (std::size_t p = 0; p < n; ++p) {
       if (p == r) continue;
@@ -157,21 +157,21 @@ void mpi_group::all_to_all(const void* send, void* recv, std::size_t bytes, stre
   });
 }
 
-void mpi_group::all_reduce(const void* send, void* recv, std::size_t count_, kernels::dtype type, reduce_op op,
+void mpi_group::all_reduce(const void* send, void* recv, std::size_t count, kernels::dtype type, reduce_op op,
                            stream_view stream) {
   const collective_call c = call(collective::all_reduce);
   const std::size_t n = size();
   const std::size_t r = rank();
-  const std::uint64_t total = element_bytes(c, count_, type, op);
+  const std::uint64_t total = element_bytes(c, count, type, op);
   check_buffer(c, "send", send, total);
   check_buffer(c, "recv", recv, total);
   check_overlap(c, send, total, recv, total, recv);
   const std::size_t element = kernels::dtype_size(type);
-  count(c.what, total, 0, element);
+  count_traffic(c.what, total, 0, element);
   // A reduce-scatter of n chunks (chunk i to rank i) then an all-gather of the reduced chunks.
   launch(c.what, stream, send, total, recv, total,
-         [n, r, count_, element, type, op](mpi_exchange& x, const std::byte* in, std::byte* out) {
-           const auto at = [&](std::size_t i) { return chunk_first(count_, n, i) * element; };
+         [n, r, count, element, type, op](mpi_exchange& x, const std::byte* in, std::byte* out) {
+           const auto at = [&](std::size_t i) { return chunk_first(count, n, i) * element; };
            const auto bytes_of = [&](std::size_t i) { return at(i + 1) - at(i); };
            const std::size_t mine = bytes_of(r);
            std::vector<std::byte> arrived(mine * n);
@@ -200,7 +200,7 @@ void mpi_group::broadcast(void* buffer, std::size_t bytes, std::size_t root, str
   const std::size_t r = rank();
   ZOE_EXPECTS(root < n, describe(c), ": root ", root, " is not a rank of the group (size ", n, ")");
   check_buffer(c, "broadcast", buffer, bytes);
-  count(c.what, bytes, root);
+  count_traffic(c.what, bytes, root);
   const bool is_root = r == root;
   launch(c.what, stream, is_root ? buffer : nullptr, is_root ? bytes : 0, is_root ? nullptr : buffer,
          is_root ? 0 : bytes, [n, r, root, bytes](mpi_exchange& x, const std::byte* in, std::byte* out) {
@@ -218,6 +218,12 @@ void mpi_group::broadcast(void* buffer, std::size_t bytes, std::size_t root, str
 void mpi_group::barrier() {
   // Host-side: a message of no bytes to and from every peer, under this group's next tag.
   const int tag = next_tag(barrier_tag_kind);
+  {
+    const std::lock_guard lock(mutex_);
+    if (!failure_.empty()) {
+      throw comm_error(str("barrier on ", name_, ": not run: an earlier collective of this group failed: ", failure_));
+    }
+  }
   mpi_exchange x(view_, tag, str("barrier on ", name_));
   for (std::size_t p = 0; p < size(); ++p) {
     if (p == rank()) continue;

@@ -69,9 +69,7 @@ mpi_group::~mpi_group() {
   }
   release_retired();
   if (std::uncaught_exceptions() > 0) {
-    mpi_runtime& rt = mpi_runtime::instance();
-    rt.announce_failure(
-        str("world rank ", rt.world_rank(), " failed: an exception unwound past its ", name_, " communicator"));
+    mpi_runtime::instance().announce_failure(str("an exception unwound past its ", name_, " communicator"));
   }
 }
 
@@ -86,7 +84,7 @@ std::size_t mpi_group::node_of(std::size_t group_rank) const noexcept {
   return shape_.world_ranks[group_rank] / ranks_per_node_;
 }
 
-void mpi_group::count(collective what, std::uint64_t payload, std::size_t root, std::size_t element) {
+void mpi_group::count_traffic(collective what, std::uint64_t payload, std::size_t root, std::size_t element) {
   traffic t;
   const std::size_t me = node_of(rank());
   for (std::size_t dest = 0; dest < size(); ++dest) {

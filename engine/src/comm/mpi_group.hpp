@@ -101,7 +101,7 @@ class mpi_group final : public communicator {
   [[nodiscard]] collective_call call(collective what) const noexcept { return {what, name_}; }
   [[nodiscard]] std::size_t node_of(std::size_t group_rank) const noexcept;
   // Counts the bytes bytes_to() gives for every destination, split by node.
-  void count(collective what, std::uint64_t payload, std::size_t root = 0, std::size_t element = 1);
+  void count_traffic(collective what, std::uint64_t payload, std::size_t root = 0, std::size_t element = 1);
   // The tag of the next collective or barrier of `kind` (a collective's value, or one of the kinds
   // below): the issue order is the contract between ranks.
   [[nodiscard]] int next_tag(std::uint64_t kind) noexcept;

@@ -94,7 +94,6 @@ void mpi_runtime::announce_failure(std::string_view message) noexcept {
   static std::string text;
   {
     const std::lock_guard lock(notice_mutex_);
-    failed_ = true;
     if (announced_) return;
     announced_ = true;
   }
@@ -149,7 +148,6 @@ std::optional<peer_notice> mpi_runtime::poll_notice() noexcept {
     std::string text(static_cast<std::size_t>(chars > 0 ? chars : 0), '\0');
     MPI_Recv(text.data(), chars, MPI_CHAR, status.MPI_SOURCE, notice_tag, notice_comm_, MPI_STATUS_IGNORE);
     notice_ = peer_notice{static_cast<std::size_t>(status.MPI_SOURCE), std::move(text)};
-    failed_ = true;
     return notice_;
   } catch (...) {
     return std::nullopt;

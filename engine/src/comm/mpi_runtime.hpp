@@ -1,9 +1,12 @@
 #pragma once
 // Open MPI for the whole process: initialised once, on the first mpi communicator, with
 // MPI_THREAD_MULTIPLE when the library offers it (else every MPI call of zoe runs under one mutex),
-// and finalized at exit unless a failure was seen. MPI_Finalize synchronizes with every rank, so
-// after a peer died (or stopped answering) it can hang for ever: a process that saw a failure
-// exits without it, and mpirun reports that the rank exited without finalizing.
+// and finalized at exit unless this process detected a peer's failure. MPI_Finalize synchronizes
+// with every rank, so after a peer died (or stopped answering) it can hang for ever: a process that
+// detected one itself (a timeout, a failed transfer) exits without it, and mpirun reports that the
+// rank exited without finalizing (and ends the job, so a rank that learnt of the failure only from
+// a notice and hangs in MPI_Finalize is ended too). Notices, sent or received, do not skip it: when
+// every rank threw the same error (a setting all refuse) the peers are well and the job ends cleanly.
 //
 // It also carries the failure notices: a rank that fails tells every other rank once, with a short
 // message on a communicator of its own (a duplicate of MPI_COMM_WORLD), so a peer waiting in any
@@ -42,11 +45,12 @@ class mpi_runtime {
   [[nodiscard]] std::size_t world_size() const noexcept { return world_size_; }
   [[nodiscard]] int tag_upper_bound() const noexcept { return tag_ub_; }
 
-  /// Marks the process as having seen a failure: MPI_Finalize is skipped at exit. Never throws.
+  /// Marks the process as having detected a peer's failure: MPI_Finalize is skipped at exit.
+  /// Never throws.
   void record_failure() noexcept;
   /// Tells every other rank that this one failed, with `message` (truncated to a short notice);
   /// only the first call of the process sends. Waits at most about a second for the sends to
-  /// leave (a dead peer never takes its notice). Also records the failure. Never throws.
+  /// leave (a dead peer never takes its notice). Never throws.
   void announce_failure(std::string_view message) noexcept;
   /// The first failure another rank announced, if any has arrived (receives pending notices).
   /// Thread-safe; never throws (an MPI error while probing is ignored: the caller's own wait

@@ -93,6 +93,10 @@ void mpi_exchange::run() {
   std::vector<MPI_Status> statuses(requests.size());
   std::size_t remaining = requests.size();
   backoff wait;
+  // A failure notice fails the exchange only once a poll after it made no progress: the notice
+  // travels on a communicator of its own, and a part its sender sent before failing may be matched
+  // by the same progress call that found the notice (that part is then complete, not missing).
+  bool notice_seen = false;
   while (remaining > 0) {
     int count = 0;
     int rc = MPI_SUCCESS;
@@ -111,8 +115,12 @@ void mpi_exchange::run() {
       continue;  // progress: poll again at once
     }
     if (const auto notice = rt.poll_notice()) {
-      fail_waiting(requests, owner, str(group_->describe_world_rank(notice->world_rank), " failed: ", notice->message),
-                   false);
+      if (notice_seen) {
+        fail_waiting(requests, owner,
+                     str(group_->describe_world_rank(notice->world_rank), " failed: ", notice->message), false);
+      }
+      notice_seen = true;
+      continue;  // poll once more before failing
     }
     if (std::chrono::steady_clock::now() >= deadline) fail_waiting(requests, owner, missing_peers(), true);
     wait.pause();
@@ -167,7 +175,9 @@ std::string mpi_exchange::missing_peers() const {
 void mpi_exchange::fail_waiting(std::vector<MPI_Request>& requests, const std::vector<std::size_t>& owner,
                                 const std::string& why, bool announce) {
   mpi_runtime& rt = mpi_runtime::instance();
-  rt.record_failure();
+  // A failure seen here (a peer silent or a transfer failed) may be a dead peer, on which
+  // MPI_Finalize would hang; one another rank announced is its own to record.
+  if (announce) rt.record_failure();
   {
     // Receives are cancelled (their buffers may be gone once the caller returns); sends cannot be
     // cancelled in Open MPI, so they are freed and left to finish or die with their peer.

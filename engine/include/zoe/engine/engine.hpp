@@ -13,12 +13,21 @@
 //
 // The gradients are summed over the micro-batches in fp32 and averaged by step() (so k
 // micro-batches of b samples step like one batch of k*b), unscaled by the loss scale and clipped to
-// gradient_clipping by their global norm, all folded into Adam's grad_scale. The norm and the inf/NaN
-// check cover every rank's shards (collective: every rank calls step() in the same order), so all
-// ranks clip and skip alike. An inf or NaN in them
+// gradient_clipping by their global norm, all folded into Adam's grad_scale. An inf or NaN in them
 // skips the step (the loss scale drops; fp16's dynamic scaling as DeepSpeed does it), and a skipped
 // step does not advance the step count that bias correction uses. A step that fails (an NVMe read or
 // write) leaves every state and the loss scaler as they were: call step() again.
+//
+// Many ranks (data parallel; the world from zoe.comm.backend, see engine/CONFIG.md): every rank
+// builds the engine with the same model and configuration and makes the calls above in the same
+// order, each handing in the gradients of its own part of the batch; the gradients are averaged
+// over the ranks (so N ranks of b samples step like one rank of N*b). Each rank holds shard
+// rank() of every state. Construction, read_state, step() (the norm and the
+// inf/NaN check cover every rank's shards, so all ranks clip and skip alike), fetch and
+// reduce_gradients are collective. A rank that fails or vanishes makes the others' calls fail
+// with a comm_error naming it within zoe.comm.timeout_s. Below stage 3 the parameters are
+// replicated (parameter_path.hpp): a module's first fetch after a step gathers it, later fetches
+// find it on the device.
 //
 // Thread-safety: fetch, release, address, gradient_buffers and reduce_gradients may be called from
 // several threads (for different modules); the rest from one thread, not concurrently with them.

@@ -14,8 +14,18 @@
 //
 // Failure: a collective that has waited comm_options::timeout for a rank's part fails with a
 // comm_error naming that rank (its world rank and node); a rank that fails (its communicator
-// destroyed while an exception unwinds) tells the others, which fail at once naming it. Nothing
-// hangs for ever.
+// destroyed while an exception unwinds, or one of its collectives failed) tells the others, which
+// fail at once naming it. Nothing hangs for ever. The mpi backend's message reads
+//   "all_gather on mpi (world): rank 1 (world rank 1, node 0) sent nothing for 2 s"
+//   "all_gather on mpi (world): rank 3 (world rank 3, node 1) failed: <that rank's own message>"
+// A collective's failure is thrown by the stream's next synchronize, which (like every failed host
+// task, core/device.hpp) throws it as a device_error carrying that message. After a failure the
+// group refuses its later collectives, and a process that saw one exits without MPI_Finalize (which
+// would hang on a dead peer): mpirun then reports an abnormal exit.
+//
+// Order: collectives of one group run in the order issued; the ranks must issue them alike. Two
+// worlds (two make_communicator calls) may be issued in different orders on different ranks only
+// when their collectives go to different streams: on one stream each waits for the one before it.
 //
 // Buffers are device memory of the communicator's device (host memory on the host device). A
 // collective is queued on `stream`: it reads its input and writes its output in order with the work

@@ -61,8 +61,9 @@ class parameter_path {
   /// Below stage 3 the 16-bit parameters are replicated, as DeepSpeed's stages 1 and 2 keep them:
   /// every parameter is persistent (stage3_param/model_persistence_threshold taken as unlimited),
   /// so its first fetch after a step all-gathers the owners' new values and every later fetch
-  /// finds it on the device. Before allocating anything, throws config_error naming the keys to change when
-  /// the footprint plan does not fit this machine with `dev`'s budget (check_plan_fits), and
+  /// finds it on the device (zoe-plan, which has no engine, plans stage 3's persistence instead).
+  /// Before allocating anything, throws config_error naming the keys to change when the footprint
+  /// plan does not fit this machine with `dev`'s budget (check_plan_fits), and
   /// naming the key and the path when a swap path the plan needs is not an existing folder. Pinned
   /// memory is limited to the plan's pinned_bytes (0: nothing is pinned, and the resource has no
   /// limit). Otherwise throws what the stages throw: config_error for a plan that cannot work,

@@ -1,0 +1,267 @@
+// The engine on many ranks (label mpi; each case under mpirun on 1 to 4 ranks): ZeRO-3 and stages
+// 1 and 2 match one rank fed the same global batch, the clip and skip decisions are global,
+// read_state gathers, statistics count the traffic, and each rank swaps into its own folder.
+//
+// Data parallelism as a trainer runs it: a fixed global batch of samples, each rank handing in the
+// mean gradient of its slice, so the ranks' mean (the gradient path's reduce-scatter) is the global
+// batch's mean gradient, which the one-rank reference (built on every rank, on its own single
+// communicators) hands in directly.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine_rig.hpp"
+#include "zoe/core/device.hpp"
+#include "zoe/engine/comm/communicator.hpp"
+#include "zoe/engine/engine.hpp"
+#include "zoe/engine/statistics.hpp"
+
+namespace zoe::engine {
+namespace {
+
+using grads_t = std::vector<std::vector<float>>;
+
+// Every rank swaps under one shared folder, as ranks of a node share its drive (created by
+// whichever rank comes first; each rank's store makes a folder of its own inside it).
+std::filesystem::path shared_swap_path() {
+  const std::filesystem::path p = std::filesystem::temp_directory_path() / "zoe-mpi-engine-tests";
+  std::error_code ec;
+  std::filesystem::create_directories(p, ec);
+  return p;
+}
+
+// config_on's small stage-3 setup, on the world mpirun gives (auto: mpi under mpirun with more than
+// one rank, single otherwise), with gradient clipping off unless a test turns it on.
+engine_config ranked_config(const std::string& where, int stage = 3) {
+  engine_config c = testing::config_on(where, shared_swap_path());
+  c.zero.stage = stage;
+  c.zoe.comm.backend = "auto";
+  c.zoe.comm.timeout_s = 60;
+  return c;
+}
+
+// An engine and its host device; `single` builds it on two single communicators of its own (the
+// one-rank reference every rank computes beside the ranked engine).
+struct engine_on_rank {
+  explicit engine_on_rank(const engine_config& c, bool single = false, kernels::dtype working = kernels::dtype::fp32)
+      : dev(make_host_device(std::uint64_t{256} << 20)) {
+    engine_options o;
+    if (single) {
+      worlds[0] = make_single_communicator(*dev);
+      worlds[1] = make_single_communicator(*dev);
+      o.comm = worlds[0].get();
+      o.gradient_comm = worlds[1].get();
+    }
+    e = std::make_unique<offload_engine>(testing::small_model(working), c, *dev, o);
+    for (const parameter_layout& p : e->layout().parameters()) e->set_parameter(p.id, initial(p));
+  }
+  [[nodiscard]] std::size_t rank() { return e->parameters().comm().rank(); }
+  [[nodiscard]] std::size_t size() { return e->parameters().comm().size(); }
+  [[nodiscard]] grads_t masters() {
+    grads_t out;
+    for (const parameter_layout& p : e->layout().parameters()) out.push_back(e->read_state(p.id, state_kind::master));
+    return out;
+  }
+  static std::vector<float> initial(const parameter_layout& p) {
+    std::vector<float> v(p.numel);
+    for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>((i * 37 + p.id * 11) % 101) / 64.0F - 0.75F;
+    return v;
+  }
+
+  std::unique_ptr<device> dev;
+  std::unique_ptr<communicator> worlds[2];  // null unless single (then destroyed after the engine)
+  std::unique_ptr<offload_engine> e;
+};
+
+// Sample s's gradient in step `step`; with `exact`, multiples of 1/16 below 8 in magnitude, so any
+// sum of a few of them and its halving are exact in fp32.
+grads_t sample_gradient(const model_layout& layout, std::uint64_t step, std::uint64_t s, bool exact) {
+  grads_t g = testing::gradients(layout, step * 1000 + s + 1);
+  if (exact) {
+    for (auto& p : g) {
+      for (float& x : p) x = std::round(std::fmin(std::fmax(x, -7.0F), 7.0F) * 16.0F) / 16.0F;
+    }
+  }
+  return g;
+}
+
+// The mean gradient of samples [first, first + count) (summed in order, then divided).
+grads_t mean_gradient(const model_layout& layout, std::uint64_t step, std::uint64_t first, std::uint64_t count,
+                      bool exact) {
+  grads_t sum;
+  for (std::uint64_t s = first; s < first + count; ++s) {
+    const grads_t g = sample_gradient(layout, step, s, exact);
+    if (sum.empty()) {
+      sum = g;
+      continue;
+    }
+    for (std::size_t p = 0; p < g.size(); ++p) {
+      for (std::size_t i = 0; i < g[p].size(); ++i) sum[p][i] += g[p][i];
+    }
+  }
+  for (auto& p : sum) {
+    for (float& x : p) x /= static_cast<float>(count);
+  }
+  return sum;
+}
+
+// Runs `steps` steps of a `batch`-sample global batch on the ranked engine and on the one-rank
+// reference; returns both engines' masters and checks the step results agree.
+struct compared {
+  grads_t ranked;
+  grads_t reference;
+};
+compared train_both(const engine_config& ranked_cfg, const engine_config& reference_cfg, std::uint64_t batch, int steps,
+                    bool exact, kernels::dtype working = kernels::dtype::fp32) {
+  engine_on_rank ranked(ranked_cfg, /*single=*/false, working);
+  engine_on_rank reference(reference_cfg, /*single=*/true, working);
+  const std::size_t n = ranked.size();
+  const std::uint64_t slice = batch / n;
+  for (int step = 0; step < steps; ++step) {
+    const auto k = static_cast<std::uint64_t>(step);
+    testing::run_micro_batch(*ranked.e, *ranked.dev,
+                             mean_gradient(ranked.e->layout(), k, ranked.rank() * slice, slice, exact));
+    testing::run_micro_batch(*reference.e, *reference.dev, mean_gradient(reference.e->layout(), k, 0, batch, exact));
+    const step_result a = ranked.e->step(1e-2);
+    const step_result b = reference.e->step(1e-2);
+    EXPECT_FALSE(a.skipped);
+    EXPECT_NEAR(a.grad_norm, b.grad_norm, 1e-6 * b.grad_norm) << "step " << step;
+    EXPECT_NEAR(a.clip_coefficient, b.clip_coefficient, 1e-6) << "step " << step;
+  }
+  return {ranked.masters(), reference.masters()};
+}
+
+void expect_close(const grads_t& a, const grads_t& b, double relative) {
+  ASSERT_EQ(a.size(), b.size());
+  for (std::size_t p = 0; p < a.size(); ++p) {
+    ASSERT_EQ(a[p].size(), b[p].size()) << "parameter " << p;
+    for (std::size_t i = 0; i < a[p].size(); ++i) {
+      ASSERT_NEAR(a[p][i], b[p][i], relative * std::fmax(1.0F, std::fabs(b[p][i])))
+          << "parameter " << p << " element " << i;
+    }
+  }
+}
+
+// A world size the case needs, the same decision on every rank (so no rank waits on a skipped one).
+bool world_is_one_of(std::initializer_list<std::size_t> sizes) {
+  engine_config c;
+  c.zoe.comm.backend = "auto";
+  auto dev = make_host_device(std::uint64_t{16} << 20);
+  const std::unique_ptr<communicator> w = make_communicator(*dev, comm_options_of(c));
+  for (const std::size_t s : sizes) {
+    if (w->size() == s) return true;
+  }
+  return false;
+}
+
+TEST(engine_ranks, Zero3MatchesOneRankOnTheSameGlobalBatch) {
+  // Clipping on, so the global norm decides a clip coefficient every rank must agree on.
+  engine_config c = ranked_config("nvme");
+  c.gradient_clipping = 0.5;
+  const compared r = train_both(c, c, 12, 2, /*exact=*/false);
+  expect_close(r.ranked, r.reference, 1e-6);
+}
+
+TEST(engine_ranks, Zero3IsBitIdenticalWhenTheMeanIsExact) {
+  if (!world_is_one_of({1, 2, 4})) GTEST_SKIP() << "the mean over 3 ranks is not exact";
+  const engine_config c = ranked_config("split");
+  const compared r = train_both(c, c, 4, 2, /*exact=*/true);
+  ASSERT_EQ(r.ranked.size(), r.reference.size());
+  for (std::size_t p = 0; p < r.ranked.size(); ++p) EXPECT_EQ(r.ranked[p], r.reference[p]) << "parameter " << p;
+}
+
+TEST(engine_ranks, Stages1And2MatchStage3OnOneRank) {
+  if (!world_is_one_of({1, 2, 4})) GTEST_SKIP() << "stages 1 and 2 are checked on 2 and 4 ranks";
+  // fp16 working copies (replicated on every rank below stage 3) and fp32 ones (the master itself).
+  // The exact gradients' means (multiples of 1/64 below 8) are exact in fp16 too.
+  for (const kernels::dtype working : {kernels::dtype::fp16, kernels::dtype::fp32}) {
+    for (const int stage : {1, 2}) {
+      SCOPED_TRACE(::testing::Message() << "stage " << stage << ", " << kernels::dtype_name(working));
+      // Optimizer states on NVMe (offload_optimizer holds at every stage).
+      const compared r = train_both(ranked_config("nvme", stage), ranked_config("nvme"), 4, 2, /*exact=*/true, working);
+      for (std::size_t p = 0; p < r.ranked.size(); ++p) EXPECT_EQ(r.ranked[p], r.reference[p]) << "parameter " << p;
+    }
+  }
+}
+
+TEST(engine_ranks, AnInfOnOneRankSkipsTheStepOnEveryRank) {
+  engine_on_rank ranked(ranked_config("host"));
+  const grads_t before = ranked.masters();
+  grads_t g = mean_gradient(ranked.e->layout(), 0, ranked.rank(), 1, false);
+  // Only the last rank sees the inf, in an element another rank owns at world size > 1 (the
+  // first element of the first parameter is in rank 0's shard).
+  if (ranked.rank() + 1 == ranked.size()) g[0][0] = std::numeric_limits<float>::infinity();
+  testing::run_micro_batch(*ranked.e, *ranked.dev, g);
+  const step_result r = ranked.e->step(1e-2);
+  EXPECT_TRUE(r.skipped) << "rank " << ranked.rank();
+  EXPECT_EQ(r.optimizer_steps, 0);
+  EXPECT_EQ(ranked.masters(), before) << "rank " << ranked.rank();
+}
+
+TEST(engine_ranks, ReadStateGathersEveryRanksShard) {
+  engine_on_rank ranked(ranked_config("split"));
+  for (const parameter_layout& p : ranked.e->layout().parameters()) {
+    EXPECT_EQ(p.shard_numel * ranked.size(), p.padded_numel(ranked.size()));
+    const std::vector<float> want = engine_on_rank::initial(p);
+    EXPECT_EQ(ranked.e->read_state(p.id, state_kind::master), want) << p.name;
+    EXPECT_EQ(ranked.e->read_state(p.id, state_kind::working), want) << p.name;
+  }
+}
+
+TEST(engine_ranks, StatisticsCountTheTrafficOfEveryGroup) {
+  // 4 ranks run as 2 "nodes" of 2, so both kinds of traffic show; fewer share one node.
+  engine_config c = ranked_config("device");
+  const bool two_nodes = world_is_one_of({4});
+  if (two_nodes) c.zoe.ranks_per_node = 2;
+  engine_on_rank ranked(c);
+  testing::run_micro_batch(*ranked.e, *ranked.dev, mean_gradient(ranked.e->layout(), 0, ranked.rank(), 1, false));
+  (void)ranked.e->step(1e-2);
+  const nlohmann::json s = nlohmann::json::parse(statistics_json(*ranked.e));
+  const nlohmann::json& comm = s.at("comm");
+  EXPECT_EQ(comm.at("world_size"), ranked.size());
+  EXPECT_EQ(comm.at("rank"), ranked.rank());
+  EXPECT_GT(comm.at("calls").get<std::uint64_t>(), 0u);
+  const nlohmann::json& groups = comm.at("groups");
+  const auto bytes = [](const nlohmann::json& g, const char* kind) {
+    return g.at(kind).at("intra_node_bytes").get<std::uint64_t>() +
+           g.at(kind).at("inter_node_bytes").get<std::uint64_t>();
+  };
+  if (ranked.size() == 1) {
+    EXPECT_EQ(comm.at("intra_node_bytes"), 0u);
+    EXPECT_EQ(comm.at("inter_node_bytes"), 0u);
+    EXPECT_EQ(groups.at("node_local").at("same_as"), "world");
+  } else {
+    // The coordinator's gathers on its world, the reductions on the gradient world.
+    EXPECT_GT(bytes(groups.at("world"), "all_gather"), 0u);
+    EXPECT_GT(bytes(groups.at("gradient_world"), "reduce_scatter"), 0u);
+    EXPECT_EQ(bytes(groups.at("world"), "reduce_scatter"), 0u);
+    EXPECT_GT(comm.at("intra_node_bytes").get<std::uint64_t>(), 0u);
+    if (two_nodes) {
+      EXPECT_GT(comm.at("inter_node_bytes").get<std::uint64_t>(), 0u);
+    } else {
+      EXPECT_EQ(comm.at("inter_node_bytes"), 0u) << "one node: nothing crosses";
+    }
+  }
+}
+
+TEST(engine_ranks, EachRankSwapsIntoItsOwnFolderUnderTheSharedPath) {
+  engine_on_rank ranked(ranked_config("nvme"));
+  const io::swap_store* store = ranked.e->parameters().store();
+  ASSERT_NE(store, nullptr);
+  const std::filesystem::path folder = store->folders().at(0);
+  EXPECT_EQ(folder.parent_path(), shared_swap_path());
+  EXPECT_TRUE(folder.filename().string().starts_with("zoe-swap-rank-" + std::to_string(ranked.rank()) + "-")) << folder;
+}
+
+}  // namespace
+}  // namespace zoe::engine
