@@ -246,9 +246,10 @@ std::string offload_engine::save_checkpoint(const std::filesystem::path& root, c
   // Changes made to gathered parameters on the device belong in the checkpoint.
   path_->coord().flush();
   const std::string name = tag.empty() ? str("step-", scaler_.state().cur_iter) : tag;
+  // Collective on the gradient world, which carries the engine's collectives between steps.
   zoe::engine::save_checkpoint(root, name, path_->tiers(), *io_,
                                checkpoint_meta{.scaler = scaler_.state(), .optimizer = adam_settings_, .lr = lr_},
-                               *files_);
+                               checkpoint_ranks{.comm = path_->gradient_comm(), .dev = *device_}, *files_);
   return name;
 }
 
@@ -266,8 +267,9 @@ void offload_engine::load_checkpoint(const std::filesystem::path& root, const st
   // The saved scaler state must suit this configuration (fp16.hysteresis, min_loss_scale) before
   // any state is overwritten: refused afterwards, the states would be the checkpoint's and the
   // scaler, the step count and the learning rate not.
-  const checkpoint_meta meta =
-      zoe::engine::load_checkpoint(root, tag, path_->tiers(), *io_, *files_, [this](const checkpoint_meta& m) {
+  const checkpoint_meta meta = zoe::engine::load_checkpoint(
+      root, tag, path_->tiers(), *io_, checkpoint_ranks{.comm = path_->gradient_comm(), .dev = *device_}, *files_,
+      [this](const checkpoint_meta& m) {
         loss_scaler probe(config_.fp16);
         probe.restore(m.scaler);
       });

@@ -18,6 +18,11 @@ std::uint64_t real_bytes(const parameter_layout& p, state_kind s) noexcept {
   return p.numel * kernels::dtype_size(state_dtype(p, s));
 }
 
+std::uint64_t shard_real_bytes(const parameter_layout& p, state_kind s, std::size_t rank) noexcept {
+  if (state_bytes(p, s) == 0) return 0;
+  return p.real_numel(rank) * kernels::dtype_size(state_dtype(p, s));
+}
+
 std::uint64_t file_bytes(const model_layout& layout, state_kind s) noexcept {
   std::uint64_t total = 0;
   for (const parameter_layout& p : layout.parameters()) total += real_bytes(p, s);

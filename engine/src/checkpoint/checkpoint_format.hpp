@@ -33,6 +33,10 @@ inline constexpr std::size_t piece_bytes = std::size_t{4} << 20;
 /// Bytes of `p`'s real (unpadded) elements of state `s`; 0 for a state with no bytes (the working
 /// copy of an fp32 parameter). Never throws.
 [[nodiscard]] std::uint64_t real_bytes(const parameter_layout& p, state_kind s) noexcept;
+/// Bytes of the real elements of state `s` in rank `rank`'s shard of `p` (elements
+/// [rank * shard_numel, rank * shard_numel + real_numel(rank)) of the parameter, the rank's slice
+/// of the file's part for `p`); 0 for a state with no bytes. Never throws.
+[[nodiscard]] std::uint64_t shard_real_bytes(const parameter_layout& p, state_kind s, std::size_t rank) noexcept;
 /// Bytes of the file of state `s`: the sum of real_bytes over the parameters.
 [[nodiscard]] std::uint64_t file_bytes(const model_layout& layout, state_kind s) noexcept;
 

@@ -1,5 +1,7 @@
 // latest_checkpoint and load_checkpoint: everything is validated (manifest, format version, model,
-// each file's size and XXH3) before the first state is overwritten.
+// each file's size and XXH3) before the first state is overwritten. On many ranks every rank
+// validates (the checksums split over the ranks), the verdicts are combined, and each rank then
+// reads its own slices of the files.
 
 #include <algorithm>
 #include <cstring>
@@ -7,6 +9,7 @@
 #include "aligned_buffer.hpp"
 #include "checkpoint_format.hpp"
 #include "manifest.hpp"
+#include "rank_link.hpp"
 #include "xxh3_stream.hpp"
 #include "zoe/core/check.hpp"
 #include "zoe/engine/checkpoint/checkpoint.hpp"
@@ -34,9 +37,11 @@ detail::manifest read_manifest(checkpoint_fs& fs, const std::filesystem::path& f
 }
 
 /// The manifest's entry for each saved state, in file order, checked against the model and the
-/// files on disk (size and checksum).
+/// files on disk: every file's size, and the checksum of the i-th file where i mod `ranks` is
+/// `rank` (every file's at world size 1), so the ranks share the reading.
 std::vector<detail::manifest_file> check_files(checkpoint_fs& fs, const std::filesystem::path& folder,
-                                               const detail::manifest& m, const model_layout& layout) {
+                                               const detail::manifest& m, const model_layout& layout, std::size_t rank,
+                                               std::size_t ranks) {
   const std::filesystem::path manifest_path = folder / detail::manifest_name;
   const std::vector<state_kind> states = detail::saved_states(layout);
   for (const detail::manifest_file& f : m.files) {
@@ -52,7 +57,8 @@ std::vector<detail::manifest_file> check_files(checkpoint_fs& fs, const std::fil
   }
   std::vector<detail::manifest_file> out;
   detail::aligned_buffer piece;
-  for (const state_kind s : states) {
+  for (std::size_t i = 0; i < states.size(); ++i) {
+    const state_kind s = states[i];
     const auto entry =
         std::find_if(m.files.begin(), m.files.end(), [&](const detail::manifest_file& f) { return f.state == s; });
     if (entry == m.files.end()) {
@@ -75,6 +81,10 @@ std::vector<detail::manifest_file> check_files(checkpoint_fs& fs, const std::fil
       if (reader->size() != entry->bytes) {
         throw checkpoint_error(str("checkpoint file ", quoted(path), " has ", reader->size(),
                                    " bytes; the manifest says ", entry->bytes, " (truncated or torn)"));
+      }
+      if (i % ranks != rank) {
+        out.push_back(*entry);
+        continue;  // another rank checks its checksum
       }
       if (piece.size() == 0) piece = detail::aligned_buffer(detail::piece_bytes);
       detail::xxh3_stream hash;
@@ -107,18 +117,23 @@ void check_not_in_flight(const tier_manager& tiers, const std::vector<state_kind
   }
 }
 
-/// Writes file `f` (validated) into every parameter's state f.state: real elements from the file,
-/// zero padding.
+/// Writes file `f` (validated) into state f.state of this rank's shard of every parameter: the
+/// rank's slice of the parameter's real elements from the file, zero padding. At world size 1 the
+/// slices are the whole file, read in order, and its checksum is checked again as it is read.
 void load_state(checkpoint_fs& fs, const std::filesystem::path& folder, const detail::manifest_file& f,
-                tier_manager& tiers, state_io& io, detail::aligned_buffer& staging) {
+                tier_manager& tiers, state_io& io, detail::aligned_buffer& staging, std::size_t rank,
+                std::size_t ranks) {
   const std::filesystem::path path = folder / f.name;
   const auto reader = fs.open(path);
   const state_kind s = f.state;
   detail::xxh3_stream hash;
-  std::uint64_t offset = 0;
+  std::uint64_t part = 0;  // where the file's part for the parameter starts
   for (const parameter_layout& p : tiers.layout().parameters()) {
-    const auto real = static_cast<std::size_t>(detail::real_bytes(p, s));
-    if (real == 0) continue;
+    const std::uint64_t whole = detail::real_bytes(p, s);
+    if (whole == 0) continue;
+    const std::uint64_t offset = part + rank * p.shard_numel * kernels::dtype_size(state_dtype(p, s));
+    part += whole;
+    const auto real = static_cast<std::size_t>(detail::shard_real_bytes(p, s, rank));
     const auto bytes = static_cast<std::size_t>(state_bytes(p, s));
     const state_location& home = tiers.location(p.id, s);
     if (home.where == tier::host) {
@@ -126,7 +141,7 @@ void load_state(checkpoint_fs& fs, const std::filesystem::path& folder, const de
       ZOE_EXPECTS(tiers.begin_move(p.id, s, move_kind::write), "cannot load the ", state_kind_name(s),
                   " state of parameter '", p.name, "': another move has it in flight");
       try {
-        reader->read(offset, home.host.first(real));
+        if (real > 0) reader->read(offset, home.host.first(real));  // a shard of padding only reads nothing
         std::memset(home.host.data() + real, 0, bytes - real);
       } catch (...) {
         tiers.abort_move(p.id, s);
@@ -145,16 +160,15 @@ void load_state(checkpoint_fs& fs, const std::filesystem::path& folder, const de
         const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(step, bytes - at));
         const std::span<std::byte> data = staging.span().first(n);
         const auto from_file = static_cast<std::size_t>(at < real ? std::min<std::uint64_t>(n, real - at) : 0);
-        reader->read(offset + at, data.first(from_file));
+        if (from_file > 0) reader->read(offset + at, data.first(from_file));
         std::memset(data.data() + from_file, 0, n - from_file);
         hash.update(data.first(from_file));
         io.write(p.id, s, at, data);
         at += n;
       }
     }
-    offset += real;
   }
-  if (hash.digest() != f.xxh3) {
+  if (ranks == 1 && hash.digest() != f.xxh3) {
     throw checkpoint_error(str("checkpoint file ", quoted(path), " changed while it was loaded (XXH3 ",
                                detail::hash_hex(hash.digest()), ", validated as ", detail::hash_hex(f.xxh3),
                                "): the states are partly loaded; load again"));
@@ -188,46 +202,88 @@ std::optional<std::string> latest_checkpoint(const std::filesystem::path& root, 
   return tag;
 }
 
-checkpoint_meta load_checkpoint(const std::filesystem::path& root, const std::string& tag, tier_manager& tiers,
-                                state_io& io, checkpoint_fs& fs,
-                                const std::function<void(const checkpoint_meta&)>& accept) {
+namespace {
+
+checkpoint_meta load_on(detail::rank_link& link, const std::filesystem::path& root, const std::string& tag,
+                        tier_manager& tiers, state_io& io, checkpoint_fs& fs,
+                        const std::function<void(const checkpoint_meta&)>& accept) {
+  std::exception_ptr failure;
   std::string chosen = tag;
   if (chosen.empty()) {
-    const std::optional<std::string> latest = latest_checkpoint(root, fs);
-    if (!latest) {
-      throw checkpoint_error(
-          str("no checkpoint to load in ", quoted(root), ": ", quoted(root / detail::latest_name), " is missing"));
+    // One rank reads `latest`, so every rank loads the same checkpoint.
+    if (link.rank() == 0) {
+      try {
+        const std::optional<std::string> latest = latest_checkpoint(root, fs);
+        if (!latest) {
+          throw checkpoint_error(
+              str("no checkpoint to load in ", quoted(root), ": ", quoted(root / detail::latest_name), " is missing"));
+        }
+        chosen = *latest;
+      } catch (...) {
+        failure = std::current_exception();
+      }
     }
-    chosen = *latest;
+    link.agree(failure);
+    link.broadcast(chosen, 0);
   }
   ZOE_EXPECTS(detail::valid_tag(chosen), "checkpoint tag '", chosen,
               "' is not a plain folder name (not empty, no '/', not starting with '.', not 'latest')");
   const model_layout& layout = tiers.layout();
-  ZOE_EXPECTS(layout.options().world_size == 1, "checkpoints are loaded at world size 1; this layout has ",
-              layout.options().world_size, " ranks");
+  ZOE_EXPECTS(layout.options().world_size == link.size(), "cannot load a checkpoint: the layout is for ",
+              layout.options().world_size, " ranks, the communicator has ", link.size());
   const std::filesystem::path folder = root / chosen;
-  check_not_in_flight(tiers, detail::saved_states(layout));
 
-  // Everything that can be refused is refused here, before the first state changes.
-  const detail::manifest m = read_manifest(fs, folder);
-  detail::check_model(m, layout, folder / detail::manifest_name);
-  if (!m.intact) {
-    throw checkpoint_error(str("checkpoint manifest ", quoted(folder / detail::manifest_name),
-                               " does not match its own checksum (manifest_xxh3): a byte of it changed"));
-  }
-  const std::vector<detail::manifest_file> files = check_files(fs, folder, m, layout);
-  if (accept) {
-    try {
-      accept(m.meta);
-    } catch (const usage_error& e) {
-      throw checkpoint_error(
-          str(quoted(folder / detail::manifest_name), " cannot be loaded into this configuration: ", e.what()));
+  // Everything that can be refused is refused here, on every rank, before the first state changes
+  // on any rank.
+  detail::manifest m;
+  std::vector<detail::manifest_file> files;
+  try {
+    check_not_in_flight(tiers, detail::saved_states(layout));
+    m = read_manifest(fs, folder);
+    detail::check_model(m, layout, folder / detail::manifest_name);
+    if (!m.intact) {
+      throw checkpoint_error(str("checkpoint manifest ", quoted(folder / detail::manifest_name),
+                                 " does not match its own checksum (manifest_xxh3): a byte of it changed"));
     }
+    files = check_files(fs, folder, m, layout, link.rank(), link.size());
+    if (accept) {
+      try {
+        accept(m.meta);
+      } catch (const usage_error& e) {
+        throw checkpoint_error(
+            str(quoted(folder / detail::manifest_name), " cannot be loaded into this configuration: ", e.what()));
+      }
+    }
+  } catch (...) {
+    failure = std::current_exception();
   }
+  link.agree(failure);
 
-  detail::aligned_buffer staging;
-  for (const detail::manifest_file& f : files) load_state(fs, folder, f, tiers, io, staging);
+  try {
+    detail::aligned_buffer staging;
+    for (const detail::manifest_file& f : files)
+      load_state(fs, folder, f, tiers, io, staging, link.rank(), link.size());
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  link.agree(failure);
   return m.meta;
+}
+
+}  // namespace
+
+checkpoint_meta load_checkpoint(const std::filesystem::path& root, const std::string& tag, tier_manager& tiers,
+                                state_io& io, checkpoint_fs& fs,
+                                const std::function<void(const checkpoint_meta&)>& accept) {
+  detail::rank_link alone;
+  return load_on(alone, root, tag, tiers, io, fs, accept);
+}
+
+checkpoint_meta load_checkpoint(const std::filesystem::path& root, const std::string& tag, tier_manager& tiers,
+                                state_io& io, const checkpoint_ranks& ranks, checkpoint_fs& fs,
+                                const std::function<void(const checkpoint_meta&)>& accept) {
+  detail::rank_link link(ranks.comm, ranks.dev, detail::piece_bytes);
+  return load_on(link, root, tag, tiers, io, fs, accept);
 }
 
 }  // namespace zoe::engine

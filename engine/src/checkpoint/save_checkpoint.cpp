@@ -3,9 +3,19 @@
 // folder synced; the manifest last, the same way; then the folder is moved to root/tag (exchanged
 // with an older checkpoint of that tag) and root synced; then `latest` replaced the same way and
 // root synced again. A crash at any point leaves root/latest naming a complete checkpoint.
+//
+// On many ranks rank 0 runs that sequence alone; the other ranks' real elements reach it through
+// the communicator, in file order, and the ranks' verdicts are combined after each phase (the
+// checks, the files, the manifest and the renames), so every rank ends the same way.
 
+#include <algorithm>
+#include <cstring>
+#include <optional>
+
+#include "aligned_buffer.hpp"
 #include "checkpoint_format.hpp"
 #include "manifest.hpp"
+#include "rank_link.hpp"
 #include "state_source.hpp"
 #include "xxh3_stream.hpp"
 #include "zoe/core/check.hpp"
@@ -41,32 +51,132 @@ void check_resident(const tier_manager& tiers, const std::vector<state_kind>& st
   }
 }
 
-/// Writes one file per state into `folder` from `source`, recording each in `files`.
-void write_state_files(checkpoint_fs& fs, const std::filesystem::path& folder, const model_layout& layout,
-                       detail::state_source& source, const std::vector<state_kind>& states,
-                       std::vector<detail::manifest_file>& files) {
-  std::optional<detail::state_piece> piece = source.next();
-  for (const state_kind s : states) {
-    const std::filesystem::path path = folder / state_file(s);
+/// Writes the state files: every rank takes part, rank 0 writes. The constructor throws (memory for
+/// the staging buffers refused): the caller combines that with the other ranks' verdicts before
+/// the first file. Afterwards the first failure on this rank is kept in `failure` and ends this
+/// rank's reading and writing, but not its part in the broadcasts (it sends zeros), so that the
+/// ranks reach the verdict together. The communicator's own failures (a rank that vanished) are
+/// thrown.
+class state_stream {
+ public:
+  state_stream(checkpoint_fs& fs, const std::filesystem::path& folder, tier_manager& tiers, state_io& io,
+               const std::vector<state_kind>& states, detail::rank_link& link, std::exception_ptr& failure)
+      : fs_(fs),
+        folder_(folder),
+        layout_(tiers.layout()),
+        link_(link),
+        failure_(failure),
+        source_(tiers, io, states, detail::piece_bytes, link.rank()) {
+    if (link.size() > 1) transfer_ = detail::aligned_buffer(transfer_bytes(states));
+  }
+
+  /// Streams state `s`'s file; on rank 0 records it in `files`.
+  void write_file(state_kind s, std::vector<detail::manifest_file>& files) {
+    const std::filesystem::path path = folder_ / state_file(s);
     std::filesystem::path temp = path;
     temp += detail::temp_suffix;
-    detail::xxh3_stream hash;
-    {
-      const auto writer = fs.create(temp);
-      // append() copies the piece and writes it in the background while the source's thread
-      // reads the next piece: the drive and the state reads overlap.
-      for (; piece && piece->state == s; piece = source.next()) {
-        hash.update(piece->bytes);
-        writer->append(piece->bytes);
+    const bool writes = link_.rank() == 0;
+    hash_ = std::make_unique<detail::xxh3_stream>();
+    if (writes && !failure_) attempt([&] { writer_ = fs_.create(temp); });
+    for (const parameter_layout& p : layout_.parameters()) {
+      // The file's part for p: each rank's real elements in rank order, in pieces every rank cuts
+      // alike (at multiples of piece_bytes, where the state_source cuts too).
+      for (std::size_t q = 0; q < link_.size(); ++q) {
+        const std::uint64_t real = detail::shard_real_bytes(p, s, q);
+        for (std::uint64_t at = 0; at < real;) {
+          const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(detail::piece_bytes, real - at));
+          if (q == 0) {
+            // Rank 0's own bytes go straight to its file.
+            if (writes) append(own(s, p.id, n));
+          } else {
+            const std::span<std::byte> buffer = transfer_.span().first(n);
+            if (link_.rank() == q) {
+              const std::span<const std::byte> mine = own(s, p.id, n);
+              if (mine.empty()) {
+                std::memset(buffer.data(), 0, n);
+              } else {
+                std::memcpy(buffer.data(), mine.data(), n);
+              }
+            }
+            link_.broadcast(buffer, q);
+            if (writes) append(buffer);
+          }
+          at += n;
+        }
       }
-      writer->sync();
-      ZOE_ASSERT(writer->size() == detail::file_bytes(layout, s));
     }
-    fs.rename(temp, path);
-    files.push_back({s, state_file(s), detail::file_bytes(layout, s), hash.digest()});
+    if (!writer_ || failure_) return;
+    attempt([&] {
+      // append() copies each piece and writes it in the background while the next one is read
+      // or received: the drive, the state reads and the transfers overlap.
+      writer_->sync();
+      ZOE_ASSERT(writer_->size() == detail::file_bytes(layout_, s));
+      writer_.reset();
+      fs_.rename(temp, path);
+      files.push_back({s, state_file(s), detail::file_bytes(layout_, s), hash_->digest()});
+    });
   }
-  ZOE_ASSERT(!piece);
-}
+
+ private:
+  /// The largest piece another rank sends: rank 0's shard holds the most real elements.
+  [[nodiscard]] std::size_t transfer_bytes(const std::vector<state_kind>& states) const {
+    std::uint64_t largest = 1;
+    for (const parameter_layout& p : layout_.parameters()) {
+      for (const state_kind s : states) largest = std::max(largest, detail::shard_real_bytes(p, s, 0));
+    }
+    return static_cast<std::size_t>(std::min<std::uint64_t>(largest, detail::piece_bytes));
+  }
+
+  void fail() noexcept {
+    if (!failure_) failure_ = std::current_exception();
+    writer_.reset();
+  }
+
+  template <typename Action>
+  void attempt(Action&& action) noexcept {
+    try {
+      action();
+    } catch (...) {
+      fail();
+    }
+  }
+
+  /// The next `n` bytes of this rank's state `s` of `p`; empty once something failed here.
+  std::span<const std::byte> own(state_kind s, parameter_id p, std::size_t n) {
+    std::span<const std::byte> out;
+    if (failure_) return out;
+    attempt([&] {
+      if (rest_.empty()) {
+        const std::optional<detail::state_piece> piece = source_.next();
+        ZOE_ASSERT(piece && piece->state == s && piece->param == p);
+        rest_ = piece->bytes;
+      }
+      ZOE_ASSERT(rest_.size() >= n);
+      out = rest_.first(n);
+      rest_ = rest_.subspan(n);
+    });
+    return out;
+  }
+
+  void append(std::span<const std::byte> bytes) {
+    if (!writer_ || failure_ || bytes.empty()) return;
+    attempt([&] {
+      hash_->update(bytes);
+      writer_->append(bytes);
+    });
+  }
+
+  checkpoint_fs& fs_;
+  const std::filesystem::path& folder_;
+  const model_layout& layout_;
+  detail::rank_link& link_;
+  std::exception_ptr& failure_;
+  detail::state_source source_;
+  std::span<const std::byte> rest_;  // what is left of this rank's current piece
+  detail::aligned_buffer transfer_;
+  std::unique_ptr<detail::xxh3_stream> hash_;
+  std::unique_ptr<checkpoint_writer> writer_;
+};
 
 void remove_quietly(checkpoint_fs& fs, const std::filesystem::path& folder) noexcept {
   try {
@@ -77,48 +187,80 @@ void remove_quietly(checkpoint_fs& fs, const std::filesystem::path& folder) noex
   }
 }
 
+void save_on(detail::rank_link& link, const std::filesystem::path& root, const std::string& tag, tier_manager& tiers,
+             state_io& io, const checkpoint_meta& meta, checkpoint_fs& fs) {
+  ZOE_EXPECTS(detail::valid_tag(tag), "checkpoint tag '", tag,
+              "' is not a plain folder name (not empty, no '/', not starting with '.', not 'latest')");
+  const model_layout& layout = tiers.layout();
+  ZOE_EXPECTS(layout.options().world_size == link.size(), "cannot save a checkpoint: the layout is for ",
+              layout.options().world_size, " ranks, the communicator has ", link.size());
+  const std::vector<state_kind> states = detail::saved_states(layout);
+  const bool writes = link.rank() == 0;
+  const std::filesystem::path staging = detail::staging_folder(root, tag);
+  const std::filesystem::path final_folder = root / tag;
+  detail::manifest m{detail::checkpoint_format_version, tag, detail::describe_model(layout), {}, meta};
+  bool staged = false;  // staging may hold this save's files
+  bool placed = false;  // root/tag is the new checkpoint (what staging holds then is the old one)
+  try {
+    std::exception_ptr failure;
+    std::optional<state_stream> stream;
+    try {
+      check_resident(tiers, states);
+      if (writes) {
+        make_root(fs, root);
+        staged = true;
+        detail::remove_flat_folder(fs, staging);  // left by a save that failed or crashed
+        fs.create_directory(staging);
+      }
+      stream.emplace(fs, staging, tiers, io, states, link, failure);
+    } catch (...) {
+      failure = std::current_exception();
+    }
+    link.agree(failure);
+
+    for (const state_kind s : states) stream->write_file(s, m.files);
+    stream.reset();  // lets go of the states
+    link.agree(failure);
+
+    if (writes) {
+      try {
+        fs.sync_directory(staging);
+        detail::write_durably(fs, staging / detail::manifest_name, detail::to_json(m));
+        fs.sync_directory(staging);
+        if (fs.exists(final_folder)) {
+          // Atomic: after a crash root/tag is the old checkpoint or the new one, both complete.
+          fs.exchange(staging, final_folder);
+        } else {
+          fs.rename(staging, final_folder);
+        }
+        placed = true;
+        fs.sync_directory(root);
+        detail::write_durably(fs, root / detail::latest_name, tag + "\n");
+        fs.sync_directory(root);
+      } catch (...) {
+        failure = std::current_exception();
+      }
+    }
+    link.agree(failure);
+  } catch (...) {
+    if (staged && !placed) remove_quietly(fs, staging);
+    throw;
+  }
+  if (writes) remove_quietly(fs, staging);  // the checkpoint this one replaced, if any
+}
+
 }  // namespace
 
 void save_checkpoint(const std::filesystem::path& root, const std::string& tag, tier_manager& tiers, state_io& io,
                      const checkpoint_meta& meta, checkpoint_fs& fs) {
-  ZOE_EXPECTS(detail::valid_tag(tag), "checkpoint tag '", tag,
-              "' is not a plain folder name (not empty, no '/', not starting with '.', not 'latest')");
-  const model_layout& layout = tiers.layout();
-  ZOE_EXPECTS(layout.options().world_size == 1, "checkpoints are written at world size 1; this layout has ",
-              layout.options().world_size, " ranks");
-  const std::vector<state_kind> states = detail::saved_states(layout);
-  check_resident(tiers, states);
+  detail::rank_link alone;
+  save_on(alone, root, tag, tiers, io, meta, fs);
+}
 
-  make_root(fs, root);
-  const std::filesystem::path staging = detail::staging_folder(root, tag);
-  const std::filesystem::path final_folder = root / tag;
-  detail::manifest m{detail::checkpoint_format_version, tag, detail::describe_model(layout), {}, meta};
-  bool placed = false;  // root/tag is the new checkpoint (what staging holds then is the old one)
-  try {
-    detail::remove_flat_folder(fs, staging);  // left by a save that failed or crashed
-    fs.create_directory(staging);
-    {
-      detail::state_source source(tiers, io, states, detail::piece_bytes);
-      write_state_files(fs, staging, layout, source, states, m.files);
-    }
-    fs.sync_directory(staging);
-    detail::write_durably(fs, staging / detail::manifest_name, detail::to_json(m));
-    fs.sync_directory(staging);
-    if (fs.exists(final_folder)) {
-      // Atomic: after a crash root/tag is the old checkpoint or the new one, both complete.
-      fs.exchange(staging, final_folder);
-    } else {
-      fs.rename(staging, final_folder);
-    }
-    placed = true;
-    fs.sync_directory(root);
-    detail::write_durably(fs, root / detail::latest_name, tag + "\n");
-    fs.sync_directory(root);
-  } catch (...) {
-    if (!placed) remove_quietly(fs, staging);
-    throw;
-  }
-  remove_quietly(fs, staging);  // the checkpoint this one replaced, if any
+void save_checkpoint(const std::filesystem::path& root, const std::string& tag, tier_manager& tiers, state_io& io,
+                     const checkpoint_meta& meta, const checkpoint_ranks& ranks, checkpoint_fs& fs) {
+  detail::rank_link link(ranks.comm, ranks.dev, detail::piece_bytes);
+  save_on(link, root, tag, tiers, io, meta, fs);
 }
 
 }  // namespace zoe::engine

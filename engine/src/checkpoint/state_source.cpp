@@ -12,21 +12,22 @@ namespace {
 // Pieces handed out ahead of the caller: one being written, one ready behind it.
 constexpr std::size_t queue_limit = 2;
 
-std::uint64_t largest_staged_state(const tier_manager& tiers, const std::vector<state_kind>& states) {
+std::uint64_t largest_staged_state(const tier_manager& tiers, const std::vector<state_kind>& states, std::size_t rank) {
   std::uint64_t largest = 0;
   for (const parameter_layout& p : tiers.layout().parameters()) {
     for (const state_kind s : states) {
-      if (tiers.location(p.id, s).where != tier::host) largest = std::max(largest, real_bytes(p, s));
+      if (tiers.location(p.id, s).where != tier::host) largest = std::max(largest, shard_real_bytes(p, s, rank));
     }
   }
   return largest;
 }
 }  // namespace
 
-state_source::state_source(tier_manager& tiers, state_io& io, std::vector<state_kind> states, std::size_t piece)
-    : tiers_(tiers), io_(io), states_(std::move(states)), piece_bytes_(piece) {
+state_source::state_source(tier_manager& tiers, state_io& io, std::vector<state_kind> states, std::size_t piece,
+                           std::size_t rank)
+    : tiers_(tiers), io_(io), states_(std::move(states)), piece_bytes_(piece), rank_(rank) {
   ZOE_EXPECTS(piece > 0, "state_source: pieces of 0 bytes");
-  const std::uint64_t largest = std::min<std::uint64_t>(largest_staged_state(tiers, states_), piece);
+  const std::uint64_t largest = std::min<std::uint64_t>(largest_staged_state(tiers, states_, rank_), piece);
   if (largest > 0) {
     for (int b = 0; b < 2; ++b) {
       buffers_[b] = aligned_buffer(static_cast<std::size_t>(largest));
@@ -82,7 +83,7 @@ void state_source::produce() noexcept {
 void state_source::read_all() {
   for (const state_kind s : states_) {
     for (const parameter_layout& p : tiers_.layout().parameters()) {
-      const std::uint64_t real = real_bytes(p, s);
+      const std::uint64_t real = shard_real_bytes(p, s, rank_);
       if (real == 0) continue;
       const state_location& home = tiers_.location(p.id, s);
       const bool in_place = home.where == tier::host;

@@ -1,10 +1,9 @@
 #pragma once
-// The read side of a save: a thread that takes every saved state of every parameter, in file
-// order, while the caller writes the piece before. A state whose home is host memory is handed out
-// whole and in place (held by a read move of the tier manager until the caller is done with it);
-// any other is read through state_io in pieces of at most piece_bytes into one of two staging
-// buffers, so a save holds two pieces of staging memory whatever the size of a state: the one the
-// caller writes and the one being read.
+// The read side of a save: a thread that takes the real bytes of every saved state of this rank's
+// shard of every parameter, in file order, while the caller writes (or sends) the piece before. A state whose home is
+// host memory is handed out whole and in place (held by a read move of the tier manager until the caller is done with
+// it); any other is read through state_io in pieces of at most piece_bytes into one of two staging buffers, so a save
+// holds two pieces of staging memory whatever the size of a state: the one the caller writes and the one being read.
 
 #include <condition_variable>
 #include <cstddef>
@@ -33,10 +32,13 @@ struct state_piece {
 /// to destruction.
 class state_source {
  public:
-  /// Starts reading the states `states` (in that order) of every parameter with real bytes in it,
-  /// in pieces of at most `piece_bytes` (> 0) where they are not in host memory. Throws
-  /// memory_error when the staging buffers cannot be had.
-  state_source(tier_manager& tiers, state_io& io, std::vector<state_kind> states, std::size_t piece_bytes);
+  /// Starts reading the states `states` (in that order) of every parameter whose shard of rank
+  /// `rank` has real bytes in it (shard_real_bytes), in pieces of at most `piece_bytes` (> 0), each
+  /// starting at a multiple of piece_bytes in the state, where they are not in host memory (there
+  /// one piece holds the state's real bytes). Throws memory_error when the staging buffers cannot
+  /// be had.
+  state_source(tier_manager& tiers, state_io& io, std::vector<state_kind> states, std::size_t piece_bytes,
+               std::size_t rank);
   /// Stops the reading thread and lets go of every piece. Never throws.
   ~state_source();
   state_source(const state_source&) = delete;
@@ -61,6 +63,7 @@ class state_source {
   state_io& io_;
   std::vector<state_kind> states_;
   std::size_t piece_bytes_;
+  std::size_t rank_;
   aligned_buffer buffers_[2];
 
   std::mutex mutex_;

@@ -150,13 +150,17 @@ class offload_engine {
   /// Saves every state (but the gradient), the loss scaler and the optimizer settings under
   /// root/tag (tag empty: "step-<n>", n the steps attempted) and points root/latest at it. Between
   /// steps only (usage_error while a micro-batch is open or the step's micro-batches are done and
-  /// step() has not run). Returns the tag.
+  /// step() has not run). Returns the tag. At world size > 1 it is collective (every rank calls it,
+  /// with the same root and tag; root on a file system every rank sees) and fails on every rank
+  /// when it fails on one (checkpoint/checkpoint.hpp). The files do not depend on the world size.
   std::string save_checkpoint(const std::filesystem::path& root, const std::string& tag = "");
   /// Loads root/tag (root/latest when empty) into every state, the loss scaler and the learning
   /// rate; checkpoint_error naming the file when it is missing, torn, corrupt, of another model, or
   /// holds a scaler state this configuration refuses (nothing changed then). Between steps only
   /// (usage_error while a micro-batch is open or only some of the step's are done); the next
-  /// micro-batch starts a new step.
+  /// micro-batch starts a new step. A checkpoint saved at any world size loads at any other; at
+  /// world size > 1 it is collective, and a refusal on one rank is every rank's (no state changed
+  /// on any rank).
   void load_checkpoint(const std::filesystem::path& root, const std::string& tag = "");
 
   // ---- activation checkpoints -------------------------------------------------------------------
