@@ -17,7 +17,7 @@
 
 #include "fault_checkpoint_fs.hpp"
 #include "rank_states.hpp"
-#include "checkpoint_thread_world.hpp"
+#include "thread_world.hpp"
 #include "zoe/core/str.hpp"
 #include "zoe/engine/checkpoint/checkpoint.hpp"
 

@@ -18,8 +18,7 @@ namespace zoe::engine {
 namespace {
 
 using kernels::dtype;
-using zoe::testing::make_thread_world;
-using zoe::testing::run_ranks;
+using zoe::testing::thread_world;
 
 // Runs `check` on every rank of every thread world of 2, 3 and 4 ranks, each rank on its own stream.
 template <class Check>
@@ -28,10 +27,10 @@ void on_every_world(const Check& check) {
   for (const std::size_t ranks : {std::size_t{2}, std::size_t{3}, std::size_t{4}}) {
     for (const std::size_t per_node : testing::topologies(ranks)) {
       SCOPED_TRACE(std::to_string(ranks / per_node) + " x " + std::to_string(per_node));
-      const std::vector<std::unique_ptr<communicator>> world = make_thread_world(*dev, ranks, per_node);
-      run_ranks(world, [&](communicator& w) {
+      thread_world world(ranks, {.ranks_per_node = per_node, .dev = dev.get()});
+      world.run([&](std::size_t r) {
         const device_stream stream = dev->create_stream();
-        check(w, *dev, stream.view());
+        check(world.rank(r), *dev, stream.view());
       });
     }
   }

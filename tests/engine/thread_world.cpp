@@ -1,9 +1,7 @@
 #include "thread_world.hpp"
 
-#include <gtest/gtest.h>
-
-#include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <cstring>
 #include <exception>
 #include <mutex>
@@ -13,6 +11,7 @@
 
 #include "zoe/core/check.hpp"
 #include "zoe/core/error.hpp"
+#include "zoe/core/str.hpp"
 
 namespace zoe::testing {
 namespace {
@@ -21,51 +20,69 @@ using engine::collective;
 using engine::comm_stats;
 using engine::communicator;
 
-// The ranks of one group meeting: each arrives and waits for the rest (a generation barrier that
-// gives up after a minute, so a rank that failed early does not hang the others).
-class meeting {
+// What the ranks of one group share: their world ranks, a generation barrier that gives up after
+// the timeout naming a rank that did not arrive, and each one's buffer in the collective under way.
+class group_state {
  public:
-  explicit meeting(std::size_t size) : size_(size) {}
-  void wait(const std::string& group) {
+  group_state(std::string name, std::vector<std::size_t> world_ranks, std::size_t ranks_per_node,
+              std::chrono::milliseconds timeout)
+      : name_(std::move(name)),
+        world_ranks_(std::move(world_ranks)),
+        ranks_per_node_(ranks_per_node),
+        timeout_(timeout),
+        arrived_at_(world_ranks_.size(), 0),
+        posted_(world_ranks_.size()) {}
+
+  [[nodiscard]] const std::string& name() const noexcept { return name_; }
+  [[nodiscard]] std::size_t size() const noexcept { return world_ranks_.size(); }
+  [[nodiscard]] std::size_t node_of(std::size_t rank) const noexcept { return world_ranks_[rank] / ranks_per_node_; }
+
+  /// Posts `rank`'s buffer for the collective under way (read by the others until the next meet).
+  void post(std::size_t rank, const void* buffer) noexcept { posted_[rank] = buffer; }
+  [[nodiscard]] const std::byte* posted(std::size_t rank) const noexcept {
+    return static_cast<const std::byte*>(posted_[rank]);
+  }
+
+  /// Waits until every rank of the group arrived; comm_error naming one that did not.
+  void meet(std::size_t rank) {
     std::unique_lock lock(mutex_);
-    const std::size_t generation = generation_;
-    if (++arrived_ == size_) {
+    const std::uint64_t generation = meetings_;
+    arrived_at_[rank] = generation + 1;
+    if (++arrived_ == size()) {
       arrived_ = 0;
-      ++generation_;
+      ++meetings_;
       met_.notify_all();
       return;
     }
-    if (!met_.wait_for(lock, std::chrono::minutes(1), [&] { return generation_ != generation; })) {
-      throw timeout_error("thread world: " + group + ": a rank did not arrive within a minute");
+    if (met_.wait_for(lock, timeout_, [&] { return meetings_ != generation; })) return;
+    for (std::size_t r = 0; r < size(); ++r) {
+      if (arrived_at_[r] != generation + 1) {
+        throw comm_error(str("thread world (", name_, "): rank ", world_ranks_[r], " (node ", node_of(r),
+                             ") did not arrive at a collective within ", timeout_.count(), " ms"));
+      }
     }
+    throw comm_error(str("thread world (", name_, "): a collective timed out"));  // unreachable: someone is late
   }
 
  private:
+  std::string name_;
+  std::vector<std::size_t> world_ranks_;
+  std::size_t ranks_per_node_;
+  std::chrono::milliseconds timeout_;
   std::mutex mutex_;
   std::condition_variable met_;
-  std::size_t size_;
   std::size_t arrived_ = 0;
-  std::size_t generation_ = 0;
-};
-
-// What the ranks of one group share: their world ranks, the meeting, and each one's buffers of the
-// collective under way.
-struct group_state {
-  std::string name;
-  std::vector<std::size_t> world_ranks;
-  meeting meet;
-  std::vector<const void*> sends;
-  group_state(std::string n, std::vector<std::size_t> ranks)
-      : name(std::move(n)), world_ranks(std::move(ranks)), meet(world_ranks.size()), sends(world_ranks.size()) {}
+  std::uint64_t meetings_ = 0;
+  std::vector<std::uint64_t> arrived_at_;  // the generation each rank last arrived at, plus one
+  std::vector<const void*> posted_;
 };
 
 class thread_communicator final : public communicator {
  public:
   enum class kind { world, node_local, cross_node, hpz };
 
-  thread_communicator(device& dev, std::shared_ptr<group_state> group, std::size_t rank, std::size_t ranks_per_node,
-                      kind k)
-      : dev_(&dev), group_(std::move(group)), rank_(rank), ranks_per_node_(ranks_per_node), kind_(k) {}
+  thread_communicator(device* dev, std::shared_ptr<group_state> group, std::size_t rank, kind k)
+      : dev_(dev), group_(std::move(group)), rank_(rank), kind_(k) {}
 
   void set_sub_groups(std::unique_ptr<communicator> local, std::unique_ptr<communicator> cross,
                       std::unique_ptr<communicator> hpz) {
@@ -75,19 +92,21 @@ class thread_communicator final : public communicator {
   }
 
   [[nodiscard]] std::size_t rank() const noexcept override { return rank_; }
-  [[nodiscard]] std::size_t size() const noexcept override { return group_->world_ranks.size(); }
-  [[nodiscard]] std::string name() const override { return "threads (" + group_->name + ")"; }
+  [[nodiscard]] std::size_t size() const noexcept override { return group_->size(); }
+  [[nodiscard]] std::string name() const override { return "threads (" + group_->name() + ")"; }
 
   void all_gather(const void* send, void* recv, std::size_t bytes, stream_view stream) override {
     exchange(send, stream, [&](std::size_t r, const std::byte* from) {
       auto* const to = static_cast<std::byte*>(recv) + r * bytes;
-      if (from != to) std::memcpy(to, from, bytes);
+      if (from != to) {
+        std::memcpy(to, from, bytes);
+      }
     });
     count(collective::all_gather, bytes);
   }
 
   void all_gather_coalesced(std::span<const engine::gather_part> /*parts*/, stream_view /*stream*/) override {
-    throw usage_error("thread world: all_gather_coalesced is not modelled");
+    unsupported("all_gather_coalesced");
   }
 
   void reduce_scatter(const void* send, void* recv, std::size_t count, kernels::dtype type, engine::reduce_op op,
@@ -96,10 +115,14 @@ class thread_communicator final : public communicator {
     std::vector<float> sum(count, 0.0F);
     exchange(send, stream, [&](std::size_t /*r*/, const std::byte* from) {
       const auto* const block = reinterpret_cast<const float*>(from) + rank_ * count;
-      for (std::size_t i = 0; i < count; ++i) sum[i] += block[i];
+      for (std::size_t i = 0; i < count; ++i) {
+        sum[i] += block[i];
+      }
     });
     const float scale = op == engine::reduce_op::mean ? 1.0F / static_cast<float>(size()) : 1.0F;
-    for (float& v : sum) v *= scale;
+    for (float& v : sum) {
+      v *= scale;
+    }
     std::memcpy(recv, sum.data(), count * sizeof(float));
     this->count(collective::reduce_scatter, count * sizeof(float));
   }
@@ -113,25 +136,39 @@ class thread_communicator final : public communicator {
 
   void all_reduce(const void* /*send*/, void* /*recv*/, std::size_t /*count*/, kernels::dtype /*type*/,
                   engine::reduce_op /*op*/, stream_view /*stream*/) override {
-    throw usage_error("thread world: all_reduce is not modelled");
+    unsupported("all_reduce");
   }
-  void broadcast(void* /*buffer*/, std::size_t /*bytes*/, std::size_t /*root*/, stream_view /*stream*/) override {
-    throw usage_error("thread world: broadcast is not modelled");
+
+  void broadcast(void* buffer, std::size_t bytes, std::size_t root, stream_view stream) override {
+    ZOE_EXPECTS(root < size(), "thread world broadcast: root ", root, " of ", size());
+    exchange(buffer, stream, [&](std::size_t r, const std::byte* from) {
+      if (r == root && rank_ != root) {
+        std::memcpy(buffer, from, bytes);
+      }
+    });
+    count(collective::broadcast, bytes, root);
   }
-  void barrier() override { group_->meet.wait(group_->name); }
+
+  void barrier() override { group_->meet(rank_); }
 
   [[nodiscard]] communicator& node_local() override {
-    if (kind_ == kind::world) return *local_;
+    if (kind_ == kind::world) {
+      return *local_;
+    }
     ZOE_EXPECTS(kind_ == kind::node_local, "thread world: the node-local group of a cross-node or hpZ group");
     return *this;
   }
   [[nodiscard]] communicator& cross_node() override {
-    if (kind_ == kind::world) return *cross_;
+    if (kind_ == kind::world) {
+      return *cross_;
+    }
     ZOE_EXPECTS(kind_ == kind::cross_node, "thread world: the cross-node group of a node-local or hpZ group");
     return *this;
   }
   [[nodiscard]] communicator& hpz() override {
-    if (kind_ == kind::world) return *hpz_;
+    if (kind_ == kind::world) {
+      return *hpz_;
+    }
     ZOE_EXPECTS(kind_ == kind::hpz, "thread world: the hpZ group of a node-local or cross-node group");
     return *this;
   }
@@ -142,23 +179,31 @@ class thread_communicator final : public communicator {
   }
 
  private:
-  // Every rank posts its send buffer; once all have, `copy(r, rank r's send)` runs for each rank
-  // r, and the ranks meet again before anyone may reuse its buffers.
-  template <class Copy>
-  void exchange(const void* send, stream_view stream, const Copy& copy) {
-    dev_->synchronize(stream);  // the collective runs after the work queued before it
-    group_->sends[rank_] = send;
-    group_->meet.wait(group_->name);
-    for (std::size_t r = 0; r < size(); ++r) copy(r, static_cast<const std::byte*>(group_->sends[r]));
-    group_->meet.wait(group_->name);
+  [[noreturn]] static void unsupported(const char* what) {
+    throw usage_error(
+        str("thread world has no ", what, " (only all_gather, all_to_all, fp32 reduce_scatter, broadcast, barrier)"));
   }
 
-  void count(collective what, std::uint64_t payload) {
+  // Every rank posts its buffer; once all have, `copy(r, rank r's buffer)` runs for each rank r,
+  // and the ranks meet again before anyone may reuse its buffers.
+  template <class Copy>
+  void exchange(const void* buffer, stream_view stream, const Copy& copy) {
+    if (dev_ != nullptr) {
+      dev_->synchronize(stream);  // the collective runs after the work queued before it
+    }
+    group_->post(rank_, buffer);
+    group_->meet(rank_);
+    for (std::size_t r = 0; r < size(); ++r) {
+      copy(r, group_->posted(r));
+    }
+    group_->meet(rank_);
+  }
+
+  void count(collective what, std::uint64_t payload, std::size_t root = 0) {
     engine::traffic sent;
-    const std::size_t my_node = group_->world_ranks[rank_] / ranks_per_node_;
     for (std::size_t d = 0; d < size(); ++d) {
-      const std::uint64_t b = engine::bytes_to(what, size(), rank_, d, payload);
-      (group_->world_ranks[d] / ranks_per_node_ == my_node ? sent.intra_node : sent.inter_node) += b;
+      const std::uint64_t b = engine::bytes_to(what, size(), rank_, d, payload, root);
+      (group_->node_of(d) == group_->node_of(rank_) ? sent.intra_node : sent.inter_node) += b;
     }
     const std::lock_guard lock(stats_mutex_);
     stats_.of(what).intra_node += sent.intra_node;
@@ -169,7 +214,6 @@ class thread_communicator final : public communicator {
   device* dev_;
   std::shared_ptr<group_state> group_;
   std::size_t rank_;
-  std::size_t ranks_per_node_;
   kind kind_;
   std::unique_ptr<communicator> local_;
   std::unique_ptr<communicator> cross_;
@@ -180,59 +224,72 @@ class thread_communicator final : public communicator {
 
 }  // namespace
 
-std::vector<std::unique_ptr<communicator>> make_thread_world(device& dev, std::size_t ranks,
-                                                             std::size_t ranks_per_node) {
-  ZOE_EXPECTS(ranks > 0 && ranks_per_node > 0 && ranks % ranks_per_node == 0, "thread world: ", ranks_per_node,
-              " ranks per node do not divide ", ranks, " ranks");
-  const std::size_t nodes = ranks / ranks_per_node;
-  std::vector<std::size_t> all(ranks);
-  for (std::size_t r = 0; r < ranks; ++r) all[r] = r;
-  const auto world = std::make_shared<group_state>("world", all);
+thread_world::thread_world(std::size_t size, thread_world_options options) {
+  const std::size_t per_node = options.ranks_per_node == 0 ? size : options.ranks_per_node;
+  ZOE_EXPECTS(size > 0 && per_node > 0 && size % per_node == 0, "thread world: ", per_node,
+              " ranks per node do not divide ", size, " ranks");
+  const std::size_t nodes = size / per_node;
+  const auto group = [&](std::string name, std::vector<std::size_t> members) {
+    return std::make_shared<group_state>(std::move(name), std::move(members), per_node, options.timeout);
+  };
+  std::vector<std::size_t> all(size);
+  for (std::size_t r = 0; r < size; ++r) {
+    all[r] = r;
+  }
+  const std::shared_ptr<group_state> world = group("world", all);
   std::vector<std::shared_ptr<group_state>> locals;
   std::vector<std::shared_ptr<group_state>> crosses;
   for (std::size_t n = 0; n < nodes; ++n) {
     std::vector<std::size_t> members;
-    for (std::size_t l = 0; l < ranks_per_node; ++l) members.push_back(n * ranks_per_node + l);
-    locals.push_back(std::make_shared<group_state>("node-local " + std::to_string(n), members));
+    for (std::size_t l = 0; l < per_node; ++l) {
+      members.push_back(n * per_node + l);
+    }
+    locals.push_back(group(str("node-local ", n), members));
   }
-  for (std::size_t l = 0; l < ranks_per_node; ++l) {
+  for (std::size_t l = 0; l < per_node; ++l) {
     std::vector<std::size_t> members;
-    for (std::size_t n = 0; n < nodes; ++n) members.push_back(n * ranks_per_node + l);
-    crosses.push_back(std::make_shared<group_state>("cross-node " + std::to_string(l), members));
+    for (std::size_t n = 0; n < nodes; ++n) {
+      members.push_back(n * per_node + l);
+    }
+    crosses.push_back(group(str("cross-node ", l), members));
   }
   using kind = thread_communicator::kind;
-  std::vector<std::unique_ptr<communicator>> result;
-  for (std::size_t r = 0; r < ranks; ++r) {
-    const std::size_t n = r / ranks_per_node;
-    const std::size_t l = r % ranks_per_node;
-    auto w = std::make_unique<thread_communicator>(dev, world, r, ranks_per_node, kind::world);
-    w->set_sub_groups(std::make_unique<thread_communicator>(dev, locals[n], l, ranks_per_node, kind::node_local),
-                      std::make_unique<thread_communicator>(dev, crosses[l], n, ranks_per_node, kind::cross_node),
+  device* const dev = options.dev;
+  for (std::size_t r = 0; r < size; ++r) {
+    const std::size_t n = r / per_node;
+    const std::size_t l = r % per_node;
+    auto w = std::make_unique<thread_communicator>(dev, world, r, kind::world);
+    w->set_sub_groups(std::make_unique<thread_communicator>(dev, locals[n], l, kind::node_local),
+                      std::make_unique<thread_communicator>(dev, crosses[l], n, kind::cross_node),
                       // hpz_partition_size 1: the rank alone
-                      std::make_unique<thread_communicator>(
-                          dev, std::make_shared<group_state>("hpz " + std::to_string(r), std::vector<std::size_t>{r}),
-                          0, ranks_per_node, kind::hpz));
-    result.push_back(std::move(w));
+                      std::make_unique<thread_communicator>(dev, group(str("hpz ", r), {r}), 0, kind::hpz));
+    ranks_.push_back(std::move(w));
   }
-  return result;
 }
 
-void run_ranks(const std::vector<std::unique_ptr<communicator>>& world,
-               const std::function<void(communicator&)>& body) {
-  std::vector<std::thread> threads;
-  std::vector<std::string> failures(world.size());
-  for (std::size_t r = 0; r < world.size(); ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        body(*world[r]);
-      } catch (const std::exception& e) {
-        failures[r] = e.what();
-      }
-    });
+thread_world::~thread_world() = default;
+
+engine::communicator& thread_world::rank(std::size_t rank) { return *ranks_.at(rank); }
+std::size_t thread_world::size() const noexcept { return ranks_.size(); }
+
+void thread_world::run(const std::function<void(std::size_t)>& body) {
+  std::vector<std::exception_ptr> failures(size());
+  {
+    std::vector<std::jthread> threads;
+    for (std::size_t r = 0; r < size(); ++r) {
+      threads.emplace_back([&, r] {
+        try {
+          body(r);
+        } catch (...) {
+          failures[r] = std::current_exception();
+        }
+      });
+    }
   }
-  for (std::thread& t : threads) t.join();
-  for (std::size_t r = 0; r < world.size(); ++r) {
-    EXPECT_EQ(failures[r], "") << "rank " << r << " of " << world.size() << " threw";
+  for (const std::exception_ptr& f : failures) {
+    if (f) {
+      std::rethrow_exception(f);
+    }
   }
 }
 
