@@ -1,0 +1,64 @@
+// The thread world itself (tests/engine/thread_world.hpp): what neither of its suites exercises.
+// A rank that skips a collective makes the others fail naming it instead of hanging; broadcast
+// copies the root's buffer and counts its bytes by bytes_to; a topology that does not divide the
+// world is refused.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "thread_world.hpp"
+#include "zoe/core/device.hpp"
+#include "zoe/core/error.hpp"
+#include "zoe/core/units.hpp"
+
+namespace zoe::testing {
+namespace {
+
+TEST(thread_world, ARankThatSkipsACollectiveFailsTheOthersNamingIt) {
+  thread_world world(3, {.timeout = std::chrono::milliseconds(200)});
+  std::vector<std::string> failures(world.size());
+  world.run([&](std::size_t r) {
+    if (r == 1) {
+      return;  // never arrives
+    }
+    try {
+      world.rank(r).barrier();
+    } catch (const comm_error& e) {
+      failures[r] = e.what();
+    }
+  });
+  for (const std::size_t r : {std::size_t{0}, std::size_t{2}}) {
+    EXPECT_NE(failures[r].find("rank 1 (node 0)"), std::string::npos) << "rank " << r << ": " << failures[r];
+  }
+}
+
+TEST(thread_world, BroadcastCopiesTheRootsBufferAndCountsItsBytes) {
+  const std::unique_ptr<device> dev = make_host_device(16 * MiB);
+  thread_world world(4, {.ranks_per_node = 2, .dev = dev.get()});
+  world.run([&](std::size_t r) {
+    const device_stream stream = dev->create_stream();
+    std::array<int, 8> buffer{};
+    buffer.fill(static_cast<int>(r));
+    world.rank(r).broadcast(buffer.data(), sizeof(buffer), 2, stream.view());
+    for (const int v : buffer) {
+      EXPECT_EQ(v, 2) << "rank " << r;
+    }
+    const engine::traffic sent = world.rank(r).stats().of(engine::collective::broadcast);
+    // Root 2 (node 1) sends the buffer to rank 3 on its node and to ranks 0 and 1 on the other.
+    EXPECT_EQ(sent.intra_node, r == 2 ? sizeof(buffer) : 0U) << "rank " << r;
+    EXPECT_EQ(sent.inter_node, r == 2 ? 2 * sizeof(buffer) : 0U) << "rank " << r;
+  });
+}
+
+TEST(thread_world, RanksPerNodeThatDoNotDivideTheWorldAreAUsageError) {
+  EXPECT_THROW(thread_world(4, {.ranks_per_node = 3}), usage_error);
+  EXPECT_THROW(thread_world(0), usage_error);
+}
+
+}  // namespace
+}  // namespace zoe::testing
