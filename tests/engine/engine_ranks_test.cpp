@@ -9,8 +9,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <limits>
@@ -21,6 +24,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine_rig.hpp"
+#include "io_test_support.hpp"
 #include "zoe/core/device.hpp"
 #include "zoe/engine/comm/communicator.hpp"
 #include "zoe/engine/engine.hpp"
@@ -31,14 +35,37 @@ namespace {
 
 using grads_t = std::vector<std::vector<float>>;
 
-// Every rank swaps under one shared folder, as ranks of a node share its drive (created by
-// whichever rank comes first; each rank's store makes a folder of its own inside it).
+// Every rank of one mpirun job swaps under one shared folder, as ranks of a node share its drive
+// (created by whichever rank comes first; each rank's store makes a folder of its own inside it).
+// The folder is the job's own, named after what every rank of the job shares and no concurrent job
+// does: mpirun's pid (the ranks' parent) and its job id, under the suites' real-disk scratch parent.
 std::filesystem::path shared_swap_path() {
-  const std::filesystem::path p = std::filesystem::temp_directory_path() / "zoe-mpi-engine-tests";
+  const char* job = std::getenv("OMPI_MCA_ess_base_jobid");
+  const std::filesystem::path p = testing::scratch_parent() / ("zoe-mpi-engine-" + std::to_string(::getppid()) + "-" +
+                                                               (job != nullptr ? std::string(job) : "direct"));
   std::error_code ec;
   std::filesystem::create_directories(p, ec);
   return p;
 }
+
+// Removes the job's folder once every rank has run its cases: the same collective calls on every
+// rank (a world, a barrier), then rank 0 removes it while no rank still swaps there.
+class remove_shared_swap_path final : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    engine_config c;
+    c.zoe.comm.backend = "auto";
+    auto dev = make_host_device(std::uint64_t{16} << 20);
+    const std::unique_ptr<communicator> w = make_communicator(*dev, comm_options_of(c));
+    w->barrier();
+    if (w->rank() == 0) {
+      std::error_code ec;
+      std::filesystem::remove_all(shared_swap_path(), ec);
+    }
+  }
+};
+[[maybe_unused]] ::testing::Environment* const remover = ::testing::AddGlobalTestEnvironment(
+    new remove_shared_swap_path);  // NOLINT(cppcoreguidelines-owning-memory): gtest owns it
 
 // config_on's small stage-3 setup, on the world mpirun gives (auto: mpi under mpirun with more than
 // one rank, single otherwise), with gradient clipping off unless a test turns it on.

@@ -20,16 +20,12 @@
 #include <stdexcept>
 
 namespace zoe::testing {
-namespace {
-
-std::filesystem::path default_parent() {
+std::filesystem::path scratch_parent() {
   const char* env = std::getenv("ZOE_TEST_DIR");
   return env != nullptr ? std::filesystem::path(env) : std::filesystem::path("/var/tmp");
 }
 
-}  // namespace
-
-scratch_dir::scratch_dir() : scratch_dir(default_parent()) {}
+scratch_dir::scratch_dir() : scratch_dir(scratch_parent()) {}
 
 scratch_dir::scratch_dir(const std::filesystem::path& parent) {
   std::string pattern = (parent / "zoe-test-XXXXXX").string();

@@ -24,6 +24,9 @@ inline constexpr int stuck_ms = 30'000;
 /// Whether `fd` (an engine's or channel's notify_fd) is readable within `ms` milliseconds (0: right now).
 bool readable(int fd, int ms);
 
+/// Where the suites make their scratch folders: $ZOE_TEST_DIR, default /var/tmp (a real disk, not tmpfs).
+std::filesystem::path scratch_parent();
+
 /// A fresh directory under $ZOE_TEST_DIR (default /var/tmp, a real disk, not tmpfs), removed
 /// with its contents on destruction.
 class scratch_dir {
