@@ -41,10 +41,12 @@ endfunction()
 # its own CTest entry `<name>.<Suite>.<Case>.np<K>`, running
 #   mpirun -n K <ZOE_MPIRUN_FLAGS> <binary> --gtest_filter=Suite.Case --gtest_color=no
 # with label `mpi` (not unit or concurrency: the sanitizer runs leave them out) and RESOURCE_LOCK
-# mpi, so two mpirun jobs never share the cores at once. A case that needs other rank counts calls
-# GTEST_SKIP() on every rank alike; CTest then reports it skipped. The cases are found when CMake
-# configures (the sources are scanned; CMake re-runs when they change), because
-# gtest_discover_tests cannot wrap each rank count.
+# mpi, so two mpirun jobs never share the cores at once (ZoeMpiCase.cmake runs it and judges the
+# output). A case that needs other rank counts calls GTEST_SKIP() on every rank alike; CTest then
+# reports it skipped, unless a rank failed or mpirun did: a failure always wins. The cases are found
+# when CMake configures (the sources are scanned; CMake re-runs when they change), because
+# gtest_discover_tests cannot wrap each rank count; a TEST_P, TYPED_TEST or indented TEST the scan
+# would miss stops the configure instead of silently never running.
 #
 # ZOE_MPIRUN_FLAGS: root in containers needs --allow-run-as-root; more ranks than cores needs
 # --oversubscribe; --bind-to none leaves the oversubscribed ranks free to move between cores; the
@@ -55,6 +57,7 @@ set(ZOE_MPIRUN_EXTRA_FLAGS "" CACHE STRING "More options for mpirun in the mpi t
 set(ZOE_MPIRUN_FLAGS --allow-run-as-root --oversubscribe --bind-to none --mca btl_vader_single_copy_mechanism none
     ${ZOE_MPIRUN_EXTRA_FLAGS})
 
+set(zoe_mpi_case_script ${CMAKE_CURRENT_LIST_DIR}/ZoeMpiCase.cmake)
 function(zoe_add_mpi_test)
   cmake_parse_arguments(arg "" "NAME;TIMEOUT" "SOURCES;LIBS;RANKS" ${ARGN})
   if(NOT arg_RANKS)
@@ -70,6 +73,12 @@ function(zoe_add_mpi_test)
   foreach(source IN LISTS arg_SOURCES)
     get_filename_component(path ${source} ABSOLUTE)
     set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${path})
+    file(STRINGS ${path} missed REGEX "^[ \t]*(TEST_P|TYPED_TEST|TYPED_TEST_P)\\(|^[ \t]+TEST(_F)?\\(")
+    if(missed)
+      list(GET missed 0 first)
+      message(FATAL_ERROR "zoe_add_mpi_test(${arg_NAME}): ${path} has a case the scan cannot run under "
+                          "mpirun (only unindented TEST / TEST_F lines are found): '${first}'")
+    endif()
     file(STRINGS ${path} lines REGEX "^TEST(_F)?\\([A-Za-z0-9_]+, *[A-Za-z0-9_]+\\)")
     foreach(line IN LISTS lines)
       string(REGEX REPLACE "^TEST(_F)?\\(([A-Za-z0-9_]+), *([A-Za-z0-9_]+)\\).*" "\\2.\\3" case "${line}")
@@ -79,14 +88,17 @@ function(zoe_add_mpi_test)
   if(NOT cases)
     message(FATAL_ERROR "zoe_add_mpi_test(${arg_NAME}): no TEST(Suite, Case) line in ${arg_SOURCES}")
   endif()
+  # mpirun gets a little less than CTest's limit, so the runner (not CTest) reports the timeout.
+  math(EXPR mpirun_limit_s "${arg_TIMEOUT} - 5")
   foreach(case IN LISTS cases)
     foreach(ranks IN LISTS arg_RANKS)
       set(test_name ${arg_NAME}.${case}.np${ranks})
       add_test(NAME ${test_name}
-        COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${ranks} ${ZOE_MPIRUN_FLAGS}
-                $<TARGET_FILE:${arg_NAME}> --gtest_filter=${case} --gtest_color=no)
+        COMMAND ${CMAKE_COMMAND} -DMPIRUN=${MPIEXEC_EXECUTABLE} -DNP_FLAG=${MPIEXEC_NUMPROC_FLAG} -DRANKS=${ranks}
+                "-DFLAGS=${ZOE_MPIRUN_FLAGS}" -DBINARY=$<TARGET_FILE:${arg_NAME}> -DCASE=${case}
+                -DLIMIT_S=${mpirun_limit_s} -P ${zoe_mpi_case_script})
       set_tests_properties(${test_name} PROPERTIES LABELS mpi RESOURCE_LOCK mpi TIMEOUT ${arg_TIMEOUT}
-        SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\] ${case}")
+        SKIP_REGULAR_EXPRESSION "zoe-mpi-case: ${case} skipped")
     endforeach()
   endforeach()
 endfunction()
