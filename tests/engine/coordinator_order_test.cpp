@@ -8,8 +8,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <condition_variable>
+#include <cstdint>
 #include <cstring>
+#include <set>
+#include <span>
 #include <mutex>
+#include <ostream>
 #include <random>
 #include <vector>
 
@@ -23,23 +28,36 @@ namespace {
 using engine::module_id;
 using engine::parameter_id;
 
-// The world-size-1 communicator, recording the byte sizes of the parts of every all-gather in the
-// order they were issued (the sequence every rank must issue alike).
+// One part of a recorded all-gather: its bytes and which parameter it is. The parameters' sizes
+// pad to the same granule, so bytes alone would let a swapped order pass; every parameter's home
+// holds its own seeded bytes, so a fingerprint of what is sent names the parameter.
+struct gathered_part {
+  std::size_t bytes = 0;
+  std::uint64_t fingerprint = 0;
+  bool operator==(const gathered_part&) const = default;
+};
+// How a failing comparison shows a part: its bytes and its parameter's fingerprint.
+[[maybe_unused]] void PrintTo(const gathered_part& p,
+                              std::ostream* os) {  // NOLINT(readability-identifier-naming): gtest's name
+  *os << p.bytes << " B #" << std::hex << (p.fingerprint & 0xffffU) << std::dec;
+}
+
+// The world-size-1 communicator, recording the parts of every all-gather in the order they were
+// issued (the sequence every rank must issue alike).
 class recording_communicator final : public engine::communicator {
  public:
-  explicit recording_communicator(device& dev) : inner_(engine::make_single_communicator(dev)) {}
+  explicit recording_communicator(device& dev) : dev_(dev), inner_(engine::make_single_communicator(dev)) {}
 
   [[nodiscard]] std::size_t rank() const noexcept override { return 0; }
   [[nodiscard]] std::size_t size() const noexcept override { return 1; }
   [[nodiscard]] std::string name() const override { return "recording " + inner_->name(); }
   void all_gather(const void* send, void* recv, std::size_t bytes, stream_view stream) override {
-    record({bytes});
+    const engine::gather_part part{.send = send, .recv = recv, .bytes = bytes};
+    record({&part, 1}, stream);
     inner_->all_gather(send, recv, bytes, stream);
   }
   void all_gather_coalesced(std::span<const engine::gather_part> parts, stream_view stream) override {
-    std::vector<std::size_t> sizes;
-    for (const engine::gather_part& p : parts) sizes.push_back(p.bytes);
-    record(std::move(sizes));
+    record(parts, stream);
     inner_->all_gather_coalesced(parts, stream);
   }
   void reduce_scatter(const void* send, void* recv, std::size_t count, kernels::dtype type, engine::reduce_op op,
@@ -62,20 +80,56 @@ class recording_communicator final : public engine::communicator {
   [[nodiscard]] communicator& hpz() override { return *this; }
   [[nodiscard]] engine::comm_stats stats() const override { return inner_->stats(); }
 
-  [[nodiscard]] std::vector<std::vector<std::size_t>> gathers() const {
+  ~recording_communicator() override { wait_for_fingerprints(); }
+  recording_communicator(const recording_communicator&) = delete;
+  recording_communicator& operator=(const recording_communicator&) = delete;
+
+  // Every gather issued so far, once the streams have taken all their fingerprints.
+  [[nodiscard]] std::vector<std::vector<gathered_part>> gathers() {
+    wait_for_fingerprints();
     const std::lock_guard lock(mutex_);
     return gathers_;
   }
 
  private:
-  void record(std::vector<std::size_t> sizes) {
-    const std::lock_guard lock(mutex_);
-    gathers_.push_back(std::move(sizes));
+  // The sizes now, in issue order; the fingerprints when the stream reaches the gather, as the
+  // shard is only there once its read completes (an FNV-1a hash of the first bytes sent).
+  void record(std::span<const engine::gather_part> parts, stream_view stream) {
+    std::size_t at = 0;
+    {
+      const std::lock_guard lock(mutex_);
+      at = gathers_.size();
+      ++pending_;
+      std::vector<gathered_part> sizes;
+      for (const engine::gather_part& p : parts) sizes.push_back({.bytes = p.bytes});
+      gathers_.push_back(std::move(sizes));
+    }
+    std::vector<engine::gather_part> copy(parts.begin(), parts.end());
+    dev_.launch_host(stream, [this, at, copy = std::move(copy)] {
+      std::vector<std::uint64_t> prints;
+      for (const engine::gather_part& p : copy) {
+        std::uint64_t h = 14695981039346656037ULL;
+        const auto* bytes = static_cast<const unsigned char*>(p.send);
+        for (std::size_t i = 0; i < std::min<std::size_t>(p.bytes, 64); ++i) h = (h ^ bytes[i]) * 1099511628211ULL;
+        prints.push_back(h);
+      }
+      const std::lock_guard lock(mutex_);
+      for (std::size_t i = 0; i < prints.size(); ++i) gathers_[at][i].fingerprint = prints[i];
+      if (--pending_ == 0) taken_.notify_all();
+    });
   }
 
+  void wait_for_fingerprints() {
+    std::unique_lock lock(mutex_);
+    taken_.wait(lock, [this] { return pending_ == 0; });
+  }
+
+  device& dev_;
   std::unique_ptr<engine::communicator> inner_;
-  mutable std::mutex mutex_;
-  std::vector<std::vector<std::size_t>> gathers_;
+  std::mutex mutex_;
+  std::condition_variable taken_;
+  std::size_t pending_ = 0;  // fingerprints not yet taken
+  std::vector<std::vector<gathered_part>> gathers_;
 };
 
 // Eight layers of three parameters whose sizes differ, so the recorded sizes tell them apart.
@@ -95,7 +149,7 @@ engine::engine_config order_config() {
 enum class waits : std::uint8_t { every_fetch, never, every_other };
 
 struct run_result {
-  std::vector<std::vector<std::size_t>> gathers;
+  std::vector<std::vector<gathered_part>> gathers;
   engine::coordinator_stats stats;
 };
 
@@ -142,6 +196,12 @@ TEST(CoordinatorOrder, TheGathersAreTheSameWhateverTheTiming) {
     const run_result a = run_schedule(waits::every_fetch, arena, 14'000);
     const run_result b = run_schedule(waits::never, arena, 14'000);
     const run_result c = run_schedule(waits::every_other, arena, 14'000);
+    // The fingerprints tell the 24 parameters apart (or a swapped order would still compare equal).
+    std::set<std::uint64_t> parameters;
+    for (const auto& g : a.gathers) {
+      for (const gathered_part& part : g) parameters.insert(part.fingerprint);
+    }
+    EXPECT_EQ(parameters.size(), 24U) << "arena " << arena;
     EXPECT_EQ(a.gathers, b.gathers) << "arena " << arena;
     EXPECT_EQ(a.gathers, c.gathers) << "arena " << arena;
     EXPECT_EQ(a.stats.collectives, a.gathers.size());
@@ -166,7 +226,7 @@ TEST(CoordinatorOrder, BucketsHoldAtMostTheBucketSizeAndOneCollectiveEach) {
     if (g.size() > 1) {
       std::size_t numel = 0;
       // Parts are full parameters at world size 1: their elements are at least bytes / 4.
-      for (const std::size_t b : g) numel += b / 4;
+      for (const gathered_part& part : g) numel += part.bytes / 4;
       EXPECT_LE(numel, bucket);
     }
   }
