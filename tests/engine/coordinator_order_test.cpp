@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "engine_stack.hpp"
+#include "quantized_checks.hpp"
 #include "zoe/engine/comm/quantized_collectives.hpp"
 #include "zoe/kernels/cast.hpp"
 
@@ -321,22 +322,13 @@ TEST(CoordinatorOrder, QuantizedGathersOfEveryWorkingTypeAreWithinTheQuantizersB
       seen.push_back(pl.dtype);
       const std::vector<float> got =
           as_fp32(s.from_device(s.coord().address(p), s.shard_bytes(p)), pl.dtype, pl.shard_numel);
-      // Each block of qwz_default_block elements (or the whole shard when shorter) has its own
-      // scale: an element is within half a step (max |x| / 127 / 2) plus the rounding to its type.
-      const std::size_t block = engine::qwz_default_block;
+      // Against the value as its working type holds it (the home's), within qwZ's bound.
+      const std::vector<float> x = as_fp32(in_type(values[p], pl.dtype), pl.dtype, pl.shard_numel);
+      const std::vector<double> bound = engine::testing::qwz_bounds(x, pl.dtype);
       bool changed = false;
-      for (std::size_t b = 0; b < pl.shard_numel; b += block) {
-        const std::size_t end = std::min<std::size_t>(b + block, pl.shard_numel);
-        float max_abs = 0;
-        for (std::size_t i = b; i < end; ++i) max_abs = std::max(max_abs, std::fabs(values[p][i]));
-        for (std::size_t i = b; i < end; ++i) {
-          const float type_rounding = pl.dtype == kernels::dtype::bf16   ? std::fabs(values[p][i]) / 128
-                                      : pl.dtype == kernels::dtype::fp16 ? std::fabs(values[p][i]) / 1024
-                                                                         : 0.0F;
-          const float bound = max_abs / 127 / 2 * 1.001F + type_rounding + 1e-6F;
-          ASSERT_LE(std::fabs(got[i] - values[p][i]), bound) << pl.name << " element " << i;
-          changed = changed || got[i] != values[p][i];
-        }
+      for (std::size_t i = 0; i < x.size(); ++i) {
+        ASSERT_LE(std::fabs(static_cast<double>(got[i]) - x[i]), bound[i]) << pl.name << " element " << i;
+        changed = changed || got[i] != x[i];
       }
       EXPECT_TRUE(changed) << pl.name << ": the gather was not quantized";
     }

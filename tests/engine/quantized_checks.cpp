@@ -142,6 +142,15 @@ gather_result run_gather(communicator& w, device& dev, stream_view stream, std::
 
 }  // namespace
 
+std::vector<double> qwz_bounds(std::span<const float> x, dtype type) {
+  const rounding round = rounding_of(type);
+  std::vector<double> bound = half_steps(magnitudes(x), qwz_default_block, 127.0);
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    bound[i] += (std::fabs(static_cast<double>(x[i])) + bound[i]) * round.relative + round.absolute;
+  }
+  return bound;
+}
+
 std::vector<std::size_t> topologies(std::size_t ranks) {
   std::vector<std::size_t> r;
   for (std::size_t d = 1; d <= ranks; ++d) {
@@ -157,15 +166,13 @@ void check_gather(communicator& w, device& dev, stream_view stream, std::uint32_
   const gather_result r = run_gather(w, dev, stream, seed, count, type, false);
   const traffic after = sent_by(w, collective::all_gather);
 
-  const rounding round = rounding_of(type);
   std::size_t changed = 0;
   for (std::size_t k = 0; k < ranks; ++k) {
     const std::span<const float> x = std::span<const float>(r.sent).subspan(k * count, count);
-    const std::vector<double> half = half_steps(magnitudes(x), qwz_default_block, 127.0);
+    const std::vector<double> bound = qwz_bounds(x, type);
     for (std::size_t i = 0; i < count; ++i) {
       const double got = r.got[k * count + i];
-      const double bound = half[i] + (std::fabs(static_cast<double>(x[i])) + half[i]) * round.relative + round.absolute;
-      ASSERT_LE(std::fabs(got - x[i]), bound) << "rank " << k << " element " << i << " sent " << x[i];
+      ASSERT_LE(std::fabs(got - x[i]), bound[i]) << "rank " << k << " element " << i << " sent " << x[i];
       changed += got != static_cast<double>(x[i]) ? 1U : 0U;
     }
   }

@@ -45,6 +45,10 @@ inline constexpr std::array<kernels::dtype, 3> all_types{kernels::dtype::fp32, k
 /// Sizes that divide nothing, and one of several whole blocks.
 inline constexpr std::array<std::size_t, 4> sizes{1, 7, 4097, 4 * qwz_default_block - 3};
 
+/// qwZ's bound per element of one rank's shard `x` (values exact in `type`): half a step of its
+/// block of qwz_default_block elements plus the rounding of the result to `type`.
+[[nodiscard]] std::vector<double> qwz_bounds(std::span<const float> x, kernels::dtype type);
+
 /// Every ranks_per_node a world of `ranks` allows (its divisors).
 [[nodiscard]] std::vector<std::size_t> topologies(std::size_t ranks);
 
