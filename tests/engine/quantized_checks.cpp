@@ -231,6 +231,51 @@ void check_gather_coalesced(communicator& w, device& dev, stream_view stream) {
   }
 }
 
+qgz_expectation qgz_expected(std::span<const std::span<const float>> blocks, std::size_t per_node, dtype type,
+                             reduce_op op) {
+  const std::size_t ranks = blocks.size();
+  const std::size_t nodes = ranks / per_node;
+  const std::size_t count = ranks == 0 ? 0 : blocks[0].size();
+  const std::size_t block = qgz_default_block;
+  std::vector<double> exact(count, 0.0);
+  std::vector<double> bound(count, 0.0);
+  std::vector<double> absolute_sum(count, 0.0);
+  for (std::size_t n = 0; n < nodes; ++n) {
+    std::vector<double> node_sum(count, 0.0);
+    std::vector<double> node_error(count, 0.0);
+    for (std::size_t j = 0; j < per_node; ++j) {
+      const std::span<const float> x = blocks[n * per_node + j];
+      const std::vector<double> half = half_steps(magnitudes(x), block, 7.0);
+      for (std::size_t i = 0; i < count; ++i) {
+        node_sum[i] += x[i];
+        node_error[i] += half[i];
+        absolute_sum[i] += std::fabs(static_cast<double>(x[i]));
+      }
+    }
+    std::vector<double> node_total = node_error;
+    if (per_node > 1 && nodes > 1) {  // the node's sum is requantized for the trip across nodes
+      std::vector<double> top(count);
+      for (std::size_t i = 0; i < count; ++i) top[i] = std::fabs(node_sum[i]) + node_error[i];
+      const std::vector<double> half = half_steps(top, block, 7.0);
+      for (std::size_t i = 0; i < count; ++i) node_total[i] += half[i];
+    }
+    for (std::size_t i = 0; i < count; ++i) {
+      exact[i] += node_sum[i];
+      bound[i] += node_total[i];
+    }
+  }
+  const double post = op == reduce_op::mean ? 1.0 / static_cast<double>(ranks) : 1.0;
+  const rounding round = rounding_of(type);
+  qgz_expectation out{.want = std::vector<double>(count), .limit = std::vector<double>(count)};
+  for (std::size_t i = 0; i < count; ++i) {
+    out.want[i] = exact[i] * post;
+    // fp32 sums of a few terms, then the rounding to the working type.
+    out.limit[i] = (bound[i] + absolute_sum[i] * 1e-6) * post +
+                   (std::fabs(out.want[i]) + bound[i] * post) * round.relative + round.absolute;
+  }
+  return out;
+}
+
 void check_reduce_scatter(communicator& w, device& dev, stream_view stream, std::uint32_t seed, std::size_t count,
                           dtype type, reduce_op op, bool in_place) {
   const std::size_t ranks = w.size();
@@ -257,43 +302,14 @@ void check_reduce_scatter(communicator& w, device& dev, stream_view stream, std:
 
   // The bound, per element of this rank's block.
   const std::size_t block = qgz_default_block;
-  const auto block_of = [&](std::size_t k) { return std::span<const float>(grads[k]).subspan(rank * count, count); };
-  std::vector<double> exact(count, 0.0);
-  std::vector<double> bound(count, 0.0);
-  std::vector<double> absolute_sum(count, 0.0);
-  for (std::size_t n = 0; n < nodes; ++n) {
-    std::vector<double> node_sum(count, 0.0);
-    std::vector<double> node_error(count, 0.0);
-    for (std::size_t j = 0; j < per_node; ++j) {
-      const std::span<const float> x = block_of(n * per_node + j);
-      const std::vector<double> half = half_steps(magnitudes(x), block, 7.0);
-      for (std::size_t i = 0; i < count; ++i) {
-        node_sum[i] += x[i];
-        node_error[i] += half[i];
-        absolute_sum[i] += std::fabs(static_cast<double>(x[i]));
-      }
-    }
-    std::vector<double> node_total = node_error;
-    if (per_node > 1 && nodes > 1) {  // the node's sum is requantized for the trip across nodes
-      std::vector<double> top(count);
-      for (std::size_t i = 0; i < count; ++i) top[i] = std::fabs(node_sum[i]) + node_error[i];
-      const std::vector<double> half = half_steps(top, block, 7.0);
-      for (std::size_t i = 0; i < count; ++i) node_total[i] += half[i];
-    }
-    for (std::size_t i = 0; i < count; ++i) {
-      exact[i] += node_sum[i];
-      bound[i] += node_total[i];
-    }
-  }
-  const double post = op == reduce_op::mean ? 1.0 / static_cast<double>(ranks) : 1.0;
-  const rounding round = rounding_of(type);
+  std::vector<std::span<const float>> blocks;
+  for (std::size_t k = 0; k < ranks; ++k)
+    blocks.push_back(std::span<const float>(grads[k]).subspan(rank * count, count));
+  const qgz_expectation expected = qgz_expected(blocks, per_node, type, op);
   std::size_t changed = 0;
   for (std::size_t i = 0; i < count; ++i) {
-    const double want = exact[i] * post;
-    // fp32 sums of a few terms, then the rounding to the working type.
-    const double limit = (bound[i] + absolute_sum[i] * 1e-6) * post +
-                         (std::fabs(want) + bound[i] * post) * round.relative + round.absolute;
-    ASSERT_LE(std::fabs(got[i] - want), limit) << "element " << i << " of rank " << rank << "'s block";
+    const double want = expected.want[i];
+    ASSERT_LE(std::fabs(got[i] - want), expected.limit[i]) << "element " << i << " of rank " << rank << "'s block";
     changed += static_cast<double>(got[i]) != static_cast<double>(round_to(static_cast<float>(want), type)) ? 1U : 0U;
   }
   // 15 levels cannot reproduce 7 or more normal values.

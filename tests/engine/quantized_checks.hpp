@@ -49,6 +49,17 @@ inline constexpr std::array<std::size_t, 4> sizes{1, 7, 4097, 4 * qwz_default_bl
 /// block of qwz_default_block elements plus the rounding of the result to `type`.
 [[nodiscard]] std::vector<double> qwz_bounds(std::span<const float> x, kernels::dtype type);
 
+/// What qgZ's reduce-scatter gives one owner, per element of its block: the exact result and how
+/// far the result may be from it. `blocks` holds every rank's values for that block (exact in
+/// `type`), ranks in world order, `per_node` to a node: half a step of each rank's block, and on
+/// two-level worlds of each node sum's, then the mean's division, fp32 sums and the rounding to `type`.
+struct qgz_expectation {
+  std::vector<double> want;
+  std::vector<double> limit;
+};
+[[nodiscard]] qgz_expectation qgz_expected(std::span<const std::span<const float>> blocks, std::size_t per_node,
+                                           kernels::dtype type, reduce_op op);
+
 /// Every ranks_per_node a world of `ranks` allows (its divisors).
 [[nodiscard]] std::vector<std::size_t> topologies(std::size_t ranks);
 
