@@ -1,10 +1,7 @@
 // A data-parallel caller's view of the ranks: where it stands (the launcher's environment before an
 // engine, the engine's communicator after), a host-side sum over the ranks for its own figures
 // (the loss), and the bytes the engine's collectives sent within and across nodes.
-#include <cerrno>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 #include <limits>
 #include <optional>
 #include <string>
@@ -15,23 +12,10 @@
 #include "zoe/core/error.hpp"
 #include "zoe/core/str.hpp"
 #include "zoe/engine/comm/communicator.hpp"
+#include "zoe/engine/comm/launcher.hpp"
 
 namespace zoe::bindings {
 namespace {
-
-// An environment variable holding an unsigned number; nullopt when unset; usage_error naming it
-// when it holds anything else.
-std::optional<std::uint32_t> environment_number(const char* name) {
-  const char* v = std::getenv(name);
-  if (v == nullptr) return std::nullopt;
-  char* end = nullptr;
-  errno = 0;
-  const unsigned long long x = std::strtoull(v, &end, 10);
-  if (v[0] == '\0' || v[0] == '-' || *end != '\0' || errno != 0 || x > std::numeric_limits<std::uint32_t>::max()) {
-    throw usage_error(str("the environment variable ", name, " is '", v, "', not a rank or a count"));
-  }
-  return static_cast<std::uint32_t>(x);
-}
 
 void fill(zoe_ranks& out, std::uint32_t rank, std::uint32_t size, std::uint32_t per_node) {
   out.rank = rank;
@@ -67,24 +51,29 @@ extern "C" {
 zoe_status zoe_launcher_ranks(zoe_ranks* ranks) {
   return guarded("zoe_launcher_ranks", [&] {
     zoe::bindings::expect_struct(ranks, ZOE_FIELDS_END(zoe_ranks, nodes), "zoe_ranks");
-    using zoe::bindings::environment_number;
-    // Open MPI's names first: mpirun sets both families under some PMIx setups, alike.
-    const bool ompi = std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr;
-    const char* rank_name = ompi ? "OMPI_COMM_WORLD_RANK" : "PMI_RANK";
-    const char* size_name = ompi ? "OMPI_COMM_WORLD_SIZE" : "PMI_SIZE";
-    const std::uint32_t size = environment_number(size_name).value_or(1);
-    const std::uint32_t rank = environment_number(rank_name).value_or(0);
-    if (size == 0 || rank >= size) {
-      throw zoe::usage_error(zoe::str("the launcher's environment gives rank ", rank, " (", rank_name, ") of ", size,
-                                      " (", size_name, "): the rank must be below the size"));
+    // The engine's reading of the launcher (launcher.hpp); its config_error is the caller's
+    // usage error here, as zoe.h promises.
+    std::optional<zoe::engine::launcher_ranks> launch;
+    try {
+      launch = zoe::engine::launcher_environment();
+    } catch (const zoe::config_error& e) {
+      throw zoe::usage_error(e.what());
     }
-    std::uint32_t per_node = size;
-    if (ompi) {
-      const std::uint32_t local = environment_number("OMPI_COMM_WORLD_LOCAL_SIZE").value_or(size);
-      // A launch whose nodes hold different numbers of ranks has no one ranks_per_node: the
-      // whole world then counts as one group, as zoe would refuse to split it.
-      if (local > 0 && size % local == 0) per_node = local;
+    if (!launch) {
+      zoe::bindings::fill(*ranks, 0, 1, 1);
+      return;
     }
+    if (!launch->size) {
+      throw zoe::usage_error(zoe::str("the launcher set ", launch->rank_variable,
+                                      " but no world size (PMIx tells it through MPI only): make an engine and "
+                                      "ask zoe_engine_ranks"));
+    }
+    const std::uint32_t size = *launch->size;
+    const std::uint32_t rank = launch->rank;
+    // A launch whose nodes hold different numbers of ranks has no one ranks_per_node: the whole
+    // world then counts as one group, as zoe would refuse to split it.
+    const std::uint32_t local = launch->local_size.value_or(size);
+    const std::uint32_t per_node = local > 0 && size % local == 0 ? local : size;
     zoe::bindings::fill(*ranks, rank, size, per_node);
   });
 }
