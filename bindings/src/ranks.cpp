@@ -13,6 +13,7 @@
 #include "zoe/core/str.hpp"
 #include "zoe/engine/comm/communicator.hpp"
 #include "zoe/engine/comm/launcher.hpp"
+#include "zoe/engine/statistics.hpp"
 
 namespace zoe::bindings {
 namespace {
@@ -31,14 +32,7 @@ std::uint32_t narrow(std::size_t x) { return static_cast<std::uint32_t>(x); }
 
 }  // namespace
 
-engine::comm_stats engine_traffic(zoe_engine& e) {
-  // The engine's two worlds: the coordinator's gathers, and the gradient path's reductions with the
-  // step's collectives; each with its sub-groups (node-local, cross-node, hpZ).
-  engine::parameter_path& path = e.engine->parameters();
-  engine::comm_stats s = engine::total_stats(path.comm());
-  s += engine::total_stats(path.gradient_comm());
-  return s;
-}
+engine::comm_stats engine_traffic(zoe_engine& e) { return engine::comm_traffic(e.engine->parameters()); }
 
 }  // namespace zoe::bindings
 
