@@ -1,9 +1,12 @@
 // A data-parallel caller's view of the ranks: where it stands (the launcher's environment before an
 // engine, the engine's communicator after), a host-side sum over the ranks for its own figures
 // (the loss), and the bytes the engine's collectives sent within and across nodes.
+#include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -12,6 +15,7 @@
 #include "zoe/core/error.hpp"
 #include "zoe/core/str.hpp"
 #include "zoe/engine/comm/communicator.hpp"
+#include "zoe/engine/comm/gather_shards.hpp"
 #include "zoe/engine/comm/launcher.hpp"
 #include "zoe/engine/statistics.hpp"
 
@@ -88,35 +92,18 @@ zoe_status zoe_all_reduce_sum(zoe_engine* engine, double* values, size_t count) 
     if (count > 0) expect_pointer(values, "values");
     zoe::engine::communicator& world = *e.caller_world;
     const std::size_t size = world.size();
-    const std::size_t rank = world.rank();
     if (size == 1) return;
     if (count > std::numeric_limits<std::size_t>::max() / 2 / sizeof(double) / size) {
       throw zoe::usage_error(zoe::str("count ", count, " doubles times ", size, " ranks overflows"));
     }
     zoe::device& dev = *e.device->dev;
-    const zoe::stream_view stream = e.caller_stream.view();
     // Each rank's count first (count 0 too), so a mismatch fails on every rank with the counts
     // named instead of a transfer of mismatched sizes.
+    const std::uint64_t mine = count;
+    const std::vector<std::byte> gathered_counts =
+        zoe::engine::gather_shards(world, dev, std::as_bytes(std::span(&mine, 1)));
     std::vector<std::uint64_t> counts(size, 0);
-    counts[rank] = count;
-    const std::size_t count_bytes = size * sizeof(std::uint64_t);
-    const std::size_t value_bytes = size * count * sizeof(double);
-    // Device memory for both gathers: the communicator moves device buffers only.
-    const std::size_t bytes = count_bytes + value_bytes;
-    void* buffer = dev.allocate(bytes, stream);
-    struct freed {
-      zoe::device& dev;
-      void* p;
-      std::size_t bytes;
-      zoe::stream_view stream;
-      ~freed() { dev.deallocate(p, bytes, stream); }
-    } guard{dev, buffer, bytes, stream};
-    auto* base = static_cast<std::byte*>(buffer);
-    dev.copy_async(base + rank * sizeof(std::uint64_t), &counts[rank], sizeof(std::uint64_t),
-                   zoe::copy_kind::host_to_device, stream);
-    world.all_gather(base + rank * sizeof(std::uint64_t), base, sizeof(std::uint64_t), stream);
-    dev.copy_async(counts.data(), base, count_bytes, zoe::copy_kind::device_to_host, stream);
-    dev.synchronize(stream);
+    std::memcpy(counts.data(), gathered_counts.data(), gathered_counts.size());
     for (std::size_t r = 0; r < size; ++r) {
       if (counts[r] != count) {
         std::string all;
@@ -127,13 +114,10 @@ zoe_status zoe_all_reduce_sum(zoe_engine* engine, double* values, size_t count) 
     if (count == 0) return;
     // The values by all-gather, then summed in rank order on the host: exact, and the same bits on
     // every rank (a reduction's order inside a transport is its own).
-    std::byte* gathered = base + count_bytes;
-    const std::size_t part = count * sizeof(double);
-    dev.copy_async(gathered + rank * part, values, part, zoe::copy_kind::host_to_device, stream);
-    world.all_gather(gathered + rank * part, gathered, part, stream);
+    const std::vector<std::byte> gathered =
+        zoe::engine::gather_shards(world, dev, std::as_bytes(std::span(values, count)));
     std::vector<double> all(size * count);
-    dev.copy_async(all.data(), gathered, value_bytes, zoe::copy_kind::device_to_host, stream);
-    dev.synchronize(stream);
+    std::memcpy(all.data(), gathered.data(), gathered.size());
     for (std::size_t i = 0; i < count; ++i) {
       double sum = 0.0;
       for (std::size_t r = 0; r < size; ++r) sum += all[r * count + i];
