@@ -1,12 +1,12 @@
 // A data-parallel caller's view of the ranks: where it stands (the launcher's environment before an
 // engine, the engine's communicator after), a host-side sum over the ranks for its own figures
 // (the loss), and the bytes the engine's collectives sent within and across nodes.
-#include <cerrno>
+#include <cstddef>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -15,23 +15,12 @@
 #include "zoe/core/error.hpp"
 #include "zoe/core/str.hpp"
 #include "zoe/engine/comm/communicator.hpp"
+#include "zoe/engine/comm/gather_shards.hpp"
+#include "zoe/engine/comm/launcher.hpp"
+#include "zoe/engine/statistics.hpp"
 
 namespace zoe::bindings {
 namespace {
-
-// An environment variable holding an unsigned number; nullopt when unset; usage_error naming it
-// when it holds anything else.
-std::optional<std::uint32_t> environment_number(const char* name) {
-  const char* v = std::getenv(name);
-  if (v == nullptr) return std::nullopt;
-  char* end = nullptr;
-  errno = 0;
-  const unsigned long long x = std::strtoull(v, &end, 10);
-  if (v[0] == '\0' || v[0] == '-' || *end != '\0' || errno != 0 || x > std::numeric_limits<std::uint32_t>::max()) {
-    throw usage_error(str("the environment variable ", name, " is '", v, "', not a rank or a count"));
-  }
-  return static_cast<std::uint32_t>(x);
-}
 
 void fill(zoe_ranks& out, std::uint32_t rank, std::uint32_t size, std::uint32_t per_node) {
   out.rank = rank;
@@ -47,14 +36,7 @@ std::uint32_t narrow(std::size_t x) { return static_cast<std::uint32_t>(x); }
 
 }  // namespace
 
-engine::comm_stats engine_traffic(zoe_engine& e) {
-  // The engine's two worlds: the coordinator's gathers, and the gradient path's reductions with the
-  // step's collectives; each with its sub-groups (node-local, cross-node, hpZ).
-  engine::parameter_path& path = e.engine->parameters();
-  engine::comm_stats s = engine::total_stats(path.comm());
-  s += engine::total_stats(path.gradient_comm());
-  return s;
-}
+engine::comm_stats engine_traffic(zoe_engine& e) { return engine::comm_traffic(e.engine->parameters()); }
 
 }  // namespace zoe::bindings
 
@@ -67,24 +49,29 @@ extern "C" {
 zoe_status zoe_launcher_ranks(zoe_ranks* ranks) {
   return guarded("zoe_launcher_ranks", [&] {
     zoe::bindings::expect_struct(ranks, ZOE_FIELDS_END(zoe_ranks, nodes), "zoe_ranks");
-    using zoe::bindings::environment_number;
-    // Open MPI's names first: mpirun sets both families under some PMIx setups, alike.
-    const bool ompi = std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr;
-    const char* rank_name = ompi ? "OMPI_COMM_WORLD_RANK" : "PMI_RANK";
-    const char* size_name = ompi ? "OMPI_COMM_WORLD_SIZE" : "PMI_SIZE";
-    const std::uint32_t size = environment_number(size_name).value_or(1);
-    const std::uint32_t rank = environment_number(rank_name).value_or(0);
-    if (size == 0 || rank >= size) {
-      throw zoe::usage_error(zoe::str("the launcher's environment gives rank ", rank, " (", rank_name, ") of ", size,
-                                      " (", size_name, "): the rank must be below the size"));
+    // The engine's reading of the launcher (launcher.hpp); its config_error is the caller's
+    // usage error here, as zoe.h promises.
+    std::optional<zoe::engine::launcher_ranks> launch;
+    try {
+      launch = zoe::engine::launcher_environment();
+    } catch (const zoe::config_error& e) {
+      throw zoe::usage_error(e.what());
     }
-    std::uint32_t per_node = size;
-    if (ompi) {
-      const std::uint32_t local = environment_number("OMPI_COMM_WORLD_LOCAL_SIZE").value_or(size);
-      // A launch whose nodes hold different numbers of ranks has no one ranks_per_node: the
-      // whole world then counts as one group, as zoe would refuse to split it.
-      if (local > 0 && size % local == 0) per_node = local;
+    if (!launch) {
+      zoe::bindings::fill(*ranks, 0, 1, 1);
+      return;
     }
+    if (!launch->size) {
+      throw zoe::usage_error(zoe::str("the launcher set ", launch->rank_variable,
+                                      " but no world size (PMIx tells it through MPI only): make an engine and "
+                                      "ask zoe_engine_ranks"));
+    }
+    const std::uint32_t size = *launch->size;
+    const std::uint32_t rank = launch->rank;
+    // A launch whose nodes hold different numbers of ranks has no one ranks_per_node: the whole
+    // world then counts as one group, as zoe would refuse to split it.
+    const std::uint32_t local = launch->local_size.value_or(size);
+    const std::uint32_t per_node = local > 0 && size % local == 0 ? local : size;
     zoe::bindings::fill(*ranks, rank, size, per_node);
   });
 }
@@ -105,35 +92,18 @@ zoe_status zoe_all_reduce_sum(zoe_engine* engine, double* values, size_t count) 
     if (count > 0) expect_pointer(values, "values");
     zoe::engine::communicator& world = *e.caller_world;
     const std::size_t size = world.size();
-    const std::size_t rank = world.rank();
     if (size == 1) return;
     if (count > std::numeric_limits<std::size_t>::max() / 2 / sizeof(double) / size) {
       throw zoe::usage_error(zoe::str("count ", count, " doubles times ", size, " ranks overflows"));
     }
     zoe::device& dev = *e.device->dev;
-    const zoe::stream_view stream = e.caller_stream.view();
     // Each rank's count first (count 0 too), so a mismatch fails on every rank with the counts
     // named instead of a transfer of mismatched sizes.
+    const std::uint64_t mine = count;
+    const std::vector<std::byte> gathered_counts =
+        zoe::engine::gather_shards(world, dev, std::as_bytes(std::span(&mine, 1)));
     std::vector<std::uint64_t> counts(size, 0);
-    counts[rank] = count;
-    const std::size_t count_bytes = size * sizeof(std::uint64_t);
-    const std::size_t value_bytes = size * count * sizeof(double);
-    // Device memory for both gathers: the communicator moves device buffers only.
-    const std::size_t bytes = count_bytes + value_bytes;
-    void* buffer = dev.allocate(bytes, stream);
-    struct freed {
-      zoe::device& dev;
-      void* p;
-      std::size_t bytes;
-      zoe::stream_view stream;
-      ~freed() { dev.deallocate(p, bytes, stream); }
-    } guard{dev, buffer, bytes, stream};
-    auto* base = static_cast<std::byte*>(buffer);
-    dev.copy_async(base + rank * sizeof(std::uint64_t), &counts[rank], sizeof(std::uint64_t),
-                   zoe::copy_kind::host_to_device, stream);
-    world.all_gather(base + rank * sizeof(std::uint64_t), base, sizeof(std::uint64_t), stream);
-    dev.copy_async(counts.data(), base, count_bytes, zoe::copy_kind::device_to_host, stream);
-    dev.synchronize(stream);
+    std::memcpy(counts.data(), gathered_counts.data(), gathered_counts.size());
     for (std::size_t r = 0; r < size; ++r) {
       if (counts[r] != count) {
         std::string all;
@@ -144,13 +114,10 @@ zoe_status zoe_all_reduce_sum(zoe_engine* engine, double* values, size_t count) 
     if (count == 0) return;
     // The values by all-gather, then summed in rank order on the host: exact, and the same bits on
     // every rank (a reduction's order inside a transport is its own).
-    std::byte* gathered = base + count_bytes;
-    const std::size_t part = count * sizeof(double);
-    dev.copy_async(gathered + rank * part, values, part, zoe::copy_kind::host_to_device, stream);
-    world.all_gather(gathered + rank * part, gathered, part, stream);
+    const std::vector<std::byte> gathered =
+        zoe::engine::gather_shards(world, dev, std::as_bytes(std::span(values, count)));
     std::vector<double> all(size * count);
-    dev.copy_async(all.data(), gathered, value_bytes, zoe::copy_kind::device_to_host, stream);
-    dev.synchronize(stream);
+    std::memcpy(all.data(), gathered.data(), gathered.size());
     for (std::size_t i = 0; i < count; ++i) {
       double sum = 0.0;
       for (std::size_t r = 0; r < size; ++r) sum += all[r * count + i];

@@ -55,9 +55,13 @@ gradient_summary global_summary(communicator& world, device& dev, const gradient
   return out;
 }
 
+}  // namespace zoe::engine::detail
+
+namespace zoe::engine {
+
 std::vector<std::byte> gather_shards(communicator& world, device& dev, std::span<const std::byte> shard) {
   if (world.size() == 1) return {shard.begin(), shard.end()};
-  return gather_on_device(world, dev, shard);
+  return detail::gather_on_device(world, dev, shard);
 }
 
-}  // namespace zoe::engine::detail
+}  // namespace zoe::engine

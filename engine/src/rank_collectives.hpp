@@ -10,6 +10,7 @@
 
 #include "zoe/core/device.hpp"
 #include "zoe/engine/comm/communicator.hpp"
+#include "zoe/engine/comm/gather_shards.hpp"
 #include "zoe/engine/optim/gradient_path.hpp"
 
 namespace zoe::engine::detail {
@@ -19,8 +20,7 @@ namespace zoe::engine::detail {
 /// bits. Throws what the communicator throws (a comm_error naming a rank that failed or vanished).
 [[nodiscard]] gradient_summary global_summary(communicator& world, device& dev, const gradient_summary& local);
 
-/// Every rank's `shard` (the same size on each) concatenated in rank order. Borrows size() * shard
-/// bytes of device memory while it runs (memory_error when the device refuses).
-[[nodiscard]] std::vector<std::byte> gather_shards(communicator& world, device& dev, std::span<const std::byte> shard);
+/// Every rank's `shard` concatenated in rank order (zoe/engine/comm/gather_shards.hpp).
+using engine::gather_shards;
 
 }  // namespace zoe::engine::detail

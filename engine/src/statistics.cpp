@@ -204,9 +204,7 @@ json comm_figures(parameter_path& path) {
   sub("hpz", world.hpz());
   groups["gradient_world"] = group_figures(total_stats(gradients));
   j["groups"] = std::move(groups);
-  comm_stats all = total_stats(world);
-  all += total_stats(gradients);
-  const json totals = group_figures(all);
+  const json totals = group_figures(comm_traffic(path));
   for (const auto& [key, value] : totals.items()) j[key] = value;
   return j;
 }
@@ -237,6 +235,12 @@ std::string statistics_json(offload_engine& engine) {
   j["footprint"] = footprint_figures(engine);
   j["comm"] = comm_figures(engine.parameters());
   return j.dump();
+}
+
+comm_stats comm_traffic(parameter_path& path) {
+  comm_stats all = total_stats(path.comm());
+  all += total_stats(path.gradient_comm());
+  return all;
 }
 
 }  // namespace zoe::engine

@@ -14,6 +14,7 @@
 #include <limits>
 #include <memory>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -22,8 +23,10 @@
 #include "zoe/core/device.hpp"
 #include "usage_message.hpp"
 #include "zoe/core/error.hpp"
+#include "zoe/core/str.hpp"
 #include "zoe/core/units.hpp"
 #include "zoe/engine/comm/communicator.hpp"
+#include "zoe/engine/comm/launcher.hpp"
 
 namespace zoe::engine {
 namespace {
@@ -290,6 +293,105 @@ TEST(make_communicator, ChoosesSingleOutsideALauncherAndNamesTheKeyForWhatItLack
       EXPECT_THAT(e.what(), AllOf(HasSubstr("zoe.comm.backend"), HasSubstr(backend)));
     }
   }
+}
+
+// The launcher variables, set for one case and restored after it (unset when they were unset).
+class launcher_variables {
+ public:
+  static constexpr std::array<const char*, 6> names{"OMPI_COMM_WORLD_SIZE",
+                                                    "OMPI_COMM_WORLD_RANK",
+                                                    "OMPI_COMM_WORLD_LOCAL_SIZE",
+                                                    "PMI_SIZE",
+                                                    "PMI_RANK",
+                                                    "PMIX_RANK"};
+  launcher_variables() {
+    for (std::size_t i = 0; i < names.size(); ++i) {
+      if (const char* v = std::getenv(names[i])) saved_[i] = v;
+      ::unsetenv(names[i]);
+    }
+  }
+  ~launcher_variables() {
+    for (std::size_t i = 0; i < names.size(); ++i) {
+      if (saved_[i]) {
+        ::setenv(names[i], saved_[i]->c_str(), 1);
+      } else {
+        ::unsetenv(names[i]);
+      }
+    }
+  }
+  launcher_variables(const launcher_variables&) = delete;
+  launcher_variables& operator=(const launcher_variables&) = delete;
+  static void set(const char* name, const char* value) { ::setenv(name, value, 1); }
+
+ private:
+  std::array<std::optional<std::string>, names.size()> saved_;
+};
+
+// The config_error launcher_environment() throws, or "" when it accepts the environment.
+std::string launcher_error() {
+  try {
+    (void)launcher_environment();
+  } catch (const config_error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(launcher_environment, ReadsEachLauncherFamily) {
+  const launcher_variables env;
+  EXPECT_FALSE(launcher_environment().has_value());
+  launcher_variables::set("PMIX_RANK", "2");
+  std::optional<launcher_ranks> l = launcher_environment();
+  ASSERT_TRUE(l.has_value());
+  EXPECT_EQ(l->rank, 2U);
+  EXPECT_FALSE(l->size.has_value());
+  EXPECT_TRUE(l->many()) << "PMIx gives the size through MPI only: counts as many ranks";
+  launcher_variables::set("PMI_SIZE", "3");
+  launcher_variables::set("PMI_RANK", "1");
+  l = launcher_environment();
+  ASSERT_TRUE(l.has_value());
+  EXPECT_EQ(l->rank, 1U);
+  EXPECT_EQ(l->size, 3U);
+  EXPECT_FALSE(l->local_size.has_value());
+  // Open MPI's names win over the others it may set too.
+  launcher_variables::set("OMPI_COMM_WORLD_SIZE", "1");
+  launcher_variables::set("OMPI_COMM_WORLD_RANK", "0");
+  launcher_variables::set("OMPI_COMM_WORLD_LOCAL_SIZE", "1");
+  l = launcher_environment();
+  ASSERT_TRUE(l.has_value());
+  EXPECT_EQ(l->rank, 0U);
+  EXPECT_EQ(l->size, 1U);
+  EXPECT_EQ(l->local_size, 1U);
+  EXPECT_FALSE(l->many());
+}
+
+TEST(launcher_environment, NamesTheVariableOfAMalformedValue) {
+  for (const char* garbage : {"", "four", "4x", "-1", " 4", "4294967296"}) {
+    const launcher_variables env;
+    launcher_variables::set("OMPI_COMM_WORLD_SIZE", garbage);
+    launcher_variables::set("OMPI_COMM_WORLD_RANK", "0");
+    EXPECT_THAT(launcher_error(), AllOf(HasSubstr("OMPI_COMM_WORLD_SIZE"), HasSubstr(str("'", garbage, "'"))));
+  }
+  const launcher_variables env;
+  launcher_variables::set("PMI_SIZE", "4");
+  launcher_variables::set("PMI_RANK", "x");
+  EXPECT_THAT(launcher_error(), HasSubstr("PMI_RANK"));
+  launcher_variables::set("PMI_RANK", "4");
+  EXPECT_THAT(launcher_error(), AllOf(HasSubstr("PMI_RANK"), HasSubstr("PMI_SIZE"), HasSubstr("below the size")));
+  ::unsetenv("PMI_SIZE");
+  ::unsetenv("PMI_RANK");
+  launcher_variables::set("PMIX_RANK", "one");
+  EXPECT_THAT(launcher_error(), HasSubstr("PMIX_RANK"));
+}
+
+TEST(launcher_environment, RefusesASizeWithoutItsRank) {
+  const launcher_variables env;
+  launcher_variables::set("OMPI_COMM_WORLD_SIZE", "4");
+  EXPECT_THAT(launcher_error(), AllOf(HasSubstr("OMPI_COMM_WORLD_SIZE"), HasSubstr("OMPI_COMM_WORLD_RANK")));
+  // make_communicator's auto choice reads the same variables, so it fails alike instead of
+  // guessing rank 0.
+  auto dev = make_host_device(16 * MiB);
+  EXPECT_THROW((void)make_communicator(*dev, comm_options{}), config_error);
 }
 
 }  // namespace

@@ -252,7 +252,9 @@ typedef struct zoe_ranks {
  *  without either. ranks_per_node is the launcher's local size (world_size when it gives none), so
  *  node, local_rank and nodes follow from it; an engine's zoe.ranks_per_node may group them
  *  otherwise (zoe_engine_ranks is the engine's view). ZOE_ERROR_USAGE naming the variable when one
- *  is not a number or the rank is not below the size. Reads the environment only: not collective.
+ *  is not a number, a size comes without its rank, or the rank is not below the size; also under a
+ *  PMIx launcher that sets PMIX_RANK alone (it gives no size before MPI starts: ask
+ *  zoe_engine_ranks). Reads the environment only: not collective.
  *  Thread-safe. */
 ZOE_API zoe_status zoe_launcher_ranks(zoe_ranks* ranks);
 

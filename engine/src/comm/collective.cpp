@@ -27,11 +27,10 @@ std::uint64_t bytes_to(collective c, std::size_t size, std::size_t rank, std::si
     case collective::reduce_scatter:
     case collective::all_to_all: return payload;
     case collective::all_reduce: {
-      // Chunk i holds elements [count * i / size, count * (i + 1) / size), computed without
-      // forming count * i, which may not fit.
       const std::uint64_t count = element == 0 ? 0 : payload / element;
-      const auto first = [count, size](std::uint64_t i) { return (count / size) * i + (count % size) * i / size; };
-      const auto chunk = [&](std::uint64_t i) { return (first(i + 1) - first(i)) * element; };
+      const auto chunk = [&](std::uint64_t i) {
+        return (detail::chunk_first(count, size, i + 1) - detail::chunk_first(count, size, i)) * element;
+      };
       return chunk(dest) + chunk(rank);
     }
     case collective::broadcast: return rank == root ? payload : 0;

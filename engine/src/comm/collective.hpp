@@ -34,6 +34,13 @@ void check_buffer(collective_call call, std::string_view which, const void* buff
 void check_overlap(collective_call call, const void* send, std::uint64_t send_bytes, const void* recv,
                    std::uint64_t recv_bytes, const void* in_place);
 
+/// Where chunk `i` of `count` elements split over `size` ranks begins: count * i / size, computed
+/// without forming count * i, which may not fit. Chunk i is [chunk_first(i), chunk_first(i + 1)):
+/// the split of an all-reduce (bytes_to) and of the mpi backend's reduce-scatter phase alike.
+[[nodiscard]] constexpr std::uint64_t chunk_first(std::uint64_t count, std::uint64_t size, std::uint64_t i) noexcept {
+  return (count / size) * i + (count % size) * i / size;
+}
+
 /// The bytes one group's collectives sent. Thread-safe.
 class traffic_counter {
  public:

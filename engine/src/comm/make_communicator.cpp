@@ -1,6 +1,6 @@
 // Chooses a communicator backend from comm_options (zoe.comm.backend) and the environment.
-#include <cstdlib>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "backends.hpp"
@@ -8,29 +8,9 @@
 #include "zoe/core/error.hpp"
 #include "zoe/core/str.hpp"
 #include "zoe/engine/comm/communicator.hpp"
+#include "zoe/engine/comm/launcher.hpp"
 
 namespace zoe::engine {
-namespace {
-
-// The number in environment variable `name`, or 0 when it is unset or not a number.
-long environment_number(const char* name) {
-  const char* text = std::getenv(name);
-  if (text == nullptr) return 0;
-  char* end = nullptr;
-  const long value = std::strtol(text, &end, 10);
-  return end != text && *end == '\0' ? value : 0;
-}
-
-// True when an MPI launcher started this process as one of several ranks: Open MPI's mpirun sets
-// OMPI_COMM_WORLD_SIZE, PMI launchers (MPICH, Slurm) PMI_SIZE; a PMIx launcher sets PMIX_RANK
-// (the size is known only once MPI starts, so it counts as launched).
-bool launched_as_many_ranks() {
-  if (std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr) return environment_number("OMPI_COMM_WORLD_SIZE") > 1;
-  if (std::getenv("PMI_SIZE") != nullptr) return environment_number("PMI_SIZE") > 1;
-  return std::getenv("PMIX_RANK") != nullptr;
-}
-
-}  // namespace
 
 std::unique_ptr<communicator> make_communicator(device& dev, const comm_options& options) {
   if (options.backend == "single") return make_single_communicator(dev);
@@ -38,7 +18,10 @@ std::unique_ptr<communicator> make_communicator(device& dev, const comm_options&
   // nccl refuses with a config_error naming what is missing: a CUDA device, CUDA in this build, NCCL.
   if (options.backend == "nccl") return detail::make_nccl_communicator(dev, options);
   if (options.backend == "auto") {
-    if (!launched_as_many_ranks()) return make_single_communicator(dev);
+    // A launch of many ranks is one with a launcher's environment (launcher.hpp) saying so; a PMIx
+    // launcher tells the size only through MPI, so its launch counts as many.
+    const std::optional<launcher_ranks> launch = launcher_environment();
+    if (!launch || !launch->many()) return make_single_communicator(dev);
     // NCCL on a CUDA device where it loads (bootstrapped through mpi); mpi otherwise.
     if (detail::nccl_usable(dev)) return detail::make_nccl_communicator(dev, options);
     return detail::make_mpi_communicator(dev, options);

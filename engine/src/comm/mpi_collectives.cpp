@@ -14,10 +14,6 @@
 namespace zoe::engine::detail {
 namespace {
 
-std::size_t chunk_first(std::size_t count, std::size_t size, std::size_t i) {
-  return (count / size) * i + (count % size) * i / size;
-}
-
 // The in-place form of a collective whose rank-r block of `block` bytes sits in `recv`: `send` is
 // in place when it is recv + rank * block (check_overlap's `in_place` argument).
 const void* in_place_send(const void* recv, std::uint64_t block, std::size_t rank) {
@@ -236,13 +232,8 @@ void mpi_group::barrier() {
 
 communicator& mpi_group::within(mpi_group* target, std::string_view which) {
   if (world_ == nullptr) return *target;  // the world hands out its sub-groups
-  const mpi_group& group = *target;
-  const bool inside = std::all_of(shape_.world_ranks.begin(), shape_.world_ranks.end(), [&](std::size_t w) {
-    return std::find(group.shape_.world_ranks.begin(), group.shape_.world_ranks.end(), w) !=
-           group.shape_.world_ranks.end();
-  });
-  ZOE_EXPECTS(inside, name_, ": ", which, "() of a sub-group that does not lie within the ", which,
-              " group; ask the world communicator");
+  ZOE_EXPECTS(shape_.within(target->shape_), name_, ": ", which, "() of a sub-group that does not lie within the ",
+              which, " group; ask the world communicator");
   return *this;
 }
 

@@ -52,14 +52,13 @@ mpi_group::staging::~staging() {
   std::free(data);  // NOLINT(cppcoreguidelines-no-malloc)
 }
 
-mpi_group::mpi_group(device& dev, mpi_comm_owner comm, mpi_group_shape shape, std::size_t ranks_per_node,
-                     std::chrono::milliseconds timeout, mpi_group* world)
+mpi_group::mpi_group(device& dev, mpi_comm_owner comm, rank_group shape, std::chrono::milliseconds timeout,
+                     mpi_group* world)
     : dev_(&dev),
       comm_(std::move(comm)),
       shape_(std::move(shape)),
-      ranks_per_node_(ranks_per_node),
-      name_(str("mpi (", shape_.kind, ")")),
-      view_{comm_.get(), shape_.rank, &shape_.world_ranks, ranks_per_node, timeout},
+      name_(str("mpi (", group_kind_name(shape_.kind), ")")),
+      view_{comm_.get(), shape_.rank, &shape_.world_ranks, shape_.ranks_per_node, timeout},
       world_(world) {}
 
 mpi_group::~mpi_group() {
@@ -80,17 +79,8 @@ void mpi_group::adopt(std::unique_ptr<mpi_group> node_local, std::unique_ptr<mpi
   hpz_ = std::move(hpz);
 }
 
-std::size_t mpi_group::node_of(std::size_t group_rank) const noexcept {
-  return shape_.world_ranks[group_rank] / ranks_per_node_;
-}
-
 void mpi_group::count_traffic(collective what, std::uint64_t payload, std::size_t root, std::size_t element) {
-  traffic t;
-  const std::size_t me = node_of(rank());
-  for (std::size_t dest = 0; dest < size(); ++dest) {
-    const std::uint64_t b = bytes_to(what, size(), rank(), dest, payload, root, element);
-    (node_of(dest) == me ? t.intra_node : t.inter_node) += b;
-  }
+  const traffic t = shape_.sent(what, payload, root, element);
   traffic_.count(what, t);
 }
 

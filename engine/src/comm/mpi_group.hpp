@@ -20,6 +20,7 @@
 
 #include "collective.hpp"
 #include "mpi_transfer.hpp"
+#include "rank_group.hpp"
 #include "zoe/engine/comm/communicator.hpp"
 
 namespace zoe::engine::detail {
@@ -40,18 +41,11 @@ class mpi_comm_owner {
   MPI_Comm comm_ = MPI_COMM_NULL;
 };
 
-/// Where a group sits in its world.
-struct mpi_group_shape {
-  std::string kind;                      ///< "world", "node-local", "cross-node", "hpz"
-  std::vector<std::size_t> world_ranks;  ///< its members' world ranks, in group-rank order
-  std::size_t rank = 0;                  ///< this process's rank in the group
-};
-
 class mpi_group final : public communicator {
  public:
-  /// `world` is the world this group belongs to (nullptr for the world itself).
-  mpi_group(device& dev, mpi_comm_owner comm, mpi_group_shape shape, std::size_t ranks_per_node,
-            std::chrono::milliseconds timeout, mpi_group* world);
+  /// `shape` is where the group sits in its world (make_rank_group), its nodes included; `world` is
+  /// the world this group belongs to (nullptr for the world itself).
+  mpi_group(device& dev, mpi_comm_owner comm, rank_group shape, std::chrono::milliseconds timeout, mpi_group* world);
   /// Waits for this group's collectives still queued on streams, frees its staging buffers and,
   /// when an exception unwinds past it, tells every other rank this one failed.
   ~mpi_group() override;
@@ -99,7 +93,6 @@ class mpi_group final : public communicator {
   };
 
   [[nodiscard]] collective_call call(collective what) const noexcept { return {what, name_}; }
-  [[nodiscard]] std::size_t node_of(std::size_t group_rank) const noexcept;
   // Counts the bytes bytes_to() gives for every destination, split by node.
   void count_traffic(collective what, std::uint64_t payload, std::size_t root = 0, std::size_t element = 1);
   // The tag of the next collective or barrier of `kind` (a collective's value, or one of the kinds
@@ -121,8 +114,7 @@ class mpi_group final : public communicator {
 
   device* dev_;
   mpi_comm_owner comm_;
-  mpi_group_shape shape_;
-  std::size_t ranks_per_node_;
+  rank_group shape_;
   std::string name_;
   mpi_group_view view_;
   mpi_group* world_;

@@ -89,46 +89,30 @@ std::unique_ptr<communicator> make_mpi_communicator(device& dev, const comm_opti
       options.ranks_per_node != 0 ? options.ranks_per_node : detect_ranks_per_node(world.get(), me, size);
   const std::size_t hpz = options.hpz_partition_size;
 
-  // Members of each group, as bytes_to() and the header describe them.
-  const auto shape = [&](std::string kind, std::size_t first, std::size_t stride, std::size_t count) {
-    mpi_group_shape s{std::move(kind), {}, 0};
-    for (std::size_t i = 0; i < count; ++i) {
-      const std::size_t w = first + i * stride;
-      if (w == me) s.rank = i;
-      s.world_ranks.push_back(w);
-    }
-    return s;
-  };
-  const std::size_t node = me / per_node;
-  const std::size_t local = me % per_node;
+  // Members of each group, as bytes_to() and the header describe them (rank_group.hpp). A
+  // sub-group's lowest world rank names it, so it is the colour of its split.
+  rank_group node_shape = make_rank_group(group_kind::node_local, size, me, per_node, hpz);
+  rank_group cross_shape = make_rank_group(group_kind::cross_node, size, me, per_node, hpz);
+  rank_group hpz_shape = make_rank_group(group_kind::hpz, size, me, per_node, hpz);
   // Each split is collective over the world; whether a sub-group is the world itself depends on
   // the sizes only, so every rank makes the same calls.
-  const bool node_is_world = per_node == size;
-  const bool cross_is_world = per_node == 1;
-  const bool hpz_is_world = hpz == size;
-  mpi_comm_owner node_comm = node_is_world ? mpi_comm_owner() : split(world.get(), node, me);
-  mpi_comm_owner cross_comm = cross_is_world ? mpi_comm_owner() : split(world.get(), local, me);
-  mpi_comm_owner hpz_comm = hpz_is_world ? mpi_comm_owner() : split(world.get(), me / hpz, me);
+  const auto split_of = [&](const rank_group& g) {
+    return g.size() == size ? mpi_comm_owner() : split(world.get(), g.world_ranks.front(), me);
+  };
+  mpi_comm_owner node_comm = split_of(node_shape);
+  mpi_comm_owner cross_comm = split_of(cross_shape);
+  mpi_comm_owner hpz_comm = split_of(hpz_shape);
 
-  auto out = std::make_unique<mpi_group>(dev, std::move(world), shape("world", 0, 1, size), per_node, options.timeout,
-                                         nullptr);
-  std::unique_ptr<mpi_group> node_group;
-  std::unique_ptr<mpi_group> cross_group;
-  std::unique_ptr<mpi_group> hpz_group;
-  if (!node_is_world) {
-    node_group =
-        std::make_unique<mpi_group>(dev, std::move(node_comm), shape("node-local", node * per_node, 1, per_node),
-                                    per_node, options.timeout, out.get());
-  }
-  if (!cross_is_world) {
-    cross_group =
-        std::make_unique<mpi_group>(dev, std::move(cross_comm), shape("cross-node", local, per_node, size / per_node),
-                                    per_node, options.timeout, out.get());
-  }
-  if (!hpz_is_world) {
-    hpz_group = std::make_unique<mpi_group>(dev, std::move(hpz_comm), shape("hpz", me / hpz * hpz, 1, hpz), per_node,
-                                            options.timeout, out.get());
-  }
+  auto out = std::make_unique<mpi_group>(
+      dev, std::move(world), make_rank_group(group_kind::world, size, me, per_node, hpz), options.timeout, nullptr);
+  // The sub-groups that are not the world itself; the world stands in for the others.
+  const auto group_of = [&](mpi_comm_owner comm, rank_group g) -> std::unique_ptr<mpi_group> {
+    if (g.size() == size) return nullptr;
+    return std::make_unique<mpi_group>(dev, std::move(comm), std::move(g), options.timeout, out.get());
+  };
+  std::unique_ptr<mpi_group> node_group = group_of(std::move(node_comm), std::move(node_shape));
+  std::unique_ptr<mpi_group> cross_group = group_of(std::move(cross_comm), std::move(cross_shape));
+  std::unique_ptr<mpi_group> hpz_group = group_of(std::move(hpz_comm), std::move(hpz_shape));
   out->adopt(std::move(node_group), std::move(cross_group), std::move(hpz_group));
   return out;
 }

@@ -46,4 +46,9 @@ namespace zoe::engine {
 /// that change the engine (the engine's one-thread calls). Throws what allocation throws.
 [[nodiscard]] std::string statistics_json(offload_engine& engine);
 
+/// The bytes the engine's collectives sent: the coordinator's world and the gradient path's world,
+/// each with its sub-groups, every distinct group once (statistics_json's comm totals). Throws
+/// what a communicator's stats() throws.
+[[nodiscard]] comm_stats comm_traffic(parameter_path& path);
+
 }  // namespace zoe::engine
