@@ -69,7 +69,8 @@ mpi_group::~mpi_group() {
   }
   release_retired();
   if (std::uncaught_exceptions() > 0) {
-    mpi_runtime::instance().announce_failure(str("an exception unwound past its ", name_, " communicator"));
+    mpi_runtime& rt = mpi_runtime::instance();
+    rt.announce_failure(rt.world_rank(), str("an exception unwound past its ", name_, " communicator"));
   }
 }
 

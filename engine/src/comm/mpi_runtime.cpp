@@ -1,6 +1,7 @@
 // Process-wide MPI: initialisation, the serialising lock, finalize at exit and failure notices.
 #include "mpi_runtime.hpp"
 
+#include <charconv>
 #include <chrono>
 #include <cstdlib>
 #include <string>
@@ -25,6 +26,21 @@ std::string error_string(int rc) {
   if (MPI_Error_string(rc, text.data(), &length) != MPI_SUCCESS) return str("MPI error ", rc);
   text.resize(static_cast<std::size_t>(length));
   return text;
+}
+
+// "<culprit> <1 when the sender skips MPI_Finalize, else 0> <message>"; a notice without that
+// header blames its sender, which is taken to skip MPI_Finalize.
+peer_notice parse_notice(std::size_t sender, const std::string& text) {
+  std::size_t culprit = 0;
+  int skips = 1;
+  const char* const end = text.data() + text.size();
+  const auto [after_culprit, ec] = std::from_chars(text.data(), end, culprit);
+  if (ec != std::errc() || end - after_culprit < 3 || after_culprit[0] != ' ' || after_culprit[2] != ' ') {
+    return {sender, true, text};
+  }
+  const auto [after_flag, ec_flag] = std::from_chars(after_culprit + 1, end, skips);
+  if (ec_flag != std::errc()) return {sender, true, text};
+  return {culprit, skips != 0, std::string(after_flag + 1, end)};
 }
 
 }  // namespace
@@ -89,16 +105,19 @@ void mpi_runtime::record_failure() noexcept {
   failed_ = true;
 }
 
-void mpi_runtime::announce_failure(std::string_view message) noexcept {
+void mpi_runtime::announce_failure(std::size_t culprit, std::string_view message) noexcept {
   // The text outlives the sends: a send to a dead peer may never finish.
   static std::string text;
+  bool skips_finalize = false;
   {
     const std::lock_guard lock(notice_mutex_);
     if (announced_) return;
     announced_ = true;
+    skips_finalize = failed_;
   }
   try {
-    text.assign(message.substr(0, notice_max_chars));
+    // The receivers name the culprit, not this sender, and skip MPI_Finalize when this rank does.
+    text = str(culprit, ' ', skips_finalize ? '1' : '0', ' ', message.substr(0, notice_max_chars));
     std::vector<MPI_Request> sends;
     {
       const auto mpi = serialize();
@@ -147,7 +166,7 @@ std::optional<peer_notice> mpi_runtime::poll_notice() noexcept {
     MPI_Get_count(&status, MPI_CHAR, &chars);
     std::string text(static_cast<std::size_t>(chars > 0 ? chars : 0), '\0');
     MPI_Recv(text.data(), chars, MPI_CHAR, status.MPI_SOURCE, notice_tag, notice_comm_, MPI_STATUS_IGNORE);
-    notice_ = peer_notice{static_cast<std::size_t>(status.MPI_SOURCE), std::move(text)};
+    notice_ = parse_notice(static_cast<std::size_t>(status.MPI_SOURCE), text);
     return notice_;
   } catch (...) {
     return std::nullopt;
