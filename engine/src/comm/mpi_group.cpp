@@ -23,10 +23,13 @@ constexpr std::size_t page_bytes = 4096;
 }  // namespace
 
 mpi_comm_owner::~mpi_comm_owner() {
-  if (comm_ != MPI_COMM_NULL) {
-    const auto mpi = mpi_runtime::instance().serialize();
-    MPI_Comm_free(&comm_);
-  }
+  if (comm_ == MPI_COMM_NULL) return;
+  const auto mpi = mpi_runtime::instance().serialize();
+  // After MPI_Finalize (the application's, or ours at exit before a static's destructor) no MPI
+  // call but a few queries is allowed; the handle is gone with MPI anyway.
+  int finalized = 0;
+  if (MPI_Finalized(&finalized) != MPI_SUCCESS || finalized != 0) return;
+  MPI_Comm_free(&comm_);
 }
 
 mpi_comm_owner& mpi_comm_owner::operator=(mpi_comm_owner&& o) noexcept {

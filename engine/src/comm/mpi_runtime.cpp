@@ -43,6 +43,16 @@ peer_notice parse_notice(std::size_t sender, const std::string& text) {
   return {culprit, skips != 0, std::string(after_flag + 1, end)};
 }
 
+std::string thread_level_name(int level) {
+  switch (level) {
+    case MPI_THREAD_SINGLE: return "MPI_THREAD_SINGLE";
+    case MPI_THREAD_FUNNELED: return "MPI_THREAD_FUNNELED";
+    case MPI_THREAD_SERIALIZED: return "MPI_THREAD_SERIALIZED";
+    case MPI_THREAD_MULTIPLE: return "MPI_THREAD_MULTIPLE";
+    default: return str("thread level ", level);
+  }
+}
+
 }  // namespace
 
 void check_mpi(int rc, std::string_view what) {
@@ -67,11 +77,15 @@ mpi_runtime::mpi_runtime() {
     // Someone else (the application) initialised MPI and finalizes it; we only ask what it gave.
     int provided = MPI_THREAD_SINGLE;
     check_mpi(MPI_Query_thread(&provided), "mpi: MPI_Query_thread");
+    // zoe calls MPI from its stream workers and I/O threads (one at a time under its lock at best).
+    if (provided < MPI_THREAD_SERIALIZED) {
+      throw comm_error(str("mpi: the application initialised MPI with ", thread_level_name(provided),
+                           "; zoe calls MPI from its own threads and needs at least MPI_THREAD_SERIALIZED: "
+                           "initialise MPI with MPI_Init_thread asking for MPI_THREAD_MULTIPLE"));
+    }
     serialized_ = provided < MPI_THREAD_MULTIPLE;
   }
   if (serialized_) log::info("mpi: MPI_THREAD_MULTIPLE not available; zoe serialises its MPI calls");
-  // Errors come back as codes, never abort the job: a failing transfer is a comm_error.
-  check_mpi(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN), "mpi: MPI_Comm_set_errhandler");
   int rank = 0;
   int size = 1;
   check_mpi(MPI_Comm_rank(MPI_COMM_WORLD, &rank), "mpi: MPI_Comm_rank");
@@ -82,6 +96,8 @@ mpi_runtime::mpi_runtime() {
   int found = 0;
   check_mpi(MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tag_ub, &found), "mpi: MPI_TAG_UB");
   if (found != 0 && tag_ub != nullptr) tag_ub_ = *static_cast<int*>(tag_ub);
+  // Errors come back as codes on zoe's own communicators (a failing transfer is a comm_error); the
+  // application's MPI_COMM_WORLD keeps its error handler.
   check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &notice_comm_), "mpi: MPI_Comm_dup of the notice channel");
   check_mpi(MPI_Comm_set_errhandler(notice_comm_, MPI_ERRORS_RETURN), "mpi: MPI_Comm_set_errhandler");
 }
