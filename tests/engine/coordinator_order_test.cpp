@@ -61,6 +61,7 @@ class recording_communicator final : public engine::communicator {
   [[nodiscard]] communicator& cross_node() override { return *this; }
   [[nodiscard]] communicator& hpz() override { return *this; }
   [[nodiscard]] engine::comm_stats stats() const override { return inner_->stats(); }
+  void abort(std::string_view reason) noexcept override { inner_->abort(reason); }
 
   [[nodiscard]] std::vector<std::vector<std::size_t>> gathers() const {
     const std::lock_guard lock(mutex_);

@@ -77,6 +77,25 @@ mpi_group::~mpi_group() {
   }
 }
 
+void mpi_group::abort(std::string_view reason) noexcept {
+  mpi_runtime& rt = mpi_runtime::instance();
+  mpi_group& world = world_ == nullptr ? *this : *world_;
+  try {
+    const std::string message = str(name_, " aborted by world rank ", rt.world_rank(), ": ", reason);
+    for (mpi_group* g : {&world, world.node_local_.get(), world.cross_node_.get(), world.hpz_.get()}) {
+      if (g == nullptr) continue;
+      const std::lock_guard lock(g->mutex_);
+      if (g->failure_.empty()) g->failure_ = message;  // run() refuses every later exchange
+    }
+    // The peers skip MPI_Finalize on this notice (this rank left them out of step), so this one must too.
+    rt.record_failure();
+    rt.announce_failure(rt.world_rank(), message);
+  } catch (...) {
+    rt.record_failure();
+    rt.announce_failure(rt.world_rank(), "aborted");
+  }
+}
+
 void mpi_group::adopt(std::unique_ptr<mpi_group> node_local, std::unique_ptr<mpi_group> cross_node,
                       std::unique_ptr<mpi_group> hpz) {
   node_local_ = std::move(node_local);
