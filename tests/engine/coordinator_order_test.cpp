@@ -80,6 +80,7 @@ class recording_communicator final : public engine::communicator {
   [[nodiscard]] communicator& cross_node() override { return *this; }
   [[nodiscard]] communicator& hpz() override { return *this; }
   [[nodiscard]] engine::comm_stats stats() const override { return inner_->stats(); }
+  void abort(std::string_view reason) noexcept override { inner_->abort(reason); }
 
   ~recording_communicator() override { wait_for_fingerprints(); }
   recording_communicator(const recording_communicator&) = delete;

@@ -46,6 +46,7 @@ class group_state {
   /// Waits until every rank of the group arrived; comm_error naming one that did not.
   void meet(std::size_t rank) {
     std::unique_lock lock(mutex_);
+    if (!aborted_.empty()) throw comm_error(aborted_);
     const std::uint64_t generation = meetings_;
     arrived_at_[rank] = generation + 1;
     if (++arrived_ == size()) {
@@ -54,7 +55,10 @@ class group_state {
       met_.notify_all();
       return;
     }
-    if (met_.wait_for(lock, timeout_, [&] { return meetings_ != generation; })) return;
+    if (met_.wait_for(lock, timeout_, [&] { return meetings_ != generation || !aborted_.empty(); })) {
+      if (meetings_ != generation) return;
+      throw comm_error(aborted_);
+    }
     for (std::size_t r = 0; r < size(); ++r) {
       if (arrived_at_[r] != generation + 1) {
         throw comm_error(str("thread world (", name_, "): rank ", world_ranks_[r], " (node ", node_of(r),
@@ -64,7 +68,18 @@ class group_state {
     throw comm_error(str("thread world (", name_, "): a collective timed out"));  // unreachable: someone is late
   }
 
+ public:
+  /// Rank `rank` dropped a collective: every rank waiting or arriving later fails naming it.
+  void abort(std::size_t rank, std::string_view reason) {
+    const std::lock_guard lock(mutex_);
+    if (!aborted_.empty()) return;
+    aborted_ =
+        str("thread world (", name_, "): rank ", world_ranks_[rank], " (node ", node_of(rank), ") aborted: ", reason);
+    met_.notify_all();
+  }
+
  private:
+  std::string aborted_;
   std::string name_;
   std::vector<std::size_t> world_ranks_;
   std::size_t ranks_per_node_;
@@ -176,6 +191,19 @@ class thread_communicator final : public communicator {
   [[nodiscard]] comm_stats stats() const override {
     const std::lock_guard lock(stats_mutex_);
     return stats_;
+  }
+
+  void abort(std::string_view reason) noexcept override {
+    try {
+      group_->abort(rank_, reason);
+      if (kind_ == kind::world) {
+        for (communicator* sub : {local_.get(), cross_.get(), hpz_.get()}) {
+          if (sub != nullptr && sub != this) sub->abort(reason);
+        }
+      }
+    } catch (...) {
+      std::terminate();  // a test double: allocation failure here is not worth carrying
+    }
   }
 
  private:

@@ -37,6 +37,25 @@ TEST(thread_world, ARankThatSkipsACollectiveFailsTheOthersNamingIt) {
   }
 }
 
+// communicator::abort: the peers fail naming the aborting rank and its reason (not a timeout: the
+// timeout is far longer than the test), and the aborted rank's own later calls are refused.
+TEST(thread_world, ARankThatAbortsFailsTheOthersNamingItAndRefusesItsOwnCalls) {
+  thread_world world(3, {.timeout = std::chrono::minutes(5)});
+  std::vector<std::string> failures(world.size());
+  world.run([&](std::size_t r) {
+    if (r == 1) world.rank(r).abort("a gather bucket was dropped");
+    try {
+      world.rank(r).barrier();
+    } catch (const comm_error& e) {
+      failures[r] = e.what();
+    }
+  });
+  for (std::size_t r = 0; r < world.size(); ++r) {
+    EXPECT_NE(failures[r].find("rank 1 (node 0) aborted: a gather bucket was dropped"), std::string::npos)
+        << "rank " << r << ": " << failures[r];
+  }
+}
+
 TEST(thread_world, BroadcastCopiesTheRootsBufferAndCountsItsBytes) {
   const std::unique_ptr<device> dev = make_host_device(16 * MiB);
   thread_world world(4, {.ranks_per_node = 2, .dev = dev.get()});

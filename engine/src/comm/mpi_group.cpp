@@ -23,10 +23,13 @@ constexpr std::size_t page_bytes = 4096;
 }  // namespace
 
 mpi_comm_owner::~mpi_comm_owner() {
-  if (comm_ != MPI_COMM_NULL) {
-    const auto mpi = mpi_runtime::instance().serialize();
-    MPI_Comm_free(&comm_);
-  }
+  if (comm_ == MPI_COMM_NULL) return;
+  const auto mpi = mpi_runtime::instance().serialize();
+  // After MPI_Finalize (the application's, or ours at exit before a static's destructor) no MPI
+  // call but a few queries is allowed; the handle is gone with MPI anyway.
+  int finalized = 0;
+  if (MPI_Finalized(&finalized) != MPI_SUCCESS || finalized != 0) return;
+  MPI_Comm_free(&comm_);
 }
 
 mpi_comm_owner& mpi_comm_owner::operator=(mpi_comm_owner&& o) noexcept {
@@ -68,7 +71,27 @@ mpi_group::~mpi_group() {
   }
   release_retired();
   if (std::uncaught_exceptions() > 0) {
-    mpi_runtime::instance().announce_failure(str("an exception unwound past its ", name_, " communicator"));
+    mpi_runtime& rt = mpi_runtime::instance();
+    rt.announce_failure(rt.world_rank(), str("an exception unwound past its ", name_, " communicator"));
+  }
+}
+
+void mpi_group::abort(std::string_view reason) noexcept {
+  mpi_runtime& rt = mpi_runtime::instance();
+  mpi_group& world = world_ == nullptr ? *this : *world_;
+  try {
+    const std::string message = str(name_, " aborted by world rank ", rt.world_rank(), ": ", reason);
+    for (mpi_group* g : {&world, world.node_local_.get(), world.cross_node_.get(), world.hpz_.get()}) {
+      if (g == nullptr) continue;
+      const std::lock_guard lock(g->mutex_);
+      if (g->failure_.empty()) g->failure_ = message;  // run() refuses every later exchange
+    }
+    // The peers skip MPI_Finalize on this notice (this rank left them out of step), so this one must too.
+    rt.record_failure();
+    rt.announce_failure(rt.world_rank(), message);
+  } catch (...) {
+    rt.record_failure();
+    rt.announce_failure(rt.world_rank(), "aborted");
   }
 }
 

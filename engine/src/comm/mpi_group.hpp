@@ -75,6 +75,7 @@ class mpi_group final : public communicator {
   [[nodiscard]] communicator& hpz() override;
 
   [[nodiscard]] comm_stats stats() const override { return traffic_.snapshot(); }
+  void abort(std::string_view reason) noexcept override;
 
  private:
   // The exchange of one collective on host pointers: `in` holds its input, `out` receives its output.

@@ -1,6 +1,7 @@
 // Process-wide MPI: initialisation, the serialising lock, finalize at exit and failure notices.
 #include "mpi_runtime.hpp"
 
+#include <charconv>
 #include <chrono>
 #include <cstdlib>
 #include <string>
@@ -27,6 +28,31 @@ std::string error_string(int rc) {
   return text;
 }
 
+// "<culprit> <1 when the sender skips MPI_Finalize, else 0> <message>"; a notice without that
+// header blames its sender, which is taken to skip MPI_Finalize.
+peer_notice parse_notice(std::size_t sender, const std::string& text) {
+  std::size_t culprit = 0;
+  int skips = 1;
+  const char* const end = text.data() + text.size();
+  const auto [after_culprit, ec] = std::from_chars(text.data(), end, culprit);
+  if (ec != std::errc() || end - after_culprit < 3 || after_culprit[0] != ' ' || after_culprit[2] != ' ') {
+    return {sender, true, text};
+  }
+  const auto [after_flag, ec_flag] = std::from_chars(after_culprit + 1, end, skips);
+  if (ec_flag != std::errc()) return {sender, true, text};
+  return {culprit, skips != 0, std::string(after_flag + 1, end)};
+}
+
+std::string thread_level_name(int level) {
+  switch (level) {
+    case MPI_THREAD_SINGLE: return "MPI_THREAD_SINGLE";
+    case MPI_THREAD_FUNNELED: return "MPI_THREAD_FUNNELED";
+    case MPI_THREAD_SERIALIZED: return "MPI_THREAD_SERIALIZED";
+    case MPI_THREAD_MULTIPLE: return "MPI_THREAD_MULTIPLE";
+    default: return str("thread level ", level);
+  }
+}
+
 }  // namespace
 
 void check_mpi(int rc, std::string_view what) {
@@ -51,11 +77,15 @@ mpi_runtime::mpi_runtime() {
     // Someone else (the application) initialised MPI and finalizes it; we only ask what it gave.
     int provided = MPI_THREAD_SINGLE;
     check_mpi(MPI_Query_thread(&provided), "mpi: MPI_Query_thread");
+    // zoe calls MPI from its stream workers and I/O threads (one at a time under its lock at best).
+    if (provided < MPI_THREAD_SERIALIZED) {
+      throw comm_error(str("mpi: the application initialised MPI with ", thread_level_name(provided),
+                           "; zoe calls MPI from its own threads and needs at least MPI_THREAD_SERIALIZED: "
+                           "initialise MPI with MPI_Init_thread asking for MPI_THREAD_MULTIPLE"));
+    }
     serialized_ = provided < MPI_THREAD_MULTIPLE;
   }
   if (serialized_) log::info("mpi: MPI_THREAD_MULTIPLE not available; zoe serialises its MPI calls");
-  // Errors come back as codes, never abort the job: a failing transfer is a comm_error.
-  check_mpi(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN), "mpi: MPI_Comm_set_errhandler");
   int rank = 0;
   int size = 1;
   check_mpi(MPI_Comm_rank(MPI_COMM_WORLD, &rank), "mpi: MPI_Comm_rank");
@@ -66,6 +96,8 @@ mpi_runtime::mpi_runtime() {
   int found = 0;
   check_mpi(MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tag_ub, &found), "mpi: MPI_TAG_UB");
   if (found != 0 && tag_ub != nullptr) tag_ub_ = *static_cast<int*>(tag_ub);
+  // Errors come back as codes on zoe's own communicators (a failing transfer is a comm_error); the
+  // application's MPI_COMM_WORLD keeps its error handler.
   check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &notice_comm_), "mpi: MPI_Comm_dup of the notice channel");
   check_mpi(MPI_Comm_set_errhandler(notice_comm_, MPI_ERRORS_RETURN), "mpi: MPI_Comm_set_errhandler");
 }
@@ -89,16 +121,19 @@ void mpi_runtime::record_failure() noexcept {
   failed_ = true;
 }
 
-void mpi_runtime::announce_failure(std::string_view message) noexcept {
+void mpi_runtime::announce_failure(std::size_t culprit, std::string_view message) noexcept {
   // The text outlives the sends: a send to a dead peer may never finish.
   static std::string text;
+  bool skips_finalize = false;
   {
     const std::lock_guard lock(notice_mutex_);
     if (announced_) return;
     announced_ = true;
+    skips_finalize = failed_;
   }
   try {
-    text.assign(message.substr(0, notice_max_chars));
+    // The receivers name the culprit, not this sender, and skip MPI_Finalize when this rank does.
+    text = str(culprit, ' ', skips_finalize ? '1' : '0', ' ', message.substr(0, notice_max_chars));
     std::vector<MPI_Request> sends;
     {
       const auto mpi = serialize();
@@ -147,7 +182,7 @@ std::optional<peer_notice> mpi_runtime::poll_notice() noexcept {
     MPI_Get_count(&status, MPI_CHAR, &chars);
     std::string text(static_cast<std::size_t>(chars > 0 ? chars : 0), '\0');
     MPI_Recv(text.data(), chars, MPI_CHAR, status.MPI_SOURCE, notice_tag, notice_comm_, MPI_STATUS_IGNORE);
-    notice_ = peer_notice{static_cast<std::size_t>(status.MPI_SOURCE), std::move(text)};
+    notice_ = parse_notice(static_cast<std::size_t>(status.MPI_SOURCE), text);
     return notice_;
   } catch (...) {
     return std::nullopt;

@@ -4,9 +4,11 @@
 // and finalized at exit unless this process detected a peer's failure. MPI_Finalize synchronizes
 // with every rank, so after a peer died (or stopped answering) it can hang for ever: a process that
 // detected one itself (a timeout, a failed transfer) exits without it, and mpirun reports that the
-// rank exited without finalizing (and ends the job, so a rank that learnt of the failure only from
-// a notice and hangs in MPI_Finalize is ended too). Notices, sent or received, do not skip it: when
-// every rank threw the same error (a setting all refuse) the peers are well and the job ends cleanly.
+// rank exited without finalizing. A rank whose collective failed on the notice of a rank that
+// skips MPI_Finalize skips it too (the culprit may be dead, and mpirun does not reliably end a rank
+// hanging in MPI_Finalize). A rank that only threw past its communicator (and its peers failing on
+// that notice) still finalizes: when every rank threw the same error (a setting all refuse) the
+// peers are well and the job ends cleanly.
 //
 // It also carries the failure notices: a rank that fails tells every other rank once, with a short
 // message on a communicator of its own (a duplicate of MPI_COMM_WORLD), so a peer waiting in any
@@ -24,7 +26,8 @@ namespace zoe::engine::detail {
 
 /// A failure another rank announced.
 struct peer_notice {
-  std::size_t world_rank = 0;
+  std::size_t world_rank = 0;         ///< the culprit: the rank that died or failed, not the notice's sender
+  bool sender_skips_finalize = true;  ///< the sender detected a failure itself (see record_failure)
   std::string message;
 };
 
@@ -48,10 +51,12 @@ class mpi_runtime {
   /// Marks the process as having detected a peer's failure: MPI_Finalize is skipped at exit.
   /// Never throws.
   void record_failure() noexcept;
-  /// Tells every other rank that this one failed, with `message` (truncated to a short notice);
-  /// only the first call of the process sends. Waits at most about a second for the sends to
-  /// leave (a dead peer never takes its notice). Never throws.
-  void announce_failure(std::string_view message) noexcept;
+  /// Tells every other rank that world rank `culprit` (this one, or a peer this one found dead or
+  /// failing) failed, with `message` (truncated to a short notice); only the first call of the
+  /// process sends. Does not record a failure (a rank that merely threw may still finalize).
+  /// Waits at most about a second for the sends to leave (a dead peer never takes its notice).
+  /// Never throws.
+  void announce_failure(std::size_t culprit, std::string_view message) noexcept;
   /// The first failure another rank announced, if any has arrived (receives pending notices).
   /// Thread-safe; never throws (an MPI error while probing is ignored: the caller's own wait
   /// reports the transport's failure).

@@ -68,7 +68,7 @@ void mpi_exchange::post(std::vector<MPI_Request>& requests, std::vector<std::siz
           fail_waiting(requests, owner,
                        str(msg.is_send ? "posting the send to " : "posting the receive from ",
                            group_->describe_rank(msg.peer), " failed"),
-                       true);
+                       msg.peer);
         }
         requests.push_back(r);
         owner.push_back(m);
@@ -104,7 +104,8 @@ void mpi_exchange::run() {
       const auto mpi = rt.serialize();
       rc = MPI_Testsome(static_cast<int>(requests.size()), requests.data(), &count, done.data(), statuses.data());
     }
-    if (rc != MPI_SUCCESS && rc != MPI_ERR_IN_STATUS) fail_waiting(requests, owner, "MPI_Testsome failed", true);
+    if (rc != MPI_SUCCESS && rc != MPI_ERR_IN_STATUS)
+      fail_waiting(requests, owner, "MPI_Testsome failed", group_->rank);
     if (count != MPI_UNDEFINED && count > 0) {
       for (std::size_t i = 0; i < static_cast<std::size_t>(count); ++i) {
         const auto request = static_cast<std::size_t>(done[i]);
@@ -116,13 +117,18 @@ void mpi_exchange::run() {
     }
     if (const auto notice = rt.poll_notice()) {
       if (notice_seen) {
+        // A sender that skips MPI_Finalize (it saw a peer die or go silent) would hang ours.
+        if (notice->sender_skips_finalize) rt.record_failure();
         fail_waiting(requests, owner,
-                     str(group_->describe_world_rank(notice->world_rank), " failed: ", notice->message), false);
+                     str(group_->describe_world_rank(notice->world_rank), " failed: ", notice->message), std::nullopt);
       }
       notice_seen = true;
       continue;  // poll once more before failing
     }
-    if (std::chrono::steady_clock::now() >= deadline) fail_waiting(requests, owner, missing_peers(), true);
+    if (std::chrono::steady_clock::now() >= deadline) {
+      auto [why, culprit] = missing_peers();
+      fail_waiting(requests, owner, why, culprit);
+    }
     wait.pause();
   }
   messages_.clear();
@@ -139,7 +145,7 @@ void mpi_exchange::check_completed(std::vector<MPI_Request>& requests, const std
     fail_waiting(requests, owner,
                  str(msg.is_send ? "the send to " : "the receive from ", group_->describe_rank(msg.peer),
                      " failed: ", std::string_view(text, static_cast<std::size_t>(length))),
-                 true);
+                 msg.peer);
   }
   if (msg.is_send) return;
   // A part of another size means the ranks disagree on the collective (its size, or the order of
@@ -151,33 +157,41 @@ void mpi_exchange::check_completed(std::vector<MPI_Request>& requests, const std
                  str(group_->describe_rank(msg.peer), " sent ", got, " bytes where ", piece_bytes_[request],
                      " were expected: the ranks disagree on this collective's size or on the order of the group's "
                      "collectives"),
-                 true);
+                 msg.peer);
   }
 }
 
-std::string mpi_exchange::missing_peers() const {
+std::pair<std::string, std::size_t> mpi_exchange::missing_peers() const {
   // Parts that did not arrive name their senders; when everything arrived, the peers that did not
   // take this rank's part are named instead (a rendezvous send waits for the peer's receive).
   for (const bool sends : {false, true}) {
     std::string peers;
+    std::size_t first = group_->rank;
+    std::size_t silent = 0;
     for (const message& msg : messages_) {
       if (msg.is_send != sends || msg.pending == 0) continue;
+      if (peers.empty()) first = msg.peer;
       const std::string who = group_->describe_rank(msg.peer);
       if (peers.find(who) != std::string::npos) continue;
       peers += peers.empty() ? who : str(", ", who);
+      ++silent;
     }
-    if (!peers.empty())
-      return str(peers, sends ? " took nothing for " : " sent nothing for ", seconds(group_->timeout));
+    if (!peers.empty()) {
+      // The culprit the others are told of: one silent peer is it; when several are silent, this
+      // rank is most likely the one out of step (it skipped or reordered a collective they issued).
+      return {str(peers, sends ? " took nothing for " : " sent nothing for ", seconds(group_->timeout)),
+              silent == 1 ? first : group_->rank};
+    }
   }
-  return "the exchange did not finish";
+  return {"the exchange did not finish", group_->rank};
 }
 
 void mpi_exchange::fail_waiting(std::vector<MPI_Request>& requests, const std::vector<std::size_t>& owner,
-                                const std::string& why, bool announce) {
+                                const std::string& why, std::optional<std::size_t> culprit) {
   mpi_runtime& rt = mpi_runtime::instance();
   // A failure seen here (a peer silent or a transfer failed) may be a dead peer, on which
-  // MPI_Finalize would hang; one another rank announced is its own to record.
-  if (announce) rt.record_failure();
+  // MPI_Finalize would hang; run() recorded one announced if the announcer skips MPI_Finalize.
+  if (culprit) rt.record_failure();
   {
     // Receives are cancelled (their buffers may be gone once the caller returns); sends cannot be
     // cancelled in Open MPI, so they are freed and left to finish or die with their peer.
@@ -209,7 +223,7 @@ void mpi_exchange::fail_waiting(std::vector<MPI_Request>& requests, const std::v
   piece_bytes_.clear();
   const std::string text = str(what_, ": ", why);
   // The other ranks learn of it at once, instead of each waiting for its own timeout.
-  if (announce) rt.announce_failure(text);
+  if (culprit) rt.announce_failure((*group_->world_ranks)[*culprit], text);
   throw comm_error(text);
 }
 

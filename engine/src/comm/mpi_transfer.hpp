@@ -9,7 +9,9 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace zoe::engine::detail {
@@ -56,11 +58,12 @@ class mpi_exchange {
   // Checks one finished request: its error, and for a receive that the peer sent the size expected.
   void check_completed(std::vector<MPI_Request>& requests, const std::vector<std::size_t>& owner, std::size_t request,
                        const MPI_Status& status, bool status_has_error);
-  // Cancels or frees what is pending, tells the other ranks (`announce`: a failure seen here, not
-  // one another rank announced) and throws comm_error "<what>: <why>".
+  // Cancels or frees what is pending, tells the other ranks that group rank `culprit` failed (a
+  // failure seen here; nullopt for one another rank announced) and throws comm_error "<what>: <why>".
   [[noreturn]] void fail_waiting(std::vector<MPI_Request>& requests, const std::vector<std::size_t>& owner,
-                                 const std::string& why, bool announce);
-  [[nodiscard]] std::string missing_peers() const;
+                                 const std::string& why, std::optional<std::size_t> culprit);
+  // The peers whose part is missing, and the culprit to announce: the one silent peer, else this rank.
+  [[nodiscard]] std::pair<std::string, std::size_t> missing_peers() const;
 
   const mpi_group_view* group_;
   int tag_;

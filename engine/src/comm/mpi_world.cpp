@@ -60,7 +60,12 @@ mpi_comm_owner split(MPI_Comm world, std::size_t color, std::size_t world_rank) 
 
 }  // namespace
 
-std::unique_ptr<communicator> make_mpi_communicator(device& dev, const comm_options& options) {
+std::unique_ptr<communicator> make_mpi_communicator(device& dev, const comm_options& options, mpi_use use) {
+  // Before MPI is touched, alike on every rank (backends.hpp says why).
+  if (use == mpi_use::collectives && dev.kind() != device_kind::host) {
+    throw config_error(str("zoe.comm.backend: mpi runs its exchanges in host callbacks of the device's streams, which ",
+                           dev.name(), " may serialise across streams (two worlds could deadlock): use nccl on it"));
+  }
   mpi_runtime& rt = mpi_runtime::instance();
   const std::size_t size = rt.world_size();
   const std::size_t me = rt.world_rank();

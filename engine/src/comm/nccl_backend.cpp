@@ -4,6 +4,7 @@
 
 #include <exception>
 
+#include "backends.hpp"
 #include "nccl_library.hpp"
 #include "zoe/core/error.hpp"
 #include "zoe/core/gpu_probe.hpp"
@@ -28,7 +29,10 @@ std::unique_ptr<communicator> make_nccl_communicator(device& dev, const comm_opt
   }
   comm_options bootstrap_options = options;
   bootstrap_options.backend = "mpi";
-  const std::unique_ptr<communicator> bootstrap = make_communicator(dev, bootstrap_options);
+  // The bootstrap broadcasts the unique id once, before any other use: no callbacks of two worlds
+  // can wait on each other, so the mpi backend's refusal of a CUDA device does not apply.
+  const std::unique_ptr<communicator> bootstrap =
+      make_mpi_communicator(dev, bootstrap_options, mpi_use::nccl_bootstrap);
   return make_nccl_communicator(dev, *bootstrap, options);
 }
 

@@ -423,6 +423,21 @@ class nccl_communicator final : public communicator {
 
   // A one-element all-reduce on a stream of its own, waited for on the host; a rank that never comes
   // makes the watchdog abort it at the timeout, and the wait returns with the comm_error.
+  // ncclCommAbort on the world and its sub-groups: this rank's later calls fail, and the peers'
+  // collectives with it fail through their watchdog's timeout.
+  void abort(std::string_view reason) noexcept override {
+    nccl_communicator* const world = ctx_->world;
+    for (nccl_communicator* g : world->groups_) {
+      if (g == nullptr) continue;
+      try {
+        g->state_->fail(str(g->name(), " aborted by world rank ", g->state_->members().world_rank(), ": ", reason));
+      } catch (...) {
+        g->state_->fail("aborted");
+      }
+      g->state_->abort();
+    }
+  }
+
   void barrier() override {
     if (!barrier_stream_.view().native()) {
       barrier_stream_ = ctx_->dev->create_stream();

@@ -7,6 +7,8 @@
 
 #include "collective.hpp"
 #include "zoe/core/check.hpp"
+#include "zoe/core/error.hpp"
+#include "zoe/core/str.hpp"
 #include "zoe/engine/comm/communicator.hpp"
 
 namespace zoe::engine {
@@ -26,6 +28,7 @@ class single_communicator final : public communicator {
 
   void all_gather_coalesced(std::span<const gather_part> parts, stream_view stream) override {
     const detail::collective_call call{collective::all_gather, group_name};
+    refuse_if_aborted(call);
     for (const gather_part& part : parts) check(call, part.send, part.recv, part.bytes);
     for (const gather_part& part : parts) copy(part.send, part.recv, part.bytes, stream);
     traffic_.count(call.what, {});
@@ -47,13 +50,16 @@ class single_communicator final : public communicator {
 
   void broadcast(void* buffer, std::size_t bytes, std::size_t root, stream_view /*stream*/) override {
     const detail::collective_call call{collective::broadcast, group_name};
+    refuse_if_aborted(call);
     ZOE_EXPECTS(root < size(), detail::describe(call), ": root ", root, " is not a rank of the group (size ", size(),
                 ")");
     detail::check_buffer(call, "broadcast", buffer, bytes);
     traffic_.count(call.what, {});
   }
 
-  void barrier() override {}
+  void barrier() override {
+    if (!aborted_.empty()) throw comm_error(str("barrier on ", group_name, ": not run: ", aborted_));
+  }
 
   [[nodiscard]] communicator& node_local() override { return *this; }
   [[nodiscard]] communicator& cross_node() override { return *this; }
@@ -61,7 +67,21 @@ class single_communicator final : public communicator {
 
   [[nodiscard]] comm_stats stats() const override { return traffic_.snapshot(); }
 
+  // No peer to tell: only this rank's later calls are refused.
+  void abort(std::string_view reason) noexcept override {
+    if (!aborted_.empty()) return;
+    try {
+      aborted_ = str(group_name, ": aborted: ", reason);
+    } catch (...) {
+      aborted_ = "aborted";
+    }
+  }
+
  private:
+  void refuse_if_aborted(detail::collective_call call) const {
+    if (!aborted_.empty()) throw comm_error(str(detail::describe(call), ": not run: ", aborted_));
+  }
+
   // A reduction over one rank is its input: the identity, after checking the element type and op.
   void reduction(collective what, const void* send, void* recv, std::size_t count, kernels::dtype type, reduce_op op,
                  stream_view stream) {
@@ -72,6 +92,7 @@ class single_communicator final : public communicator {
   // Checks the call, copies send to recv on the stream unless they are the same block, and counts.
   // With one rank every in-place form (send at recv + rank() * block) is send == recv.
   void identity(detail::collective_call call, const void* send, void* recv, std::uint64_t bytes, stream_view stream) {
+    refuse_if_aborted(call);
     check(call, send, recv, bytes);
     copy(send, recv, bytes, stream);
     traffic_.count(call.what, {});  // nothing leaves a lone rank
@@ -90,6 +111,7 @@ class single_communicator final : public communicator {
   static constexpr std::string_view group_name = "single (world)";
   device* dev_;
   detail::traffic_counter traffic_;
+  std::string aborted_;  // why abort() was called; empty while usable
 };
 
 }  // namespace

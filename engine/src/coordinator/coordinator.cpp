@@ -147,6 +147,11 @@ struct coordinator::impl {
   [[nodiscard]] std::uint64_t shard_bytes(parameter_id p) const {
     return state_bytes(tiers.layout().parameter(p), working_state(tiers.layout().parameter(p)));
   }
+  // This rank dropped a collective the peers will issue: at world size > 1 they must fail naming
+  // it rather than match its next collective with the dropped one (communicator::abort).
+  void abort_world(std::string_view reason) noexcept {
+    if (comm.size() > 1) comm.abort(reason);
+  }
   [[nodiscard]] std::uint64_t full_bytes(parameter_id p) const { return shard_bytes(p) * comm.size(); }
   [[nodiscard]] std::uint64_t module_bytes(module_id m) const {
     std::uint64_t total = 0;
@@ -258,11 +263,13 @@ void coordinator::impl::issue(const gather_bucket& bucket) {
       if (!failed) failed = e;
     }
   }
-  // Ranks must issue the same collectives: a bucket with a failed read is not issued at all (the
-  // other ranks then fail naming this one), rather than issued with a part left out.
+  // Ranks must issue the same collectives: a bucket with a failed read is not issued at all,
+  // rather than issued with a part left out, and the world is aborted so that the other ranks
+  // fail naming this one instead of matching its next gather with the one it dropped.
   if (failed && ordered) {
     for (const parameter_id p : ok) fail_gather(p, *failed);
     ok.clear();
+    abort_world(str("a gather bucket was dropped: ", failed->message));
   }
   if (ok.empty()) return;
   try {
@@ -694,7 +701,10 @@ fetch_handle coordinator::fetch(module_id module, fetch_pass pass) {
   try {
     for (const parameter_id p : decision.gather) impl_->start(p, true, backward, lock);
   } catch (...) {
-    impl_->seal();  // what was started is issued (every rank started it)
+    // The peers start every member of the fetch: the bucket sealed below holds fewer here.
+    impl_->abort_world(
+        str("the fetch of module '", m.name, "' was cut short: ", carried_error::of(std::current_exception()).message));
+    impl_->seal();  // what was started is issued
     // The parameters not started are released in the policy's view; the fetch stays open, so its
     // release (which the policy expects) still comes.
     for (const parameter_id p : decision.gather) {
@@ -717,10 +727,12 @@ fetch_handle coordinator::fetch(module_id module, fetch_pass pass) {
     }
     try {
       backed_off = !impl_->start(p, false, backward, lock);
-    } catch (const std::exception&) {
+    } catch (const std::exception& e) {
       if (!impl_->params[p].live && impl_->policy.status(p) != gather_status::released) impl_->policy.on_freed(p);
       ++impl_->stats.prefetch_backoffs;
       backed_off = true;
+      // A back-off decided by a throw is this rank's alone: the peers prefetch what it does not.
+      impl_->abort_world(str("the prefetch for module '", m.name, "' failed: ", e.what()));
     }
   }
   impl_->seal();  // the fetch's last bucket: its members are now what every rank started

@@ -168,6 +168,14 @@ class communicator {
 
   /// This group's traffic only (its sub-groups count their own; see total_stats()).
   [[nodiscard]] virtual comm_stats stats() const = 0;
+
+  /// Poisons the group (called on a world: the world and its sub-groups) after this rank dropped
+  /// a collective its peers will issue (a gather bucket whose read failed, a fetch cut short by a
+  /// throw): a dropped collective shifts the issue order, so this rank's next collective could
+  /// silently match the peers' dropped one. The peers' pending and next collectives fail with
+  /// comm_error naming this rank and `reason`; this rank's later collectives throw comm_error.
+  /// The first reason is kept. Never throws.
+  virtual void abort(std::string_view reason) noexcept = 0;
 };
 
 /// The world's traffic with that of its distinct sub-groups (node_local, cross_node, hpz), each
