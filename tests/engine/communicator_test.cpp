@@ -392,21 +392,22 @@ TEST(launcher_environment, RefusesASizeWithoutItsRank) {
   // guessing rank 0.
   auto dev = make_host_device(16 * MiB);
   EXPECT_THROW((void)make_communicator(*dev, comm_options{}), config_error);
+}
 
-  // The mpi backend's exchanges run in host callbacks, which CUDA may serialise across streams: it
-  // refuses a GPU before touching MPI, naming the key and the backend to use instead.
-  TEST(make_communicator, MpiRefusesADeviceOtherThanTheHostNamingNccl) {
-    testing::fake_device dev(make_host_device(16 * MiB));
-    dev.report_kind(device_kind::cuda);
-    comm_options options;
-    options.backend = "mpi";
-    try {
-      (void)make_communicator(dev, options);
-      ADD_FAILURE() << "mpi accepted a cuda device";
-    } catch (const config_error& e) {
-      EXPECT_THAT(e.what(), AllOf(HasSubstr("zoe.comm.backend"), HasSubstr("use nccl")));
-    }
+// The mpi backend's exchanges run in host callbacks, which CUDA may serialise across streams: it
+// refuses a GPU before touching MPI, naming the key and the backend to use instead.
+TEST(make_communicator, MpiRefusesADeviceOtherThanTheHostNamingNccl) {
+  testing::fake_device dev(make_host_device(16 * MiB));
+  dev.report_kind(device_kind::cuda);
+  comm_options options;
+  options.backend = "mpi";
+  try {
+    (void)make_communicator(dev, options);
+    ADD_FAILURE() << "mpi accepted a cuda device";
+  } catch (const config_error& e) {
+    EXPECT_THAT(e.what(), AllOf(HasSubstr("zoe.comm.backend"), HasSubstr("use nccl")));
   }
+}
 
 }  // namespace
 }  // namespace zoe::engine
