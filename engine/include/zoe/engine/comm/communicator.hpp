@@ -118,6 +118,14 @@ struct gather_part {
   std::size_t bytes = 0;
 };
 
+/// One reduce-scatter of several: as reduce_scatter(send, recv, count, type, op).
+struct reduce_part {
+  const void* send = nullptr;
+  void* recv = nullptr;
+  std::size_t count = 0;  ///< elements of one result block (send holds size() * count)
+  kernels::dtype type = kernels::dtype::fp32;
+};
+
 /// One group of ranks. Thread-safety: collectives of one group are issued from one thread at a
 /// time, in the same order on every rank (as with MPI and NCCL); stats() may be read from any thread.
 class communicator {
@@ -144,6 +152,14 @@ class communicator {
   /// r-th block of `count` elements. `recv` may be send + rank() * count elements (in place).
   virtual void reduce_scatter(const void* send, void* recv, std::size_t count, kernels::dtype type, reduce_op op,
                               stream_view stream) = 0;
+  /// Several reduce-scatters carried as one (a gradient bucket of reduce_bucket_size): one message
+  /// per pair of ranks holding every part's block for that rank, each part landing as
+  /// reduce_scatter(part.send, part.recv, part.count, part.type, op) would leave it, bit for bit;
+  /// counted as one reduce_scatter of the parts' summed block bytes. The parts must agree on every
+  /// rank. SEAM DRAFT: the default issues one reduce_scatter per part; every backend overrides it.
+  virtual void reduce_scatter_coalesced(std::span<const reduce_part> parts, reduce_op op, stream_view stream) {
+    for (const reduce_part& p : parts) reduce_scatter(p.send, p.recv, p.count, p.type, op, stream);
+  }
   /// `send` holds size() blocks of `bytes`; block d goes to rank d, and `recv` gets block r of
   /// every rank in rank order. Not in place (NCCL has no in-place all-to-all), except that at
   /// world size 1 send == recv is the identity.
