@@ -22,7 +22,7 @@ if command -v ccache >/dev/null 2>&1; then
   export CMAKE_C_COMPILER_LAUNCHER CMAKE_CXX_COMPILER_LAUNCHER CMAKE_CUDA_COMPILER_LAUNCHER
 fi
 
-step() { printf '\n==> %s\n' "$*" >&2; }
+step() { printf '\n==> %s  [%s UTC]\n' "$*" "$(date -u +%H:%M:%S)" >&2; }
 
 # Every tracked C, C++ and CUDA source and header (the .inl files are C++ included textually).
 zoe_cxx_files() {
