@@ -13,6 +13,25 @@ include(GoogleTest)
 # in scripts/test) builds only what those tests need. zoe_add_test and zoe_add_mpi_test register
 # their binaries themselves; a plain add_test names what its command needs. A plain test whose
 # binary was left out fails loudly (its command is missing), never silently.
+# zoe_use_test_pch(target): with ZOE_TEST_PCH, the target's C++ units start from the precompiled
+# <gtest/gtest.h> and <gmock/gmock.h> of zoe_test_pch_donor, built once per build folder. The donor
+# is a test binary like the others (same flags through zoe::build_flags and the GTest targets), so
+# GCC accepts its precompiled header for them; CMake adds -Winvalid-pch, so with warnings as errors a
+# header GCC would refuse fails the build instead of silently costing the time again.
+function(zoe_use_test_pch target)
+  if(NOT ZOE_TEST_PCH)
+    return()
+  endif()
+  if(NOT TARGET zoe_test_pch_donor)
+    file(CONFIGURE OUTPUT ${PROJECT_BINARY_DIR}/zoe_test_pch_donor.cpp
+         CONTENT "// The unit that precompiles GoogleTest's headers for every test binary (ZOE_TEST_PCH).\n")
+    add_executable(zoe_test_pch_donor ${PROJECT_BINARY_DIR}/zoe_test_pch_donor.cpp)
+    target_link_libraries(zoe_test_pch_donor PRIVATE GTest::gtest GTest::gtest_main GTest::gmock zoe::build_flags)
+    target_precompile_headers(zoe_test_pch_donor PRIVATE <gtest/gtest.h> <gmock/gmock.h>)
+  endif()
+  target_precompile_headers(${target} REUSE_FROM zoe_test_pch_donor)
+endfunction()
+
 function(zoe_tests_need)
   cmake_parse_arguments(arg "" "LABEL" "TARGETS" ${ARGN})
   if(NOT TARGET zoe_tests_${arg_LABEL})
@@ -43,6 +62,7 @@ function(zoe_add_test)
   add_executable(${arg_NAME} ${arg_SOURCES})
   target_link_libraries(${arg_NAME} PRIVATE ${arg_LIBS} GTest::gtest GTest::gtest_main GTest::gmock
                                             zoe::build_flags)
+  zoe_use_test_pch(${arg_NAME})
   zoe_tests_need(LABEL ${arg_LABELS} TARGETS ${arg_NAME})
   gtest_discover_tests(${arg_NAME}
     DISCOVERY_MODE PRE_TEST
@@ -87,6 +107,7 @@ function(zoe_add_mpi_test)
   add_executable(${arg_NAME} ${arg_SOURCES})
   target_link_libraries(${arg_NAME} PRIVATE ${arg_LIBS} GTest::gtest GTest::gtest_main GTest::gmock
                                             zoe::build_flags)
+  zoe_use_test_pch(${arg_NAME})
   zoe_tests_need(LABEL mpi TARGETS ${arg_NAME})
   set(cases "")
   foreach(source IN LISTS arg_SOURCES)
