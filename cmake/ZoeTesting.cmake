@@ -87,9 +87,10 @@ endfunction()
 # --oversubscribe; --bind-to none leaves the oversubscribed ranks free to move between cores; the
 # shared-memory transport's single-copy mechanism (CMA, process_vm_readv) needs ptrace rights that
 # containers often lack, so large messages take its copy-in/copy-out path instead. --mca pml ob1
-# names the point-to-point layer the ranks of one machine use anyway (over shared memory): left to
-# choose, Open MPI first loads and probes UCX, which costs about 0.25 s of every mpirun start here
-# (0.65 s against 0.4 s on 1 rank, 0.9 s against 0.65 s on 4), and CI starts mpirun ~175 times.
+# names the point-to-point layer Open MPI picks here anyway (Debian's openmpi-mca-params.conf leaves
+# UCX out): left to choose, every rank first opens the others too, cm with its MTLs (psm, psm2),
+# which costs about 0.25 s of every mpirun start (MPI_Init to MPI_Finalize: 0.63 s against 0.37 s
+# on 1 rank, 0.8 s against 0.55 s on 4), and CI starts mpirun ~175 times.
 # ZOE_MPIRUN_EXTRA_FLAGS (cache) adds to them.
 set(ZOE_MPIRUN_EXTRA_FLAGS "" CACHE STRING "More options for mpirun in the mpi tests")
 set(ZOE_MPIRUN_FLAGS --allow-run-as-root --oversubscribe --bind-to none --mca btl_vader_single_copy_mechanism none
