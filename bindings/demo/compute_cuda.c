@@ -8,6 +8,7 @@
 #include <stdlib.h>
 
 #include "compute.h"
+#include "leaf_tree.h"
 
 int mlp_cuda_inputs(void* stream, float* x, uint64_t seed, uint64_t step, uint64_t row0, size_t rows, size_t hidden);
 int mlp_cuda_bias_act(void* stream, float* y, const float* b, size_t rows, size_t hidden, int relu);
@@ -15,6 +16,7 @@ int mlp_cuda_loss(void* stream, const float* y, float* dy, double* sq, uint64_t 
                   size_t rows, size_t hidden, float coef);
 int mlp_cuda_bias_grad(void* stream, const float* dz, float* db, size_t rows, size_t hidden);
 int mlp_cuda_relu_grad(void* stream, float* d, const float* y, size_t n);
+int mlp_cuda_add(void* stream, float* left, const float* right, size_t n);
 
 typedef struct cuda_compute {
   mlp_compute base; /* first: a cuda_compute* is an mlp_compute* */
@@ -23,6 +25,8 @@ typedef struct cuda_compute {
   double* sq_device; /* the loss's squared differences, summed on the host in order */
   double* sq_host;
   size_t sq_count;
+  float* tree_device; /* the gradient tree's scratch: mlp_tree_slots slots of a leaf's dW, then its db */
+  size_t tree_floats;
 } cuda_compute;
 
 static cuda_compute* as_cuda(mlp_compute* c) { return (cuda_compute*)c; }
@@ -50,12 +54,34 @@ static int cuda_forward(mlp_compute* c, const float* x, const float* w, const fl
   const int n = (int)hidden;
   const float one = 1.0f;
   const float zero = 0.0f;
-  /* y^T = W x^T. */
-  if (blas_ok(cublasSgemm(k->blas, CUBLAS_OP_T, CUBLAS_OP_N, n, (int)rows, n, &one, w, n, x, n, &zero, y, n),
-              "forward sgemm") != 0) {
-    return -1;
+  /* y^T = W x^T, one GEMM a leaf: every split of the batch runs GEMMs of the same shape (leaf_tree.h). */
+  for (size_t leaf = 0; leaf < mlp_tree_leaves(rows); ++leaf) {
+    size_t r0 = 0;
+    const size_t m = mlp_leaf_rows(rows, leaf, &r0);
+    if (blas_ok(cublasSgemm(k->blas, CUBLAS_OP_T, CUBLAS_OP_N, n, (int)m, n, &one, w, n, x + r0 * hidden, n, &zero,
+                            y + r0 * hidden, n),
+                "forward sgemm") != 0) {
+      return -1;
+    }
   }
   return mlp_cuda_bias_act(k->stream, y, b, rows, hidden, relu);
+}
+
+/* The loss's leaves (leaf_tree.h): each leaf's squared differences added in order on the host. */
+typedef struct cuda_loss_leaves {
+  const double* sq;
+  size_t rows;
+  size_t hidden;
+} cuda_loss_leaves;
+
+static double cuda_loss_leaf(void* ctx, size_t leaf) {
+  const cuda_loss_leaves* l = ctx;
+  size_t first = 0;
+  const size_t rows = mlp_leaf_rows(l->rows, leaf, &first);
+  const size_t end = first + rows;
+  double s = 0.0;
+  for (size_t i = first * l->hidden; i < end * l->hidden; ++i) s += l->sq[i];
+  return s;
 }
 
 static int cuda_loss(mlp_compute* c, const float* y, float* dy, uint64_t seed, uint64_t step, uint64_t row0,
@@ -79,29 +105,87 @@ static int cuda_loss(mlp_compute* c, const float* y, float* dy, uint64_t seed, u
       cuda_ok(cudaStreamSynchronize(k->stream), "loss synchronize") != 0) {
     return -1;
   }
-  double s = 0.0;
-  for (size_t i = 0; i < n; ++i) s += k->sq_host[i];
-  *sum_sq = s;
+  cuda_loss_leaves l = {k->sq_host, rows, hidden};
+  *sum_sq = mlp_tree_sum_doubles(mlp_tree_leaves(rows), cuda_loss_leaf, &l);
   return 0;
+}
+
+/* One backward's leaf tree: dW and db over the leaves of dz's rows (leaf_tree.h), queued on the stream. */
+typedef struct cuda_grads {
+  cuda_compute* k;
+  const float* x;
+  const float* dz;
+  float* dw;
+  float* db;
+  size_t rows;
+  size_t hidden;
+} cuda_grads;
+
+static float* cuda_slot_w(cuda_grads* g, size_t slot) {
+  return slot == MLP_TREE_OUT ? g->dw : g->k->tree_device + slot * (g->hidden * g->hidden + g->hidden);
+}
+
+static float* cuda_slot_b(cuda_grads* g, size_t slot) {
+  return slot == MLP_TREE_OUT ? g->db : cuda_slot_w(g, slot) + g->hidden * g->hidden;
+}
+
+static int cuda_grads_leaf(void* ctx, size_t leaf, size_t slot) {
+  cuda_grads* g = ctx;
+  const size_t h = g->hidden;
+  size_t r0 = 0;
+  const size_t m = mlp_leaf_rows(g->rows, leaf, &r0);
+  const int n = (int)h;
+  const float one = 1.0f;
+  const float zero = 0.0f;
+  /* dW^T = x^T dz over the leaf's rows. */
+  if (blas_ok(cublasSgemm(g->k->blas, CUBLAS_OP_N, CUBLAS_OP_T, n, n, (int)m, &one, g->x + r0 * h, n, g->dz + r0 * h, n,
+                          &zero, cuda_slot_w(g, slot), n),
+              "weight-gradient sgemm") != 0) {
+    return -1;
+  }
+  return mlp_cuda_bias_grad(g->k->stream, g->dz + r0 * h, cuda_slot_b(g, slot), m, h);
+}
+
+static int cuda_grads_add(void* ctx, size_t left, size_t right) {
+  cuda_grads* g = ctx;
+  if (mlp_cuda_add(g->k->stream, cuda_slot_w(g, left), cuda_slot_w(g, right), g->hidden * g->hidden) != 0) return -1;
+  return mlp_cuda_add(g->k->stream, cuda_slot_b(g, left), cuda_slot_b(g, right), g->hidden);
 }
 
 static int cuda_backward(mlp_compute* c, const float* x, const float* w, const float* dz, float* dw, float* db,
                          float* dx, size_t rows, size_t hidden) {
+  static const mlp_tree_ops grad_tree = {cuda_grads_leaf, cuda_grads_add};
   cuda_compute* k = as_cuda(c);
   const int n = (int)hidden;
-  const int m = (int)rows;
   const float one = 1.0f;
   const float zero = 0.0f;
-  /* dW^T = x^T dz. */
-  if (blas_ok(cublasSgemm(k->blas, CUBLAS_OP_N, CUBLAS_OP_T, n, n, m, &one, x, n, dz, n, &zero, dw, n),
-              "weight-gradient sgemm") != 0) {
-    return -1;
+  const size_t leaves = mlp_tree_leaves(rows);
+  const size_t floats = mlp_tree_slots(leaves) * (hidden * hidden + hidden);
+  if (floats > k->tree_floats) {
+    /* Queued work may still read the old scratch. */
+    if (cuda_ok(cudaStreamSynchronize(k->stream), "tree scratch synchronize") != 0) return -1;
+    cudaFree(k->tree_device);
+    k->tree_device = NULL;
+    k->tree_floats = 0;
+    if (cuda_ok(cudaMalloc((void**)&k->tree_device, floats * sizeof(float)), "cudaMalloc") != 0) return -1;
+    k->tree_floats = floats;
   }
-  if (mlp_cuda_bias_grad(k->stream, dz, db, rows, hidden) != 0) return -1;
+  if (leaves > 0) {
+    cuda_grads g = {k, x, dz, dw, db, rows, hidden};
+    if (mlp_tree_sum(leaves, &grad_tree, &g) != 0) return -1;
+  }
   if (dx == NULL) return 0;
-  /* dx^T = W^T dz^T. */
-  return blas_ok(cublasSgemm(k->blas, CUBLAS_OP_N, CUBLAS_OP_N, n, m, n, &one, w, n, dz, n, &zero, dx, n),
-                 "input-gradient sgemm");
+  /* dx^T = W^T dz^T, one GEMM a leaf. */
+  for (size_t leaf = 0; leaf < leaves; ++leaf) {
+    size_t r0 = 0;
+    const size_t m = mlp_leaf_rows(rows, leaf, &r0);
+    if (blas_ok(cublasSgemm(k->blas, CUBLAS_OP_N, CUBLAS_OP_N, n, (int)m, n, &one, w, n, dz + r0 * hidden, n, &zero,
+                            dx + r0 * hidden, n),
+                "input-gradient sgemm") != 0) {
+      return -1;
+    }
+  }
+  return 0;
 }
 
 static int cuda_relu_grad(mlp_compute* c, float* d, const float* y, size_t n) {
@@ -113,6 +197,7 @@ static void cuda_destroy(mlp_compute* c) {
   if (k == NULL) return;
   cublasDestroy(k->blas);
   cudaFree(k->sq_device);
+  cudaFree(k->tree_device);
   free(k->sq_host);
   free(k);
 }
