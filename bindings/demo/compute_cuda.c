@@ -48,40 +48,30 @@ static int cuda_inputs(mlp_compute* c, float* x, uint64_t seed, uint64_t step, u
   return mlp_cuda_inputs(as_cuda(c)->stream, x, seed, step, row0, rows, hidden);
 }
 
-static int cuda_forward(mlp_compute* c, const float* x, const float* w, const float* b, float* y, size_t rows,
-                        size_t hidden, int relu) {
-  cuda_compute* k = as_cuda(c);
+/* out^T = op(W) in^T for `rows` rows, one GEMM a leaf, so that every split of the batch runs GEMMs
+ * of the same shape (leaf_tree.h): the forward's y = x W^T (op T) and the backward's dx = dz W (op N). */
+static int cuda_rows_gemm(cuda_compute* k, cublasOperation_t op, const float* w, const float* in, float* out,
+                          size_t rows, size_t hidden, const char* what) {
   const int n = (int)hidden;
   const float one = 1.0f;
   const float zero = 0.0f;
-  /* y^T = W x^T, one GEMM a leaf: every split of the batch runs GEMMs of the same shape (leaf_tree.h). */
   for (size_t leaf = 0; leaf < mlp_tree_leaves(rows); ++leaf) {
     size_t r0 = 0;
     const size_t m = mlp_leaf_rows(rows, leaf, &r0);
-    if (blas_ok(cublasSgemm(k->blas, CUBLAS_OP_T, CUBLAS_OP_N, n, (int)m, n, &one, w, n, x + r0 * hidden, n, &zero,
-                            y + r0 * hidden, n),
-                "forward sgemm") != 0) {
+    if (blas_ok(cublasSgemm(k->blas, op, CUBLAS_OP_N, n, (int)m, n, &one, w, n, in + r0 * hidden, n, &zero,
+                            out + r0 * hidden, n),
+                what) != 0) {
       return -1;
     }
   }
-  return mlp_cuda_bias_act(k->stream, y, b, rows, hidden, relu);
+  return 0;
 }
 
-/* The loss's leaves (leaf_tree.h): each leaf's squared differences added in order on the host. */
-typedef struct cuda_loss_leaves {
-  const double* sq;
-  size_t rows;
-  size_t hidden;
-} cuda_loss_leaves;
-
-static double cuda_loss_leaf(void* ctx, size_t leaf) {
-  const cuda_loss_leaves* l = ctx;
-  size_t first = 0;
-  const size_t rows = mlp_leaf_rows(l->rows, leaf, &first);
-  const size_t end = first + rows;
-  double s = 0.0;
-  for (size_t i = first * l->hidden; i < end * l->hidden; ++i) s += l->sq[i];
-  return s;
+static int cuda_forward(mlp_compute* c, const float* x, const float* w, const float* b, float* y, size_t rows,
+                        size_t hidden, int relu) {
+  cuda_compute* k = as_cuda(c);
+  if (cuda_rows_gemm(k, CUBLAS_OP_T, w, x, y, rows, hidden, "forward sgemm") != 0) return -1;
+  return mlp_cuda_bias_act(k->stream, y, b, rows, hidden, relu);
 }
 
 static int cuda_loss(mlp_compute* c, const float* y, float* dy, uint64_t seed, uint64_t step, uint64_t row0,
@@ -105,8 +95,7 @@ static int cuda_loss(mlp_compute* c, const float* y, float* dy, uint64_t seed, u
       cuda_ok(cudaStreamSynchronize(k->stream), "loss synchronize") != 0) {
     return -1;
   }
-  cuda_loss_leaves l = {k->sq_host, rows, hidden};
-  *sum_sq = mlp_tree_sum_doubles(mlp_tree_leaves(rows), cuda_loss_leaf, &l);
+  *sum_sq = mlp_tree_sum_rows(k->sq_host, rows, hidden);
   return 0;
 }
 
@@ -156,9 +145,6 @@ static int cuda_backward(mlp_compute* c, const float* x, const float* w, const f
                          float* dx, size_t rows, size_t hidden) {
   static const mlp_tree_ops grad_tree = {cuda_grads_leaf, cuda_grads_add};
   cuda_compute* k = as_cuda(c);
-  const int n = (int)hidden;
-  const float one = 1.0f;
-  const float zero = 0.0f;
   const size_t leaves = mlp_tree_leaves(rows);
   const size_t floats = mlp_tree_slots(leaves) * (hidden * hidden + hidden);
   if (floats > k->tree_floats) {
@@ -175,17 +161,8 @@ static int cuda_backward(mlp_compute* c, const float* x, const float* w, const f
     if (mlp_tree_sum(leaves, &grad_tree, &g) != 0) return -1;
   }
   if (dx == NULL) return 0;
-  /* dx^T = W^T dz^T, one GEMM a leaf. */
-  for (size_t leaf = 0; leaf < leaves; ++leaf) {
-    size_t r0 = 0;
-    const size_t m = mlp_leaf_rows(rows, leaf, &r0);
-    if (blas_ok(cublasSgemm(k->blas, CUBLAS_OP_N, CUBLAS_OP_N, n, (int)m, n, &one, w, n, dz + r0 * hidden, n, &zero,
-                            dx + r0 * hidden, n),
-                "input-gradient sgemm") != 0) {
-      return -1;
-    }
-  }
-  return 0;
+  /* dx^T = W^T dz^T. */
+  return cuda_rows_gemm(k, CUBLAS_OP_N, w, dz, dx, rows, hidden, "input-gradient sgemm");
 }
 
 static int cuda_relu_grad(mlp_compute* c, float* d, const float* y, size_t n) {

@@ -10,6 +10,39 @@
 #include "leaf_tree.h"
 #include "mlp_math.h"
 
+/* The host backend: the ops and its scratch, grown as needed and kept. */
+typedef struct host_compute {
+  mlp_compute base; /* first: a host_compute* is an mlp_compute* */
+  void* scratch;    /* mlp_tree_slots slots of hidden * hidden + hidden floats: a leaf's dW, then its db */
+  size_t scratch_floats;
+  void* sq; /* the loss's doubles: each element's squared difference, summed by mlp_tree_sum_rows */
+  size_t sq_count;
+} host_compute;
+
+/* *p holds at least `count` elements of `size` bytes (its old contents lost); 0, or -1 with a message. */
+static int host_grow(void** p, size_t* have, size_t count, size_t size, const char* what) {
+  if (count <= *have) return 0;
+  free(*p);
+  *p = malloc(count * size);
+  *have = *p != NULL ? count : 0;
+  if (*p != NULL) return 0;
+  fprintf(stderr, "zoe-train-mlp: out of memory for %zu elements of %s\n", count, what);
+  return -1;
+}
+
+/* out = in op(W) for `rows` rows, one GEMM a leaf, so that every split of the batch runs GEMMs of the
+ * same shape (leaf_tree.h): the forward's y = x W^T (op Trans) and the backward's dx = dz W (op NoTrans). */
+static void host_rows_gemm(enum CBLAS_TRANSPOSE op, const float* w, const float* in, float* out, size_t rows,
+                           size_t hidden) {
+  const int n = (int)hidden;
+  for (size_t leaf = 0; leaf < mlp_tree_leaves(rows); ++leaf) {
+    size_t r0 = 0;
+    const size_t m = mlp_leaf_rows(rows, leaf, &r0);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, op, (int)m, n, n, 1.0f, in + r0 * hidden, n, w, n, 0.0f, out + r0 * hidden,
+                n);
+  }
+}
+
 static int host_inputs(mlp_compute* c, float* x, uint64_t seed, uint64_t step, uint64_t row0, size_t rows,
                        size_t hidden) {
   (void)c;
@@ -20,14 +53,7 @@ static int host_inputs(mlp_compute* c, float* x, uint64_t seed, uint64_t step, u
 static int host_forward(mlp_compute* c, const float* x, const float* w, const float* b, float* y, size_t rows,
                         size_t hidden, int relu) {
   (void)c;
-  const int n = (int)hidden;
-  /* One GEMM a leaf, so that every split of the batch runs GEMMs of the same shape (leaf_tree.h). */
-  for (size_t leaf = 0; leaf < mlp_tree_leaves(rows); ++leaf) {
-    size_t r0 = 0;
-    const size_t m = mlp_leaf_rows(rows, leaf, &r0);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, n, n, 1.0f, x + r0 * hidden, n, w, n, 0.0f,
-                y + r0 * hidden, n);
-  }
+  host_rows_gemm(CblasTrans, w, x, y, rows, hidden);
   for (size_t r = 0; r < rows; ++r) {
     float* row = y + r * hidden;
     for (size_t j = 0; j < hidden; ++j) row[j] = mlp_bias_act(row[j], b[j], relu);
@@ -35,50 +61,23 @@ static int host_forward(mlp_compute* c, const float* x, const float* w, const fl
   return 0;
 }
 
-/* One loss's leaves: each leaf's squared differences added in order in double (its dy written on
- * the way), the leaves' sums added in the leaf tree (leaf_tree.h), as the gradients are. */
-typedef struct host_loss_leaves {
-  const float* y;
-  float* dy;
-  uint64_t seed;
-  uint64_t step;
-  uint64_t row0;
-  size_t rows;
-  size_t hidden;
-  float coef;
-} host_loss_leaves;
-
-static double host_loss_leaf(void* ctx, size_t leaf) {
-  const host_loss_leaves* l = ctx;
-  size_t first = 0;
-  const size_t rows = mlp_leaf_rows(l->rows, leaf, &first);
-  const size_t end = first + rows;
-  double s = 0.0;
-  for (size_t r = first; r < end; ++r) {
-    for (size_t j = 0; j < l->hidden; ++j) {
-      const size_t i = r * l->hidden + j;
-      const float d = mlp_mse_diff(l->y[i], mlp_target(l->seed, l->step, l->row0 + r, j, l->hidden));
-      s += (double)d * (double)d;
-      l->dy[i] = mlp_mse_grad(d, l->coef);
-    }
-  }
-  return s;
-}
-
 static int host_loss(mlp_compute* c, const float* y, float* dy, uint64_t seed, uint64_t step, uint64_t row0,
                      size_t rows, size_t hidden, float coef, double* sum_sq) {
-  (void)c;
-  host_loss_leaves l = {y, dy, seed, step, row0, rows, hidden, coef};
-  *sum_sq = mlp_tree_sum_doubles(mlp_tree_leaves(rows), host_loss_leaf, &l);
+  host_compute* k = (host_compute*)c;
+  const size_t n = rows * hidden;
+  if (host_grow(&k->sq, &k->sq_count, n, sizeof(double), "the loss's squares") != 0) return -1;
+  double* sq = k->sq;
+  for (size_t r = 0; r < rows; ++r) {
+    for (size_t j = 0; j < hidden; ++j) {
+      const size_t i = r * hidden + j;
+      const float d = mlp_mse_diff(y[i], mlp_target(seed, step, row0 + r, j, hidden));
+      sq[i] = (double)d * (double)d;
+      dy[i] = mlp_mse_grad(d, coef);
+    }
+  }
+  *sum_sq = mlp_tree_sum_rows(sq, rows, hidden);
   return 0;
 }
-
-/* The host backend: the ops and the leaf tree's scratch (compute.h's backward). */
-typedef struct host_compute {
-  mlp_compute base; /* first: a host_compute* is an mlp_compute* */
-  float* scratch;   /* mlp_tree_slots slots of hidden * hidden + hidden floats: a leaf's dW, then its db */
-  size_t scratch_floats;
-} host_compute;
 
 /* One backward's leaf tree: dW and db over the leaves of dz's rows (leaf_tree.h). */
 typedef struct host_grads {
@@ -134,29 +133,14 @@ static int host_backward(mlp_compute* c, const float* x, const float* w, const f
                          float* dx, size_t rows, size_t hidden) {
   static const mlp_tree_ops grad_tree = {host_grads_leaf, host_grads_add};
   host_compute* k = (host_compute*)c;
-  const int n = (int)hidden;
   const size_t leaves = mlp_tree_leaves(rows);
   const size_t floats = mlp_tree_slots(leaves) * (hidden * hidden + hidden);
-  if (floats > k->scratch_floats) {
-    free(k->scratch);
-    k->scratch = malloc(floats * sizeof(float));
-    k->scratch_floats = k->scratch != NULL ? floats : 0;
-    if (k->scratch == NULL) {
-      fprintf(stderr, "zoe-train-mlp: out of memory for the gradient tree's %zu floats\n", floats);
-      return -1;
-    }
-  }
+  if (host_grow(&k->scratch, &k->scratch_floats, floats, sizeof(float), "the gradient tree") != 0) return -1;
   if (leaves > 0) {
-    host_grads g = {x, dz, dw, db, k->scratch, rows, hidden};
+    host_grads g = {x, dz, dw, db, (float*)k->scratch, rows, hidden};
     if (mlp_tree_sum(leaves, &grad_tree, &g) != 0) return -1;
   }
-  if (dx == NULL) return 0;
-  for (size_t leaf = 0; leaf < leaves; ++leaf) {
-    size_t r0 = 0;
-    const size_t m = mlp_leaf_rows(rows, leaf, &r0);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, n, n, 1.0f, dz + r0 * hidden, n, w, n, 0.0f,
-                dx + r0 * hidden, n);
-  }
+  if (dx != NULL) host_rows_gemm(CblasNoTrans, w, dz, dx, rows, hidden);
   return 0;
 }
 
@@ -168,7 +152,10 @@ static int host_relu_grad(mlp_compute* c, float* d, const float* y, size_t n) {
 
 static void host_destroy(mlp_compute* c) {
   host_compute* k = (host_compute*)c;
-  if (k != NULL) free(k->scratch);
+  if (k != NULL) {
+    free(k->scratch);
+    free(k->sq);
+  }
   free(k);
 }
 

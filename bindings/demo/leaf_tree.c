@@ -56,34 +56,42 @@ int mlp_tree_sum(size_t leaves, const mlp_tree_ops* ops, void* ctx) {
   return 0;
 }
 
-/* mlp_tree_sum_doubles: the slots are doubles in here. */
-typedef struct double_tree {
-  double (*leaf)(void* ctx, size_t leaf);
-  void* ctx;
+/* mlp_tree_sum_rows: the slots are doubles in here. */
+typedef struct rows_tree {
+  const double* values;
+  size_t rows;
+  size_t hidden;
   double out;
   double slot[MLP_TREE_LEVELS];
-} double_tree;
+} rows_tree;
 
-static double* double_slot(double_tree* t, size_t slot) { return slot == MLP_TREE_OUT ? &t->out : &t->slot[slot]; }
+static double* rows_slot(rows_tree* t, size_t slot) { return slot == MLP_TREE_OUT ? &t->out : &t->slot[slot]; }
 
-static int double_leaf(void* ctx, size_t leaf, size_t slot) {
-  double_tree* t = ctx;
-  *double_slot(t, slot) = t->leaf(t->ctx, leaf);
+static int rows_leaf(void* ctx, size_t leaf, size_t slot) {
+  rows_tree* t = ctx;
+  size_t first = 0;
+  const size_t count = mlp_leaf_rows(t->rows, leaf, &first) * t->hidden;
+  const double* v = t->values + first * t->hidden;
+  double s = 0.0;
+  for (size_t i = 0; i < count; ++i) s += v[i];
+  *rows_slot(t, slot) = s;
   return 0;
 }
 
-static int double_add(void* ctx, size_t left, size_t right) {
-  double_tree* t = ctx;
-  *double_slot(t, left) += *double_slot(t, right);
+static int rows_add(void* ctx, size_t left, size_t right) {
+  rows_tree* t = ctx;
+  *rows_slot(t, left) += *rows_slot(t, right);
   return 0;
 }
 
-double mlp_tree_sum_doubles(size_t leaves, double (*leaf)(void* ctx, size_t leaf), void* ctx) {
-  static const mlp_tree_ops ops = {double_leaf, double_add};
-  double_tree t;
-  t.leaf = leaf;
-  t.ctx = ctx;
+double mlp_tree_sum_rows(const double* values, size_t rows, size_t hidden) {
+  static const mlp_tree_ops ops = {rows_leaf, rows_add};
+  rows_tree t;
+  t.values = values;
+  t.rows = rows;
+  t.hidden = hidden;
   t.out = 0.0;
+  const size_t leaves = mlp_tree_leaves(rows);
   if (leaves > 0) (void)mlp_tree_sum(leaves, &ops, &t);
   return t.out;
 }

@@ -53,7 +53,8 @@ size_t mlp_tree_slots(size_t leaves);
  * first nonzero an op returned. */
 int mlp_tree_sum(size_t leaves, const mlp_tree_ops* ops, void* ctx);
 
-/* The pairwise tree sum of the doubles leaf(ctx, 0) .. leaf(ctx, leaves - 1); 0.0 for no leaves. */
-double mlp_tree_sum_doubles(size_t leaves, double (*leaf)(void* ctx, size_t leaf), void* ctx);
+/* The sum of `rows` x `hidden` doubles (row-major; a loss's squared differences): each leaf's
+ * elements added in order from 0.0, the leaves' sums in the pairwise tree; 0.0 for no rows. */
+double mlp_tree_sum_rows(const double* values, size_t rows, size_t hidden);
 
 #endif /* ZOE_DEMO_LEAF_TREE_H */
