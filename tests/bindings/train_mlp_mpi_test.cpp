@@ -1,8 +1,9 @@
 // zoe-train-mlp on 4 ranks under mpirun (label mpi): data parallelism changes no math (every step's
 // loss equals one rank's with the same flags within 1e-5 relative, and bit for bit when every
 // rank's rows are whole leaves of the demo's gradient tree), the final line's traffic fields say
-// what crossed between "nodes" (4 ranks on this machine as 2 nodes of 2, or 1 node of 4), and ZeRO++ (qwZ + hpZ over a node + qgZ) cuts the inter-node bytes of plain ZeRO-3 at least
-// 3.9x for a loss within 3% of it. Small models: seconds a run, though 4 ranks share the cores.
+// what crossed between "nodes" (4 ranks on this machine as 2 nodes of 2, or 1 node of 4), and
+// ZeRO++ (qwZ + hpZ over a node + qgZ) cuts the inter-node bytes of plain ZeRO-3 at least 3.9x for
+// a loss within 3% of it. Small models: seconds a run, though 4 ranks share the cores.
 #include <cmath>
 #include <filesystem>
 #include <map>
