@@ -111,11 +111,11 @@ typedef struct cuda_grads {
 } cuda_grads;
 
 static float* cuda_slot_w(cuda_grads* g, size_t slot) {
-  return slot == MLP_TREE_OUT ? g->dw : g->k->tree_device + slot * (g->hidden * g->hidden + g->hidden);
+  return slot == ZOE_MLP_TREE_OUT ? g->dw : g->k->tree_device + slot * (g->hidden * g->hidden + g->hidden);
 }
 
 static float* cuda_slot_b(cuda_grads* g, size_t slot) {
-  return slot == MLP_TREE_OUT ? g->db : cuda_slot_w(g, slot) + g->hidden * g->hidden;
+  return slot == ZOE_MLP_TREE_OUT ? g->db : cuda_slot_w(g, slot) + g->hidden * g->hidden;
 }
 
 static int cuda_grads_leaf(void* ctx, size_t leaf, size_t slot) {

@@ -91,11 +91,11 @@ typedef struct host_grads {
 } host_grads;
 
 static float* host_slot_w(host_grads* g, size_t slot) {
-  return slot == MLP_TREE_OUT ? g->dw : g->scratch + slot * (g->hidden * g->hidden + g->hidden);
+  return slot == ZOE_MLP_TREE_OUT ? g->dw : g->scratch + slot * (g->hidden * g->hidden + g->hidden);
 }
 
 static float* host_slot_b(host_grads* g, size_t slot) {
-  return slot == MLP_TREE_OUT ? g->db : host_slot_w(g, slot) + g->hidden * g->hidden;
+  return slot == ZOE_MLP_TREE_OUT ? g->db : host_slot_w(g, slot) + g->hidden * g->hidden;
 }
 
 static int host_grads_leaf(void* ctx, size_t leaf, size_t slot) {

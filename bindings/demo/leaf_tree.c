@@ -4,13 +4,13 @@
 #include <stdint.h>
 
 /* One pending run per level of a size_t leaf index. */
-#define MLP_TREE_LEVELS (sizeof(size_t) * 8)
+#define ZOE_MLP_TREE_LEVELS (sizeof(size_t) * 8)
 
-size_t mlp_tree_leaves(size_t rows) { return (rows + MLP_LEAF_ROWS - 1) / MLP_LEAF_ROWS; }
+size_t mlp_tree_leaves(size_t rows) { return (rows + ZOE_MLP_LEAF_ROWS - 1) / ZOE_MLP_LEAF_ROWS; }
 
 size_t mlp_leaf_rows(size_t rows, size_t leaf, size_t* first) {
-  *first = leaf * MLP_LEAF_ROWS;
-  return rows - *first < MLP_LEAF_ROWS ? rows - *first : MLP_LEAF_ROWS;
+  *first = leaf * ZOE_MLP_LEAF_ROWS;
+  return rows - *first < ZOE_MLP_LEAF_ROWS ? rows - *first : ZOE_MLP_LEAF_ROWS;
 }
 
 size_t mlp_tree_slots(size_t leaves) {
@@ -20,15 +20,15 @@ size_t mlp_tree_slots(size_t leaves) {
 }
 
 int mlp_tree_sum(size_t leaves, const mlp_tree_ops* ops, void* ctx) {
-  size_t run[MLP_TREE_LEVELS];                  /* run[k]: the slot of the pending run of 2^k leaves */
-  unsigned char pending[MLP_TREE_LEVELS] = {0}; /* run[k] is set */
-  size_t spare[MLP_TREE_LEVELS];                /* free scratch slots */
+  size_t run[ZOE_MLP_TREE_LEVELS];                  /* run[k]: the slot of the pending run of 2^k leaves */
+  unsigned char pending[ZOE_MLP_TREE_LEVELS] = {0}; /* run[k] is set */
+  size_t spare[ZOE_MLP_TREE_LEVELS];                /* free scratch slots */
   size_t spares = mlp_tree_slots(leaves);
   for (size_t s = 0; s < spares; ++s) spare[s] = spares - 1 - s;
   for (size_t i = 0; i < leaves; ++i) {
     /* Leaf 0 heads every run it is in, so its slot is the output. A free slot always exists: the
      * pending runs without leaf 0 are at most bit_width(leaves - 1) - 1 when a leaf is computed. */
-    size_t slot = i == 0 ? MLP_TREE_OUT : spare[--spares];
+    size_t slot = i == 0 ? ZOE_MLP_TREE_OUT : spare[--spares];
     int rc = ops->leaf(ctx, i, slot);
     if (rc != 0) return rc;
     size_t k = 0;
@@ -44,7 +44,7 @@ int mlp_tree_sum(size_t leaves, const mlp_tree_ops* ops, void* ctx) {
   }
   int have_tail = 0;
   size_t tail = 0;
-  for (size_t k = 0; k < MLP_TREE_LEVELS; ++k) {
+  for (size_t k = 0; k < ZOE_MLP_TREE_LEVELS; ++k) {
     if (!pending[k]) continue;
     if (have_tail) {
       const int rc = ops->add(ctx, run[k], tail);
@@ -62,10 +62,10 @@ typedef struct rows_tree {
   size_t rows;
   size_t hidden;
   double out;
-  double slot[MLP_TREE_LEVELS];
+  double slot[ZOE_MLP_TREE_LEVELS];
 } rows_tree;
 
-static double* rows_slot(rows_tree* t, size_t slot) { return slot == MLP_TREE_OUT ? &t->out : &t->slot[slot]; }
+static double* rows_slot(rows_tree* t, size_t slot) { return slot == ZOE_MLP_TREE_OUT ? &t->out : &t->slot[slot]; }
 
 static int rows_leaf(void* ctx, size_t leaf, size_t slot) {
   rows_tree* t = ctx;

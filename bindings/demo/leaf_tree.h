@@ -1,5 +1,5 @@
 /* leaf_tree.h: how the demo sums a gradient over the rows of a batch so that the bits do not depend
- * on how the global batch is split over ranks. The rows are cut into leaves of MLP_LEAF_ROWS rows
+ * on how the global batch is split over ranks. The rows are cut into leaves of ZOE_MLP_LEAF_ROWS rows
  * counted from the call's first row (a rank's first row is a multiple of the leaf whenever its row
  * count is, so the leaves are the same rows of the global batch on every split); each leaf is summed
  * on its own (one GEMM of k = its rows, one column sum row by row), and the leaves' sums are added in
@@ -20,22 +20,22 @@
 #include <stddef.h>
 
 /* Rows of one leaf. */
-#define MLP_LEAF_ROWS 64
+#define ZOE_MLP_LEAF_ROWS 64
 
 /* The caller's output, as a slot number: leaf 0 is computed straight into it and every add whose
  * left operand holds leaf 0 lands in it, so the result needs no final copy. */
-#define MLP_TREE_OUT ((size_t)-1)
+#define ZOE_MLP_TREE_OUT ((size_t)-1)
 
-/* A backend's part: slots 0 .. mlp_tree_slots(leaves) - 1 are its scratch buffers, MLP_TREE_OUT the
+/* A backend's part: slots 0 .. mlp_tree_slots(leaves) - 1 are its scratch buffers, ZOE_MLP_TREE_OUT the
  * output. Each returns 0, or nonzero to stop the sum (its own message printed). */
 typedef struct mlp_tree_ops {
-  /* slot = the sum of leaf `leaf`'s rows: [leaf * MLP_LEAF_ROWS, min(rows, (leaf + 1) * MLP_LEAF_ROWS)). */
+  /* slot = the sum of leaf `leaf`'s rows: [leaf * ZOE_MLP_LEAF_ROWS, min(rows, (leaf + 1) * ZOE_MLP_LEAF_ROWS)). */
   int (*leaf)(void* ctx, size_t leaf, size_t slot);
   /* slot `left` = slot `left` + slot `right`, element by element (mlp_math.h's mlp_add). */
   int (*add)(void* ctx, size_t left, size_t right);
 } mlp_tree_ops;
 
-/* Leaves of `rows` rows (the last one shorter when MLP_LEAF_ROWS does not divide rows); 0 for 0. */
+/* Leaves of `rows` rows (the last one shorter when ZOE_MLP_LEAF_ROWS does not divide rows); 0 for 0. */
 size_t mlp_tree_leaves(size_t rows);
 
 /* Leaf `leaf` of `rows` rows: its first row in *first, its row count returned. */
