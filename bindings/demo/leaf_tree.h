@@ -18,13 +18,14 @@
 #define ZOE_DEMO_LEAF_TREE_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* Rows of one leaf. */
 #define ZOE_MLP_LEAF_ROWS 64
 
 /* The caller's output, as a slot number: leaf 0 is computed straight into it and every add whose
  * left operand holds leaf 0 lands in it, so the result needs no final copy. */
-#define ZOE_MLP_TREE_OUT ((size_t)-1)
+#define ZOE_MLP_TREE_OUT SIZE_MAX
 
 /* A backend's part: slots 0 .. mlp_tree_slots(leaves) - 1 are its scratch buffers, ZOE_MLP_TREE_OUT the
  * output. Each returns 0, or nonzero to stop the sum (its own message printed). */
