@@ -6,7 +6,7 @@
  * zoe's pairwise tree over the leaf index, the tree zoe's cross-rank reductions use
  * (zoe/engine/comm/pairwise_tree.hpp): level by level adjacent pairs, an odd one out carried up
  * unpaired, so 4 leaves give ((l0 + l1) + (l2 + l3)), 3 give ((l0 + l1) + l2), 5 give
- * (((l0 + l1) + (l2 + l3)) + l4). One rank of 8 leaves then adds exactly what 4 ranks of 2 leaves
+ * (((l0 + l1) + (l2 + l3)) + l4). One rank of 4 leaves then adds exactly what 4 ranks of 1 leaf
  * add before zoe's reduction adds the ranks' sums ((r0 + r1) + (r2 + r3)): the same bits whenever the
  * rank count and the leaves per rank are powers of two (each rank's rows a multiple of the leaf).
  * Written once here and used by compute_host.c (CBLAS), compute_cuda.c (cuBLAS and a kernel) and the
@@ -20,8 +20,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Rows of one leaf. */
-#define ZOE_MLP_LEAF_ROWS 64
+/* Rows of one leaf. 128: a rank's rows must be whole leaves for the bits to match across splits
+ * (issue 13's run, batch 512 on 4 ranks, gives 128 a rank), and smaller leaves cost time: each leaf
+ * GEMM repacks W (forward, dx) or writes a whole hidden x hidden dW, then one add per leaf. On 1024
+ * wide layers, one thread of OpenBLAS, a layer's three GEMMs over 512 rows measured 53 ms as one
+ * call each, 66 ms as 4 leaves of 128, 87 ms as 8 leaves of 64. */
+#define ZOE_MLP_LEAF_ROWS 128
 
 /* The caller's output, as a slot number: leaf 0 is computed straight into it and every add whose
  * left operand holds leaf 0 lands in it, so the result needs no final copy. */

@@ -68,13 +68,13 @@ TEST(TrainMlpMpi, FourRanksAsTwoNodesMatchOneRank) {
 }
 
 // Data parallelism adds no rounding at all: the demo sums every gradient and the loss over leaves
-// of 64 rows in a pairwise tree (bindings/demo/leaf_tree.h) and zoe's reductions add the ranks in
+// of 128 rows in a pairwise tree (bindings/demo/leaf_tree.h) and zoe's reductions add the ranks in
 // the same tree, so 2 and 4 ranks reproduce one rank's run bit for bit with the same global batch
 // and the same (default) micro-batches, under the shipped ZeRO-3 configuration (fp32, clipping on).
-// 256 rows: 4, 2 and 1 leaves a rank on 1, 2 and 4 ranks; a narrow model keeps it fast.
+// 512 rows: 4, 2 and 1 leaves a rank on 1, 2 and 4 ranks; a narrow model keeps it fast.
 TEST(TrainMlpMpi, TwoAndFourRanksEqualOneRankBitForBit) {
   const std::string flags =
-      " --hidden 32 --layers 3 --batch 256 --seed 7 --lr 0.01 --device host --steps 4 --json "
+      " --hidden 32 --layers 3 --batch 512 --seed 7 --lr 0.01 --device host --steps 4 --json "
       "--config " +
       configs + "/zero3.json";
   const run_result one = run(flags);
