@@ -85,8 +85,8 @@ void mlp_print_help(FILE* out) {
       "else up to the order of fp32 sums. The loss printed is the global mean (the squared errors summed\n"
       "over the ranks with zoe_all_reduce_sum, divided once). With --dir every rank keeps its swap files\n"
       "in DIR/rank-<r>. Rank 0 alone prints the lines below and the progress; another rank prints only its\n"
-      "errors. --checkpoint-every and\n"
-      "--resume are refused on several ranks (not yet supported by this program).\n"
+      "errors. --checkpoint-every and --resume are refused on several ranks (not yet supported by this\n"
+      "program).\n"
       "\n",
       out);
   fputs(
