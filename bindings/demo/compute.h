@@ -22,11 +22,14 @@ typedef struct mlp_compute_ops {
   /* y = act(x W^T + b). */
   int (*forward)(mlp_compute* c, const float* x, const float* w, const float* b, float* y, size_t rows, size_t hidden,
                  int relu);
-  /* MSE against the targets of (seed, step, rows from row0): *sum_sq = sum((y - t)^2) (added in
-   * order, in double), dy = mlp_mse_grad(y - t, coef). Blocks until *sum_sq is known. */
+  /* MSE against the targets of (seed, step, rows from row0): *sum_sq = sum((y - t)^2) (in double:
+   * each leaf of ZOE_MLP_LEAF_ROWS rows added in order, the leaves in leaf_tree.h's pairwise tree),
+   * dy = mlp_mse_grad(y - t, coef). Blocks until *sum_sq is known. */
   int (*loss)(mlp_compute* c, const float* y, float* dy, uint64_t seed, uint64_t step, uint64_t row0, size_t rows,
               size_t hidden, float coef, double* sum_sq);
-  /* dw = dz^T x, db = column sums of dz, dx = dz W (dx NULL: not wanted). */
+  /* dw = dz^T x, db = column sums of dz, each summed over leaves of ZOE_MLP_LEAF_ROWS rows (one GEMM
+   * and one row-order column sum a leaf) added in leaf_tree.h's pairwise tree, so the bits do not
+   * depend on how the global batch is split over ranks; dx = dz W (dx NULL: not wanted). */
   int (*backward)(mlp_compute* c, const float* x, const float* w, const float* dz, float* dw, float* db, float* dx,
                   size_t rows, size_t hidden);
   /* d[i] = mlp_relu_grad(d[i], y[i]) for i < n. */

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 
 #include "compute.h"
+#include "leaf_tree.h"
 
 int mlp_cuda_inputs(void* stream, float* x, uint64_t seed, uint64_t step, uint64_t row0, size_t rows, size_t hidden);
 int mlp_cuda_bias_act(void* stream, float* y, const float* b, size_t rows, size_t hidden, int relu);
@@ -15,6 +16,7 @@ int mlp_cuda_loss(void* stream, const float* y, float* dy, double* sq, uint64_t 
                   size_t rows, size_t hidden, float coef);
 int mlp_cuda_bias_grad(void* stream, const float* dz, float* db, size_t rows, size_t hidden);
 int mlp_cuda_relu_grad(void* stream, float* d, const float* y, size_t n);
+int mlp_cuda_add(void* stream, float* left, const float* right, size_t n);
 
 typedef struct cuda_compute {
   mlp_compute base; /* first: a cuda_compute* is an mlp_compute* */
@@ -23,6 +25,8 @@ typedef struct cuda_compute {
   double* sq_device; /* the loss's squared differences, summed on the host in order */
   double* sq_host;
   size_t sq_count;
+  float* tree_device; /* the gradient tree's scratch: mlp_tree_slots slots of a leaf's dW, then its db */
+  size_t tree_floats;
 } cuda_compute;
 
 static cuda_compute* as_cuda(mlp_compute* c) { return (cuda_compute*)c; }
@@ -44,17 +48,29 @@ static int cuda_inputs(mlp_compute* c, float* x, uint64_t seed, uint64_t step, u
   return mlp_cuda_inputs(as_cuda(c)->stream, x, seed, step, row0, rows, hidden);
 }
 
-static int cuda_forward(mlp_compute* c, const float* x, const float* w, const float* b, float* y, size_t rows,
-                        size_t hidden, int relu) {
-  cuda_compute* k = as_cuda(c);
+/* out^T = op(W) in^T for `rows` rows, one GEMM a leaf, so that every split of the batch runs GEMMs
+ * of the same shape (leaf_tree.h): the forward's y = x W^T (op T) and the backward's dx = dz W (op N). */
+static int cuda_rows_gemm(cuda_compute* k, cublasOperation_t op, const float* w, const float* in, float* out,
+                          size_t rows, size_t hidden, const char* what) {
   const int n = (int)hidden;
   const float one = 1.0f;
   const float zero = 0.0f;
-  /* y^T = W x^T. */
-  if (blas_ok(cublasSgemm(k->blas, CUBLAS_OP_T, CUBLAS_OP_N, n, (int)rows, n, &one, w, n, x, n, &zero, y, n),
-              "forward sgemm") != 0) {
-    return -1;
+  for (size_t leaf = 0; leaf < mlp_tree_leaves(rows); ++leaf) {
+    size_t r0 = 0;
+    const size_t m = mlp_leaf_rows(rows, leaf, &r0);
+    if (blas_ok(cublasSgemm(k->blas, op, CUBLAS_OP_N, n, (int)m, n, &one, w, n, in + r0 * hidden, n, &zero,
+                            out + r0 * hidden, n),
+                what) != 0) {
+      return -1;
+    }
   }
+  return 0;
+}
+
+static int cuda_forward(mlp_compute* c, const float* x, const float* w, const float* b, float* y, size_t rows,
+                        size_t hidden, int relu) {
+  cuda_compute* k = as_cuda(c);
+  if (cuda_rows_gemm(k, CUBLAS_OP_T, w, x, y, rows, hidden, "forward sgemm") != 0) return -1;
   return mlp_cuda_bias_act(k->stream, y, b, rows, hidden, relu);
 }
 
@@ -79,29 +95,74 @@ static int cuda_loss(mlp_compute* c, const float* y, float* dy, uint64_t seed, u
       cuda_ok(cudaStreamSynchronize(k->stream), "loss synchronize") != 0) {
     return -1;
   }
-  double s = 0.0;
-  for (size_t i = 0; i < n; ++i) s += k->sq_host[i];
-  *sum_sq = s;
+  *sum_sq = mlp_tree_sum_rows(k->sq_host, rows, hidden);
   return 0;
+}
+
+/* One backward's leaf tree: dW and db over the leaves of dz's rows (leaf_tree.h), queued on the stream. */
+typedef struct cuda_grads {
+  cuda_compute* k;
+  const float* x;
+  const float* dz;
+  float* dw;
+  float* db;
+  size_t rows;
+  size_t hidden;
+} cuda_grads;
+
+static float* cuda_slot_w(cuda_grads* g, size_t slot) {
+  return slot == ZOE_MLP_TREE_OUT ? g->dw : g->k->tree_device + slot * (g->hidden * g->hidden + g->hidden);
+}
+
+static float* cuda_slot_b(cuda_grads* g, size_t slot) {
+  return slot == ZOE_MLP_TREE_OUT ? g->db : cuda_slot_w(g, slot) + g->hidden * g->hidden;
+}
+
+static int cuda_grads_leaf(void* ctx, size_t leaf, size_t slot) {
+  cuda_grads* g = ctx;
+  const size_t h = g->hidden;
+  size_t r0 = 0;
+  const size_t m = mlp_leaf_rows(g->rows, leaf, &r0);
+  const int n = (int)h;
+  const float one = 1.0f;
+  const float zero = 0.0f;
+  /* dW^T = x^T dz over the leaf's rows. */
+  if (blas_ok(cublasSgemm(g->k->blas, CUBLAS_OP_N, CUBLAS_OP_T, n, n, (int)m, &one, g->x + r0 * h, n, g->dz + r0 * h, n,
+                          &zero, cuda_slot_w(g, slot), n),
+              "weight-gradient sgemm") != 0) {
+    return -1;
+  }
+  return mlp_cuda_bias_grad(g->k->stream, g->dz + r0 * h, cuda_slot_b(g, slot), m, h);
+}
+
+static int cuda_grads_add(void* ctx, size_t left, size_t right) {
+  cuda_grads* g = ctx;
+  if (mlp_cuda_add(g->k->stream, cuda_slot_w(g, left), cuda_slot_w(g, right), g->hidden * g->hidden) != 0) return -1;
+  return mlp_cuda_add(g->k->stream, cuda_slot_b(g, left), cuda_slot_b(g, right), g->hidden);
 }
 
 static int cuda_backward(mlp_compute* c, const float* x, const float* w, const float* dz, float* dw, float* db,
                          float* dx, size_t rows, size_t hidden) {
+  static const mlp_tree_ops grad_tree = {cuda_grads_leaf, cuda_grads_add};
   cuda_compute* k = as_cuda(c);
-  const int n = (int)hidden;
-  const int m = (int)rows;
-  const float one = 1.0f;
-  const float zero = 0.0f;
-  /* dW^T = x^T dz. */
-  if (blas_ok(cublasSgemm(k->blas, CUBLAS_OP_N, CUBLAS_OP_T, n, n, m, &one, x, n, dz, n, &zero, dw, n),
-              "weight-gradient sgemm") != 0) {
-    return -1;
+  const size_t leaves = mlp_tree_leaves(rows);
+  const size_t floats = mlp_tree_slots(leaves) * (hidden * hidden + hidden);
+  if (floats > k->tree_floats) {
+    /* Queued work may still read the old scratch. */
+    if (cuda_ok(cudaStreamSynchronize(k->stream), "tree scratch synchronize") != 0) return -1;
+    cudaFree(k->tree_device);
+    k->tree_device = NULL;
+    k->tree_floats = 0;
+    if (cuda_ok(cudaMalloc((void**)&k->tree_device, floats * sizeof(float)), "cudaMalloc") != 0) return -1;
+    k->tree_floats = floats;
   }
-  if (mlp_cuda_bias_grad(k->stream, dz, db, rows, hidden) != 0) return -1;
+  if (leaves > 0) {
+    cuda_grads g = {k, x, dz, dw, db, rows, hidden};
+    if (mlp_tree_sum(leaves, &grad_tree, &g) != 0) return -1;
+  }
   if (dx == NULL) return 0;
   /* dx^T = W^T dz^T. */
-  return blas_ok(cublasSgemm(k->blas, CUBLAS_OP_N, CUBLAS_OP_N, n, m, n, &one, w, n, dz, n, &zero, dx, n),
-                 "input-gradient sgemm");
+  return cuda_rows_gemm(k, CUBLAS_OP_N, w, dz, dx, rows, hidden, "input-gradient sgemm");
 }
 
 static int cuda_relu_grad(mlp_compute* c, float* d, const float* y, size_t n) {
@@ -113,6 +174,7 @@ static void cuda_destroy(mlp_compute* c) {
   if (k == NULL) return;
   cublasDestroy(k->blas);
   cudaFree(k->sq_device);
+  cudaFree(k->tree_device);
   free(k->sq_host);
   free(k);
 }

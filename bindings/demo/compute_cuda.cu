@@ -49,6 +49,13 @@ __global__ void relu_grad_kernel(float* d, const float* y, std::size_t n) {
   d[i] = mlp_relu_grad(d[i], y[i]);
 }
 
+// left = left + right (leaf_tree.h's adds).
+__global__ void add_kernel(float* left, const float* right, std::size_t n) {
+  const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  left[i] = mlp_add(left[i], right[i]);
+}
+
 int launched() { return cudaGetLastError() == cudaSuccess ? 0 : -1; }
 
 }  // namespace
@@ -81,6 +88,11 @@ int mlp_cuda_bias_grad(void* stream, const float* dz, float* db, size_t rows, si
 
 int mlp_cuda_relu_grad(void* stream, float* d, const float* y, size_t n) {
   relu_grad_kernel<<<blocks_for(n), threads, 0, static_cast<cudaStream_t>(stream)>>>(d, y, n);
+  return launched();
+}
+
+int mlp_cuda_add(void* stream, float* left, const float* right, size_t n) {
+  add_kernel<<<blocks_for(n), threads, 0, static_cast<cudaStream_t>(stream)>>>(left, right, n);
   return launched();
 }
 

@@ -155,15 +155,17 @@ static int train(const mlp_options* o, const zoe_ranks* launch, size_t micro_bat
   if (traffic_now(&t, &before) != 0) goto done;
   for (long step = first; step <= o->steps; ++step) {
     const double t0 = mlp_now();
-    double loss = 0.0;
+    double sum_sq = 0.0;
     zoe_step_result r = ZOE_STEP_RESULT_INIT;
-    if (mlp_trainer_step(&t, step, o->lr, &loss, &r) != 0) goto done;
+    if (mlp_trainer_step(&t, step, o->lr, &sum_sq, &r) != 0) goto done;
     ++ran;
-    /* The global batch's mean loss: every rank's share is equal. A signal that reached some ranks
-     * stops them all after this step (a rank that stopped alone would leave the others waiting). */
-    double global[2] = {loss, stop_requested ? 1.0 : 0.0};
+    /* The global batch's mean loss: the ranks' squared errors added (in the pairwise tree, as the
+     * leaves of each rank's rows were), divided once by every element of the batch. A signal that
+     * reached some ranks stops them all after this step (a rank that stopped alone would leave the
+     * others waiting). */
+    double global[2] = {sum_sq, stop_requested ? 1.0 : 0.0};
     if (several && mlp_check(zoe_all_reduce_sum(t.engine, global, 2), "zoe_all_reduce_sum") != 0) goto done;
-    loss = global[0] / (double)t.ranks.world_size;
+    const double loss = global[0] / ((double)o->batch * (double)o->hidden);
     const int stop = global[1] > 0.0;
     const double seconds = mlp_now() - t0;
     if (step == first) {

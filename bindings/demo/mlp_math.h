@@ -56,6 +56,9 @@ static inline ZOE_MLP_HD float mlp_mse_coef(uint64_t n, double loss_scale) {
 static inline ZOE_MLP_HD float mlp_mse_diff(float y, float t) { return y - t; }
 static inline ZOE_MLP_HD float mlp_mse_grad(float diff, float coef) { return coef * diff; }
 
+/* Two partial gradients added (leaf_tree.h's adds, on the host and in the CUDA kernel alike). */
+static inline ZOE_MLP_HD float mlp_add(float a, float b) { return a + b; }
+
 /* The bias gradient of column `col`: the column sum of dz (rows x hidden, row-major), added row by
  * row in order (the CUDA kernel gives one thread a column and adds in the same order). */
 static inline ZOE_MLP_HD float mlp_bias_grad(const float* dz, size_t rows, size_t hidden, size_t col) {

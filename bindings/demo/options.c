@@ -80,11 +80,13 @@ void mlp_print_help(FILE* out) {
       "not link MPI: it learns its rank through zoe). Every rank draws the same global batch and trains on\n"
       "its rows (rank r of W: rows [r B/(K W), (r+1) B/(K W)) of each micro-batch of B/K rows), zoe averages\n"
       "the gradients over the ranks, so one rank with the same flags computes the same steps: bit for bit\n"
-      "where the rows are grouped alike (W ranks of one micro-batch each, one rank of W micro-batches), else\n"
-      "up to the order of fp32 row sums. The loss printed is the global mean (summed over the ranks with\n"
-      "zoe_all_reduce_sum). With --dir every rank keeps its swap files in DIR/rank-<r>. Rank 0 alone prints\n"
-      "the lines below and the progress; another rank prints only its errors. --checkpoint-every and\n"
-      "--resume are refused on several ranks (not yet supported by this program).\n"
+      "when every rank's rows are a power-of-two number of leaves of 128 rows and W is a power of two (the\n"
+      "gradients and the loss are summed over the leaves, and zoe sums the ranks, in one pairwise tree),\n"
+      "else up to the order of fp32 sums. The loss printed is the global mean (the squared errors summed\n"
+      "over the ranks with zoe_all_reduce_sum, divided once). With --dir every rank keeps its swap files\n"
+      "in DIR/rank-<r>. Rank 0 alone prints the lines below and the progress; another rank prints only its\n"
+      "errors. --checkpoint-every and --resume are refused on several ranks (not yet supported by this\n"
+      "program).\n"
       "\n",
       out);
   fputs(

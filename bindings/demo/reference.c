@@ -133,7 +133,7 @@ int mlp_reference_run(const mlp_options* o, size_t micro_batches) {
       double sum_sq = 0.0;
       const uint64_t n = (uint64_t)rows * h;
       c->ops->loss(c, act[layers], dz, o->seed, (uint64_t)step, row0, rows, h, mlp_mse_coef(n, 1.0), &sum_sq);
-      loss += sum_sq / (double)n;
+      loss += sum_sq;
       float* grad_in = dz;
       float* grad_out = dx;
       for (size_t l = layers; l-- > 0;) {
@@ -152,7 +152,7 @@ int mlp_reference_run(const mlp_options* o, size_t micro_batches) {
         }
       }
     }
-    loss /= (double)micro_batches;
+    loss /= (double)o->batch * (double)h; /* the squared errors over every element, as zoe's run divides them */
 
     /* The step: the norm of the averaged, unscaled gradient; clipping folded into grad_scale. */
     double total = 0.0;

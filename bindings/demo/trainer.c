@@ -109,8 +109,8 @@ int mlp_trainer_open(mlp_trainer* t, const mlp_options* o, const char* config_js
   return 0;
 }
 
-/* Forward and backward of micro-batch `micro` of step `step`; adds its loss to *loss_sum. */
-static int micro_batch(mlp_trainer* t, long step, size_t micro, double* loss_sum) {
+/* Forward and backward of micro-batch `micro` of step `step`; adds its squared errors to *sq_total. */
+static int micro_batch(mlp_trainer* t, long step, size_t micro, double* sq_total) {
   const size_t h = t->hidden;
   const size_t n = t->rows * h;
   uint64_t row0 = 0;
@@ -147,7 +147,7 @@ static int micro_batch(mlp_trainer* t, long step, size_t micro, double* loss_sum
   double sum_sq = 0.0;
   ZOE_MLP_COMPUTE(ops->loss(t->compute, cur, grad_in, t->seed, (uint64_t)step, row0, t->rows, h,
                             mlp_mse_coef((uint64_t)n, loss_scale), &sum_sq));
-  *loss_sum += sum_sq / (double)n;
+  *sq_total += sum_sq;
 
   for (size_t l = t->layers; l-- > 0;) {
     ZOE_MLP_CHECK(zoe_fetch(t->engine, (zoe_module_id)l, ZOE_PASS_BACKWARD, t->stream));
@@ -174,14 +174,14 @@ static int micro_batch(mlp_trainer* t, long step, size_t micro, double* loss_sum
   return 0;
 }
 
-int mlp_trainer_step(mlp_trainer* t, long step, double lr, double* loss, zoe_step_result* result) {
+int mlp_trainer_step(mlp_trainer* t, long step, double lr, double* sum_sq, zoe_step_result* result) {
   double sum = 0.0;
   for (size_t m = 0; m < t->micro_batches; ++m) {
     if (micro_batch(t, step, m, &sum) != 0) return -1;
   }
   zoe_step_result r = ZOE_STEP_RESULT_INIT;
   ZOE_MLP_CHECK(zoe_step(t->engine, lr, &r));
-  *loss = sum / (double)t->micro_batches;
+  *sum_sq = sum;
   *result = r;
   return 0;
 }

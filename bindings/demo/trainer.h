@@ -35,9 +35,12 @@ typedef struct mlp_trainer {
  * mlp_trainer_close undoes whatever was made either way. */
 int mlp_trainer_open(mlp_trainer* t, const mlp_options* o, const char* config_json, const char* overrides,
                      size_t micro_batches, uint64_t budget);
-/* One training step (all micro-batches, then zoe_step with `lr`): *loss is the mean over the
- * micro-batches of the mean squared error of this rank's rows. 0, or -1 with a message. */
-int mlp_trainer_step(mlp_trainer* t, long step, double lr, double* loss, zoe_step_result* result);
+/* One training step (all micro-batches, then zoe_step with `lr`): *sum_sq is the squared errors of
+ * this rank's rows summed (each micro-batch's as compute.h's loss adds them, the micro-batches in
+ * order); the step's loss is the ranks' sums, added by zoe_all_reduce_sum, over batch * hidden: no
+ * division before the ranks' sums are added, so a power-of-two split gives one rank's bits.
+ * 0, or -1 with a message. */
+int mlp_trainer_step(mlp_trainer* t, long step, double lr, double* sum_sq, zoe_step_result* result);
 /* Destroys the engine (not the device): after it, device memory is free for mlp_trainer_compute_s. */
 int mlp_trainer_close_engine(mlp_trainer* t);
 /* Seconds of forward and backward of one step with everything resident: one layer's weights and

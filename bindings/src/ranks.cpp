@@ -17,6 +17,7 @@
 #include "zoe/engine/comm/communicator.hpp"
 #include "zoe/engine/comm/gather_shards.hpp"
 #include "zoe/engine/comm/launcher.hpp"
+#include "zoe/engine/comm/pairwise_tree.hpp"
 #include "zoe/engine/statistics.hpp"
 
 namespace zoe::bindings {
@@ -112,16 +113,16 @@ zoe_status zoe_all_reduce_sum(zoe_engine* engine, double* values, size_t count) 
       }
     }
     if (count == 0) return;
-    // The values by all-gather, then summed in rank order on the host: exact, and the same bits on
-    // every rank (a reduction's order inside a transport is its own).
+    // The values by all-gather, then summed on the host in zoe's pairwise tree over the ranks: the
+    // same bits on every rank (a reduction's order inside a transport is its own), and the same
+    // tree as the gradients' reductions.
     const std::vector<std::byte> gathered =
         zoe::engine::gather_shards(world, dev, std::as_bytes(std::span(values, count)));
     std::vector<double> all(size * count);
     std::memcpy(all.data(), gathered.data(), gathered.size());
     for (std::size_t i = 0; i < count; ++i) {
-      double sum = 0.0;
-      for (std::size_t r = 0; r < size; ++r) sum += all[r * count + i];
-      values[i] = sum;
+      values[i] = zoe::engine::pairwise_tree_sum<double>(
+          size, [&](std::size_t r) { return all[r * count + i]; }, [](double& left, double&& right) { left += right; });
     }
   });
 }

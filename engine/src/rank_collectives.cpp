@@ -4,6 +4,8 @@
 #include <array>
 #include <cstring>
 
+#include "zoe/engine/comm/pairwise_tree.hpp"
+
 namespace zoe::engine::detail {
 namespace {
 
@@ -45,14 +47,16 @@ gradient_summary global_summary(communicator& world, device& dev, const gradient
   // One record per rank: its sum of squares and its flag, as two doubles (the bits travel as bytes).
   std::array<double, 2> mine{local.sum_of_squares, local.overflow ? 1.0 : 0.0};
   const std::vector<std::byte> all = gather_on_device(world, dev, std::as_bytes(std::span(mine)));
-  gradient_summary out;
-  for (std::size_t r = 0; r < world.size(); ++r) {
+  const auto record = [&](std::size_t r) {
     std::array<double, 2> rec{};
     std::memcpy(rec.data(), all.data() + r * sizeof(rec), sizeof(rec));
-    out.sum_of_squares += rec[0];
-    out.overflow = out.overflow || rec[1] != 0.0;
-  }
-  return out;
+    return gradient_summary{rec[0], rec[1] != 0.0};
+  };
+  return pairwise_tree_sum<gradient_summary>(world.size(), record,
+                                             [](gradient_summary& left, gradient_summary&& right) {
+                                               left.sum_of_squares += right.sum_of_squares;
+                                               left.overflow = left.overflow || right.overflow;
+                                             });
 }
 
 }  // namespace zoe::engine::detail

@@ -16,8 +16,9 @@
 namespace zoe::engine::detail {
 
 /// The summary of the whole gradient from each rank's summary of its shards: the ranks' sums of
-/// squares added in rank order from 0.0 and their overflow flags or-ed, so every rank gets the same
-/// bits. Throws what the communicator throws (a comm_error naming a rank that failed or vanished).
+/// squares added in the pairwise tree over the ranks (zoe/engine/comm/pairwise_tree.hpp) and their
+/// overflow flags or-ed, so every rank gets the same bits. Throws what the communicator throws (a
+/// comm_error naming a rank that failed or vanished).
 [[nodiscard]] gradient_summary global_summary(communicator& world, device& dev, const gradient_summary& local);
 
 /// Every rank's `shard` concatenated in rank order (zoe/engine/comm/gather_shards.hpp).

@@ -1,6 +1,6 @@
 // The C API's ranks calls on 1 to 4 ranks under mpirun (label mpi): every rank agrees with its
-// launcher, zoe_all_reduce_sum gives every rank the same sums, added in rank order, and ranks that
-// pass different counts all fail naming every rank's count; the traffic counters see bytes leave
+// launcher, zoe_all_reduce_sum gives every rank the same sums, added in the pairwise tree, and
+// ranks that pass different counts all fail naming every rank's count; the traffic counters see bytes leave
 // the rank once a step runs (and none at world size 1).
 #include <cmath>
 #include <cstdint>
@@ -71,21 +71,35 @@ TEST_F(ranks_engine, EngineRanksAgreeWithTheLauncher) {
   EXPECT_EQ(mine.nodes * mine.ranks_per_node, mine.world_size);
 }
 
-TEST_F(ranks_engine, AllReduceSumAddsInRankOrderOnEveryRank) {
+// The ranks' values added in zoe's pairwise tree, written out for the world sizes the test runs on.
+double tree_sum(const std::vector<double>& v) {
+  switch (v.size()) {
+    case 1: return v[0];
+    case 2: return v[0] + v[1];
+    case 3: return (v[0] + v[1]) + v[2];
+    case 4: return (v[0] + v[1]) + (v[2] + v[3]);
+    default: ADD_FAILURE() << "no written-out tree for " << v.size() << " ranks"; return 0.0;
+  }
+}
+
+TEST_F(ranks_engine, AllReduceSumAddsInThePairwiseTreeOnEveryRank) {
   zoe_ranks k = ZOE_RANKS_INIT;
   ASSERT_EQ(zoe_engine_ranks(engine_, &k), ZOE_SUCCESS);
-  // Values whose sum depends on the order of the additions: 1e16 + r ... loses the small ones
-  // unless added as rank 0, 1, 2, ... does.
+  // Values whose sum depends on the grouping of the additions: 1e16 + 1 + 1 + 1 keeps the small
+  // ones only where (1 + 1) is added first, as the tree on 4 ranks does.
   std::vector<double> values = {static_cast<double>(k.rank + 1), k.rank == 0 ? 1e16 : 1.0, -0.5 * k.rank};
   ASSERT_EQ(zoe_all_reduce_sum(engine_, values.data(), values.size()), ZOE_SUCCESS) << zoe_last_error();
-  double want_first = 0;
-  double want_second = 0;
-  double want_third = 0;
+  std::vector<double> first;
+  std::vector<double> second;
+  std::vector<double> third;
   for (std::uint32_t r = 0; r < k.world_size; ++r) {
-    want_first += static_cast<double>(r + 1);
-    want_second += r == 0 ? 1e16 : 1.0;
-    want_third += -0.5 * r;
+    first.push_back(static_cast<double>(r + 1));
+    second.push_back(r == 0 ? 1e16 : 1.0);
+    third.push_back(-0.5 * r);
   }
+  const double want_first = tree_sum(first);
+  const double want_second = tree_sum(second);
+  const double want_third = tree_sum(third);
   EXPECT_EQ(values[0], want_first);
   EXPECT_EQ(values[1], want_second);
   EXPECT_EQ(values[2], want_third);

@@ -1,8 +1,9 @@
 // zoe-train-mlp on 4 ranks under mpirun (label mpi): data parallelism changes no math (every step's
-// loss equals one rank's with the same flags within 1e-5 relative), the final line's traffic
-// fields say what crossed between "nodes" (4 ranks on this machine as 2 nodes of 2, or 1 node of
-// 4), and ZeRO++ (qwZ + hpZ over a node + qgZ) cuts the inter-node bytes of plain ZeRO-3 at least
-// 3.9x for a loss within 3% of it. Small models: seconds a run, though 4 ranks share the cores.
+// loss equals one rank's with the same flags within 1e-5 relative, and bit for bit when every
+// rank's rows are whole leaves of the demo's gradient tree), the final line's traffic fields say
+// what crossed between "nodes" (4 ranks on this machine as 2 nodes of 2, or 1 node of 4), and
+// ZeRO++ (qwZ + hpZ over a node + qgZ) cuts the inter-node bytes of plain ZeRO-3 at least 3.9x for
+// a loss within 3% of it. Small models: seconds a run, though 4 ranks share the cores.
 #include <cmath>
 #include <filesystem>
 #include <map>
@@ -66,23 +67,29 @@ TEST(TrainMlpMpi, FourRanksAsTwoNodesMatchOneRank) {
   }
 }
 
-// With the rows grouped alike, data parallelism adds no rounding at all: 4 ranks of 2 rows equal
-// one rank summing 4 micro-batches of 2 rows bit for bit (fp32; the ranks' mean reduce-scatter
-// adds in rank order as gradient accumulation adds in micro-batch order). What separates them
-// from one micro-batch of 8 rows is only the order of the row sums inside BLAS.
-TEST(TrainMlpMpi, FourRanksEqualOneRankOfFourMicroBatchesBitForBit) {
-  const std::string flags = small_model + " --steps 5 --json";
-  const run_result many = run_ranks(4, flags + " --ranks-per-node 2");
-  const run_result one = run(flags + " --micro-batches 4");
-  ASSERT_EQ(many.exit_code, 0) << many.output;
+// Data parallelism adds no rounding at all: the demo sums every gradient and the loss over leaves
+// of 128 rows in a pairwise tree (bindings/demo/leaf_tree.h) and zoe's reductions add the ranks in
+// the same tree, so 2 and 4 ranks reproduce one rank's run bit for bit with the same global batch
+// and the same (default) micro-batches, under the shipped ZeRO-3 configuration (fp32, clipping on).
+// 512 rows: 4, 2 and 1 leaves a rank on 1, 2 and 4 ranks; a narrow model keeps it fast.
+TEST(TrainMlpMpi, TwoAndFourRanksEqualOneRankBitForBit) {
+  const std::string flags =
+      " --hidden 32 --layers 3 --batch 512 --seed 7 --lr 0.01 --device host --steps 4 --json "
+      "--config " +
+      configs + "/zero3.json";
+  const run_result one = run(flags);
   ASSERT_EQ(one.exit_code, 0) << one.output;
-  const auto a = steps_of(many.output);
   const auto b = steps_of(one.output);
-  ASSERT_EQ(a.size(), 5U) << many.output;
-  ASSERT_EQ(b.size(), 5U) << one.output;
-  for (const auto& [step, line] : a) {
-    EXPECT_EQ(line["loss_hex"], b.at(step)["loss_hex"]) << "step " << step;
-    EXPECT_EQ(line["grad_norm"], b.at(step)["grad_norm"]) << "step " << step;
+  ASSERT_EQ(b.size(), 4U) << one.output;
+  for (const int ranks : {2, 4}) {
+    const run_result many = run_ranks(ranks, flags + " --ranks-per-node 2");
+    ASSERT_EQ(many.exit_code, 0) << many.output;
+    const auto a = steps_of(many.output);
+    ASSERT_EQ(a.size(), 4U) << many.output;
+    for (const auto& [step, line] : a) {
+      EXPECT_EQ(line["loss_hex"], b.at(step)["loss_hex"]) << ranks << " ranks, step " << step;
+      EXPECT_EQ(line["grad_norm"], b.at(step)["grad_norm"]) << ranks << " ranks, step " << step;
+    }
   }
 }
 

@@ -75,15 +75,27 @@ float element(dtype type, const std::byte* p, std::size_t i) {
 }
 
 // The reduction over `size` ranks of elements [first, first + count) of every rank's encode(...):
-// in rank order, in fp32, rounded once (the contract of the mpi backend).
+// in fp32, in the pairwise tree over the ranks written out by its definition (level by level,
+// adjacent pairs added, an odd one out carried up: ((r0 + r1) + r2) for 3), rounded once (the
+// contract of the mpi backend).
 std::vector<std::byte> reference_reduction(dtype type, reduce_op op, std::size_t size, std::size_t first,
                                            std::size_t count, std::size_t salt) {
-  std::vector<float> sum(count, 0.0F);
+  std::vector<std::vector<float>> level;
   for (std::size_t q = 0; q < size; ++q) {
     const std::vector<std::byte> block = encode(type, q, first, count, salt);
-    for (std::size_t i = 0; i < count; ++i)
-      sum[i] = q == 0 ? element(type, block.data(), i) : sum[i] + element(type, block.data(), i);
+    std::vector<float>& values = level.emplace_back(count);
+    for (std::size_t i = 0; i < count; ++i) values[i] = element(type, block.data(), i);
   }
+  while (level.size() > 1) {
+    std::vector<std::vector<float>> up;
+    for (std::size_t q = 0; q < level.size(); q += 2) {
+      std::vector<float>& pair = up.emplace_back(std::move(level[q]));
+      if (q + 1 == level.size()) continue;
+      for (std::size_t i = 0; i < count; ++i) pair[i] += level[q + 1][i];
+    }
+    level = std::move(up);
+  }
+  const std::vector<float>& sum = level.front();
   std::vector<std::byte> out(count * kernels::dtype_size(type));
   for (std::size_t i = 0; i < count; ++i) {
     const float v = op == reduce_op::mean ? sum[i] / static_cast<float>(size) : sum[i];

@@ -12,6 +12,7 @@
 #include "zoe/core/check.hpp"
 #include "zoe/core/error.hpp"
 #include "zoe/core/str.hpp"
+#include "zoe/engine/comm/pairwise_tree.hpp"
 
 namespace zoe::testing {
 namespace {
@@ -127,16 +128,23 @@ class thread_communicator final : public communicator {
   void reduce_scatter(const void* send, void* recv, std::size_t count, kernels::dtype type, engine::reduce_op op,
                       stream_view stream) override {
     ZOE_EXPECTS(type == kernels::dtype::fp32, "thread world: reduce_scatter of fp32 only");
-    std::vector<float> sum(count, 0.0F);
-    exchange(send, stream, [&](std::size_t /*r*/, const std::byte* from) {
-      const auto* const block = reinterpret_cast<const float*>(from) + rank_ * count;
-      for (std::size_t i = 0; i < count; ++i) {
-        sum[i] += block[i];
-      }
+    // The ranks' blocks added in zoe's pairwise tree over the ranks, the mean dividing the sum, as
+    // the mpi backend reduces (tree_order_reduce.hpp).
+    std::vector<std::vector<float>> blocks(size(), std::vector<float>(count));
+    exchange(send, stream, [&](std::size_t r, const std::byte* from) {
+      std::memcpy(blocks[r].data(), from + rank_ * count * sizeof(float), count * sizeof(float));
     });
-    const float scale = op == engine::reduce_op::mean ? 1.0F / static_cast<float>(size()) : 1.0F;
-    for (float& v : sum) {
-      v *= scale;
+    std::vector<float> sum = engine::pairwise_tree_sum<std::vector<float>>(
+        size(), [&](std::size_t r) { return std::move(blocks[r]); },
+        [](std::vector<float>& left, std::vector<float>&& right) {
+          for (std::size_t i = 0; i < left.size(); ++i) {
+            left[i] += right[i];
+          }
+        });
+    if (op == engine::reduce_op::mean) {
+      for (float& v : sum) {
+        v /= static_cast<float>(size());
+      }
     }
     std::memcpy(recv, sum.data(), count * sizeof(float));
     this->count(collective::reduce_scatter, count * sizeof(float));

@@ -262,7 +262,12 @@ ZOE_API zoe_status zoe_launcher_ranks(zoe_ranks* ranks);
 ZOE_API zoe_status zoe_engine_ranks(const zoe_engine* engine, zoe_ranks* ranks);
 
 /** Sums `count` doubles over the ranks, in place: on return every rank holds the same sums, each
- *  added in rank order (so every rank's result is bit-identical, whatever the timing). For figures
+ *  added in zoe's pairwise tree over the ranks, ((r0 + r1) + (r2 + r3)) on 4 and ((r0 + r1) + r2)
+ *  on 3 (level by level adjacent pairs, an odd one out carried up), the tree of the engine's
+ *  gradient reductions on the mpi backend, so every rank's result is bit-identical whatever the
+ *  timing, and values that are themselves tree sums of aligned halves or quarters of a whole add up
+ *  to the whole's tree sum. Whatever the backend (also nccl: the values go by all-gather and are
+ *  added on the host). For figures
  *  the caller computes on the host (a loss, a sample count), through a communicator of the engine
  *  kept for the caller alone, so it neither waits for nor reorders the engine's own collectives.
  *  Collective: every rank of the engine calls it, in the same order relative to its other calls of

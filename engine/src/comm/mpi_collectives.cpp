@@ -1,12 +1,13 @@
 // The mpi group's collectives as direct exchanges: each rank sends every other rank exactly the
-// part that rank needs (so bytes_to() is what each rank hands MPI) and reduces in rank order.
+// part that rank needs (so bytes_to() is what each rank hands MPI) and reduces in the pairwise tree
+// over the ranks (tree_order_reduce.hpp).
 #include <cstring>
 #include <span>
 #include <vector>
 
 #include "mpi_group.hpp"
 #include "mpi_runtime.hpp"
-#include "rank_order_reduce.hpp"
+#include "tree_order_reduce.hpp"
 #include "zoe/core/check.hpp"
 #include "zoe/core/error.hpp"
 #include "zoe/core/str.hpp"
@@ -130,7 +131,7 @@ void mpi_group::reduce_scatter(const void* send, void* recv, std::size_t count, 
            x.run();
            std::vector<const void*> blocks(n);
            for (std::size_t q = 0; q < n; ++q) blocks[q] = q == r ? in + r * block : arrived.data() + q * block;
-           reduce_in_rank_order(blocks, out, count, type, op);
+           reduce_in_tree_order(blocks, out, count, type, op);
          });
 }
 
@@ -180,7 +181,7 @@ void mpi_group::all_reduce(const void* send, void* recv, std::size_t count, kern
            x.run();
            std::vector<const void*> blocks(n);
            for (std::size_t q = 0; q < n; ++q) blocks[q] = q == r ? in + at(r) : arrived.data() + q * mine;
-           reduce_in_rank_order(blocks, out + at(r), mine / element, type, op);
+           reduce_in_tree_order(blocks, out + at(r), mine / element, type, op);
            // Every send of the first phase is done, so in place the other chunks may be overwritten.
            for (std::size_t p = 0; p < n; ++p) {
              if (p == r) continue;

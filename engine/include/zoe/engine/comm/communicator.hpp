@@ -63,9 +63,9 @@ inline constexpr std::size_t collective_count = 5;
 
 /// The bytes rank `rank` of a group of `size` hands the transport for rank `dest` in one
 /// collective, by the direct algorithms the mpi backend runs (each rank sends every other rank
-/// exactly the part that rank needs, and reduces what it receives in rank order, so the result does
-/// not depend on timing). The nccl backend, whose algorithms run out of sight, counts by the same
-/// rule, so every backend counts alike. `payload` is the collective's byte argument:
+/// exactly the part that rank needs, and reduces what it receives in the pairwise tree over the ranks
+/// of pairwise_tree.hpp, so the result does not depend on timing). The nccl backend, whose algorithms run out of sight,
+/// counts by the same rule, so every backend counts alike. `payload` is the collective's byte argument:
 ///   all_gather      bytes each rank contributes  -> payload to every other rank
 ///   reduce_scatter  bytes of one result block    -> payload to every other rank
 ///   all_to_all      bytes of one block           -> payload to every other rank
@@ -150,6 +150,13 @@ class communicator {
   virtual void all_gather_coalesced(std::span<const gather_part> parts, stream_view stream) = 0;
   /// `send` holds size() * count elements; rank r receives in `recv` the reduction of every rank's
   /// r-th block of `count` elements. `recv` may be send + rank() * count elements (in place).
+  /// Reduction order (here and in all_reduce): the mpi backend, and the single backend trivially,
+  /// add the ranks' blocks in the pairwise tree of pairwise_tree.hpp (((r0 + r1) + (r2 + r3)) for 4;
+  /// fp16 and bf16 in fp32, rounded once; mean divides that sum by size()), so a sum split over a
+  /// power-of-two number of ranks adds up as on one rank. The nccl backend cannot choose: NCCL's
+  /// ring and tree algorithms add in an order of their own, which may change with the message size
+  /// and the topology, so its results are deterministic for one setup but not bit-identical to
+  /// another world size's.
   virtual void reduce_scatter(const void* send, void* recv, std::size_t count, kernels::dtype type, reduce_op op,
                               stream_view stream) = 0;
   /// Several reduce-scatters carried as one (a gradient bucket of reduce_bucket_size): one message
