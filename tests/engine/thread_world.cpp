@@ -126,20 +126,27 @@ class thread_communicator final : public communicator {
 
   void reduce_scatter(const void* send, void* recv, std::size_t count, kernels::dtype type, engine::reduce_op op,
                       stream_view stream) override {
-    ZOE_EXPECTS(type == kernels::dtype::fp32, "thread world: reduce_scatter of fp32 only");
-    std::vector<float> sum(count, 0.0F);
-    exchange(send, stream, [&](std::size_t /*r*/, const std::byte* from) {
-      const auto* const block = reinterpret_cast<const float*>(from) + rank_ * count;
-      for (std::size_t i = 0; i < count; ++i) {
-        sum[i] += block[i];
-      }
-    });
-    const float scale = op == engine::reduce_op::mean ? 1.0F / static_cast<float>(size()) : 1.0F;
-    for (float& v : sum) {
-      v *= scale;
+    const engine::reduce_part part{send, recv, count, type};
+    reduce_scatter_coalesced(std::span(&part, 1), op, stream);
+  }
+
+  // One meeting for every part: each rank posts its parts, and every part is reduced as one
+  // reduce_scatter reduces it (reduce_block).
+  void reduce_scatter_coalesced(std::span<const engine::reduce_part> parts, engine::reduce_op op,
+                                stream_view stream) override {
+    std::uint64_t bytes = 0;
+    for (const engine::reduce_part& part : parts) {
+      ZOE_EXPECTS(part.type == kernels::dtype::fp32, "thread world: reduce_scatter of fp32 only");
+      bytes += part.count * sizeof(float);
     }
-    std::memcpy(recv, sum.data(), count * sizeof(float));
-    this->count(collective::reduce_scatter, count * sizeof(float));
+    std::vector<std::vector<float>> sums(parts.size());
+    for (std::size_t k = 0; k < parts.size(); ++k) sums[k].assign(parts[k].count, 0.0F);
+    exchange(parts.data(), stream, [&](std::size_t /*r*/, const std::byte* from) {
+      const auto* const theirs = reinterpret_cast<const engine::reduce_part*>(from);
+      for (std::size_t k = 0; k < parts.size(); ++k) add_block(sums[k], theirs[k].send);
+    });
+    for (std::size_t k = 0; k < parts.size(); ++k) finish_block(sums[k], parts[k].recv, op);
+    count(collective::reduce_scatter, bytes);
   }
 
   void all_to_all(const void* send, void* recv, std::size_t bytes, stream_view stream) override {
@@ -209,7 +216,27 @@ class thread_communicator final : public communicator {
  private:
   [[noreturn]] static void unsupported(const char* what) {
     throw usage_error(
-        str("thread world has no ", what, " (only all_gather, all_to_all, fp32 reduce_scatter, broadcast, barrier)"));
+        str("thread world has no ", what,
+            " (only all_gather, all_to_all, fp32 reduce_scatter and its coalesced form, broadcast, barrier)"));
+  }
+
+  // Adds this rank's block of a rank's reduce-scatter input `send` (sum.size() elements) to `sum`.
+  void add_block(std::vector<float>& sum, const void* send) const {
+    const auto* const block = static_cast<const float*>(send) + rank_ * sum.size();
+    for (std::size_t i = 0; i < sum.size(); ++i) {
+      sum[i] += block[i];
+    }
+  }
+
+  // Writes the reduction `op` of the summed blocks to `recv`.
+  void finish_block(std::vector<float>& sum, void* recv, engine::reduce_op op) const {
+    const float scale = op == engine::reduce_op::mean ? 1.0F / static_cast<float>(size()) : 1.0F;
+    for (float& v : sum) {
+      v *= scale;
+    }
+    if (!sum.empty()) {
+      std::memcpy(recv, sum.data(), sum.size() * sizeof(float));
+    }
   }
 
   // Every rank posts its buffer; once all have, `copy(r, rank r's buffer)` runs for each rank r,

@@ -161,6 +161,42 @@ void mpi_group::run(collective_call c, int tag, const std::function<void(mpi_exc
   }
 }
 
+copy_kind mpi_group::to_staging() const noexcept {
+  return dev_->kind() == device_kind::host ? copy_kind::device_to_device : copy_kind::device_to_host;
+}
+
+copy_kind mpi_group::from_staging() const noexcept {
+  return dev_->kind() == device_kind::host ? copy_kind::device_to_device : copy_kind::host_to_device;
+}
+
+void mpi_group::launch_staged(collective_call c, std::uint64_t tag_kind, stream_view stream, std::uint64_t bytes,
+                              const std::function<void(std::byte*)>& copy_in,
+                              std::function<void(mpi_exchange&, std::byte*)> exchange,
+                              const std::function<void(std::byte*)>& copy_out) {
+  std::shared_ptr<staging> s = stage(bytes);
+  std::byte* const data = s->data;
+  const int tag = next_tag(tag_kind);
+  {
+    const std::lock_guard lock(mutex_);
+    ++in_flight_;
+  }
+  try {
+    copy_in(data);
+    dev_->launch_host(stream, [this, c, tag, data, exchange = std::move(exchange)] {
+      run(c, tag, [&](mpi_exchange& x) { exchange(x, data); });
+    });
+    copy_out(data);
+    dev_->launch_host(stream, [this, s = std::move(s)]() mutable {
+      // The copies are done: hand the buffer to the issuing thread, which unregisters it.
+      retire(std::move(s));
+      task_done();
+    });
+  } catch (...) {
+    task_done();
+    throw;
+  }
+}
+
 void mpi_group::launch(collective what, stream_view stream, const void* in, std::uint64_t in_bytes, void* out,
                        std::uint64_t out_bytes, exchange_fn fn) {
   const int tag = next_tag(static_cast<std::uint64_t>(what));
