@@ -107,10 +107,10 @@ class mpi_group final : public communicator {
   // Queues `fn` on `stream` reading `in_bytes` at `in` and writing `out_bytes` at `out`.
   void launch(collective what, stream_view stream, const void* in, std::uint64_t in_bytes, void* out,
               std::uint64_t out_bytes, exchange_fn fn);
-  // Queues a coalesced collective on `stream` through a host staging buffer of `bytes` (even on the
-  // host device, where the parts are not one buffer): copy_in(data) queues the copies of the parts
-  // into it, `exchange` runs on the stream's worker under the next tag of `tag_kind`, copy_out(data)
-  // queues the copies to the parts; then the buffer is retired.
+  // Queues a collective on `stream` through a host staging buffer of `bytes` (a coalesced one even
+  // on the host device, where its parts are not one buffer): copy_in(data) queues the copies of the
+  // input into it, `exchange` runs on the stream's worker under the next tag of `tag_kind`,
+  // copy_out(data) queues the copies of the output; then the buffer is retired.
   void launch_staged(collective_call c, std::uint64_t tag_kind, stream_view stream, std::uint64_t bytes,
                      const std::function<void(std::byte*)>& copy_in,
                      std::function<void(mpi_exchange&, std::byte*)> exchange,
