@@ -65,6 +65,10 @@ class recording_communicator final : public engine::communicator {
                       stream_view stream) override {
     inner_->reduce_scatter(send, recv, count, type, op, stream);
   }
+  void reduce_scatter_coalesced(std::span<const engine::reduce_part> parts, engine::reduce_op op,
+                                stream_view stream) override {
+    inner_->reduce_scatter_coalesced(parts, op, stream);
+  }
   void all_to_all(const void* send, void* recv, std::size_t bytes, stream_view stream) override {
     inner_->all_to_all(send, recv, bytes, stream);
   }

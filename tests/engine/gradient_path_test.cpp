@@ -8,14 +8,19 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <mutex>
 #include <random>
+#include <span>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -105,8 +110,8 @@ gradient_path_options quantized(gradient_path_options o, const engine::footprint
 struct bench {
   explicit bench(home_kind h, bool overlap_comm = false, std::uint64_t bucket_elements = 500'000'000,
                  std::shared_ptr<fault_plan> faults = nullptr, bool use_fake_device = false,
-                 bool quantized_gradients = false)
-      : s({.modules = model(),
+                 bool quantized_gradients = false, std::vector<engine::module_spec> modules = model())
+      : s({.modules = std::move(modules),
            .config = quantized(config_for(h, overlap_comm, bucket_elements), quantized_gradients),
            .faults = std::move(faults),
            .use_fake_device = use_fake_device}),
@@ -324,6 +329,153 @@ TEST(gradient_path, OverlapCommLendsTwoBucketsAtOnce) {
   EXPECT_EQ(b.path.stats().device_bucket_bytes, 2 * b.s.plan().gradient_bucket_bytes);
   b.expect_gradients_match("two buckets");
   EXPECT_EQ(bits(b.path.summary().sum_of_squares), bits(b.reference_sum()));
+}
+
+// The world-size-1 communicator whose coalesced reduce-scatters hold their stream until open() (or
+// a minute, so a broken test fails instead of hanging): what has passed shows which buckets'
+// reductions have run.
+class gated_communicator final : public engine::communicator {
+ public:
+  gated_communicator(device& dev, engine::communicator& inner) : dev_(dev), inner_(inner) {}
+
+  void open() {
+    {
+      const std::lock_guard lock(mutex_);
+      open_ = true;
+    }
+    opened_.notify_all();
+  }
+  [[nodiscard]] std::size_t passed() const noexcept { return passed_.load(); }
+
+  [[nodiscard]] std::size_t rank() const noexcept override { return inner_.rank(); }
+  [[nodiscard]] std::size_t size() const noexcept override { return inner_.size(); }
+  [[nodiscard]] std::string name() const override { return "gated " + inner_.name(); }
+  void all_gather(const void* send, void* recv, std::size_t bytes, stream_view stream) override {
+    inner_.all_gather(send, recv, bytes, stream);
+  }
+  void all_gather_coalesced(std::span<const engine::gather_part> parts, stream_view stream) override {
+    inner_.all_gather_coalesced(parts, stream);
+  }
+  void reduce_scatter(const void* send, void* recv, std::size_t count, kernels::dtype type, engine::reduce_op op,
+                      stream_view stream) override {
+    inner_.reduce_scatter(send, recv, count, type, op, stream);
+  }
+  void reduce_scatter_coalesced(std::span<const engine::reduce_part> parts, engine::reduce_op op,
+                                stream_view stream) override {
+    dev_.launch_host(stream, [this] {
+      std::unique_lock lock(mutex_);
+      opened_.wait_for(lock, std::chrono::minutes(1), [this] { return open_; });
+      ++passed_;
+    });
+    inner_.reduce_scatter_coalesced(parts, op, stream);
+  }
+  void all_to_all(const void* send, void* recv, std::size_t bytes, stream_view stream) override {
+    inner_.all_to_all(send, recv, bytes, stream);
+  }
+  void all_reduce(const void* send, void* recv, std::size_t count, kernels::dtype type, engine::reduce_op op,
+                  stream_view stream) override {
+    inner_.all_reduce(send, recv, count, type, op, stream);
+  }
+  void broadcast(void* buffer, std::size_t bytes, std::size_t root, stream_view stream) override {
+    inner_.broadcast(buffer, bytes, root, stream);
+  }
+  void barrier() override { inner_.barrier(); }
+  [[nodiscard]] communicator& node_local() override { return *this; }
+  [[nodiscard]] communicator& cross_node() override { return *this; }
+  [[nodiscard]] communicator& hpz() override { return *this; }
+  [[nodiscard]] engine::comm_stats stats() const override { return inner_.stats(); }
+  void abort(std::string_view reason) noexcept override { inner_.abort(reason); }
+
+ private:
+  device& dev_;
+  engine::communicator& inner_;
+  std::mutex mutex_;
+  std::condition_variable opened_;
+  bool open_ = false;
+  std::atomic<std::size_t> passed_{0};
+};
+
+// overlap_comm, one module per bucket: acquiring the second module seals the first bucket and
+// issues its reduction, and the second bucket is lent and filled while that reduction is still held
+// at the gate (not run yet): backward and the reduction overlap. Then both are reduced, one
+// collective each, and the gradients are the host's sums.
+TEST(gradient_path, OverlapCommFillsOneBucketWhileTheOtherIsReduced) {
+  bench b(home_kind::split, true, 1);
+  ASSERT_EQ(b.s.plan().gradient_bucket_count, 2U);
+  gated_communicator gate(b.s.dev(), b.s.comm());
+  gradient_path path(b.s.tiers(), gate, b.s.dev(), b.s.pinned(), b.s.store(), options_of(b.s.plan()));
+  const std::uint64_t calls = gate.stats().calls;
+  path.begin_micro_batch(0, 1);
+  const std::vector<void*> m0 = path.acquire(0, b.stream.view());
+  b.fill(0, m0, 3, true);
+  path.reduce(0, b.stream.view());
+  EXPECT_EQ(gate.stats().calls, calls) << "the bucket being filled is not reduced yet";
+  const std::vector<void*> m1 = path.acquire(1, b.stream.view());
+  EXPECT_EQ(gate.stats().calls, calls + 1) << "moving on to the second bucket issues the first's reduction";
+  b.fill(1, m1, 3, true);
+  path.reduce(1, b.stream.view());
+  EXPECT_EQ(gate.passed(), 0U) << "the first bucket's reduction ran before the second bucket was filled";
+  EXPECT_EQ(path.stats().bucket_waits, 0U);
+  gate.open();
+  path.end_micro_batch();
+  EXPECT_EQ(gate.passed(), 2U);
+  EXPECT_EQ(gate.stats().calls, calls + 2);
+  b.expect_gradients_match("two buckets overlapped");
+  EXPECT_EQ(bits(path.summary().sum_of_squares), bits(b.reference_sum()));
+}
+
+// Many small parameters: each micro-batch issues one reduce-scatter per bucket it filled (the
+// modules in backward's order, a bucket sealed when the next module does not fit), not one per
+// parameter, whatever the bucket size, with one bucket or two, and the gradients are the host's sums
+// bit for bit.
+TEST(gradient_path, OneReduceScatterPerBucketPerMicroBatch) {
+  const auto many = [] {
+    return layered_model(6, 3, 1000, {kernels::dtype::fp32, kernels::dtype::fp16, kernels::dtype::bf16});
+  };
+  // reduce_bucket_size 1 gives buckets of the largest module; twice that many fp32 elements' bytes
+  // hold two modules (the largest is the last, and every module is within a few elements of it).
+  const std::uint64_t largest =
+      bench(home_kind::split, false, 1, nullptr, false, false, many()).s.plan().gradient_bucket_bytes;
+  const std::uint64_t two_modules = (2 * largest + 3) / 4;
+  for (const bool overlap : {false, true}) {
+    for (const std::uint64_t elements : {std::uint64_t{1}, two_modules, std::uint64_t{500'000'000}}) {
+      bench b(home_kind::split, overlap, elements, nullptr, false, false, many());
+      // The buckets backward fills, as the path lends them: each parameter aligned in its bucket.
+      std::size_t buckets = 0;
+      std::uint64_t used = b.s.plan().gradient_bucket_bytes;
+      for (const auto& m : b.s.layout().modules()) {
+        std::uint64_t bytes = 0;
+        for (const parameter_id id : m.parameters) {
+          const auto& p = b.s.layout().parameter(id);
+          bytes += round_up(p.padded_numel(1) * kernels::dtype_size(p.dtype), engine::arena_alignment);
+        }
+        if (used + bytes > b.s.plan().gradient_bucket_bytes) {
+          ++buckets;
+          used = 0;
+        }
+        used += bytes;
+      }
+      const std::string what = "overlap_comm " + std::to_string(overlap) + ", reduce_bucket_size " +
+                               std::to_string(elements) + ": " + std::to_string(buckets) + " buckets";
+      ASSERT_EQ(b.s.layout().parameters().size(), 18U);
+      if (elements == 1) {
+        EXPECT_EQ(buckets, 6U) << what;
+      } else if (elements == two_modules) {
+        EXPECT_EQ(buckets, 3U) << what;
+      } else {
+        EXPECT_EQ(buckets, 1U) << what;
+      }
+      for (std::size_t mb = 0; mb < 3; ++mb) {
+        const std::uint64_t before = b.s.comm().stats().calls;
+        b.path.begin_micro_batch(mb, 3);
+        for (const auto& m : b.s.layout().modules()) b.backward(m.id, 40 + mb, mb == 0);
+        b.path.end_micro_batch();
+        EXPECT_EQ(b.s.comm().stats().calls - before, buckets) << what << ", micro-batch " << mb;
+      }
+      b.expect_gradients_match(what);
+      EXPECT_EQ(bits(b.path.summary().sum_of_squares), bits(b.reference_sum())) << what;
+    }
+  }
 }
 
 // One bucket that holds one module: a second acquire waits until the first module is reduced and

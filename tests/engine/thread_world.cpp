@@ -127,27 +127,33 @@ class thread_communicator final : public communicator {
 
   void reduce_scatter(const void* send, void* recv, std::size_t count, kernels::dtype type, engine::reduce_op op,
                       stream_view stream) override {
-    ZOE_EXPECTS(type == kernels::dtype::fp32, "thread world: reduce_scatter of fp32 only");
-    // The ranks' blocks added in zoe's pairwise tree over the ranks, the mean dividing the sum, as
-    // the mpi backend reduces (tree_order_reduce.hpp).
-    std::vector<std::vector<float>> blocks(size(), std::vector<float>(count));
-    exchange(send, stream, [&](std::size_t r, const std::byte* from) {
-      std::memcpy(blocks[r].data(), from + rank_ * count * sizeof(float), count * sizeof(float));
-    });
-    std::vector<float> sum = engine::pairwise_tree_sum<std::vector<float>>(
-        size(), [&](std::size_t r) { return std::move(blocks[r]); },
-        [](std::vector<float>& left, std::vector<float>&& right) {
-          for (std::size_t i = 0; i < left.size(); ++i) {
-            left[i] += right[i];
-          }
-        });
-    if (op == engine::reduce_op::mean) {
-      for (float& v : sum) {
-        v /= static_cast<float>(size());
-      }
+    const engine::reduce_part part{send, recv, count, type};
+    reduce_scatter_coalesced(std::span(&part, 1), op, stream);
+  }
+
+  // One meeting for every part: each rank posts its parts, and every part is reduced as one
+  // reduce_scatter reduces it: the ranks' blocks added in zoe's pairwise tree over the ranks, the
+  // mean dividing the sum, as the mpi backend reduces (tree_order_reduce.hpp).
+  void reduce_scatter_coalesced(std::span<const engine::reduce_part> parts, engine::reduce_op op,
+                                stream_view stream) override {
+    std::uint64_t bytes = 0;
+    for (const engine::reduce_part& part : parts) {
+      ZOE_EXPECTS(part.type == kernels::dtype::fp32, "thread world: reduce_scatter of fp32 only");
+      bytes += part.count * sizeof(float);
     }
-    std::memcpy(recv, sum.data(), count * sizeof(float));
-    this->count(collective::reduce_scatter, count * sizeof(float));
+    // blocks[k][r]: rank r's block of part k for this rank.
+    std::vector<std::vector<std::vector<float>>> blocks(parts.size(), std::vector<std::vector<float>>(size()));
+    exchange(parts.data(), stream, [&](std::size_t r, const std::byte* from) {
+      const auto* const theirs = reinterpret_cast<const engine::reduce_part*>(from);
+      for (std::size_t k = 0; k < parts.size(); ++k) {
+        const auto* const block = static_cast<const float*>(theirs[k].send) + rank_ * parts[k].count;
+        blocks[k][r].assign(block, block + parts[k].count);
+      }
+    });
+    for (std::size_t k = 0; k < parts.size(); ++k) {
+      finish_block(reduce_in_tree(std::move(blocks[k])), parts[k].recv, op);
+    }
+    count(collective::reduce_scatter, bytes);
   }
 
   void all_to_all(const void* send, void* recv, std::size_t bytes, stream_view stream) override {
@@ -217,7 +223,32 @@ class thread_communicator final : public communicator {
  private:
   [[noreturn]] static void unsupported(const char* what) {
     throw usage_error(
-        str("thread world has no ", what, " (only all_gather, all_to_all, fp32 reduce_scatter, broadcast, barrier)"));
+        str("thread world has no ", what,
+            " (only all_gather, all_to_all, fp32 reduce_scatter and its coalesced form, broadcast, barrier)"));
+  }
+
+  // The ranks' blocks added in the pairwise tree over the ranks.
+  [[nodiscard]] static std::vector<float> reduce_in_tree(std::vector<std::vector<float>>&& blocks) {
+    return engine::pairwise_tree_sum<std::vector<float>>(
+        blocks.size(), [&](std::size_t r) { return std::move(blocks[r]); },
+        [](std::vector<float>& left, std::vector<float>&& right) {
+          for (std::size_t i = 0; i < left.size(); ++i) {
+            left[i] += right[i];
+          }
+        });
+  }
+
+  // Writes the reduction `op` of the summed blocks to `recv`: the mean divides the sum, as the mpi
+  // backend does.
+  void finish_block(std::vector<float>&& sum, void* recv, engine::reduce_op op) const {
+    if (op == engine::reduce_op::mean) {
+      for (float& v : sum) {
+        v /= static_cast<float>(size());
+      }
+    }
+    if (!sum.empty()) {
+      std::memcpy(recv, sum.data(), sum.size() * sizeof(float));
+    }
   }
 
   // Every rank posts its buffer; once all have, `copy(r, rank r's buffer)` runs for each rank r,

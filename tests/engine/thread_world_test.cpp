@@ -1,12 +1,14 @@
 // The thread world itself (tests/engine/thread_world.hpp): what neither of its suites exercises.
 // A rank that skips a collective makes the others fail naming it instead of hanging; broadcast
-// copies the root's buffer and counts its bytes by bytes_to; a topology that does not divide the
+// copies the root's buffer and counts its bytes by bytes_to; a coalesced reduce-scatter matches
+// per-part ones; a topology that does not divide the
 // world is refused.
 #include <gtest/gtest.h>
 
 #include <array>
 #include <chrono>
 #include <cstddef>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -15,6 +17,8 @@
 #include "zoe/core/device.hpp"
 #include "zoe/core/error.hpp"
 #include "zoe/core/units.hpp"
+#include "zoe/engine/comm/communicator.hpp"
+#include "zoe/kernels/dtype.hpp"
 
 namespace zoe::testing {
 namespace {
@@ -71,6 +75,48 @@ TEST(thread_world, BroadcastCopiesTheRootsBufferAndCountsItsBytes) {
     // Root 2 (node 1) sends the buffer to rank 3 on its node and to ranks 0 and 1 on the other.
     EXPECT_EQ(sent.intra_node, r == 2 ? sizeof(buffer) : 0U) << "rank " << r;
     EXPECT_EQ(sent.inter_node, r == 2 ? 2 * sizeof(buffer) : 0U) << "rank " << r;
+  });
+}
+
+// A coalesced reduce-scatter of parts that divide nothing lands as per-part reduce_scatters do,
+// bit for bit, in one meeting counted as one reduce_scatter of the summed block bytes.
+TEST(thread_world, ReduceScatterCoalescedMatchesPerPartReduceScatter) {
+  const std::unique_ptr<device> dev = make_host_device(16 * MiB);
+  thread_world world(3, {.dev = dev.get()});
+  world.run([&](std::size_t r) {
+    const device_stream stream = dev->create_stream();
+    const std::array<std::size_t, 3> counts{1, 7, 4097};
+    std::vector<std::vector<float>> sends;
+    std::vector<std::vector<float>> expect;
+    std::vector<std::vector<float>> got;
+    std::vector<engine::reduce_part> parts;
+    std::size_t bytes = 0;
+    for (const std::size_t count : counts) {
+      std::vector<float> send(3 * count);
+      for (std::size_t i = 0; i < send.size(); ++i) {
+        send[i] = static_cast<float>((r * 131 + i * 7 + count) % 997) * 0.013F - 6.1F;
+      }
+      sends.push_back(std::move(send));
+      expect.emplace_back(count);
+      got.emplace_back(count);
+      bytes += count * sizeof(float);
+    }
+    for (std::size_t k = 0; k < counts.size(); ++k) {
+      world.rank(r).reduce_scatter(sends[k].data(), expect[k].data(), counts[k], kernels::dtype::fp32,
+                                   engine::reduce_op::mean, stream.view());
+      parts.push_back({sends[k].data(), got[k].data(), counts[k], kernels::dtype::fp32});
+    }
+    const engine::comm_stats before = world.rank(r).stats();
+    world.rank(r).reduce_scatter_coalesced(parts, engine::reduce_op::mean, stream.view());
+    for (std::size_t k = 0; k < counts.size(); ++k) {
+      EXPECT_EQ(0, std::memcmp(got[k].data(), expect[k].data(), counts[k] * sizeof(float)))
+          << "rank " << r << " part " << k;
+    }
+    const engine::comm_stats after = world.rank(r).stats();
+    EXPECT_EQ(after.calls - before.calls, 1U);
+    EXPECT_EQ(
+        after.of(engine::collective::reduce_scatter).total() - before.of(engine::collective::reduce_scatter).total(),
+        2 * bytes);
   });
 }
 

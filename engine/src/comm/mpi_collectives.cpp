@@ -1,6 +1,7 @@
 // The mpi group's collectives as direct exchanges: each rank sends every other rank exactly the
 // part that rank needs (so bytes_to() is what each rank hands MPI) and reduces in the pairwise tree
 // over the ranks (tree_order_reduce.hpp).
+#include <cstdint>
 #include <cstring>
 #include <span>
 #include <vector>
@@ -19,6 +20,20 @@ namespace {
 // in place when it is recv + rank * block (check_overlap's `in_place` argument).
 const void* in_place_send(const void* recv, std::uint64_t block, std::size_t rank) {
   return recv == nullptr ? nullptr : static_cast<const std::byte*>(recv) + block * rank;
+}
+
+// Checks one reduce-scatter's arguments (of `n` ranks, this one `r`) and returns its block's bytes.
+std::uint64_t checked_block(collective_call c, const reduce_part& part, reduce_op op, std::size_t n, std::size_t r) {
+  const std::uint64_t block = element_bytes(c, part.count, part.type, op);
+  const std::uint64_t total = blocks_bytes(c, block, n);
+  check_buffer(c, "send", part.send, total);
+  check_buffer(c, "recv", part.recv, block);
+  // In place: recv is send's own block (compared as addresses: recv - rank * block may lie before
+  // any object when it is not).
+  const bool in_place = part.send != nullptr && reinterpret_cast<std::uintptr_t>(part.recv) ==
+                                                    reinterpret_cast<std::uintptr_t>(part.send) + block * r;
+  check_overlap(c, part.send, total, part.recv, block, in_place ? part.send : nullptr);
+  return block;
 }
 
 }  // namespace
@@ -59,25 +74,17 @@ void mpi_group::all_gather_coalesced(std::span<const gather_part> parts, stream_
   // One message per peer: the parts packed into a staging buffer on the stream, exchanged, and the
   // gathered blocks copied to each part's recv. The staging buffer is [pack | n gathered packs].
   const std::vector<gather_part> kept(parts.begin(), parts.end());
-  auto s = stage(packed * (n + 1));
-  std::byte* pack = s->data;
-  std::byte* gathered = s->data + packed;
-  const copy_kind to_host = dev_->kind() == device_kind::host ? copy_kind::device_to_device : copy_kind::device_to_host;
-  const copy_kind to_device =
-      dev_->kind() == device_kind::host ? copy_kind::device_to_device : copy_kind::host_to_device;
-  const int tag = next_tag(coalesced_tag_kind);
-  {
-    const std::lock_guard lock(mutex_);
-    ++in_flight_;
-  }
-  try {
-    std::uint64_t offset = 0;
-    for (const gather_part& part : kept) {
-      if (part.bytes > 0) dev_->copy_async(pack + offset, part.send, part.bytes, to_host, stream);
-      offset += part.bytes;
-    }
-    dev_->launch_host(stream, [this, c, tag, n, r, packed, pack, gathered] {
-      run(c, tag, [&](mpi_exchange& x) {
+  launch_staged(
+      c, coalesced_tag_kind, stream, packed * (n + 1),
+      [&](std::byte* pack) {
+        std::uint64_t offset = 0;
+        for (const gather_part& part : kept) {
+          if (part.bytes > 0) dev_->copy_async(pack + offset, part.send, part.bytes, to_staging(), stream);
+          offset += part.bytes;
+        }
+      },
+      [n, r, packed](mpi_exchange& x, std::byte* pack) {
+        std::byte* const gathered = pack + packed;
         for (std::size_t p = 0; p < n; ++p) {
           if (p == r) continue;
           x.send(p, pack, packed);
@@ -85,24 +92,20 @@ void mpi_group::all_gather_coalesced(std::span<const gather_part> parts, stream_
         }
         if (packed > 0) std::memcpy(gathered + r * packed, pack, packed);
         x.run();
+      },
+      [&](std::byte* pack) {
+        const std::byte* const gathered = pack + packed;
+        std::uint64_t offset = 0;
+        for (const gather_part& part : kept) {
+          for (std::size_t p = 0; p < n && part.bytes > 0; ++p) {
+            void* dst = static_cast<std::byte*>(part.recv) + p * part.bytes;
+            if (dst != part.send) {
+              dev_->copy_async(dst, gathered + p * packed + offset, part.bytes, from_staging(), stream);
+            }
+          }
+          offset += part.bytes;
+        }
       });
-    });
-    offset = 0;
-    for (const gather_part& part : kept) {
-      for (std::size_t p = 0; p < n && part.bytes > 0; ++p) {
-        void* dst = static_cast<std::byte*>(part.recv) + p * part.bytes;
-        if (dst != part.send) dev_->copy_async(dst, gathered + p * packed + offset, part.bytes, to_device, stream);
-      }
-      offset += part.bytes;
-    }
-    dev_->launch_host(stream, [this, s]() mutable {
-      retire(std::move(s));
-      task_done();
-    });
-  } catch (...) {
-    task_done();
-    throw;
-  }
 }
 
 void mpi_group::reduce_scatter(const void* send, void* recv, std::size_t count, kernels::dtype type, reduce_op op,
@@ -110,15 +113,8 @@ void mpi_group::reduce_scatter(const void* send, void* recv, std::size_t count, 
   const collective_call c = call(collective::reduce_scatter);
   const std::size_t n = size();
   const std::size_t r = rank();
-  const std::uint64_t block = element_bytes(c, count, type, op);
-  const std::uint64_t total = blocks_bytes(c, block, n);
-  check_buffer(c, "send", send, total);
-  check_buffer(c, "recv", recv, block);
-  // In place: recv is send's own block (compared as addresses: recv - rank * block may lie before
-  // any object when it is not).
-  const bool in_place =
-      send != nullptr && reinterpret_cast<std::uintptr_t>(recv) == reinterpret_cast<std::uintptr_t>(send) + block * r;
-  check_overlap(c, send, total, recv, block, in_place ? send : nullptr);
+  const std::uint64_t block = checked_block(c, {send, recv, count, type}, op, n, r);
+  const std::uint64_t total = block * n;
   count_traffic(c.what, block);
   launch(c.what, stream, send, total, recv, block,
          [n, r, block, count, type, op](mpi_exchange& x, const std::byte* in, std::byte* out) {
@@ -133,6 +129,70 @@ void mpi_group::reduce_scatter(const void* send, void* recv, std::size_t count, 
            for (std::size_t q = 0; q < n; ++q) blocks[q] = q == r ? in + r * block : arrived.data() + q * block;
            reduce_in_tree_order(blocks, out, count, type, op);
          });
+}
+
+void mpi_group::reduce_scatter_coalesced(std::span<const reduce_part> parts, reduce_op op, stream_view stream) {
+  const collective_call c = call(collective::reduce_scatter);
+  const std::size_t n = size();
+  const std::size_t r = rank();
+  std::vector<std::uint64_t> blocks;  // each part's block bytes
+  blocks.reserve(parts.size());
+  std::uint64_t packed = 0;  // every part's block for one rank
+  for (const reduce_part& part : parts) {
+    blocks.push_back(checked_block(c, part, op, n, r));
+    packed += blocks.back();
+  }
+  const std::uint64_t total = blocks_bytes(c, packed, n);
+  count_traffic(c.what, packed);
+  // One message per peer. The staging buffer is [n packs | n packs]: the parts' send buffers are
+  // copied into the first half one after another (each its n blocks), regrouped on the worker into
+  // the second half as one pack per destination (pack d: every part's block d, in part order), and
+  // the first half then receives the peers' packs for this rank. Each part's blocks are reduced in
+  // the pairwise tree by the function reduce_scatter uses, into this rank's own pack, and copied to recv.
+  const std::vector<reduce_part> kept(parts.begin(), parts.end());
+  launch_staged(
+      c, coalesced_reduce_tag_kind, stream, 2 * total,
+      [&](std::byte* data) {
+        std::uint64_t offset = 0;
+        for (std::size_t k = 0; k < kept.size(); ++k) {
+          if (blocks[k] > 0) dev_->copy_async(data + offset, kept[k].send, blocks[k] * n, to_staging(), stream);
+          offset += blocks[k] * n;
+        }
+      },
+      [n, r, op, packed, total, kept, blocks](mpi_exchange& x, std::byte* data) {
+        std::byte* const arrived = data;
+        std::byte* const packs = data + total;
+        std::uint64_t in = 0;
+        std::uint64_t at = 0;  // the part's offset in a pack
+        for (std::size_t k = 0; k < kept.size(); ++k) {
+          for (std::size_t d = 0; d < n && blocks[k] > 0; ++d) {
+            std::memcpy(packs + d * packed + at, arrived + in + d * blocks[k], blocks[k]);
+          }
+          in += blocks[k] * n;
+          at += blocks[k];
+        }
+        for (std::size_t p = 0; p < n; ++p) {
+          if (p == r) continue;
+          x.send(p, packs + p * packed, packed);
+          x.receive(p, arrived + p * packed, packed);
+        }
+        x.run();
+        std::vector<const void*> from(n);
+        at = 0;
+        for (std::size_t k = 0; k < kept.size(); ++k) {
+          for (std::size_t q = 0; q < n; ++q) from[q] = (q == r ? packs : arrived) + q * packed + at;
+          reduce_in_tree_order(from, packs + r * packed + at, kept[k].count, kept[k].type, op);
+          at += blocks[k];
+        }
+      },
+      [&](std::byte* data) {
+        const std::byte* const mine = data + total + r * packed;
+        std::uint64_t at = 0;
+        for (std::size_t k = 0; k < kept.size(); ++k) {
+          if (blocks[k] > 0) dev_->copy_async(kept[k].recv, mine + at, blocks[k], from_staging(), stream);
+          at += blocks[k];
+        }
+      });
 }
 
 void mpi_group::all_to_all(const void* send, void* recv, std::size_t bytes, stream_view stream) {

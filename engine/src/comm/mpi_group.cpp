@@ -161,39 +161,71 @@ void mpi_group::run(collective_call c, int tag, const std::function<void(mpi_exc
   }
 }
 
-void mpi_group::launch(collective what, stream_view stream, const void* in, std::uint64_t in_bytes, void* out,
-                       std::uint64_t out_bytes, exchange_fn fn) {
-  const int tag = next_tag(static_cast<std::uint64_t>(what));
-  const collective_call c = call(what);
+copy_kind mpi_group::to_staging() const noexcept {
+  return dev_->kind() == device_kind::host ? copy_kind::device_to_device : copy_kind::device_to_host;
+}
+
+copy_kind mpi_group::from_staging() const noexcept {
+  return dev_->kind() == device_kind::host ? copy_kind::device_to_device : copy_kind::host_to_device;
+}
+
+void mpi_group::launch_staged(collective_call c, std::uint64_t tag_kind, stream_view stream, std::uint64_t bytes,
+                              const std::function<void(std::byte*)>& copy_in,
+                              std::function<void(mpi_exchange&, std::byte*)> exchange,
+                              const std::function<void(std::byte*)>& copy_out) {
+  std::shared_ptr<staging> s = stage(bytes);
+  std::byte* const data = s->data;
+  const int tag = next_tag(tag_kind);
   {
     const std::lock_guard lock(mutex_);
     ++in_flight_;
   }
   try {
-    if (dev_->kind() == device_kind::host) {
-      // Device memory is host memory: MPI reads and writes the caller's buffers.
-      dev_->launch_host(stream, [this, c, tag, in, out, fn = std::move(fn)] {
-        struct done_guard {
-          mpi_group* g;
-          ~done_guard() { g->task_done(); }
-        } guard{this};
-        run(c, tag, [&](mpi_exchange& x) { fn(x, static_cast<const std::byte*>(in), static_cast<std::byte*>(out)); });
-      });
-      return;
-    }
-    // Another device: through host staging, in stream order (copy out, exchange, copy back).
-    std::shared_ptr<staging> s = stage(in_bytes + out_bytes);
-    std::byte* host_in = s->data;
-    std::byte* host_out = s->data + in_bytes;
-    if (in_bytes > 0) dev_->copy_async(host_in, in, in_bytes, copy_kind::device_to_host, stream);
-    dev_->launch_host(stream, [this, c, tag, host_in, host_out, fn = std::move(fn)] {
-      run(c, tag, [&](mpi_exchange& x) { fn(x, host_in, host_out); });
+    copy_in(data);
+    dev_->launch_host(stream, [this, c, tag, data, exchange = std::move(exchange)] {
+      run(c, tag, [&](mpi_exchange& x) { exchange(x, data); });
     });
-    if (out_bytes > 0) dev_->copy_async(out, host_out, out_bytes, copy_kind::host_to_device, stream);
+    copy_out(data);
     dev_->launch_host(stream, [this, s = std::move(s)]() mutable {
       // The copies are done: hand the buffer to the issuing thread, which unregisters it.
       retire(std::move(s));
       task_done();
+    });
+  } catch (...) {
+    task_done();
+    throw;
+  }
+}
+
+void mpi_group::launch(collective what, stream_view stream, const void* in, std::uint64_t in_bytes, void* out,
+                       std::uint64_t out_bytes, exchange_fn fn) {
+  const collective_call c = call(what);
+  if (dev_->kind() != device_kind::host) {
+    // Another device: through host staging, in stream order (copy out, exchange, copy back).
+    launch_staged(
+        c, static_cast<std::uint64_t>(what), stream, in_bytes + out_bytes,
+        [&](std::byte* data) {
+          if (in_bytes > 0) dev_->copy_async(data, in, in_bytes, to_staging(), stream);
+        },
+        [in_bytes, fn = std::move(fn)](mpi_exchange& x, std::byte* data) { fn(x, data, data + in_bytes); },
+        [&](std::byte* data) {
+          if (out_bytes > 0) dev_->copy_async(out, data + in_bytes, out_bytes, from_staging(), stream);
+        });
+    return;
+  }
+  const int tag = next_tag(static_cast<std::uint64_t>(what));
+  {
+    const std::lock_guard lock(mutex_);
+    ++in_flight_;
+  }
+  try {
+    // Device memory is host memory: MPI reads and writes the caller's buffers.
+    dev_->launch_host(stream, [this, c, tag, in, out, fn = std::move(fn)] {
+      struct done_guard {
+        mpi_group* g;
+        ~done_guard() { g->task_done(); }
+      } guard{this};
+      run(c, tag, [&](mpi_exchange& x) { fn(x, static_cast<const std::byte*>(in), static_cast<std::byte*>(out)); });
     });
   } catch (...) {
     task_done();

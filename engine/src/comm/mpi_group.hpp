@@ -64,6 +64,7 @@ class mpi_group final : public communicator {
   void all_gather_coalesced(std::span<const gather_part> parts, stream_view stream) override;
   void reduce_scatter(const void* send, void* recv, std::size_t count, kernels::dtype type, reduce_op op,
                       stream_view stream) override;
+  void reduce_scatter_coalesced(std::span<const reduce_part> parts, reduce_op op, stream_view stream) override;
   void all_to_all(const void* send, void* recv, std::size_t bytes, stream_view stream) override;
   void all_reduce(const void* send, void* recv, std::size_t count, kernels::dtype type, reduce_op op,
                   stream_view stream) override;
@@ -101,10 +102,22 @@ class mpi_group final : public communicator {
   [[nodiscard]] int next_tag(std::uint64_t kind) noexcept;
   static constexpr std::uint64_t barrier_tag_kind = collective_count;
   static constexpr std::uint64_t coalesced_tag_kind = collective_count + 1;
-  static constexpr std::uint64_t tag_kinds = collective_count + 2;
+  static constexpr std::uint64_t coalesced_reduce_tag_kind = collective_count + 2;
+  static constexpr std::uint64_t tag_kinds = collective_count + 3;
   // Queues `fn` on `stream` reading `in_bytes` at `in` and writing `out_bytes` at `out`.
   void launch(collective what, stream_view stream, const void* in, std::uint64_t in_bytes, void* out,
               std::uint64_t out_bytes, exchange_fn fn);
+  // Queues a collective on `stream` through a host staging buffer of `bytes` (a coalesced one even
+  // on the host device, where its parts are not one buffer): copy_in(data) queues the copies of the
+  // input into it, `exchange` runs on the stream's worker under the next tag of `tag_kind`,
+  // copy_out(data) queues the copies of the output; then the buffer is retired.
+  void launch_staged(collective_call c, std::uint64_t tag_kind, stream_view stream, std::uint64_t bytes,
+                     const std::function<void(std::byte*)>& copy_in,
+                     std::function<void(mpi_exchange&, std::byte*)> exchange,
+                     const std::function<void(std::byte*)>& copy_out);
+  // The copy kinds between the device's memory and host staging.
+  [[nodiscard]] copy_kind to_staging() const noexcept;
+  [[nodiscard]] copy_kind from_staging() const noexcept;
   // Runs one exchange on a stream's worker: refuses after an earlier failure, records a new one.
   void run(collective_call c, int tag, const std::function<void(mpi_exchange&)>& body);
   [[nodiscard]] std::shared_ptr<staging> stage(std::uint64_t bytes);

@@ -366,14 +366,27 @@ class nccl_communicator final : public communicator {
   void reduce_scatter(const void* send, void* recv, std::size_t count, kernels::dtype type, reduce_op op,
                       stream_view stream) override {
     const collective_call call{collective::reduce_scatter, state_->name()};
-    const std::uint64_t bytes = element_bytes(call, count, type, op);
-    const std::uint64_t total = blocks_bytes(call, bytes, size());
-    check_buffer(call, "send", send, total);
-    check_buffer(call, "recv", recv, bytes);
-    // In place: recv is send's own block, i.e. send == recv - rank() * bytes.
-    check_overlap(call, send, total, recv, bytes, before(recv, rank() * bytes));
+    const std::uint64_t bytes = checked_block(call, {send, recv, count, type}, op);
     issue(call, stream, state_->members().sent(call.what, bytes), [&](const nccl::api& a, nccl::comm_t c) {
       return a.reduce_scatter(send, recv, count, nccl_type(type), nccl_op(op), c, native(stream));
+    });
+  }
+
+  // As all_gather_coalesced: NCCL fuses the reduce-scatters of one ncclGroupStart/End into one
+  // launch, each part reduced as reduce_scatter reduces it.
+  void reduce_scatter_coalesced(std::span<const reduce_part> parts, reduce_op op, stream_view stream) override {
+    const collective_call call{collective::reduce_scatter, state_->name()};
+    std::uint64_t bytes = 0;
+    for (const reduce_part& p : parts) bytes += checked_block(call, p, op);
+    issue(call, stream, state_->members().sent(call.what, bytes), [&](const nccl::api& a, nccl::comm_t c) {
+      return grouped(a, [&] {
+        for (const reduce_part& p : parts) {
+          const nccl::result r =
+              a.reduce_scatter(p.send, p.recv, p.count, nccl_type(p.type), nccl_op(op), c, native(stream));
+          if (!ok(r)) return r;
+        }
+        return nccl::result::success;
+      });
     });
   }
 
@@ -498,6 +511,17 @@ class nccl_communicator final : public communicator {
   // `p` less `back` bytes, as an address only (it may lie before p's buffer, and is only compared).
   static const void* before(const void* p, std::uint64_t back) noexcept {
     return reinterpret_cast<const void*>(reinterpret_cast<std::uintptr_t>(p) - back);
+  }
+
+  // Checks one reduce-scatter's arguments and returns its block's bytes.
+  std::uint64_t checked_block(const collective_call& call, const reduce_part& p, reduce_op op) const {
+    const std::uint64_t block = element_bytes(call, p.count, p.type, op);
+    const std::uint64_t total = blocks_bytes(call, block, size());
+    check_buffer(call, "send", p.send, total);
+    check_buffer(call, "recv", p.recv, block);
+    // In place: recv is send's own block, i.e. send == recv - rank() * block.
+    check_overlap(call, p.send, total, p.recv, block, before(p.recv, rank() * block));
+    return block;
   }
 
   template <typename Calls>

@@ -39,6 +39,17 @@ class single_communicator final : public communicator {
     reduction(collective::reduce_scatter, send, recv, count, type, op, stream);
   }
 
+  void reduce_scatter_coalesced(std::span<const reduce_part> parts, reduce_op op, stream_view stream) override {
+    const detail::collective_call call{collective::reduce_scatter, group_name};
+    refuse_if_aborted(call);
+    for (const reduce_part& part : parts) {
+      check(call, part.send, part.recv, detail::element_bytes(call, part.count, part.type, op));
+    }
+    for (const reduce_part& part : parts)
+      copy(part.send, part.recv, kernels::dtype_size(part.type) * part.count, stream);
+    traffic_.count(call.what, {});
+  }
+
   void all_to_all(const void* send, void* recv, std::size_t bytes, stream_view stream) override {
     identity({collective::all_to_all, group_name}, send, recv, bytes, stream);
   }

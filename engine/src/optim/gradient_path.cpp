@@ -21,6 +21,7 @@
 #include <functional>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <utility>
@@ -59,13 +60,14 @@ struct device_summary_slot {
   std::uint64_t flag = 0;       ///< byte offset of the uint32 flag
 };
 
-// One reduced module (or, with no sources, the parameters a micro-batch did not touch) for the
+// One reduced bucket (or, with no sources, the parameters a micro-batch did not touch) for the
 // worker.
 struct job {
   std::vector<parameter_id> params;
   std::vector<std::byte*> sources;    ///< the reduced shard in device memory (empty: none)
   device_event ready;                 ///< recorded after the reduction and the device-home kernels
   std::optional<std::size_t> bucket;  ///< released once the job is done
+  std::size_t modules = 0;            ///< the bucket's modules the job releases
   bool first = false;
   bool last = false;
 };
@@ -86,9 +88,15 @@ struct gradient_path::impl {
   [[nodiscard]] std::uint64_t module_bytes(module_id m) const;
   void launch_device_home(parameter_id p, const std::byte* source, bool first, bool last, stream_view stream);
   void enqueue(job j);
-  /// Called from the handler of a reduce() that threw after it took the module's bucket: records the
-  /// failure for end_micro_batch, aborts the device homes' moves it began and gives the bucket back.
-  void abandon(std::size_t bucket, const std::vector<parameter_id>& begun, stream_view on) noexcept;
+  /// Called from the handler of a reduce() or an issue() that threw: records the failure for
+  /// end_micro_batch, waits for the work queued on `on` and aborts the device homes' moves begun.
+  /// The caller gives the bucket back.
+  void abandon(const std::vector<parameter_id>& begun, stream_view on) noexcept;
+  /// Issues the reductions of the sealed buckets whose modules were all reduced, oldest first (the
+  /// same order on every rank), each as one coalesced reduce-scatter on the reduction stream.
+  /// Called without `mutex`. Never throws beyond allocation: a failed reduction fails the micro-batch.
+  void flush();
+  void issue(const detail::gradient_buckets::batch& b);
   void wait_idle(std::unique_lock<std::mutex>& lock);
 
   // ---- worker side ----
@@ -118,13 +126,17 @@ struct gradient_path::impl {
   // when the path closes, after the worker (and with it the channel) is gone.
   std::vector<allocators::buffer_lease> quarantined;
   device_stream stream;  ///< the path's copies and the device homes' work it starts itself
+  /// The buckets' reductions and the device homes' kernels after them: backward goes on filling the
+  /// next bucket on its own stream meanwhile (overlap_comm).
+  device_stream reduce_stream;
+  std::mutex issue_mutex;  ///< held while a flush takes ready buckets and issues them, so they go out in order
 
   // qgZ: the quantized reduce-scatter's scratch, lent to one reduction at a time; a reduction
   // queued on another stream than the last one's waits for it (qgz_done).
   std::byte* qgz_scratch = nullptr;
   std::mutex qgz_mutex;
   device_event qgz_done;
-  void reduce_scatter(const void* send, void* recv, std::size_t elements, dtype type, stream_view on);
+  void reduce_bucket(std::span<const reduce_part> parts, stream_view on);
 
   // CUDA only: the device-home summaries' scratch (see device_summary_slot).
   std::byte* scratch = nullptr;
@@ -151,6 +163,7 @@ struct gradient_path::impl {
     module_stage stage = module_stage::idle;
     std::size_t bucket = 0;
     std::vector<void*> memory;
+    device_event ready;  ///< recorded by reduce() on backward's stream: the gradients are complete
   };
   std::vector<module_slot> modules;
   std::vector<std::uint8_t> touched;  ///< parameters reduced in this micro-batch
@@ -262,6 +275,7 @@ gradient_path::impl::impl(tier_manager& t, communicator& c, device& d, allocator
       qgz_scratch = static_cast<std::byte*>(dev.allocate(options.quantized_scratch_bytes));
     }
     stream = dev.create_stream();
+    reduce_stream = dev.create_stream();
     worker = std::jthread([this] { run(); });
   } catch (...) {
     staging.reset();
@@ -285,7 +299,13 @@ gradient_path::impl::~impl() {
   } catch (const std::exception& e) {
     log::error("gradient_path: the path's stream failed while closing: ", e.what());
   }
+  try {
+    dev.synchronize(reduce_stream.view());
+  } catch (const std::exception& e) {
+    log::error("gradient_path: the reduction stream failed while closing: ", e.what());
+  }
   stream = device_stream{};
+  reduce_stream = device_stream{};
   quarantined.clear();
   staging.reset();
   if (qgz_scratch != nullptr) {
@@ -300,23 +320,26 @@ gradient_path::impl::~impl() {
   for (std::byte* m : bucket_memory) dev.deallocate(m, options.bucket_bytes);
 }
 
-// The reduction of one parameter's gradient to its owners (mean over the ranks): qgZ's quantized
-// reduce-scatter when the plan lent its scratch, else the communicator's.
-void gradient_path::impl::reduce_scatter(const void* send, void* recv, std::size_t elements, dtype type,
-                                         stream_view on) {
+// The reduction of one bucket's gradients to their owners (mean over the ranks): one coalesced
+// reduce-scatter, or qgZ's quantized reduce-scatter per parameter when the plan lent its scratch
+// (each parameter is quantized in blocks of its own and swizzled for the two all-to-alls; carrying
+// a bucket's parameters as one is not done yet).
+void gradient_path::impl::reduce_bucket(std::span<const reduce_part> parts, stream_view on) {
   if (qgz_scratch == nullptr) {
-    comm.reduce_scatter(send, recv, elements, type, reduce_op::mean, on);
+    comm.reduce_scatter_coalesced(parts, reduce_op::mean, on);
     return;
   }
   const std::lock_guard lock(qgz_mutex);
-  if (qgz_done.valid()) {
-    dev.wait(on, qgz_done);
-  } else {
-    qgz_done = dev.create_event();
+  for (const reduce_part& part : parts) {
+    if (qgz_done.valid()) {
+      dev.wait(on, qgz_done);
+    } else {
+      qgz_done = dev.create_event();
+    }
+    quantized_reduce_scatter(comm, dev, part.send, part.recv, part.count, part.type, reduce_op::mean,
+                             std::span(qgz_scratch, options.quantized_scratch_bytes), on);
+    dev.record(qgz_done, on);
   }
-  quantized_reduce_scatter(comm, dev, send, recv, elements, type, reduce_op::mean,
-                           std::span(qgz_scratch, options.quantized_scratch_bytes), on);
-  dev.record(qgz_done, on);
 }
 
 std::uint64_t gradient_path::impl::module_bytes(module_id m) const {
@@ -380,16 +403,16 @@ void gradient_path::impl::launch_device_home(parameter_id p, const std::byte* so
   launch_kernel(dev, on, std::move(host_task), cuda_launcher);
 }
 
-void gradient_path::impl::abandon(std::size_t bucket, const std::vector<parameter_id>& begun, stream_view on) noexcept {
-  // The module's gradients are lost: end_micro_batch reports this failure, and the step starts over.
+void gradient_path::impl::abandon(const std::vector<parameter_id>& begun, stream_view on) noexcept {
+  // The gradients are lost: end_micro_batch reports this failure, and the step starts over.
   fail(carried_error::of(std::current_exception()));
-  // Kernels already queued on the caller's stream read the bucket and write the device homes: let
-  // them finish before the homes are given up and the bucket is lent again. A device whose stream
-  // cannot be synchronized runs nothing more, so its bucket is handed back all the same.
+  // Kernels already queued on `on` read the bucket and write the device homes: let them finish
+  // before the homes are given up and the bucket is lent again. A device whose stream cannot be
+  // synchronized runs nothing more, so its bucket is handed back all the same.
   try {
     dev.synchronize(on);
   } catch (const std::exception& e) {
-    log::error("gradient_path: the stream of a reduce that failed cannot be synchronized: ", e.what());
+    log::error("gradient_path: the stream of a reduction that failed cannot be synchronized: ", e.what());
   }
   for (const parameter_id p : begun) {
     try {
@@ -398,11 +421,64 @@ void gradient_path::impl::abandon(std::size_t bucket, const std::vector<paramete
       log::error("gradient_path: cannot end the move of the gradient of '", param(p).name, "': ", e.what());
     }
   }
+}
+
+void gradient_path::impl::flush() {
+  const std::lock_guard issuing(issue_mutex);
+  std::vector<detail::gradient_buckets::batch> ready;
   {
     const std::lock_guard lock(mutex);
-    buckets->release(bucket);
+    ready = buckets->take_ready();
   }
-  changed.notify_all();
+  for (const detail::gradient_buckets::batch& b : ready) issue(b);
+}
+
+void gradient_path::impl::issue(const detail::gradient_buckets::batch& b) {
+  if (b.modules.empty()) return;  // every module of the bucket was dropped
+  const stream_view on = reduce_stream.view();
+  job j;
+  j.bucket = b.bucket;
+  j.modules = b.modules.size();
+  j.first = index == 0;
+  j.last = index + 1 == count;
+  std::vector<reduce_part> parts;
+  std::vector<parameter_id> device_homes;  // their write moves were begun by reduce()
+  for (const std::size_t m : b.modules) {
+    for (const parameter_id id : tiers.layout().module(static_cast<module_id>(m)).parameters) {
+      if (home(id).where == tier::device) device_homes.push_back(id);
+    }
+  }
+  try {
+    for (const std::size_t m : b.modules) {
+      const module_slot& slot = modules[m];
+      const std::vector<parameter_id>& params = tiers.layout().module(static_cast<module_id>(m)).parameters;
+      for (std::size_t i = 0; i < params.size(); ++i) {
+        const parameter_layout& p = param(params[i]);
+        std::byte* const shard =
+            static_cast<std::byte*>(slot.memory[i]) + comm.rank() * p.shard_numel * kernels::dtype_size(p.dtype);
+        parts.push_back({slot.memory[i], shard, static_cast<std::size_t>(p.shard_numel), p.dtype});
+        j.params.push_back(p.id);
+        j.sources.push_back(shard);
+      }
+      dev.wait(on, slot.ready);
+    }
+    reduce_bucket(parts, on);
+    for (std::size_t i = 0; i < j.params.size(); ++i) {
+      if (home(j.params[i]).where == tier::device) launch_device_home(j.params[i], j.sources[i], j.first, j.last, on);
+    }
+    j.ready = dev.create_event();
+    dev.record(j.ready, on);
+  } catch (...) {
+    // No job will end these moves or give the bucket back: do it here, and fail the micro-batch.
+    abandon(device_homes, on);
+    {
+      const std::lock_guard lock(mutex);
+      buckets->release(b.bucket, b.modules.size());
+    }
+    changed.notify_all();
+    return;
+  }
+  enqueue(std::move(j));
 }
 
 void gradient_path::impl::enqueue(job j) {
@@ -449,7 +525,7 @@ void gradient_path::impl::run() noexcept {
     const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
     {
       const std::lock_guard lock(mutex);
-      if (j.bucket) buckets->release(*j.bucket);
+      if (j.bucket) buckets->release(*j.bucket, j.modules);
       counters.accumulate_seconds += took.count();
       --pending;
     }
@@ -787,10 +863,21 @@ std::vector<void*> gradient_path::acquire(module_id m, stream_view stream) {
   const std::uint64_t need = s.module_bytes(m);
   std::optional<detail::gradient_buckets::lease> lease;
   bool waited = false;
+  bool flushed = false;
   while (!(lease = s.buckets->try_take(need))) {
+    // A bucket sealed (now or before) whose modules are all reduced must be issued before waiting
+    // for a bucket to drain: it may be the one to drain.
+    if (!flushed && s.buckets->sealed_pending()) {
+      lock.unlock();
+      s.flush();
+      lock.lock();
+      flushed = true;
+      continue;
+    }
     // Back-pressure: every bucket is busy until a module in it is reduced and accumulated.
     if (!waited) ++s.counters.bucket_waits;
     waited = true;
+    flushed = false;
     s.changed.wait(lock);
     ZOE_EXPECTS(s.open, "gradient_path::acquire: the micro-batch ended while module '", s.module_name(m),
                 "' waited for a bucket");
@@ -805,14 +892,17 @@ std::vector<void*> gradient_path::acquire(module_id m, stream_view stream) {
     at += round_up(p.padded_numel(s.comm.size()) * kernels::dtype_size(p.dtype), bucket_alignment);
   }
   std::vector<void*> out = slot.memory;
+  // The bucket this module moved on from, if any, is reduced while backward fills this one.
+  const bool sealed = s.buckets->sealed_pending();
   lock.unlock();
   if (need > 0) s.dev.memset_async(lease->memory, 0, need, stream);
+  if (sealed) s.flush();
   return out;
 }
 
 void gradient_path::reduce(module_id m, stream_view stream) {
   impl& s = *impl_;
-  job j;
+  std::size_t bucket = 0;
   {
     const std::lock_guard lock(s.mutex);
     ZOE_EXPECTS(s.open, "gradient_path::reduce: no micro-batch is open");
@@ -823,40 +913,40 @@ void gradient_path::reduce(module_id m, stream_view stream) {
                 slot.stage == impl::module_stage::idle ? "was not acquired" : "was already reduced", " in micro-batch ",
                 s.index);
     slot.stage = impl::module_stage::reduced;
-    j.bucket = slot.bucket;
-    j.first = s.index == 0;
-    j.last = s.index + 1 == s.count;
-    j.params = s.tiers.layout().module(m).parameters;
-    for (std::size_t i = 0; i < j.params.size(); ++i) {
-      const parameter_layout& p = s.param(j.params[i]);
-      const std::size_t element = kernels::dtype_size(p.dtype);
-      j.sources.push_back(static_cast<std::byte*>(s.modules[m].memory[i]) + s.comm.rank() * p.shard_numel * element);
+    bucket = slot.bucket;
+    for (const parameter_id id : s.tiers.layout().module(m).parameters) {
+      const parameter_layout& p = s.param(id);
       s.touched[p.id] = 1;
-      s.counters.bytes_reduced += p.padded_numel(s.comm.size()) * element;
+      s.counters.bytes_reduced += p.padded_numel(s.comm.size()) * kernels::dtype_size(p.dtype);
     }
     ++s.counters.modules_reduced;
   }
-  // The reduction and the device homes' kernels go on the caller's stream, in order after backward.
+  // The module joins its bucket's reduction (impl::issue), once the work queued on `stream` so far
+  // is done; the device homes' moves begin now, so a home in flight elsewhere fails this call.
   std::vector<parameter_id> begun;  // device homes whose write move this call began
   try {
-    for (std::size_t i = 0; i < j.params.size(); ++i) {
-      const parameter_layout& p = s.param(j.params[i]);
-      s.reduce_scatter(s.modules[m].memory[i], j.sources[i], p.shard_numel, p.dtype, stream);
-      if (s.home(p.id).where == tier::device) {
-        ZOE_EXPECTS(s.tiers.begin_move(p.id, state_kind::gradient, move_kind::write),
-                    "gradient_path::reduce: the gradient of '", p.name, "' is in flight elsewhere");
-        begun.push_back(p.id);
-        s.launch_device_home(p.id, j.sources[i], j.first, j.last, stream);
-      }
+    for (const parameter_id id : s.tiers.layout().module(m).parameters) {
+      if (s.home(id).where != tier::device) continue;
+      ZOE_EXPECTS(s.tiers.begin_move(id, state_kind::gradient, move_kind::write),
+                  "gradient_path::reduce: the gradient of '", s.param(id).name, "' is in flight elsewhere");
+      begun.push_back(id);
     }
-    j.ready = s.dev.create_event();
-    s.dev.record(j.ready, stream);
+    device_event ready = s.dev.create_event();
+    s.dev.record(ready, stream);
+    const std::lock_guard lock(s.mutex);
+    s.modules[m].ready = std::move(ready);
+    s.buckets->reduced(bucket, m);
   } catch (...) {
-    // No job will end these moves or give the bucket back: do it here, and fail the micro-batch.
-    s.abandon(*j.bucket, begun, stream);
+    // The bucket will not carry this module: end its moves, drop it, and fail the micro-batch.
+    s.abandon(begun, stream);
+    {
+      const std::lock_guard lock(s.mutex);
+      s.buckets->dropped(bucket);
+    }
+    s.changed.notify_all();
     throw;
   }
-  s.enqueue(std::move(j));
+  s.flush();
 }
 
 void gradient_path::end_micro_batch() {
@@ -867,6 +957,11 @@ void gradient_path::end_micro_batch() {
     ZOE_EXPECTS(s.modules[m].stage != impl::module_stage::acquired, "gradient_path::end_micro_batch: module '",
                 s.module_name(static_cast<module_id>(m)), "' was acquired but not reduced in micro-batch ", s.index);
   }
+  // The bucket being filled is complete: every sealed bucket is reduced before the wait below.
+  s.buckets->seal();
+  lock.unlock();
+  s.flush();
+  lock.lock();
   const bool first = s.index == 0;
   const bool last = s.index + 1 == s.count;
   if (first || last) {

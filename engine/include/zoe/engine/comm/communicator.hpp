@@ -159,14 +159,15 @@ class communicator {
   /// another world size's.
   virtual void reduce_scatter(const void* send, void* recv, std::size_t count, kernels::dtype type, reduce_op op,
                               stream_view stream) = 0;
-  /// Several reduce-scatters carried as one (a gradient bucket of reduce_bucket_size): one message
-  /// per pair of ranks holding every part's block for that rank, each part landing as
-  /// reduce_scatter(part.send, part.recv, part.count, part.type, op) would leave it, bit for bit;
-  /// counted as one reduce_scatter of the parts' summed block bytes. The parts must agree on every
-  /// rank. SEAM DRAFT: the default issues one reduce_scatter per part; every backend overrides it.
-  virtual void reduce_scatter_coalesced(std::span<const reduce_part> parts, reduce_op op, stream_view stream) {
-    for (const reduce_part& p : parts) reduce_scatter(p.send, p.recv, p.count, p.type, op, stream);
-  }
+  /// Several reduce-scatters carried as one (the parameters of one gradient bucket of
+  /// reduce_bucket_size): one message per pair of ranks holding every part's block for that rank,
+  /// each part landing in part.recv as reduce_scatter(part.send, part.recv, part.count, part.type,
+  /// op) would leave it, bit for bit (the same reduction, in the same order); counted as one
+  /// reduce_scatter of the parts' summed block bytes. Parts may mix dtypes and sizes (0 included);
+  /// each may be in place (recv = send + rank() * count elements). The parts must agree on every
+  /// rank (count and type, in the same order). usage_error naming the collective as reduce_scatter
+  /// would give it for any part, before anything is queued.
+  virtual void reduce_scatter_coalesced(std::span<const reduce_part> parts, reduce_op op, stream_view stream) = 0;
   /// `send` holds size() blocks of `bytes`; block d goes to rank d, and `recv` gets block r of
   /// every rank in rank order. Not in place (NCCL has no in-place all-to-all), except that at
   /// world size 1 send == recv is the identity.

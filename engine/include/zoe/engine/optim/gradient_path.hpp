@@ -6,9 +6,14 @@
 //
 // Buckets: backward writes a module's full (padded, working-dtype) gradients into device memory
 // the path lends out of a bucket of zero_optimization.reduce_bucket_size elements (never smaller
-// than the largest module), so no copy is made before the reduction. With overlap_comm there are
-// two buckets: backward fills one while the other is reduced and accumulated. A module that finds
-// no room waits for a bucket to drain (back-pressure).
+// than the largest module), so no copy is made before the reduction. A bucket is reduced as a
+// whole once backward moved on from it (the next module did not fit, or the micro-batch ended) and
+// reduced every module in it: one coalesced reduce-scatter of its parameters
+// (communicator::reduce_scatter_coalesced) on the path's reduction stream, after the work queued on
+// each module's reduce() stream, so a micro-batch issues one collective per bucket it filled.
+// Buckets are reduced in the order backward filled them, alike on every rank. With overlap_comm
+// there are two buckets: backward fills one while the other is reduced and accumulated. A module
+// that finds no room waits for a bucket to drain (back-pressure).
 //
 // A step is gradient_accumulation_steps micro-batches. The first micro-batch of a step overwrites
 // the gradient state (no read), the later ones add to it. While the last micro-batch accumulates,
@@ -101,8 +106,9 @@ class gradient_path {
   /// micro-batch is open, the module is unknown, or it was already acquired in this micro-batch.
   [[nodiscard]] std::vector<void*> acquire(module_id m, stream_view stream);
   /// The gradients in acquire(m)'s memory are complete once the work queued on `stream` so far is:
-  /// reduces them and adds them to the shards' gradient states (asynchronously). usage_error naming
-  /// the module unless it was acquired and not yet reduced in this micro-batch.
+  /// reduces them with their bucket and adds them to the shards' gradient states (asynchronously;
+  /// the bucket's reduction is issued once it is complete, see the top of this file). usage_error
+  /// naming the module unless it was acquired and not yet reduced in this micro-batch.
   void reduce(module_id m, stream_view stream);
   /// Waits until every module of the micro-batch is reduced and accumulated, and known good. Every
   /// module that was acquired must have been reduced (usage_error naming one that was not). A
