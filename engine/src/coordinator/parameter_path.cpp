@@ -50,7 +50,8 @@ allocators::pinned_options bounded_by(const footprint_plan& plan) {
 // on every rank and all-gathers the owners' updated partitions after the step). zoe reuses stage
 // 3's machinery for that: the shards stay partitioned like the optimizer states, and every
 // parameter is persistent, so the coordinator gathers it once after each step (drop_gathered) and
-// keeps it on the device until the next; the plan sizes the arena for all of it.
+// keeps it on the device until the next; the plan (persistent_parameters) sizes the arena for all
+// of it. Stage 1's gradients differ from stage 2's only in the gradient path (local_accumulation.hpp).
 engine_config as_run(const engine_config& config) {
   engine_config out = config;
   if (out.zero.stage < 3) {
