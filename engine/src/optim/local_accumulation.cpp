@@ -52,7 +52,8 @@ local_accumulation::local_accumulation(const tier_manager& tiers, std::size_t wo
   }
   host_.assign(host_elements, 0.0F);
   for (const parameter_layout& p : layout.parameters()) {
-    where_[p.id] = on_device_[p.id] ? reinterpret_cast<float*>(device_block_ + offset[p.id]) : host_.data() + offset[p.id];
+    where_[p.id] =
+        on_device_[p.id] ? reinterpret_cast<float*>(device_block_ + offset[p.id]) : host_.data() + offset[p.id];
   }
   try {
     stream_ = dev.create_stream();

@@ -43,8 +43,7 @@ class local_accumulation {
   /// host memory for the rest. `staging` (the gradient path's pinned pool, pieces of whole fp32
   /// elements) is needed when any gradient state is off the device (usage_error otherwise).
   /// memory_error naming the keys when the device refuses.
-  local_accumulation(const tier_manager& tiers, std::size_t world_size, device& dev,
-                     allocators::buffer_pool* staging);
+  local_accumulation(const tier_manager& tiers, std::size_t world_size, device& dev, allocators::buffer_pool* staging);
   ~local_accumulation();
   local_accumulation(const local_accumulation&) = delete;
   local_accumulation& operator=(const local_accumulation&) = delete;

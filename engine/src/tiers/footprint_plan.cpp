@@ -382,7 +382,7 @@ void add_local_gradient_accumulation(plan_builder& out, footprint_plan& plan, co
     }
   }
   const std::vector<std::string> keys = {"zero_optimization.stage", "gradient_accumulation_steps",
-                                          "zoe.placement.gradient", "zero_optimization.offload_optimizer.device"};
+                                         "zoe.placement.gradient", "zero_optimization.offload_optimizer.device"};
   out.add("stage-1 gradient accumulation, whole on every rank, in device memory", memory_kind::device,
           plan.local_gradient_device_bytes, keys);
   out.add("stage-1 gradient accumulation, whole on every rank, in pageable host memory", memory_kind::pageable,
@@ -478,6 +478,16 @@ std::string_view memory_kind_name(memory_kind m) noexcept {
   return "unknown";
 }
 
+// Stage 0 is plain data parallelism: nothing partitioned, gradients all-reduced. zoe's states are
+// always one shard per rank (the layout's world size), so on several ranks it would run stage 1's
+// partitioning under stage 0's name: refused rather than run as something else.
+void check_stage_fits_world(const engine_config& config, std::size_t world_size) {
+  ZOE_CHECK(config.zero.stage != 0 || world_size == 1, config_error,
+            "zero_optimization.stage 0 (no partitioning) is not supported on ", world_size,
+            " ranks: zoe partitions the optimizer states over the ranks. Set zero_optimization.stage to 1 "
+            "(optimizer states partitioned, the nearest to stage 0), 2 or 3");
+}
+
 bool accumulates_gradients_locally(const engine_config& config, std::size_t world_size) noexcept {
   return config.zero.stage == 1 && world_size > 1 && config.gradient_accumulation_steps > 1;
 }
@@ -502,13 +512,7 @@ std::vector<parameter_id> persistent_parameters(const model_layout& layout, cons
 footprint_plan make_footprint_plan(const model_layout& layout, const engine_config& config, const placement& where) {
   ZOE_EXPECTS(where.parameter_count() == layout.parameters().size(), "footprint plan: the placement has ",
               where.parameter_count(), " parameters, the layout ", layout.parameters().size());
-  // Stage 0 is plain data parallelism: nothing partitioned, gradients all-reduced. zoe's states are
-  // always one shard per rank (the layout's world size), so on several ranks it would run stage 1's
-  // or 2's partitioning under stage 0's name: refused rather than run as something else.
-  const std::size_t world = layout.options().world_size;
-  ZOE_CHECK(config.zero.stage != 0 || world == 1, config_error, "zero_optimization.stage 0 (no partitioning) is not ",
-            "supported on ", world, " ranks: zoe partitions the optimizer states over the ranks. Set "
-            "zero_optimization.stage to 1 (optimizer states partitioned, the nearest to stage 0), 2 or 3");
+  check_stage_fits_world(config, layout.options().world_size);
   footprint_plan plan;
   plan_builder out(plan);
   add_states(out, plan, where);

@@ -129,6 +129,12 @@ inline constexpr std::uint64_t gradient_buffer_count = 4;
 /// micro-batch and keep only their partition. Never throws.
 [[nodiscard]] bool accumulates_gradients_locally(const engine_config& config, std::size_t world_size) noexcept;
 
+/// Throws config_error naming zero_optimization.stage when `config`'s stage cannot run on
+/// `world_size` ranks: stage 0 (plain data parallelism, nothing partitioned) on more than one, since
+/// zoe's states are always one shard per rank, so it would run stage 1's partitioning under stage
+/// 0's name. make_footprint_plan checks it; the engine also checks it before it makes its worlds.
+void check_stage_fits_world(const engine_config& config, std::size_t world_size);
+
 /// The parameters that stay gathered for good. Below stage 3 that is every parameter: stages 0-2
 /// replicate the 16-bit parameters on every rank (DeepSpeed's stage_1_and_2.py keeps the whole
 /// model and all-gathers the owners' updated partitions after the step). At stage 3, as DeepSpeed
