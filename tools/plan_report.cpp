@@ -109,6 +109,8 @@ nlohmann::json render_json(const plan_report& r) {
             {"param_buffer_bytes", r.plan.param_buffer_bytes},
             {"optimizer_buffer_count", r.plan.optimizer_buffer_count},
             {"optimizer_buffer_bytes", r.plan.optimizer_buffer_bytes},
+            {"local_gradient_device_bytes", r.plan.local_gradient_device_bytes},
+            {"local_gradient_host_bytes", r.plan.local_gradient_host_bytes},
             {"swap_paths", paths},
             {"swap_block_size", r.plan.swap_block_size},
             {"items", items},

@@ -25,12 +25,14 @@ parameter_path_options path_options(engine_options& o) {
           .gradient_comm = o.gradient_comm};
 }
 
-gradient_path_options gradient_options(const footprint_plan& plan) {
+gradient_path_options gradient_options(parameter_path& path, const engine_config& config) {
+  const footprint_plan& plan = path.plan();
   return {.bucket_bytes = plan.gradient_bucket_bytes,
           .bucket_count = static_cast<std::size_t>(plan.gradient_bucket_count),
           .staging_buffer_count = static_cast<std::size_t>(plan.gradient_buffer_count),
           .staging_buffer_bytes = static_cast<std::size_t>(plan.gradient_buffer_bytes),
-          .quantized_scratch_bytes = static_cast<std::size_t>(plan.qgz_scratch_bytes)};
+          .quantized_scratch_bytes = static_cast<std::size_t>(plan.qgz_scratch_bytes),
+          .accumulate_locally = accumulates_gradients_locally(config, path.comm().size())};
 }
 
 activation_store_options activation_options(const footprint_plan& plan, const io::swap_store* store) {
@@ -61,7 +63,7 @@ offload_engine::offload_engine(std::vector<module_spec> modules, const engine_co
       path_(std::make_unique<parameter_path>(std::move(modules), config, dev, path_options(options))),
       io_(std::make_unique<state_io>(path_->tiers(), dev, path_->store())),
       gradients_(std::make_unique<gradient_path>(path_->tiers(), path_->gradient_comm(), dev, path_->pinned(),
-                                                 path_->store(), gradient_options(path_->plan()))),
+                                                 path_->store(), gradient_options(*path_, config))),
       optimizer_(std::make_unique<optimizer_step>(path_->tiers(), dev, path_->pinned(), path_->store(),
                                                   step_options(path_->plan(), config))),
       activations_(std::make_unique<activation_store>(dev, path_->pinned(), path_->store(),

@@ -148,17 +148,25 @@ struct compared {
   grads_t ranked;
   grads_t reference;
 };
+// Each step is the configs' gradient_accumulation_steps micro-batches (the same in both), each of
+// its own `batch` samples; after_micro_batch(ranked, step, micro-batch) runs after each of the
+// ranked engine's.
 compared train_both(const engine_config& ranked_cfg, const engine_config& reference_cfg, std::uint64_t batch, int steps,
-                    bool exact, kernels::dtype working = kernels::dtype::fp32) {
+                    bool exact, kernels::dtype working = kernels::dtype::fp32,
+                    const std::function<void(engine_on_rank&, int, std::uint64_t)>& after_micro_batch = {}) {
   engine_on_rank ranked(ranked_cfg, /*single=*/false, working);
   engine_on_rank reference(reference_cfg, /*single=*/true, working);
   const std::size_t n = ranked.size();
   const std::uint64_t slice = batch / n;
+  const std::uint64_t micro = ranked_cfg.gradient_accumulation_steps;
   for (int step = 0; step < steps; ++step) {
-    const auto k = static_cast<std::uint64_t>(step);
-    testing::run_micro_batch(*ranked.e, *ranked.dev,
-                             mean_gradient(ranked.e->layout(), k, ranked.rank() * slice, slice, exact));
-    testing::run_micro_batch(*reference.e, *reference.dev, mean_gradient(reference.e->layout(), k, 0, batch, exact));
+    for (std::uint64_t mb = 0; mb < micro; ++mb) {
+      const std::uint64_t k = static_cast<std::uint64_t>(step) * micro + mb;
+      testing::run_micro_batch(*ranked.e, *ranked.dev,
+                               mean_gradient(ranked.e->layout(), k, ranked.rank() * slice, slice, exact));
+      if (after_micro_batch) after_micro_batch(ranked, step, mb);
+      testing::run_micro_batch(*reference.e, *reference.dev, mean_gradient(reference.e->layout(), k, 0, batch, exact));
+    }
     const step_result a = ranked.e->step(1e-2);
     const step_result b = reference.e->step(1e-2);
     EXPECT_FALSE(a.skipped);
@@ -218,6 +226,110 @@ TEST(engine_ranks, Stages1And2MatchStage3OnOneRank) {
       const compared r = train_both(ranked_config("nvme", stage), ranked_config("nvme"), 4, 2, /*exact=*/true, working);
       for (std::size_t p = 0; p < r.ranked.size(); ++p) EXPECT_EQ(r.ranked[p], r.reference[p]) << "parameter " << p;
     }
+  }
+}
+
+// What each stage reduces, with 4 micro-batches per step (DeepSpeed's stage 1 reduces only at the
+// gradient-accumulation boundary; stages 2 and 3 reduce-scatter every micro-batch): the bytes the
+// gradient world's reduce-scatters send after each micro-batch, against one reduce-scatter of
+// every parameter's gradient (its shard, to each other rank). The trained values match the one-rank
+// run fed the same global batches: bit for bit on 2 and 4 ranks, whose exact gradients (multiples
+// of 1/16 below 8, a global batch of 4 halved or quartered by the means) leave every order of summation exact in fp32;
+// within 1e-6 relative on 3 ranks, where the mean's division by 3 rounds, at a different point of
+// each stage's order (after the step's sum at stage 1, after each micro-batch's at 2 and 3): a few
+// ulps of each gradient, which 2 Adam steps of lr 1e-2 turn into far less than 1e-6 of a master.
+TEST(engine_ranks, EachStageReducesAsDeepSpeedDefinesIt) {
+  if (world_is_one_of({1})) GTEST_SKIP() << "nothing is reduced on one rank";
+  const bool exact = !world_is_one_of({3});
+  constexpr std::uint64_t micro = 4;
+  struct run {
+    int stage;
+    const char* where;
+  };
+  // Stage 1's local accumulation on the device and in host memory (its gradient state's tier).
+  for (const run r : {run{1, "device"}, run{1, "host"}, run{2, "host"}, run{3, "host"}}) {
+    SCOPED_TRACE(::testing::Message() << "stage " << r.stage << ", states on " << r.where);
+    engine_config c = ranked_config(r.where, r.stage);
+    c.gradient_accumulation_steps = micro;
+    engine_config reference = ranked_config(r.where);
+    reference.gradient_accumulation_steps = micro;
+    std::uint64_t seen = 0;
+    std::uint64_t calls = 0;
+    std::vector<std::uint64_t> bytes_per_micro_batch;
+    std::vector<std::uint64_t> calls_per_micro_batch;
+    std::uint64_t one_reduction = 0;  // every parameter's reduce-scatter once
+    const compared got = train_both(c, reference, exact ? 4 : 12, 2, exact, kernels::dtype::fp32,
+                                    [&](engine_on_rank& e, int, std::uint64_t) {
+                                      communicator& g = e.e->parameters().gradient_comm();
+                                      const comm_stats now = g.stats();
+                                      const std::uint64_t total = now.of(collective::reduce_scatter).total();
+                                      bytes_per_micro_batch.push_back(total - seen);
+                                      calls_per_micro_batch.push_back(now.calls - calls);
+                                      seen = total;
+                                      calls = now.calls;
+                                      if (one_reduction > 0) return;
+                                      for (const parameter_layout& p : e.e->layout().parameters()) {
+                                        one_reduction += (g.size() - 1) * p.shard_numel * sizeof(float);
+                                      }
+                                    });
+    ASSERT_EQ(bytes_per_micro_batch.size(), 2 * micro);
+    for (std::size_t i = 0; i < bytes_per_micro_batch.size(); ++i) {
+      const bool last = i % micro == micro - 1;
+      const std::uint64_t want = r.stage == 1 ? (last ? one_reduction : 0) : one_reduction;
+      EXPECT_EQ(bytes_per_micro_batch[i], want) << "micro-batch " << i % micro << " of step " << i / micro;
+      // (Later steps' first micro-batches count the step's own collectives before them.)
+      if (r.stage == 1 && !last && i < micro) {
+        EXPECT_EQ(calls_per_micro_batch[i], 0U) << "micro-batch " << i;
+      }
+    }
+    if (exact) {
+      for (std::size_t p = 0; p < got.ranked.size(); ++p)
+        EXPECT_EQ(got.ranked[p], got.reference[p]) << "parameter " << p;
+    } else {
+      expect_close(got.ranked, got.reference, 1e-6);
+    }
+  }
+}
+
+// Stage 1: a module backward reached earlier in the step but not in its last micro-batch is still
+// reduced (when the last micro-batch ends), and one reached only in the last is reduced with the
+// others; both as the one-rank run has them (bit for bit: the exact gradients of the case above).
+TEST(engine_ranks, StageOneReducesAModuleTheLastMicroBatchDidNotReach) {
+  if (!world_is_one_of({2, 4})) GTEST_SKIP() << "checked bit for bit on 2 and 4 ranks";
+  engine_config c = ranked_config("host", 1);
+  c.gradient_accumulation_steps = 3;
+  engine_config one = ranked_config("host");
+  one.gradient_accumulation_steps = 3;
+  engine_on_rank ranked(c);
+  engine_on_rank reference(one, /*single=*/true);
+  const auto modules = static_cast<module_id>(ranked.e->layout().modules().size());
+  ASSERT_GE(modules, 2U);
+  const std::uint64_t slice = 4 / ranked.size();
+  for (std::uint64_t mb = 0; mb < 3; ++mb) {
+    // Module 0 in all but the last micro-batch, the last module only in the last one.
+    const std::function<bool(module_id)> reached = [&](module_id m) {
+      return m == 0 ? mb < 2 : (m + 1 == modules ? mb == 2 : true);
+    };
+    testing::run_micro_batch(*ranked.e, *ranked.dev,
+                             mean_gradient(ranked.e->layout(), mb, ranked.rank() * slice, slice, true), {}, reached);
+    testing::run_micro_batch(*reference.e, *reference.dev, mean_gradient(reference.e->layout(), mb, 0, 4, true), {},
+                             reached);
+  }
+  const step_result a = ranked.e->step(1e-2);
+  const step_result b = reference.e->step(1e-2);
+  EXPECT_EQ(a.grad_norm, b.grad_norm);
+  const grads_t got = ranked.masters();
+  const grads_t want = reference.masters();
+  for (std::size_t p = 0; p < got.size(); ++p) EXPECT_EQ(got[p], want[p]) << "parameter " << p;
+}
+
+TEST(engine_ranks, StageZeroOnSeveralRanksIsRefusedNamingTheStage) {
+  if (world_is_one_of({1})) GTEST_SKIP() << "stage 0 runs on one rank";
+  try {
+    engine_on_rank ranked(ranked_config("host", 0));
+    FAIL() << "stage 0 started on several ranks";
+  } catch (const config_error& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("zero_optimization.stage 0"));
   }
 }
 

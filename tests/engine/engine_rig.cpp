@@ -72,7 +72,8 @@ rig::rig(const std::string& where, kernels::dtype t, const std::function<void(en
 void rig::micro_batch(const std::vector<std::vector<float>>& grads) { run_micro_batch(*e, *dev, grads); }
 
 void run_micro_batch(engine::offload_engine& e, device& dev, const std::vector<std::vector<float>>& grads,
-                     const std::function<void(module_id)>& before_reduce) {
+                     const std::function<void(module_id)>& before_reduce,
+                     const std::function<bool(module_id)>& hands_in) {
   const device_stream s = dev.create_stream();
   e.begin_micro_batch();
   const auto modules = static_cast<module_id>(e.layout().modules().size());
@@ -81,6 +82,7 @@ void run_micro_batch(engine::offload_engine& e, device& dev, const std::vector<s
     e.release(m, s.view());
   }
   for (module_id m = modules; m-- > 0;) {
+    if (hands_in && !hands_in(m)) continue;
     e.fetch(m).wait();
     const std::vector<void*> buffers = e.gradient_buffers(m, s.view());
     dev.synchronize(s.view());

@@ -46,8 +46,11 @@ struct rig {
 /// reverse handing in `grads` (fp32 values per parameter, real elements) multiplied by the loss
 /// scale and cast to the working type. `before_reduce`, when given, runs after each module's
 /// gradients are written and before they are handed in (a rank dying mid-step in the mpi tests).
+/// `hands_in`, when given, says which modules backward reaches: one it refuses gets no gradient in
+/// this micro-batch (as a module outside the micro-batch's graph).
 void run_micro_batch(engine::offload_engine& e, device& dev, const std::vector<std::vector<float>>& grads,
-                     const std::function<void(engine::module_id)>& before_reduce = {});
+                     const std::function<void(engine::module_id)>& before_reduce = {},
+                     const std::function<bool(engine::module_id)>& hands_in = {});
 
 /// Gradients of the whole model from `seed`, of scale `scale`.
 [[nodiscard]] std::vector<std::vector<float>> gradients(const engine::model_layout& layout, std::uint64_t seed,

@@ -342,11 +342,15 @@ TEST(footprint_plan, PersistentParametersFollowDeepSpeedsRule) {
   // large, 50 still fits (150), 60 would pass 170 and is skipped.
   const auto layout = layout_of({{100, 5000}, {50, 60}});
   zero_config zero;
+  zero.stage = 3;
   zero.param_persistence_threshold = 100;
   zero.model_persistence_threshold = 170;
   EXPECT_EQ(persistent_parameters(layout, zero), (std::vector<parameter_id>{0, 2}));
   zero.param_persistence_threshold = 0;
   EXPECT_TRUE(persistent_parameters(layout, zero).empty());
+  // Below stage 3 the 16-bit parameters are replicated: every one persists, whatever the thresholds.
+  zero.stage = 2;
+  EXPECT_EQ(persistent_parameters(layout, zero), (std::vector<parameter_id>{0, 1, 2, 3}));
 }
 
 TEST(footprint_plan, ShortfallsNameTheBytesAndTheKeys) {
@@ -523,6 +527,104 @@ TEST(footprint_plan, ZeroPlusPlusMemoryIsListedOnTheDeviceNamingItsKeys) {
   // One rank has no hpZ group to split over.
   const auto single = layout_of({{2048, 7}, {40960}}, kernels::dtype::fp16, 1);
   EXPECT_EQ(make_footprint_plan(single, config, placement(single, config)).hpz_secondary_bytes, 0U);
+}
+
+}  // namespace
+}  // namespace zoe::engine
+
+namespace zoe::engine {
+namespace {
+
+// What each ZeRO stage partitions, as DeepSpeed defines them, on 4 ranks with 4 micro-batches per
+// step: optimizer states 1/N at stages 1-3; the 16-bit parameters whole on every rank below stage
+// 3; the gradient whole (stage 1's local accumulation, fp32 padded) at stage 1 and only the 1/N
+// gradient state at stages 2 and 3.
+TEST(footprint_plan, EachStagePlansWhatItPartitions) {
+  constexpr std::size_t world = 4;
+  const auto layout = layout_of({{2048, 7}, {40960}}, kernels::dtype::fp16, world);
+  std::uint64_t shard_fp32 = 0;
+  std::uint64_t full_fp32 = 0;
+  std::uint64_t full_fp16_aligned = 0;
+  for (const parameter_layout& p : layout.parameters()) {
+    shard_fp32 += p.shard_numel * 4;
+    full_fp32 += p.padded_numel(world) * 4;
+    full_fp16_aligned += align_up(p.padded_numel(world) * 2, arena_alignment);
+  }
+  ASSERT_EQ(full_fp32, world * shard_fp32);
+  for (const int stage : {1, 2, 3}) {
+    SCOPED_TRACE(::testing::Message() << "stage " << stage);
+    auto config = offload_config(offload_device::cpu, offload_device::cpu);  // optimizer states in pinned host memory
+    config.zero.stage = stage;
+    config.gradient_accumulation_steps = 4;
+    config.zero.param_persistence_threshold = 100;  // at stage 3 only the bias persists
+    const auto plan = make_footprint_plan(layout, config, placement(layout, config));
+    for (const char* state : {"master in pinned host memory", "exp_avg in pinned host memory",
+                              "exp_avg_sq in pinned host memory", "gradient in pinned host memory"}) {
+      const plan_item* item = item_named(plan, state);
+      ASSERT_NE(item, nullptr) << state;
+      EXPECT_EQ(item->bytes, shard_fp32) << state << ": 1/N of the model in fp32";
+    }
+    // Stage 1's whole gradient beside the 1/N state, off the device like the state: pageable host.
+    EXPECT_EQ(plan.local_gradient_device_bytes, 0U);
+    EXPECT_EQ(plan.local_gradient_host_bytes, stage == 1 ? full_fp32 : 0U);
+    const plan_item* whole = item_named(plan, "stage-1 gradient accumulation");
+    EXPECT_EQ(whole != nullptr, stage == 1);
+    if (whole != nullptr) {
+      EXPECT_EQ(whole->memory, memory_kind::pageable);
+      EXPECT_EQ(whole->bytes, full_fp32);
+      EXPECT_NE(std::find(whole->keys.begin(), whole->keys.end(), "zero_optimization.stage"), whole->keys.end());
+    }
+    // The 16-bit parameters: whole on every rank below stage 3 (every one persistent), only the
+    // persistence threshold's small ones at stage 3 (here: the bias of 7 elements).
+    const plan_item* replicated = item_named(plan, "16-bit parameters, replicated");
+    EXPECT_EQ(replicated != nullptr, stage < 3);
+    if (replicated != nullptr) {
+      EXPECT_EQ(replicated->bytes, full_fp16_aligned);
+    }
+    EXPECT_EQ(persistent_parameters(layout, config.zero).size(), stage < 3 ? 3U : 1U);
+  }
+}
+
+// Stage 1's whole gradient lies where its gradient state does: on the device without offload, and
+// only where it is needed: on more than one rank, with more than one micro-batch per step.
+TEST(footprint_plan, StageOneAccumulatesWholeGradientsOnlyWithSeveralRanksAndMicroBatches) {
+  engine_config config;
+  config.zero.stage = 1;
+  config.gradient_accumulation_steps = 4;
+  const auto four = layout_of({{2048, 7}, {40960}}, kernels::dtype::bf16, 4);
+  const auto plan = make_footprint_plan(four, config, placement(four, config));
+  std::uint64_t aligned = 0;
+  for (const parameter_layout& p : four.parameters()) aligned += align_up(p.padded_numel(4) * 4, arena_alignment);
+  EXPECT_EQ(plan.local_gradient_device_bytes, aligned);
+  EXPECT_EQ(plan.local_gradient_host_bytes, 0U);
+  const plan_item* item = item_named(plan, "stage-1 gradient accumulation, whole on every rank, in device memory");
+  ASSERT_NE(item, nullptr);
+  EXPECT_EQ(item->memory, memory_kind::device);
+  EXPECT_TRUE(accumulates_gradients_locally(config, 4));
+
+  config.gradient_accumulation_steps = 1;
+  EXPECT_FALSE(accumulates_gradients_locally(config, 4));
+  EXPECT_EQ(make_footprint_plan(four, config, placement(four, config)).local_gradient_device_bytes, 0U);
+  config.gradient_accumulation_steps = 4;
+  const auto one = layout_of({{2048, 7}, {40960}}, kernels::dtype::bf16, 1);
+  EXPECT_FALSE(accumulates_gradients_locally(config, 1));
+  EXPECT_EQ(make_footprint_plan(one, config, placement(one, config)).local_gradient_device_bytes, 0U);
+}
+
+// Stage 0 (nothing partitioned) is refused on several ranks, naming the key; one rank runs it.
+TEST(footprint_plan, StageZeroOnSeveralRanksIsAConfigErrorNamingTheStage) {
+  engine_config config;
+  config.zero.stage = 0;
+  const auto one = layout_of({{2048, 7}}, kernels::dtype::fp32, 1);
+  EXPECT_NO_THROW((void)make_footprint_plan(one, config, placement(one, config)));
+  const auto two = layout_of({{2048, 7}}, kernels::dtype::fp32, 2);
+  try {
+    (void)make_footprint_plan(two, config, placement(two, config));
+    FAIL() << "stage 0 on 2 ranks was planned";
+  } catch (const config_error& e) {
+    EXPECT_NE(std::string(e.what()).find("zero_optimization.stage"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("2 ranks"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

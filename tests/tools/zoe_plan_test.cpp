@@ -95,6 +95,48 @@ TEST(zoe_plan, TheWorldSizeShardsThePlan) {
   EXPECT_TRUE(contains(four["plan"]["model"].get<std::string>(), "world size 4"));
 }
 
+// The bytes of the first item whose name holds `what` (0 when none does).
+std::uint64_t item_bytes(const nlohmann::json& plan, const std::string& what) {
+  for (const auto& item : plan["items"]) {
+    if (contains(item["what"].get<std::string>(), what)) return item["bytes"].get<std::uint64_t>();
+  }
+  return 0;
+}
+
+// Stages 1 and 2 as they run, on 4 ranks with 4 micro-batches: the optimizer states and the
+// gradient state 1/N, the bf16 parameters whole on every rank (no stage-3 prefetch window), and at
+// stage 1 only the whole fp32 gradient each rank accumulates. Stage 0 is refused on several ranks.
+TEST(zoe_plan, StagesOneAndTwoPlanWhatTheyReplicateAndPartition) {
+  int rc1 = -1;
+  int rc2 = -1;
+  const std::string model = " --params 1e6 --layers 4 --world-size 4";
+  const auto one = plan_json("--config " + fixture("stage1_offload.json") + model, rc1)["plan"];
+  const auto two = plan_json("--config " + fixture("stage2_offload.json") + model, rc2)["plan"];
+  EXPECT_EQ(rc1, 0);
+  EXPECT_EQ(rc2, 0);
+  for (const auto* p : {&one, &two}) {
+    const std::uint64_t master = item_bytes(*p, "master in pinned host memory");
+    EXPECT_GE(master * 4, 4'000'000U) << "a quarter of 1e6 fp32 elements, padded";
+    EXPECT_LT(master * 4, 4'100'000U);
+    EXPECT_EQ(item_bytes(*p, "gradient in pinned host memory"), master);
+    const std::uint64_t replicated = item_bytes(*p, "16-bit parameters, replicated");
+    EXPECT_GE(replicated, 2'000'000U) << "1e6 bf16 elements on every rank";
+    EXPECT_EQ((*p)["arena_bytes"].get<std::uint64_t>(), replicated);
+    EXPECT_EQ(item_bytes(*p, "largest module and prefetch"), 0U);
+  }
+  EXPECT_EQ(one["local_gradient_host_bytes"].get<std::uint64_t>(),
+            4 * item_bytes(one, "gradient in pinned host memory"));
+  EXPECT_EQ(item_bytes(one, "stage-1 gradient accumulation"), one["local_gradient_host_bytes"].get<std::uint64_t>());
+  EXPECT_EQ(one["pageable_bytes"].get<std::uint64_t>(), one["local_gradient_host_bytes"].get<std::uint64_t>());
+  EXPECT_EQ(two["local_gradient_host_bytes"].get<std::uint64_t>(), 0U);
+  EXPECT_EQ(two["pageable_bytes"].get<std::uint64_t>(), 0U);
+
+  const auto zero = plan("--config " + fixture("stage0_offload.json") + model);
+  EXPECT_EQ(zero.exit_code, 2) << zero.output;
+  EXPECT_TRUE(contains(zero.output, "zero_optimization.stage 0")) << zero.output;
+  EXPECT_EQ(plan("--config " + fixture("stage0_offload.json") + " --params 1e6 --layers 4").exit_code, 0);
+}
+
 TEST(zoe_plan, AMissingSwapPathIsAWarningNotAShortfall) {
   int exit_code = -1;
   const auto j = plan_json("--config " + fixture("nvme_missing_path.json") + " --params 1e7 --layers 4", exit_code);

@@ -6,10 +6,12 @@
 #include <cstdint>
 #include <filesystem>
 #include <limits>
+#include <optional>
 #include <string>
 
 #include "zoe/core/check.hpp"
 #include "zoe/core/str.hpp"
+#include "zoe/engine/comm/launcher.hpp"
 
 namespace zoe::engine {
 namespace {
@@ -50,7 +52,8 @@ allocators::pinned_options bounded_by(const footprint_plan& plan) {
 // on every rank and all-gathers the owners' updated partitions after the step). zoe reuses stage
 // 3's machinery for that: the shards stay partitioned like the optimizer states, and every
 // parameter is persistent, so the coordinator gathers it once after each step (drop_gathered) and
-// keeps it on the device until the next; the plan sizes the arena for all of it.
+// keeps it on the device until the next; the plan (persistent_parameters) sizes the arena for all
+// of it. Stage 1's gradients differ from stage 2's only in the gradient path (local_accumulation.hpp).
 engine_config as_run(const engine_config& config) {
   engine_config out = config;
   if (out.zero.stage < 3) {
@@ -60,7 +63,27 @@ engine_config as_run(const engine_config& config) {
   return out;
 }
 
+// The world size the worlds will have, where it is known before they exist: the given world's, or
+// the launcher's unless the backend is single. A stage that cannot run on it is refused here, as
+// every rank decides alike: a throw once the worlds exist unwinds past them, which tells the
+// peers this rank failed.
+void check_stage_before_worlds(const engine_config& config, const parameter_path_options& o) {
+  std::optional<std::size_t> world;
+  if (o.comm != nullptr) {
+    world = o.comm->size();
+  } else if (config.zoe.comm.backend != "single") {
+    const std::optional<launcher_ranks> launch = launcher_environment();
+    if (!launch) {
+      world = 1;
+    } else if (launch->size) {
+      world = *launch->size;
+    }  // else a size told through MPI only: make_footprint_plan checks it
+  }
+  if (world) check_stage_fits_world(config, *world);
+}
+
 parameter_path::worlds make_worlds(const engine_config& config, device& dev, const parameter_path_options& o) {
+  check_stage_before_worlds(config, o);
   parameter_path::worlds w;
   ZOE_EXPECTS((o.comm == nullptr) == (o.gradient_comm == nullptr),
               "parameter_path_options: give both communicators (comm and gradient_comm) or neither");

@@ -43,9 +43,13 @@ void gradient_buckets::reduced(std::size_t index, std::size_t module) {
   if (x.unreduced > 0) --x.unreduced;
 }
 
-void gradient_buckets::dropped(std::size_t index) noexcept {
+void gradient_buckets::set_aside(std::size_t index) noexcept {
   entry& x = buckets_[index];
   if (x.unreduced > 0) --x.unreduced;
+}
+
+void gradient_buckets::dropped(std::size_t index) noexcept {
+  set_aside(index);
   release(index);
 }
 

@@ -38,6 +38,10 @@ class gradient_buckets {
   void seal();
   /// Backward is done with module `module` lent from bucket `index`: it is reduced with the bucket.
   void reduced(std::size_t index, std::size_t module);
+  /// A module lent from bucket `index` is not reduced with it (stage 1 keeps it in its local
+  /// accumulation until the last micro-batch): the bucket waits for it no more, but it stays lent
+  /// until release().
+  void set_aside(std::size_t index) noexcept;
   /// A module lent from bucket `index` will not be reduced (its reduce failed): the bucket waits for
   /// it no more, and it is done (release).
   void dropped(std::size_t index) noexcept;

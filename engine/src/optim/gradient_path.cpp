@@ -27,6 +27,7 @@
 #include <utility>
 
 #include "gradient_buckets.hpp"
+#include "local_accumulation.hpp"
 #include "zoe/allocators/buffer_pool.hpp"
 #include "zoe/core/check.hpp"
 #include "zoe/core/log.hpp"
@@ -130,6 +131,11 @@ struct gradient_path::impl {
   /// next bucket on its own stream meanwhile (overlap_comm).
   device_stream reduce_stream;
   std::mutex issue_mutex;  ///< held while a flush takes ready buckets and issues them, so they go out in order
+  /// Stage 1's whole-gradient accumulation (options.accumulate_locally), after `staging`, which it uses.
+  std::optional<detail::local_accumulation> local;
+  /// Stage 1, in reduce(): before the last micro-batch, adds module m to the local accumulation and
+  /// gives its bucket back (true: nothing to reduce); in the last, folds it into the bucket (false).
+  bool hold_locally(module_id m, stream_view on);
 
   // qgZ: the quantized reduce-scatter's scratch, lent to one reduction at a time; a reduction
   // queued on another stream than the last one's waits for it (qgz_done).
@@ -274,10 +280,12 @@ gradient_path::impl::impl(tier_manager& t, communicator& c, device& d, allocator
                   " (zero_optimization.zero_quantized_gradients)");
       qgz_scratch = static_cast<std::byte*>(dev.allocate(options.quantized_scratch_bytes));
     }
+    if (options.accumulate_locally) local.emplace(tiers, comm.size(), dev, staging ? &*staging : nullptr);
     stream = dev.create_stream();
     reduce_stream = dev.create_stream();
     worker = std::jthread([this] { run(); });
   } catch (...) {
+    local.reset();
     staging.reset();
     if (qgz_scratch != nullptr) dev.deallocate(qgz_scratch, options.quantized_scratch_bytes);
     if (scratch != nullptr) dev.deallocate(scratch, scratch_bytes);
@@ -307,6 +315,7 @@ gradient_path::impl::~impl() {
   stream = device_stream{};
   reduce_stream = device_stream{};
   quarantined.clear();
+  local.reset();
   staging.reset();
   if (qgz_scratch != nullptr) {
     try {
@@ -479,6 +488,57 @@ void gradient_path::impl::issue(const detail::gradient_buckets::batch& b) {
     return;
   }
   enqueue(std::move(j));
+}
+
+bool gradient_path::impl::hold_locally(module_id m, stream_view on) {
+  if (!local) return false;
+  std::size_t bucket = 0;
+  bool last = false;
+  std::vector<void*> memory;
+  {
+    const std::lock_guard lock(mutex);
+    // A misuse is reduce()'s to name.
+    if (!open || m >= modules.size() || modules[m].stage != module_stage::acquired) return false;
+    last = index + 1 == count;
+    if (last && !local->holds(m)) return false;
+    bucket = modules[m].bucket;
+    memory = modules[m].memory;
+    if (!last) {
+      modules[m].stage = module_stage::reduced;
+      buckets->set_aside(bucket);  // not reduced with its bucket; the job below releases it
+    }
+  }
+  try {
+    if (last) {
+      local->fold(m, memory, on);
+      return false;
+    }
+    local->add(m, memory, on);
+    // The bucket returns once the adds queued on `on` have read it.
+    job j;
+    j.bucket = bucket;
+    j.modules = 1;
+    j.ready = dev.create_event();
+    dev.record(j.ready, on);
+    enqueue(std::move(j));
+  } catch (...) {
+    if (last) {
+      const std::lock_guard lock(mutex);
+      modules[m].stage = module_stage::reduced;
+    }
+    abandon({}, on);
+    {
+      const std::lock_guard lock(mutex);
+      if (last) {
+        buckets->dropped(bucket);
+      } else {
+        buckets->release(bucket);
+      }
+    }
+    changed.notify_all();
+    throw;
+  }
+  return true;
 }
 
 void gradient_path::impl::enqueue(job j) {
@@ -844,6 +904,7 @@ void gradient_path::begin_micro_batch(std::size_t index, std::size_t count) {
   s.step_count = count;
   std::fill(s.touched.begin(), s.touched.end(), 0);
   for (auto& m : s.modules) m = {};
+  if (s.local && index == 0) s.local->forget();
   if (index + 1 == count) {
     std::fill(s.sums.begin(), s.sums.end(), 0.0);
     std::fill(s.overflows.begin(), s.overflows.end(), 0);
@@ -902,6 +963,7 @@ std::vector<void*> gradient_path::acquire(module_id m, stream_view stream) {
 
 void gradient_path::reduce(module_id m, stream_view stream) {
   impl& s = *impl_;
+  if (s.hold_locally(m, stream)) return;
   std::size_t bucket = 0;
   {
     const std::lock_guard lock(s.mutex);
@@ -951,6 +1013,18 @@ void gradient_path::reduce(module_id m, stream_view stream) {
 
 void gradient_path::end_micro_batch() {
   impl& s = *impl_;
+  if (s.local && s.open && s.index + 1 == s.count) {
+    // Stage 1: modules accumulated earlier in the step but not acquired in its last micro-batch
+    // are reduced now (zeros plus their accumulation), in module order on every rank.
+    for (const module_id m : s.local->held_modules()) {
+      try {
+        (void)acquire(m, s.local->stream());
+        reduce(m, s.local->stream());
+      } catch (...) {
+        s.fail(carried_error::of(std::current_exception()));
+      }
+    }
+  }
   std::unique_lock lock(s.mutex);
   ZOE_EXPECTS(s.open, "gradient_path::end_micro_batch: no micro-batch is open");
   for (std::size_t m = 0; m < s.modules.size(); ++m) {

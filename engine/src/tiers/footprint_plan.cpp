@@ -284,9 +284,14 @@ void add_arena(plan_builder& out, footprint_plan& plan, const model_layout& layo
                std::min({largest_module + std::min(ahead, all_fetched) + largest_parameter, live_cap, all_fetched}));
   out.add("gathered-parameter arena: largest module and prefetch", memory_kind::device, window,
           {"zero_optimization.stage3_prefetch_bucket_size", "zero_optimization.stage3_max_live_parameters"});
-  out.add(
-      "gathered-parameter arena: persistent parameters", memory_kind::device, persistent_bytes,
-      {"zero_optimization.stage3_param_persistence_threshold", "zero_optimization.stage3_model_persistence_threshold"});
+  if (config.zero.stage < 3) {
+    out.add("16-bit parameters, replicated whole on every rank (stages 0-2)", memory_kind::device, persistent_bytes,
+            {"zero_optimization.stage"});
+  } else {
+    out.add("gathered-parameter arena: persistent parameters", memory_kind::device, persistent_bytes,
+            {"zero_optimization.stage3_param_persistence_threshold",
+             "zero_optimization.stage3_model_persistence_threshold"});
+  }
   plan.arena_bytes = window + persistent_bytes;
 }
 
@@ -356,6 +361,32 @@ void add_gradient_norm_scratch(plan_builder& out, const model_layout& layout, co
   }
   out.add("gradient norm scratch (the device homes' sums of squares, on a GPU)", memory_kind::device,
           round_up(bytes, arena_alignment), {"zoe.placement.gradient"});
+}
+
+// Stage 1's local accumulation (optim/local_accumulation.hpp): each parameter's whole padded
+// gradient in fp32, beside its 1/N gradient state (which receives the reduced partition at the
+// step's last micro-batch). On the device where the gradient state is on the device, else in
+// pageable host memory (only the CPU touches it there; the copies pass through the gradient
+// staging buffers), also for a gradient state on nvme: a read-modify-write of the whole gradient
+// per micro-batch would cost N times stage 2's traffic.
+void add_local_gradient_accumulation(plan_builder& out, footprint_plan& plan, const model_layout& layout,
+                                     const engine_config& config, const placement& where) {
+  const std::size_t world = layout.options().world_size;
+  if (!accumulates_gradients_locally(config, world)) return;
+  for (const parameter_layout& p : layout.parameters()) {
+    const std::uint64_t bytes = p.padded_numel(world) * kernels::dtype_size(kernels::dtype::fp32);
+    if (where.where(p.id, state_kind::gradient) == tier::device) {
+      plan.local_gradient_device_bytes += align_up(bytes, arena_alignment);
+    } else {
+      plan.local_gradient_host_bytes += bytes;
+    }
+  }
+  const std::vector<std::string> keys = {"zero_optimization.stage", "gradient_accumulation_steps",
+                                         "zoe.placement.gradient", "zero_optimization.offload_optimizer.device"};
+  out.add("stage-1 gradient accumulation, whole on every rank, in device memory", memory_kind::device,
+          plan.local_gradient_device_bytes, keys);
+  out.add("stage-1 gradient accumulation, whole on every rank, in pageable host memory", memory_kind::pageable,
+          plan.local_gradient_host_bytes, keys);
 }
 
 // Activation checkpoints (activation_store.hpp): a pinned host share, a device share that
@@ -447,8 +478,26 @@ std::string_view memory_kind_name(memory_kind m) noexcept {
   return "unknown";
 }
 
+// Stage 0 is plain data parallelism: nothing partitioned, gradients all-reduced. zoe's states are
+// always one shard per rank (the layout's world size), so on several ranks it would run stage 1's
+// partitioning under stage 0's name: refused rather than run as something else.
+void check_stage_fits_world(const engine_config& config, std::size_t world_size) {
+  ZOE_CHECK(config.zero.stage != 0 || world_size == 1, config_error,
+            "zero_optimization.stage 0 (no partitioning) is not supported on ", world_size,
+            " ranks: zoe partitions the optimizer states over the ranks. Set zero_optimization.stage to 1 "
+            "(optimizer states partitioned, the nearest to stage 0), 2 or 3");
+}
+
+bool accumulates_gradients_locally(const engine_config& config, std::size_t world_size) noexcept {
+  return config.zero.stage == 1 && world_size > 1 && config.gradient_accumulation_steps > 1;
+}
+
 std::vector<parameter_id> persistent_parameters(const model_layout& layout, const zero_config& zero) {
   std::vector<parameter_id> out;
+  if (zero.stage < 3) {
+    for (const parameter_layout& p : layout.parameters()) out.push_back(p.id);
+    return out;
+  }
   std::uint64_t total = 0;
   for (const parameter_layout& p : layout.parameters()) {
     if (p.numel > zero.model_persistence_threshold - std::min(total, zero.model_persistence_threshold)) continue;
@@ -463,6 +512,7 @@ std::vector<parameter_id> persistent_parameters(const model_layout& layout, cons
 footprint_plan make_footprint_plan(const model_layout& layout, const engine_config& config, const placement& where) {
   ZOE_EXPECTS(where.parameter_count() == layout.parameters().size(), "footprint plan: the placement has ",
               where.parameter_count(), " parameters, the layout ", layout.parameters().size());
+  check_stage_fits_world(config, layout.options().world_size);
   footprint_plan plan;
   plan_builder out(plan);
   add_states(out, plan, where);
@@ -472,6 +522,7 @@ footprint_plan make_footprint_plan(const model_layout& layout, const engine_conf
   add_gradient_buckets(out, plan, layout, config);
   add_gradient_buffers(out, plan, layout, config, where);
   add_gradient_norm_scratch(out, layout, where);
+  add_local_gradient_accumulation(out, plan, layout, config, where);
   add_optimizer_undo_log(out, plan, layout, where);
   add_arena(out, plan, layout, config);
   add_activations(out, plan, config);

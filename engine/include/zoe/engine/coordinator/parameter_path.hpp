@@ -61,7 +61,9 @@ class parameter_path {
   /// Below stage 3 the 16-bit parameters are replicated, as DeepSpeed's stages 1 and 2 keep them:
   /// every parameter is persistent (stage3_param/model_persistence_threshold taken as unlimited),
   /// so its first fetch after a step all-gathers the owners' new values and every later fetch
-  /// finds it on the device (zoe-plan, which has no engine, plans stage 3's persistence instead).
+  /// finds it on the device (persistent_parameters() says so below stage 3, so zoe-plan plans the
+  /// same). Stage 0 on more than one rank is refused (config_error naming zero_optimization.stage,
+  /// from make_footprint_plan): zoe would partition its states like stage 1 under stage 0's name.
   /// Before allocating anything, throws config_error naming the keys to change when the footprint
   /// plan does not fit this machine with `dev`'s budget (check_plan_fits), and
   /// naming the key and the path when a swap path the plan needs is not an existing folder. Pinned

@@ -15,6 +15,10 @@
 // there are two buckets: backward fills one while the other is reduced and accumulated. A module
 // that finds no room waits for a bucket to drain (back-pressure).
 //
+// ZeRO stage 1 (gradient_path_options::accumulate_locally) keeps gradients whole on each rank until
+// the step's last micro-batch and reduces them there once (local_accumulation.hpp); stages 2 and 3
+// reduce-scatter every micro-batch.
+//
 // A step is gradient_accumulation_steps micro-batches. The first micro-batch of a step overwrites
 // the gradient state (no read), the later ones add to it. While the last micro-batch accumulates,
 // the path computes the gradient's sum of squares in fp64 and whether any element is inf or NaN,
@@ -60,6 +64,10 @@ struct gradient_path_options {
   /// (footprint_plan::qgz_scratch_bytes), which then replaces communicator::reduce_scatter; 0:
   /// the communicator's. usage_error when smaller than the largest parameter's on this world.
   std::size_t quantized_scratch_bytes = 0;
+  /// ZeRO stage 1 (accumulates_gradients_locally): before a step's last micro-batch, gradients are
+  /// accumulated whole on this rank, not reduced; the last micro-batch reduces the step's sum once
+  /// per parameter (optim/local_accumulation.hpp). Memory: footprint_plan::local_gradient_*_bytes.
+  bool accumulate_locally = false;
 };
 
 /// What the optimizer step needs to know about a step's gradients before it starts.

@@ -92,6 +92,12 @@ struct footprint_plan {
   /// qgZ's scratch (zero_quantized_gradients): the largest parameter's quantized reduce-scatter on
   /// any topology of the world and any device (an upper bound on the host device and on one node).
   std::uint64_t qgz_scratch_bytes = 0;
+  /// Stage 1's local gradient accumulation (accumulates_gradients_locally; optim/local_accumulation.hpp):
+  /// every parameter's whole (padded) gradient in fp32 on this rank, not 1/N of it, in device memory
+  /// for the parameters whose gradient state is on the device and pageable host memory for the rest
+  /// (device blocks aligned to arena_alignment). 0 when stage 1 does not accumulate locally.
+  std::uint64_t local_gradient_device_bytes = 0;
+  std::uint64_t local_gradient_host_bytes = 0;
   /// The swap store: its folders (striped) and its block_size (aio.block_size), which the
   /// capacity's rounding assumes. Empty paths when nothing is on nvme.
   std::vector<std::filesystem::path> swap_paths;
@@ -116,15 +122,31 @@ inline constexpr std::uint64_t gradient_buffer_count = 4;
 [[nodiscard]] std::uint64_t hpz_secondary_shard_bytes(const parameter_layout& p, std::size_t world,
                                                       std::size_t hpz) noexcept;
 
-/// The parameters that stay gathered for good, as DeepSpeed marks them (parameter_offload.py,
-/// mark_persistent_parameters): in layout order, a parameter of at most
+/// Whether a step's micro-batches accumulate each rank's whole gradient locally and reduce it once, at
+/// the step's last micro-batch (ZeRO stage 1 as DeepSpeed runs it: engine.py's allreduce_gradients
+/// reduces only at is_gradient_accumulation_boundary when gradients are not partitioned): stage 1,
+/// more than one rank, more than one micro-batch per step. Stages 2 and 3 reduce-scatter every
+/// micro-batch and keep only their partition. Never throws.
+[[nodiscard]] bool accumulates_gradients_locally(const engine_config& config, std::size_t world_size) noexcept;
+
+/// Throws config_error naming zero_optimization.stage when `config`'s stage cannot run on
+/// `world_size` ranks: stage 0 (plain data parallelism, nothing partitioned) on more than one, since
+/// zoe's states are always one shard per rank, so it would run stage 1's partitioning under stage
+/// 0's name. make_footprint_plan checks it; the engine also checks it before it makes its worlds.
+void check_stage_fits_world(const engine_config& config, std::size_t world_size);
+
+/// The parameters that stay gathered for good. Below stage 3 that is every parameter: stages 0-2
+/// replicate the 16-bit parameters on every rank (DeepSpeed's stage_1_and_2.py keeps the whole
+/// model and all-gathers the owners' updated partitions after the step). At stage 3, as DeepSpeed
+/// marks them (parameter_offload.py, mark_persistent_parameters): in layout order, a parameter of at most
 /// stage3_param_persistence_threshold elements persists unless it would take the persistent
 /// elements past stage3_model_persistence_threshold (then it is skipped, and smaller ones after
 /// it may still persist). Never throws beyond allocation.
 [[nodiscard]] std::vector<parameter_id> persistent_parameters(const model_layout& layout, const zero_config& zero);
 
 /// Computes the plan. Throws config_error naming the keys when the configuration cannot work for
-/// this layout at all (buffer_count 0 with states on nvme). A parameter swap buffer is made at
+/// this layout at all (buffer_count 0 with states on nvme; zero_optimization.stage 0 on more than one
+/// rank, which zoe does not run: see make_footprint_plan's definition). A parameter swap buffer is made at
 /// least as large as the largest working shard on nvme or one aio.block_size chunk, whichever is
 /// smaller (the swapper moves larger shards in whole chunks); usage_error when `where` was built
 /// for another layout.
