@@ -85,11 +85,20 @@ void check_overlap(collective_call call, const void* send, std::uint64_t send_by
 }
 
 void traffic_counter::count(collective what, traffic sent) noexcept {
+  count_call();
+  add(what, sent);
+}
+
+void traffic_counter::count_call() noexcept {
+  const std::lock_guard lock(mutex_);
+  ++stats_.calls;
+}
+
+void traffic_counter::add(collective what, traffic sent) noexcept {
   const std::lock_guard lock(mutex_);
   traffic& t = stats_.of(what);
   t.intra_node += sent.intra_node;
   t.inter_node += sent.inter_node;
-  ++stats_.calls;
 }
 
 comm_stats traffic_counter::snapshot() const {

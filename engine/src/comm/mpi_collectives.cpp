@@ -1,5 +1,6 @@
 // The mpi group's collectives as direct exchanges: each rank sends every other rank exactly the
-// part that rank needs (so bytes_to() is what each rank hands MPI) and reduces in rank order.
+// part that rank needs (bytes_to() describes what each rank hands MPI; the counters measure it, in
+// mpi_exchange) and reduces in rank order.
 #include <cstring>
 #include <span>
 #include <vector>
@@ -30,7 +31,7 @@ void mpi_group::all_gather(const void* send, void* recv, std::size_t bytes, stre
   check_buffer(c, "send", send, bytes);
   check_buffer(c, "recv", recv, total);
   check_overlap(c, send, bytes, recv, total, in_place_send(recv, bytes, r));
-  count_traffic(c.what, bytes);
+  traffic_.count_call();
   launch(c.what, stream, send, bytes, recv, total, [n, r, bytes](mpi_exchange& x, const std::byte* in, std::byte* out) {
     for (std::size_t p = 0; p < n; ++p) {
       if (p == r) continue;
@@ -54,7 +55,7 @@ void mpi_group::all_gather_coalesced(std::span<const gather_part> parts, stream_
     check_overlap(c, part.send, part.bytes, part.recv, total, in_place_send(part.recv, part.bytes, r));
     packed += part.bytes;
   }
-  count_traffic(c.what, packed);
+  traffic_.count_call();
   // One message per peer: the parts packed into a staging buffer on the stream, exchanged, and the
   // gathered blocks copied to each part's recv. The staging buffer is [pack | n gathered packs].
   const std::vector<gather_part> kept(parts.begin(), parts.end());
@@ -118,7 +119,7 @@ void mpi_group::reduce_scatter(const void* send, void* recv, std::size_t count, 
   const bool in_place =
       send != nullptr && reinterpret_cast<std::uintptr_t>(recv) == reinterpret_cast<std::uintptr_t>(send) + block * r;
   check_overlap(c, send, total, recv, block, in_place ? send : nullptr);
-  count_traffic(c.what, block);
+  traffic_.count_call();
   launch(c.what, stream, send, total, recv, block,
          [n, r, block, count, type, op](mpi_exchange& x, const std::byte* in, std::byte* out) {
            std::vector<std::byte> arrived(block * n);
@@ -142,7 +143,7 @@ void mpi_group::all_to_all(const void* send, void* recv, std::size_t bytes, stre
   check_buffer(c, "send", send, total);
   check_buffer(c, "recv", recv, total);
   check_overlap(c, send, total, recv, total, n == 1 ? recv : nullptr);
-  count_traffic(c.what, bytes);
+  traffic_.count_call();
   launch(c.what, stream, send, total, recv, total, [n, r, bytes](mpi_exchange& x, const std::byte* in, std::byte* out) {
     for (std::size_t p = 0; p < n; ++p) {
       if (p == r) continue;
@@ -164,7 +165,7 @@ void mpi_group::all_reduce(const void* send, void* recv, std::size_t count, kern
   check_buffer(c, "recv", recv, total);
   check_overlap(c, send, total, recv, total, recv);
   const std::size_t element = kernels::dtype_size(type);
-  count_traffic(c.what, total, 0, element);
+  traffic_.count_call();
   // A reduce-scatter of n chunks (chunk i to rank i) then an all-gather of the reduced chunks.
   launch(c.what, stream, send, total, recv, total,
          [n, r, count, element, type, op](mpi_exchange& x, const std::byte* in, std::byte* out) {
@@ -197,7 +198,7 @@ void mpi_group::broadcast(void* buffer, std::size_t bytes, std::size_t root, str
   const std::size_t r = rank();
   ZOE_EXPECTS(root < n, describe(c), ": root ", root, " is not a rank of the group (size ", n, ")");
   check_buffer(c, "broadcast", buffer, bytes);
-  count_traffic(c.what, bytes, root);
+  traffic_.count_call();
   const bool is_root = r == root;
   launch(c.what, stream, is_root ? buffer : nullptr, is_root ? bytes : 0, is_root ? nullptr : buffer,
          is_root ? 0 : bytes, [n, r, root, bytes](mpi_exchange& x, const std::byte* in, std::byte* out) {

@@ -94,8 +94,6 @@ class mpi_group final : public communicator {
   };
 
   [[nodiscard]] collective_call call(collective what) const noexcept { return {what, name_}; }
-  // Counts the bytes bytes_to() gives for every destination, split by node.
-  void count_traffic(collective what, std::uint64_t payload, std::size_t root = 0, std::size_t element = 1);
   // The tag of the next collective or barrier of `kind` (a collective's value, or one of the kinds
   // below): the issue order is the contract between ranks.
   [[nodiscard]] int next_tag(std::uint64_t kind) noexcept;
@@ -105,7 +103,8 @@ class mpi_group final : public communicator {
   // Queues `fn` on `stream` reading `in_bytes` at `in` and writing `out_bytes` at `out`.
   void launch(collective what, stream_view stream, const void* in, std::uint64_t in_bytes, void* out,
               std::uint64_t out_bytes, exchange_fn fn);
-  // Runs one exchange on a stream's worker: refuses after an earlier failure, records a new one.
+  // Runs one exchange on a stream's worker: refuses after an earlier failure, records a new one,
+  // and adds the bytes the exchange handed MPI to c.what's counters (a failed exchange's too).
   void run(collective_call c, int tag, const std::function<void(mpi_exchange&)>& body);
   [[nodiscard]] std::shared_ptr<staging> stage(std::uint64_t bytes);
   void retire(std::shared_ptr<staging> s) noexcept;

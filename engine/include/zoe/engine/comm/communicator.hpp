@@ -3,8 +3,12 @@
 // the device the communicator was made for, plus the node-local, cross-node and hpZ sub-groups that
 // hpZ and qgZ use. Backends: single (world size 1), mpi (Open MPI, real processes) and nccl (GPUs,
 // loaded at run time, bootstrapped through MPI). Every backend counts the bytes it hands the
-// transport per group, per collective and per destination (intra-node or inter-node), so
-// communication volume is measured, not estimated.
+// transport per group, per collective and per destination (intra-node or inter-node). The mpi
+// backend measures them where it posts each send (every MPI_Isend's byte count, attributed to the
+// destination's node), so its volume is measured, not estimated. The nccl backend cannot see its
+// transport (NCCL picks rings, trees and protocols out of sight): it counts by bytes_to(), the
+// bytes the direct algorithm would send, so its figures are the same rule, not a measurement.
+// single sends nothing.
 //
 // Ranks and nodes: world rank r lives on node r / ranks_per_node with local rank r % ranks_per_node
 // (ranks are placed on nodes in consecutive blocks, as mpirun's default by-slot mapping does; a
@@ -64,8 +68,8 @@ inline constexpr std::size_t collective_count = 5;
 /// The bytes rank `rank` of a group of `size` hands the transport for rank `dest` in one
 /// collective, by the direct algorithms the mpi backend runs (each rank sends every other rank
 /// exactly the part that rank needs, and reduces what it receives in rank order, so the result does
-/// not depend on timing). The nccl backend, whose algorithms run out of sight, counts by the same
-/// rule, so every backend counts alike. `payload` is the collective's byte argument:
+/// not depend on timing): what the mpi backend measures. The nccl backend, whose algorithms run out
+/// of sight, counts by this rule instead of measuring. `payload` is the collective's byte argument:
 ///   all_gather      bytes each rank contributes  -> payload to every other rank
 ///   reduce_scatter  bytes of one result block    -> payload to every other rank
 ///   all_to_all      bytes of one block           -> payload to every other rank
@@ -85,7 +89,8 @@ struct traffic {
   [[nodiscard]] std::uint64_t total() const noexcept { return intra_node + inter_node; }
 };
 
-/// Bytes this rank sent through one group, per collective, by bytes_to()'s rule.
+/// Bytes this rank sent through one group, per collective: measured at the transport (mpi), or by
+/// bytes_to()'s rule (nccl).
 struct comm_stats {
   std::array<traffic, collective_count> sent{};  ///< indexed by collective
   std::uint64_t calls = 0;  ///< collectives issued on this group (barriers not counted), world size 1 included
