@@ -258,6 +258,34 @@ TEST_F(mpi_communicator_test, BroadcastFromEveryRoot) {
   EXPECT_THROW(comm->broadcast(nullptr, 0, n, stream()), usage_error);
 }
 
+TEST_F(mpi_communicator_test, PointToPointBetweenEveryPairReachesTheReceiverAlone) {
+  const auto comm = make_communicator(*dev_, mpi_options(1));  // every rank its own "node"
+  const std::size_t n = comm->size();
+  const std::size_t r = comm->rank();
+  std::uint64_t sent = 0;
+  std::size_t salt = 0;
+  for (const std::size_t bytes : odd_sizes) {
+    for (std::size_t from = 0; from < n; ++from) {
+      for (std::size_t to = 0; to < n; ++to) {
+        ++salt;
+        std::vector<std::byte> buffer = block_of(r, bytes, salt);
+        comm->point_to_point(buffer.data(), bytes, from, to, stream());
+        dev_->synchronize(stream());
+        // The receiver holds the sender's block; every other rank (the sender too) keeps its own.
+        const std::size_t owner = r == to ? from : r;
+        EXPECT_EQ(buffer, block_of(owner, bytes, salt)) << bytes << " bytes from " << from << " to " << to;
+        if (r == from && from != to) sent += bytes;
+      }
+    }
+  }
+  const comm_stats s = comm->stats();
+  EXPECT_EQ(s.calls, std::size(odd_sizes) * n * n);
+  EXPECT_EQ(s.of(collective::point_to_point).inter_node, sent) << "every rank is its own node here";
+  EXPECT_EQ(s.of(collective::point_to_point).intra_node, 0U);
+  EXPECT_EQ(s.total_bytes(), sent) << "nothing but the point-to-point messages";
+  EXPECT_THROW(comm->point_to_point(nullptr, 0, 0, n, stream()), usage_error);
+}
+
 TEST_F(mpi_communicator_test, BarrierAndIndependentWorldsInAnyOrder) {
   const auto a = make_communicator(*dev_, mpi_options());
   const auto b = make_communicator(*dev_, mpi_options());

@@ -3,7 +3,7 @@
 // communicator seam (ZeRO++'s quantized collectives, checkpoints on many ranks) on 2, 3 or 4 ranks
 // without mpirun, so they also run under the sanitizers. The subset of the seam modelled, on host
 // memory (the host device's device memory): all_gather, all_to_all, an fp32 reduce_scatter,
-// broadcast and barrier, over the world, its node-local and cross-node groups and an hpZ group of
+// broadcast, point_to_point and barrier, over the world, its node-local and cross-node groups and an hpZ group of
 // one rank, each counting the bytes it sends by bytes_to() (comm_stats). The rest throws usage_error.
 //
 // Each collective first synchronizes the caller's stream on the world's device when it has one (so

@@ -74,6 +74,24 @@ TEST(thread_world, BroadcastCopiesTheRootsBufferAndCountsItsBytes) {
   });
 }
 
+TEST(thread_world, PointToPointCopiesToTheReceiverAloneAndCountsOnTheSender) {
+  const std::unique_ptr<device> dev = make_host_device(16 * MiB);
+  thread_world world(4, {.ranks_per_node = 2, .dev = dev.get()});
+  world.run([&](std::size_t r) {
+    const device_stream stream = dev->create_stream();
+    std::array<int, 8> buffer{};
+    buffer.fill(static_cast<int>(r));
+    world.rank(r).point_to_point(buffer.data(), sizeof(buffer), 3, 0, stream.view());
+    for (const int v : buffer) {
+      EXPECT_EQ(v, r == 0 ? 3 : static_cast<int>(r)) << "rank " << r;
+    }
+    // Rank 3 (node 1) sends to rank 0 (node 0) alone: inter-node, on the sender only.
+    const engine::traffic sent = world.rank(r).stats().of(engine::collective::point_to_point);
+    EXPECT_EQ(sent.intra_node, 0U) << "rank " << r;
+    EXPECT_EQ(sent.inter_node, r == 3 ? sizeof(buffer) : 0U) << "rank " << r;
+  });
+}
+
 TEST(thread_world, RanksPerNodeThatDoNotDivideTheWorldAreAUsageError) {
   EXPECT_THROW(thread_world(4, {.ranks_per_node = 3}), usage_error);
   EXPECT_THROW(thread_world(0), usage_error);

@@ -15,6 +15,7 @@ std::string_view collective_name(collective c) noexcept {
     case collective::all_to_all: return "all_to_all";
     case collective::all_reduce: return "all_reduce";
     case collective::broadcast: return "broadcast";
+    case collective::point_to_point: return "point_to_point";
   }
   return "unknown collective";
 }
@@ -34,6 +35,7 @@ std::uint64_t bytes_to(collective c, std::size_t size, std::size_t rank, std::si
       return chunk(dest) + chunk(rank);
     }
     case collective::broadcast: return rank == root ? payload : 0;
+    case collective::point_to_point: return dest == root ? payload : 0;
   }
   return 0;
 }

@@ -213,6 +213,26 @@ void mpi_group::broadcast(void* buffer, std::size_t bytes, std::size_t root, str
          });
 }
 
+void mpi_group::point_to_point(void* buffer, std::size_t bytes, std::size_t from, std::size_t to, stream_view stream) {
+  const collective_call c = call(collective::point_to_point);
+  const std::size_t n = size();
+  const std::size_t r = rank();
+  ZOE_EXPECTS(from < n && to < n, describe(c), ": from ", from, " or to ", to, " is not a rank of the group (size ", n,
+              ")");
+  const bool sends = r == from && from != to;
+  const bool receives = r == to && from != to;
+  if (sends || receives) check_buffer(c, "buffer", buffer, bytes);
+  traffic_.count_call();
+  // Every rank queues it, the others with nothing to exchange: the tag sequence stays the same on
+  // every rank, and a rank whose group failed refuses it in order like any other collective.
+  launch(c.what, stream, sends ? buffer : nullptr, sends ? bytes : 0, receives ? buffer : nullptr, receives ? bytes : 0,
+         [sends, receives, from, to, bytes](mpi_exchange& x, const std::byte* in, std::byte* out) {
+           if (sends) x.send(to, in, bytes);
+           if (receives) x.receive(from, out, bytes);
+           x.run();
+         });
+}
+
 void mpi_group::barrier() {
   // Host-side: a message of no bytes to and from every peer, under this group's next tag.
   const int tag = next_tag(barrier_tag_kind);

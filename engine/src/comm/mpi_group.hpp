@@ -68,6 +68,7 @@ class mpi_group final : public communicator {
   void all_reduce(const void* send, void* recv, std::size_t count, kernels::dtype type, reduce_op op,
                   stream_view stream) override;
   void broadcast(void* buffer, std::size_t bytes, std::size_t root, stream_view stream) override;
+  void point_to_point(void* buffer, std::size_t bytes, std::size_t from, std::size_t to, stream_view stream) override;
   void barrier() override;
 
   [[nodiscard]] communicator& node_local() override;

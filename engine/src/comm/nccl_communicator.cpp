@@ -421,6 +421,25 @@ class nccl_communicator final : public communicator {
     });
   }
 
+  // ncclSend on `from`, ncclRecv on `to` (grouped, as NCCL wants a pair of point-to-point calls);
+  // the other ranks issue an empty group, so every rank still counts and checks it in order.
+  void point_to_point(void* buffer, std::size_t bytes, std::size_t from, std::size_t to, stream_view stream) override {
+    const collective_call call{collective::point_to_point, state_->name()};
+    ZOE_EXPECTS(from < size() && to < size(), describe(call), " (world rank ", state_->members().world_rank(),
+                "): from ", from, " or to ", to, " is not a rank of the group (size ", size(), ")");
+    const bool sends = rank() == from && from != to;
+    const bool receives = rank() == to && from != to;
+    if (sends || receives) check_buffer(call, "buffer", buffer, bytes);
+    issue(call, stream, state_->members().sent(call.what, sends ? bytes : 0, to),
+          [&](const nccl::api& a, nccl::comm_t c) {
+            return grouped(a, [&] {
+              if (sends) return a.send(buffer, bytes, nccl::data_type::uint8, to_int(to), c, native(stream));
+              if (receives) return a.recv(buffer, bytes, nccl::data_type::uint8, to_int(from), c, native(stream));
+              return nccl::result::success;
+            });
+          });
+  }
+
   // A one-element all-reduce on a stream of its own, waited for on the host; a rank that never comes
   // makes the watchdog abort it at the timeout, and the wait returns with the comm_error.
   // ncclCommAbort on the world and its sub-groups: this rank's later calls fail, and the peers'

@@ -59,10 +59,12 @@ enum class collective : std::uint8_t {
   reduce_scatter = 1,
   all_to_all = 2,
   all_reduce = 3,
-  broadcast = 4
+  broadcast = 4,
+  point_to_point = 5
 };
-inline constexpr std::size_t collective_count = 5;
-/// "all_gather", "reduce_scatter", "all_to_all", "all_reduce", "broadcast". Never throws.
+inline constexpr std::size_t collective_count = 6;
+/// "all_gather", "reduce_scatter", "all_to_all", "all_reduce", "broadcast", "point_to_point".
+/// Never throws.
 [[nodiscard]] std::string_view collective_name(collective c) noexcept;
 
 /// The bytes rank `rank` of a group of `size` hands the transport for rank `dest` in one
@@ -77,6 +79,8 @@ inline constexpr std::size_t collective_count = 5;
 ///                   them, chunk i holding elements [count * i / size, count * (i + 1) / size) of
 ///                   `element` bytes each -> chunk(dest) + chunk(rank) to every other rank
 ///   broadcast       bytes of the buffer          -> payload from `root` to every other rank
+///   point_to_point  bytes this rank sends (the message's size on its sender, 0 on every other
+///                   rank)                        -> payload to `root` (the receiver)
 /// A copy a rank makes to itself is not sent: 0 when dest == rank, and every count is 0 at world
 /// size 1. Never throws; the caller keeps the sizes within 64 bits (the collective's buffers do).
 [[nodiscard]] std::uint64_t bytes_to(collective c, std::size_t size, std::size_t rank, std::size_t dest,
@@ -175,6 +179,13 @@ class communicator {
                           stream_view stream) = 0;
   /// `bytes` of `buffer` at `root` overwrite `buffer` at every other rank. usage_error if root >= size().
   virtual void broadcast(void* buffer, std::size_t bytes, std::size_t root, stream_view stream) = 0;
+  /// `bytes` of `buffer` at rank `from` overwrite `buffer` at rank `to`; nothing else moves (a
+  /// checkpoint's rank 0 receiving each rank's pieces in turn: a broadcast would send every piece to
+  /// every rank). Collective on the group's order: every rank issues it, with the same bytes, from
+  /// and to; the others' `buffer` is not touched and may be null. Nothing moves when from == to.
+  /// usage_error if from or to >= size(). Counted as point_to_point on the sender.
+  virtual void point_to_point(void* buffer, std::size_t bytes, std::size_t from, std::size_t to,
+                              stream_view stream) = 0;
   /// Blocks until every rank of the group arrived (host-side; not stream-ordered).
   virtual void barrier() = 0;
 
