@@ -236,7 +236,10 @@ struct comm_options {
 /// keep their own order of collectives. config_error naming zoe.comm.backend for an unknown
 /// backend or one this build or machine lacks (the error says what is missing), naming
 /// zoe.ranks_per_node / zero_optimization.zero_hpz_partition_size for a size that does not fit
-/// the world; comm_error when the transport fails to start. The device must outlive it.
+/// the world; comm_error when the transport fails to start. Like a collective, it waits at most
+/// options.timeout for the other ranks (mpi: comm_error naming the ranks that did not call it, and
+/// the others are told; MPI_Init itself, on the process's first mpi world, cannot be timed). The
+/// device must outlive it.
 [[nodiscard]] std::unique_ptr<communicator> make_communicator(device& dev, const comm_options& options);
 
 /// World size 1 on `dev`: every collective is at most one device-to-device copy on the stream from
