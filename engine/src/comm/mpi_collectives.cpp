@@ -21,26 +21,48 @@ const void* in_place_send(const void* recv, std::uint64_t block, std::size_t ran
   return recv == nullptr ? nullptr : static_cast<const std::byte*>(recv) + block * rank;
 }
 
+// The exchange of exchange_blocks() on host memory: `bytes` of `in` (block p of it for peer p when
+// block_per_peer) to every peer, block p of `out` from peer p, this rank's own block copied.
+void swap_blocks(mpi_exchange& x, std::size_t n, std::size_t r, const std::byte* in, std::byte* out,
+                 std::uint64_t bytes, bool block_per_peer) {
+  const auto block_for = [&](std::size_t p) { return block_per_peer ? in + p * bytes : in; };
+  for (std::size_t p = 0; p < n; ++p) {
+    if (p == r) continue;
+    x.send(p, block_for(p), bytes);
+    x.receive(p, out + p * bytes, bytes);
+  }
+  if (block_for(r) != out + r * bytes && bytes > 0) std::memcpy(out + r * bytes, block_for(r), bytes);
+  x.run();
+}
+
 }  // namespace
 
 void mpi_group::all_gather(const void* send, void* recv, std::size_t bytes, stream_view stream) {
-  const collective_call c = call(collective::all_gather);
+  exchange_blocks(collective::all_gather, send, recv, bytes, false, stream);
+}
+
+void mpi_group::all_to_all(const void* send, void* recv, std::size_t bytes, stream_view stream) {
+  exchange_blocks(collective::all_to_all, send, recv, bytes, true, stream);
+}
+
+void mpi_group::exchange_blocks(collective what, const void* send, void* recv, std::size_t bytes, bool block_per_peer,
+                                stream_view stream) {
+  const collective_call c = call(what);
   const std::size_t n = size();
   const std::size_t r = rank();
   const std::uint64_t total = blocks_bytes(c, bytes, n);
-  check_buffer(c, "send", send, bytes);
+  const std::uint64_t send_bytes = block_per_peer ? total : bytes;
+  check_buffer(c, "send", send, send_bytes);
   check_buffer(c, "recv", recv, total);
-  check_overlap(c, send, bytes, recv, total, in_place_send(recv, bytes, r));
+  // In place: an all-gather's send is recv's own block; an all-to-all has only the identity of one
+  // rank (NCCL has no in-place all-to-all).
+  const void* in_place = block_per_peer ? (n == 1 ? recv : nullptr) : in_place_send(recv, bytes, r);
+  check_overlap(c, send, send_bytes, recv, total, in_place);
   traffic_.count_call();
-  launch(c.what, stream, send, bytes, recv, total, [n, r, bytes](mpi_exchange& x, const std::byte* in, std::byte* out) {
-    for (std::size_t p = 0; p < n; ++p) {
-      if (p == r) continue;
-      x.send(p, in, bytes);
-      x.receive(p, out + p * bytes, bytes);
-    }
-    if (in != out + r * bytes && bytes > 0) std::memcpy(out + r * bytes, in, bytes);
-    x.run();
-  });
+  launch(what, stream, send, send_bytes, recv, total,
+         [n, r, bytes, block_per_peer](mpi_exchange& x, const std::byte* in, std::byte* out) {
+           swap_blocks(x, n, r, in, out, bytes, block_per_peer);
+         });
 }
 
 void mpi_group::all_gather_coalesced(std::span<const gather_part> parts, stream_view stream) {
@@ -77,15 +99,7 @@ void mpi_group::all_gather_coalesced(std::span<const gather_part> parts, stream_
       offset += part.bytes;
     }
     dev_->launch_host(stream, [this, c, tag, n, r, packed, pack, gathered] {
-      run(c, tag, [&](mpi_exchange& x) {
-        for (std::size_t p = 0; p < n; ++p) {
-          if (p == r) continue;
-          x.send(p, pack, packed);
-          x.receive(p, gathered + p * packed, packed);
-        }
-        if (packed > 0) std::memcpy(gathered + r * packed, pack, packed);
-        x.run();
-      });
+      run(c, tag, [&](mpi_exchange& x) { swap_blocks(x, n, r, pack, gathered, packed, false); });
     });
     offset = 0;
     for (const gather_part& part : kept) {
@@ -133,26 +147,6 @@ void mpi_group::reduce_scatter(const void* send, void* recv, std::size_t count, 
            for (std::size_t q = 0; q < n; ++q) blocks[q] = q == r ? in + r * block : arrived.data() + q * block;
            reduce_in_rank_order(blocks, out, count, type, op);
          });
-}
-
-void mpi_group::all_to_all(const void* send, void* recv, std::size_t bytes, stream_view stream) {
-  const collective_call c = call(collective::all_to_all);
-  const std::size_t n = size();
-  const std::size_t r = rank();
-  const std::uint64_t total = blocks_bytes(c, bytes, n);
-  check_buffer(c, "send", send, total);
-  check_buffer(c, "recv", recv, total);
-  check_overlap(c, send, total, recv, total, n == 1 ? recv : nullptr);
-  traffic_.count_call();
-  launch(c.what, stream, send, total, recv, total, [n, r, bytes](mpi_exchange& x, const std::byte* in, std::byte* out) {
-    for (std::size_t p = 0; p < n; ++p) {
-      if (p == r) continue;
-      x.send(p, in + p * bytes, bytes);
-      x.receive(p, out + p * bytes, bytes);
-    }
-    if (in != out && bytes > 0) std::memcpy(out + r * bytes, in + r * bytes, bytes);
-    x.run();
-  });
 }
 
 void mpi_group::all_reduce(const void* send, void* recv, std::size_t count, kernels::dtype type, reduce_op op,

@@ -101,6 +101,10 @@ class mpi_group final : public communicator {
   static constexpr std::uint64_t barrier_tag_kind = collective_count;
   static constexpr std::uint64_t coalesced_tag_kind = collective_count + 1;
   static constexpr std::uint64_t tag_kinds = collective_count + 2;
+  // all_gather (block_per_peer false: every peer gets the whole of `send`) and all_to_all (true:
+  // peer p gets block p of `send`): `bytes` to and from every peer, block p of `recv` from rank p.
+  void exchange_blocks(collective what, const void* send, void* recv, std::size_t bytes, bool block_per_peer,
+                       stream_view stream);
   // Queues `fn` on `stream` reading `in_bytes` at `in` and writing `out_bytes` at `out`.
   void launch(collective what, stream_view stream, const void* in, std::uint64_t in_bytes, void* out,
               std::uint64_t out_bytes, exchange_fn fn);
