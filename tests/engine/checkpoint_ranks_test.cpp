@@ -112,6 +112,23 @@ TEST(checkpoint_ranks, SavedOnFourLoadsOnOneTwoThreeAndFour) {
   thread_world four(4);
   save_all(four, saving, root.path(), "step-1", 1);
   expect_holds(saving, values, "the saving ranks after the save");  // a save changes no state
+  // Each rank's pieces go to rank 0 alone: point-to-point bytes, no broadcast of them; what ranks
+  // 1-3 send is their shards, less than the files (rank 0's own shards are part of them).
+  std::uint64_t file_bytes = 0;
+  for (const auto& entry : fs::recursive_directory_iterator(root.path())) {
+    if (entry.is_regular_file()) file_bytes += entry.file_size();
+  }
+  std::uint64_t to_rank0 = 0;
+  for (std::size_t r = 0; r < 4; ++r) {
+    const engine::comm_stats s = four.rank(r).stats();
+    EXPECT_EQ(s.of(engine::collective::broadcast).total(), 0U) << "rank " << r;
+    if (r == 0) {
+      EXPECT_EQ(s.of(engine::collective::point_to_point).total(), 0U);
+    }
+    to_rank0 += s.of(engine::collective::point_to_point).total();
+  }
+  EXPECT_GT(to_rank0, 0U);
+  EXPECT_LT(to_rank0, file_bytes);
 
   for (const std::size_t n : {1U, 2U, 3U, 4U}) {
     for (const rank_tier where : {rank_tier::host, rank_tier::nvme}) {

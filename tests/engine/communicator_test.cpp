@@ -119,8 +119,9 @@ TEST(single_communicator, EveryCollectiveDeliversItsInputAndCountsACallWithNoByt
   }
   std::array<std::byte, 16> root_data{};
   comm->broadcast(root_data.data(), root_data.size(), 0, stream.view());
+  comm->point_to_point(root_data.data(), root_data.size(), 0, 0, stream.view());
   const comm_stats stats = comm->stats();
-  EXPECT_EQ(stats.calls, calls + 1);
+  EXPECT_EQ(stats.calls, calls + 2);
   EXPECT_EQ(stats.total_bytes(), 0U) << "at world size 1 nothing leaves the rank";
 }
 
@@ -233,6 +234,9 @@ TEST(single_communicator, BadArgumentsNameTheCollective) {
               AllOf(HasSubstr("broadcast on single (world)"), HasSubstr("root 1 is not a rank of the group (size 1)")));
   EXPECT_THAT(usage_message([&] { comm->broadcast(nullptr, 16, 0, s); }),
               AllOf(HasSubstr("broadcast on single (world)"), HasSubstr("null")));
+  EXPECT_THAT(usage_message([&] { comm->point_to_point(p, 16, 0, 1, s); }),
+              AllOf(HasSubstr("point_to_point on single (world)"),
+                    HasSubstr("from 0 or to 1 is not a rank of the group (size 1)")));
   EXPECT_EQ(comm->stats().calls, 0U) << "a refused call is not counted";
   // Zero bytes need no buffer.
   comm->all_gather(nullptr, nullptr, 0, s);
@@ -257,8 +261,15 @@ TEST(bytes_to, IsWhatTheDirectAlgorithmsSendFromTheRankToEachOther) {
       EXPECT_EQ(bytes_to(collective::broadcast, 4, r, d, 64, 2), r == 2 && d != 2 ? 64U : 0U);
     }
   }
+  for (std::size_t r = 0; r < 4; ++r) {
+    for (std::size_t d = 0; d < 4; ++d) {
+      // The sender (rank 1) passes the message's bytes, the others 0; the receiver is rank 3.
+      EXPECT_EQ(bytes_to(collective::point_to_point, 4, r, d, r == 1 ? 64 : 0, 3), r == 1 && d == 3 ? 64U : 0U);
+    }
+  }
+  EXPECT_EQ(bytes_to(collective::point_to_point, 4, 2, 2, 64, 2), 0U) << "from == to sends nothing";
   for (const collective c : {collective::all_gather, collective::reduce_scatter, collective::all_to_all,
-                             collective::all_reduce, collective::broadcast}) {
+                             collective::all_reduce, collective::broadcast, collective::point_to_point}) {
     EXPECT_EQ(bytes_to(c, 1, 0, 0, 1 << 20), 0U) << collective_name(c) << ": nothing leaves a lone rank";
   }
 }

@@ -1,7 +1,7 @@
 // The mpi communicator under mpirun (label mpi; one CTest entry per case and rank count): every
 // collective against a reference each rank computes locally, for sizes that divide nothing, every
-// dtype and op, every root; the sub-groups of 4 ranks as 2 nodes of 2; the byte counters against
-// bytes_to(); and the refusals of sizes that do not fit the world.
+// dtype and op, every root; the sub-groups of 4 ranks as 2 nodes of 2; the measured byte counters
+// against the test's own arithmetic (and bytes_to()); and the refusals of sizes that do not fit the world.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -346,6 +346,34 @@ TEST_F(mpi_communicator_test, BroadcastFromEveryRoot) {
   EXPECT_THROW(comm->broadcast(nullptr, 0, n, stream()), usage_error);
 }
 
+TEST_F(mpi_communicator_test, PointToPointBetweenEveryPairReachesTheReceiverAlone) {
+  const auto comm = make_communicator(*dev_, mpi_options(1));  // every rank its own "node"
+  const std::size_t n = comm->size();
+  const std::size_t r = comm->rank();
+  std::uint64_t sent = 0;
+  std::size_t salt = 0;
+  for (const std::size_t bytes : odd_sizes) {
+    for (std::size_t from = 0; from < n; ++from) {
+      for (std::size_t to = 0; to < n; ++to) {
+        ++salt;
+        std::vector<std::byte> buffer = block_of(r, bytes, salt);
+        comm->point_to_point(buffer.data(), bytes, from, to, stream());
+        dev_->synchronize(stream());
+        // The receiver holds the sender's block; every other rank (the sender too) keeps its own.
+        const std::size_t owner = r == to ? from : r;
+        EXPECT_EQ(buffer, block_of(owner, bytes, salt)) << bytes << " bytes from " << from << " to " << to;
+        if (r == from && from != to) sent += bytes;
+      }
+    }
+  }
+  const comm_stats s = comm->stats();
+  EXPECT_EQ(s.calls, std::size(odd_sizes) * n * n);
+  EXPECT_EQ(s.of(collective::point_to_point).inter_node, sent) << "every rank is its own node here";
+  EXPECT_EQ(s.of(collective::point_to_point).intra_node, 0U);
+  EXPECT_EQ(s.total_bytes(), sent) << "nothing but the point-to-point messages";
+  EXPECT_THROW(comm->point_to_point(nullptr, 0, 0, n, stream()), usage_error);
+}
+
 TEST_F(mpi_communicator_test, BarrierAndIndependentWorldsInAnyOrder) {
   const auto a = make_communicator(*dev_, mpi_options());
   const auto b = make_communicator(*dev_, mpi_options());
@@ -374,26 +402,37 @@ TEST_F(mpi_communicator_test, BarrierAndIndependentWorldsInAnyOrder) {
   a->barrier();
 }
 
-// The bytes bytes_to() gives rank `r` of the world for one collective, split by the node of the
-// destination (world rank / ranks_per_node).
-traffic expected_traffic(collective c, std::size_t n, std::size_t r, std::size_t per_node, std::uint64_t payload,
-                         std::size_t root = 0, std::size_t element = 1) {
-  traffic t;
-  for (std::size_t d = 0; d < n; ++d) {
-    const std::uint64_t b = bytes_to(c, n, r, d, payload, root, element);
-    (d / per_node == r / per_node ? t.intra_node : t.inter_node) += b;
+// What rank `r` of `n` sends to rank `d` in each collective of the test below, by this test's own
+// arithmetic from what each collective's algorithm must move (not by bytes_to()): an all-gather,
+// reduce-scatter or all-to-all block of `payload` bytes to every other rank; an all-reduce of
+// `count` fp32 elements sends d its chunk [count*d/n, count*(d+1)/n) in the reduce-scatter phase,
+// then this rank's reduced chunk in the all-gather phase; a broadcast from `root` sends only from it.
+std::uint64_t own_arithmetic(collective c, std::size_t n, std::size_t r, std::size_t d, std::uint64_t count,
+                             std::size_t root) {
+  if (d == r) return 0;
+  const std::uint64_t payload = count * 4;
+  const auto chunk = [&](std::uint64_t i) { return (count * (i + 1) / n - count * i / n) * 4; };
+  switch (c) {
+    case collective::all_gather:
+    case collective::reduce_scatter:
+    case collective::all_to_all: return payload;
+    case collective::all_reduce: return chunk(d) + chunk(r);
+    case collective::broadcast: return r == root ? payload : 0;
+    default: return 0;
   }
-  return t;
 }
 
-TEST_F(mpi_communicator_test, ByteCountersEqualBytesToSplitByNode) {
-  const std::size_t per_node = 1;  // every rank its own "node": all traffic inter-node
-  for (const std::size_t rpn : {per_node, std::size_t{0}}) {
+// The counters are measured where each MPI_Isend is posted; they must equal the test's own sum of
+// what each collective sends to each rank, split by the destination's node, and bytes_to() (the
+// documented rule the nccl backend counts by) must agree with that sum.
+TEST_F(mpi_communicator_test, ByteCountersMeasureWhatEachRankSendsSplitByNode) {
+  for (const std::size_t rpn : {std::size_t{1}, std::size_t{0}}) {  // 1: every rank its own "node"
     const auto comm = make_communicator(*dev_, mpi_options(rpn));
     const std::size_t n = comm->size();
     const std::size_t r = comm->rank();
     const std::size_t node_size = rpn == 0 ? n : rpn;  // one machine: MPI's split finds one node
     const std::size_t count = 4097;
+    const std::size_t root = n - 1;
     std::vector<float> big(n * count, 1.0F);
     std::vector<float> small(count, 1.0F);
     comm->all_gather(small.data(), big.data(), count * 4, stream());
@@ -402,21 +441,27 @@ TEST_F(mpi_communicator_test, ByteCountersEqualBytesToSplitByNode) {
     comm->all_to_all(big.data(), copy.data(), count * 4, stream());
     comm->all_to_all(big.data(), copy.data(), count * 4, stream());
     comm->all_reduce(small.data(), small.data(), count, dtype::fp32, reduce_op::mean, stream());
-    comm->broadcast(small.data(), count * 4, n - 1, stream());
+    comm->broadcast(small.data(), count * 4, root, stream());
     dev_->synchronize(stream());
     const comm_stats s = comm->stats();
     EXPECT_EQ(s.calls, 6U);
-    const auto expect = [&](collective c, std::uint64_t payload, std::size_t times, std::size_t root = 0,
-                            std::size_t element = 1) {
-      const traffic t = expected_traffic(c, n, r, node_size, payload, root, element);
-      EXPECT_EQ(s.of(c).intra_node, t.intra_node * times) << collective_name(c) << " ranks_per_node " << rpn;
-      EXPECT_EQ(s.of(c).inter_node, t.inter_node * times) << collective_name(c) << " ranks_per_node " << rpn;
+    const auto expect = [&](collective c, std::size_t times) {
+      traffic own;
+      std::uint64_t by_rule = 0;
+      for (std::size_t d = 0; d < n; ++d) {
+        const std::uint64_t b = own_arithmetic(c, n, r, d, count, root) * times;
+        (d / node_size == r / node_size ? own.intra_node : own.inter_node) += b;
+        by_rule += bytes_to(c, n, r, d, count * 4, root, 4) * times;
+      }
+      EXPECT_EQ(s.of(c).intra_node, own.intra_node) << collective_name(c) << " ranks_per_node " << rpn;
+      EXPECT_EQ(s.of(c).inter_node, own.inter_node) << collective_name(c) << " ranks_per_node " << rpn;
+      EXPECT_EQ(by_rule, own.total()) << collective_name(c) << ": bytes_to() disagrees with what is sent";
     };
-    expect(collective::all_gather, count * 4, 1);
-    expect(collective::reduce_scatter, count * 4, 1);
-    expect(collective::all_to_all, count * 4, 2);
-    expect(collective::all_reduce, count * 4, 1, 0, 4);
-    expect(collective::broadcast, count * 4, 1, n - 1);
+    expect(collective::all_gather, 1);
+    expect(collective::reduce_scatter, 1);
+    expect(collective::all_to_all, 2);
+    expect(collective::all_reduce, 1);
+    expect(collective::broadcast, 1);
     if (n > 1 && rpn == 1) {
       EXPECT_EQ(s.total().intra_node, 0U);
       EXPECT_GT(s.total().inter_node, 0U);

@@ -1,10 +1,12 @@
 // A program run under mpirun by mpi_failure_driver.cmake: every rank starts an all-gather, and one
 // rank (the victim) fails to take part: it skips it (`skip`), dies in it (`kill`), or throws past
-// its communicator instead (`throw`: the others hear of it at once, long before the timeout). Each
+// its communicator instead (`throw`: the others hear of it at once, long before the timeout); or
+// every rank but the victim makes a second world (`create`: make_communicator is collective too,
+// and must fail naming the victim within the timeout rather than hang in MPI_Comm_dup). Each
 // rank that sees its collective fail prints one line
 //   zoe-mpi-probe rank <R> failed after <S> s: <message>
 // which the driver checks names the victim, within the timeout.
-//   usage: mpi_failure_probe skip|kill|throw VICTIM TIMEOUT_MS
+//   usage: mpi_failure_probe skip|kill|throw|create VICTIM TIMEOUT_MS
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -14,6 +16,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "zoe/core/device.hpp"
@@ -42,7 +45,16 @@ int probe(std::string_view scenario, std::size_t victim, std::chrono::millisecon
       // Unwinds past `comm`, whose destructor tells the others; main reports it.
       throw std::runtime_error("the victim gave up");
     }
-    if (rank == victim && scenario == "skip") {
+    if (scenario == "create") {
+      // The victim stays away (out of MPI) past the others' timeout, so their creation's own wait
+      // must name it; then its barrier fails on their notice.
+      if (rank == victim) {
+        std::this_thread::sleep_for(2 * timeout);
+        comm->barrier();
+      } else {
+        (void)engine::make_communicator(*dev, options);
+      }
+    } else if (rank == victim && scenario == "skip") {
       comm->barrier();  // the others are in the all-gather: this fails once they give up
     } else {
       comm->all_gather(send.data(), recv.data(), bytes, stream.view());
@@ -63,7 +75,7 @@ int probe(std::string_view scenario, std::size_t victim, std::chrono::millisecon
 
 int main(int argc, char** argv) {
   if (argc != 4) {
-    std::fprintf(stderr, "usage: %s skip|kill|throw VICTIM TIMEOUT_MS\n", argv[0]);
+    std::fprintf(stderr, "usage: %s skip|kill|throw|create VICTIM TIMEOUT_MS\n", argv[0]);
     return 2;
   }
   try {

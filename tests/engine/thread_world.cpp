@@ -178,6 +178,17 @@ class thread_communicator final : public communicator {
     count(collective::broadcast, bytes, root);
   }
 
+  void point_to_point(void* buffer, std::size_t bytes, std::size_t from, std::size_t to, stream_view stream) override {
+    ZOE_EXPECTS(from < size() && to < size(), "thread world point_to_point: from ", from, " or to ", to, " of ",
+                size());
+    exchange(buffer, stream, [&](std::size_t r, const std::byte* source) {
+      if (r == from && rank_ == to && from != to) {
+        std::memcpy(buffer, source, bytes);
+      }
+    });
+    count(collective::point_to_point, rank_ == from ? bytes : 0, to);
+  }
+
   void barrier() override { group_->meet(rank_); }
 
   [[nodiscard]] communicator& node_local() override {
@@ -222,9 +233,9 @@ class thread_communicator final : public communicator {
 
  private:
   [[noreturn]] static void unsupported(const char* what) {
-    throw usage_error(
-        str("thread world has no ", what,
-            " (only all_gather, all_to_all, fp32 reduce_scatter and its coalesced form, broadcast, barrier)"));
+    throw usage_error(str("thread world has no ", what,
+                          " (only all_gather, all_to_all, fp32 reduce_scatter and its coalesced form, broadcast, "
+                          "point_to_point, barrier)"));
   }
 
   // The ranks' blocks added in the pairwise tree over the ranks.

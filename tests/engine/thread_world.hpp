@@ -4,9 +4,9 @@
 // without mpirun, so they also run under the sanitizers. The subset of the seam modelled, on host
 // memory (the host device's device memory): all_gather, all_to_all, an fp32 reduce_scatter (added
 // in the mpi backend's pairwise tree over the ranks) and its coalesced form (one meeting for all
-// parts), broadcast and barrier, over the world, its node-local and cross-node groups and an hpZ
-// group of one rank, each counting the bytes it sends by bytes_to() (comm_stats). The rest throws
-// usage_error.
+// parts), broadcast, point_to_point and barrier, over the world, its node-local and cross-node
+// groups and an hpZ group of one rank, each counting the bytes it sends by bytes_to() (comm_stats).
+// The rest throws usage_error.
 //
 // Each collective first synchronizes the caller's stream on the world's device when it has one (so
 // the collective runs after the work queued before it; a world without a device needs callers that

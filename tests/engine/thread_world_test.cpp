@@ -60,21 +60,30 @@ TEST(thread_world, ARankThatAbortsFailsTheOthersNamingItAndRefusesItsOwnCalls) {
   }
 }
 
-TEST(thread_world, BroadcastCopiesTheRootsBufferAndCountsItsBytes) {
+// A broadcast from rank 2 reaches every rank; a point-to-point from rank 3 to rank 0 reaches rank 0
+// alone. Each counts its bytes on the sender, split by the receivers' nodes (2 nodes of 2).
+TEST(thread_world, BroadcastAndPointToPointCopyToTheirReceiversAndCountOnTheSender) {
   const std::unique_ptr<device> dev = make_host_device(16 * MiB);
   thread_world world(4, {.ranks_per_node = 2, .dev = dev.get()});
   world.run([&](std::size_t r) {
     const device_stream stream = dev->create_stream();
-    std::array<int, 8> buffer{};
-    buffer.fill(static_cast<int>(r));
-    world.rank(r).broadcast(buffer.data(), sizeof(buffer), 2, stream.view());
-    for (const int v : buffer) {
-      EXPECT_EQ(v, 2) << "rank " << r;
+    std::array<int, 8> everyone{};
+    std::array<int, 8> one{};
+    everyone.fill(static_cast<int>(r));
+    one.fill(static_cast<int>(r));
+    world.rank(r).broadcast(everyone.data(), sizeof(everyone), 2, stream.view());
+    world.rank(r).point_to_point(one.data(), sizeof(one), 3, 0, stream.view());
+    for (std::size_t i = 0; i < everyone.size(); ++i) {
+      EXPECT_EQ(everyone[i], 2) << "rank " << r;
+      EXPECT_EQ(one[i], r == 0 ? 3 : static_cast<int>(r)) << "rank " << r;
     }
-    const engine::traffic sent = world.rank(r).stats().of(engine::collective::broadcast);
+    const engine::comm_stats s = world.rank(r).stats();
     // Root 2 (node 1) sends the buffer to rank 3 on its node and to ranks 0 and 1 on the other.
-    EXPECT_EQ(sent.intra_node, r == 2 ? sizeof(buffer) : 0U) << "rank " << r;
-    EXPECT_EQ(sent.inter_node, r == 2 ? 2 * sizeof(buffer) : 0U) << "rank " << r;
+    EXPECT_EQ(s.of(engine::collective::broadcast).intra_node, r == 2 ? sizeof(everyone) : 0U) << "rank " << r;
+    EXPECT_EQ(s.of(engine::collective::broadcast).inter_node, r == 2 ? 2 * sizeof(everyone) : 0U) << "rank " << r;
+    // Rank 3 (node 1) sends to rank 0 (node 0) alone: inter-node, on the sender only.
+    EXPECT_EQ(s.of(engine::collective::point_to_point).intra_node, 0U) << "rank " << r;
+    EXPECT_EQ(s.of(engine::collective::point_to_point).inter_node, r == 3 ? sizeof(one) : 0U) << "rank " << r;
   });
 }
 

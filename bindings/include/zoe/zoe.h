@@ -279,8 +279,9 @@ ZOE_API zoe_status zoe_all_reduce_sum(zoe_engine* engine, double* values, size_t
 
 /** Bytes this rank has handed the transport in the engine's collectives since the engine was made
  *  (parameter gathers, gradient reductions, every group together), split by where they went: to
- *  ranks on this node or on other nodes. zoe_all_reduce_sum's own traffic is not counted. Counted,
- *  not estimated (engine/comm/communicator.hpp's bytes_to gives the rule); all 0 at world size 1. */
+ *  ranks on this node or on other nodes. zoe_all_reduce_sum's own traffic is not counted. The mpi
+ *  backend measures them at each send; nccl, whose transport is out of sight, counts by
+ *  engine/comm/communicator.hpp's bytes_to rule; all 0 at world size 1. */
 typedef struct zoe_comm_traffic {
   size_t struct_size;        /**< sizeof(zoe_comm_traffic), set by the caller */
   uint64_t intra_node_bytes; /**< sent to ranks on this node */

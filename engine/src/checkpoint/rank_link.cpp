@@ -123,15 +123,25 @@ void rank_link::on_device(std::span<std::byte> data, void* buffer, bool upload, 
   dev_->synchronize(stream);
 }
 
+template <typename Collective>
+void rank_link::in_chunks(std::span<std::byte> data, bool upload, bool download, Collective&& collective) {
+  for (std::size_t at = 0; at < data.size();) {
+    const std::size_t n = std::min(chunk_bytes_, data.size() - at);
+    on_device(data.subspan(at, n), device_buffer_, upload, download, [&](void* buffer) { collective(buffer, n); });
+    at += n;
+  }
+}
+
 void rank_link::broadcast(std::span<std::byte> data, std::size_t root) {
   if (size() <= 1) return;
   const bool mine = rank() == root;
-  for (std::size_t at = 0; at < data.size();) {
-    const std::size_t n = std::min(chunk_bytes_, data.size() - at);
-    on_device(data.subspan(at, n), device_buffer_, mine, !mine,
-              [&](void* buffer) { comm_->broadcast(buffer, n, root, stream_.view()); });
-    at += n;
-  }
+  in_chunks(data, mine, !mine, [&](void* buffer, std::size_t n) { comm_->broadcast(buffer, n, root, stream_.view()); });
+}
+
+void rank_link::send_to(std::span<std::byte> data, std::size_t from, std::size_t to) {
+  if (size() <= 1) return;
+  in_chunks(data, rank() == from, rank() == to && from != to,
+            [&](void* buffer, std::size_t n) { comm_->point_to_point(buffer, n, from, to, stream_.view()); });
 }
 
 void rank_link::broadcast(std::string& text, std::size_t root) {

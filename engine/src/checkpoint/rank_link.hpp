@@ -1,8 +1,8 @@
 #pragma once
 // The ranks of a checkpoint save or load as the save and the load use them: host bytes broadcast
-// from one rank to the others, and every rank's verdict combined, so that when one rank fails
-// (a corrupt file, a failed write) every rank fails with that rank's error. At world size 1 (or
-// with no communicator) there is nothing to send and a failure is rethrown as it is.
+// from one rank to the others or sent from one rank to another, and every rank's verdict combined, so that when one
+// rank fails (a corrupt file, a failed write) every rank fails with that rank's error. At world size 1 (or with no
+// communicator) there is nothing to send and a failure is rethrown as it is.
 
 #include <cstddef>
 #include <exception>
@@ -38,6 +38,10 @@ class rank_link {
   /// passes the same size and root). Nothing at world size 1. Throws what the communicator and
   /// the device throw (comm_error naming a rank that failed or vanished).
   void broadcast(std::span<std::byte> data, std::size_t root);
+  /// The bytes of `data` at rank `from` overwrite `data` at rank `to`; no other rank receives them
+  /// (collective: every rank passes the same size, from and to; the others' `data` is untouched).
+  /// Nothing at world size 1. Throws as broadcast().
+  void send_to(std::span<std::byte> data, std::size_t from, std::size_t to);
   /// `text` at `root` replaces `text` at every other rank (collective).
   void broadcast(std::string& text, std::size_t root);
   /// Collective: returns when no rank failed (`local`: this rank's failure, null for none);
@@ -52,6 +56,9 @@ class rank_link {
   /// back when `download`); on `data` itself on the host device.
   template <typename Collective>
   void on_device(std::span<std::byte> data, void* buffer, bool upload, bool download, Collective&& collective);
+  /// Runs collective(buffer, n) on `data` in pieces of at most chunk_bytes_ through on_device().
+  template <typename Collective>
+  void in_chunks(std::span<std::byte> data, bool upload, bool download, Collective&& collective);
 
   communicator* comm_ = nullptr;
   device* dev_ = nullptr;

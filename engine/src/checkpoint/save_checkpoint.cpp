@@ -53,8 +53,9 @@ void check_resident(const tier_manager& tiers, const std::vector<state_kind>& st
 
 /// Writes the state files: every rank takes part, rank 0 writes. The constructor throws (memory for
 /// the staging buffers refused): the caller combines that with the other ranks' verdicts before
-/// the first file. Afterwards the first failure on this rank is kept in `failure` and ends this
-/// rank's reading and writing, but not its part in the broadcasts (it sends zeros), so that the
+/// the first file. Each other rank's pieces go to rank 0 alone (point to point, not broadcast).
+/// Afterwards the first failure on this rank is kept in `failure` and ends this
+/// rank's reading and writing, but not its part in the transfers (it sends zeros), so that the
 /// ranks reach the verdict together. The communicator's own failures (a rank that vanished) are
 /// thrown.
 class state_stream {
@@ -98,7 +99,7 @@ class state_stream {
                 std::memcpy(buffer.data(), mine.data(), n);
               }
             }
-            link_.broadcast(buffer, q);
+            link_.send_to(buffer, q, 0);
             if (writes) append(buffer);
           }
           at += n;

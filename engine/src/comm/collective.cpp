@@ -15,6 +15,7 @@ std::string_view collective_name(collective c) noexcept {
     case collective::all_to_all: return "all_to_all";
     case collective::all_reduce: return "all_reduce";
     case collective::broadcast: return "broadcast";
+    case collective::point_to_point: return "point_to_point";
   }
   return "unknown collective";
 }
@@ -34,6 +35,7 @@ std::uint64_t bytes_to(collective c, std::size_t size, std::size_t rank, std::si
       return chunk(dest) + chunk(rank);
     }
     case collective::broadcast: return rank == root ? payload : 0;
+    case collective::point_to_point: return dest == root ? payload : 0;
   }
   return 0;
 }
@@ -85,11 +87,20 @@ void check_overlap(collective_call call, const void* send, std::uint64_t send_by
 }
 
 void traffic_counter::count(collective what, traffic sent) noexcept {
+  count_call();
+  add(what, sent);
+}
+
+void traffic_counter::count_call() noexcept {
+  const std::lock_guard lock(mutex_);
+  ++stats_.calls;
+}
+
+void traffic_counter::add(collective what, traffic sent) noexcept {
   const std::lock_guard lock(mutex_);
   traffic& t = stats_.of(what);
   t.intra_node += sent.intra_node;
   t.inter_node += sent.inter_node;
-  ++stats_.calls;
 }
 
 comm_stats traffic_counter::snapshot() const {

@@ -44,8 +44,12 @@ void check_overlap(collective_call call, const void* send, std::uint64_t send_by
 /// The bytes one group's collectives sent. Thread-safe.
 class traffic_counter {
  public:
-  /// Counts one collective in which this rank sent `sent`.
+  /// Counts one collective in which this rank sent `sent` (a backend that counts by bytes_to()).
   void count(collective what, traffic sent) noexcept;
+  /// Counts one collective issued, its bytes to come through add() (a backend that measures them).
+  void count_call() noexcept;
+  /// Adds bytes a collective of kind `what` handed the transport.
+  void add(collective what, traffic sent) noexcept;
   [[nodiscard]] comm_stats snapshot() const;
 
  private:

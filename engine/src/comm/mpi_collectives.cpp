@@ -1,6 +1,6 @@
 // The mpi group's collectives as direct exchanges: each rank sends every other rank exactly the
-// part that rank needs (so bytes_to() is what each rank hands MPI) and reduces in the pairwise tree
-// over the ranks (tree_order_reduce.hpp).
+// part that rank needs (bytes_to() describes what each rank hands MPI; the counters measure it, in
+// mpi_exchange) and reduces in the pairwise tree over the ranks (tree_order_reduce.hpp).
 #include <cstdint>
 #include <cstring>
 #include <span>
@@ -36,26 +36,48 @@ std::uint64_t checked_block(collective_call c, const reduce_part& part, reduce_o
   return block;
 }
 
+// The exchange of exchange_blocks() on host memory: `bytes` of `in` (block p of it for peer p when
+// block_per_peer) to every peer, block p of `out` from peer p, this rank's own block copied.
+void swap_blocks(mpi_exchange& x, std::size_t n, std::size_t r, const std::byte* in, std::byte* out,
+                 std::uint64_t bytes, bool block_per_peer) {
+  const auto block_for = [&](std::size_t p) { return block_per_peer ? in + p * bytes : in; };
+  for (std::size_t p = 0; p < n; ++p) {
+    if (p == r) continue;
+    x.send(p, block_for(p), bytes);
+    x.receive(p, out + p * bytes, bytes);
+  }
+  if (block_for(r) != out + r * bytes && bytes > 0) std::memcpy(out + r * bytes, block_for(r), bytes);
+  x.run();
+}
+
 }  // namespace
 
 void mpi_group::all_gather(const void* send, void* recv, std::size_t bytes, stream_view stream) {
-  const collective_call c = call(collective::all_gather);
+  exchange_blocks(collective::all_gather, send, recv, bytes, false, stream);
+}
+
+void mpi_group::all_to_all(const void* send, void* recv, std::size_t bytes, stream_view stream) {
+  exchange_blocks(collective::all_to_all, send, recv, bytes, true, stream);
+}
+
+void mpi_group::exchange_blocks(collective what, const void* send, void* recv, std::size_t bytes, bool block_per_peer,
+                                stream_view stream) {
+  const collective_call c = call(what);
   const std::size_t n = size();
   const std::size_t r = rank();
   const std::uint64_t total = blocks_bytes(c, bytes, n);
-  check_buffer(c, "send", send, bytes);
+  const std::uint64_t send_bytes = block_per_peer ? total : bytes;
+  check_buffer(c, "send", send, send_bytes);
   check_buffer(c, "recv", recv, total);
-  check_overlap(c, send, bytes, recv, total, in_place_send(recv, bytes, r));
-  count_traffic(c.what, bytes);
-  launch(c.what, stream, send, bytes, recv, total, [n, r, bytes](mpi_exchange& x, const std::byte* in, std::byte* out) {
-    for (std::size_t p = 0; p < n; ++p) {
-      if (p == r) continue;
-      x.send(p, in, bytes);
-      x.receive(p, out + p * bytes, bytes);
-    }
-    if (in != out + r * bytes && bytes > 0) std::memcpy(out + r * bytes, in, bytes);
-    x.run();
-  });
+  // In place: an all-gather's send is recv's own block; an all-to-all has only the identity of one
+  // rank (NCCL has no in-place all-to-all).
+  const void* in_place = block_per_peer ? (n == 1 ? recv : nullptr) : in_place_send(recv, bytes, r);
+  check_overlap(c, send, send_bytes, recv, total, in_place);
+  traffic_.count_call();
+  launch(what, stream, send, send_bytes, recv, total,
+         [n, r, bytes, block_per_peer](mpi_exchange& x, const std::byte* in, std::byte* out) {
+           swap_blocks(x, n, r, in, out, bytes, block_per_peer);
+         });
 }
 
 void mpi_group::all_gather_coalesced(std::span<const gather_part> parts, stream_view stream) {
@@ -70,7 +92,7 @@ void mpi_group::all_gather_coalesced(std::span<const gather_part> parts, stream_
     check_overlap(c, part.send, part.bytes, part.recv, total, in_place_send(part.recv, part.bytes, r));
     packed += part.bytes;
   }
-  count_traffic(c.what, packed);
+  traffic_.count_call();
   // One message per peer: the parts packed into a staging buffer on the stream, exchanged, and the
   // gathered blocks copied to each part's recv. The staging buffer is [pack | n gathered packs].
   const std::vector<gather_part> kept(parts.begin(), parts.end());
@@ -83,16 +105,7 @@ void mpi_group::all_gather_coalesced(std::span<const gather_part> parts, stream_
           offset += part.bytes;
         }
       },
-      [n, r, packed](mpi_exchange& x, std::byte* pack) {
-        std::byte* const gathered = pack + packed;
-        for (std::size_t p = 0; p < n; ++p) {
-          if (p == r) continue;
-          x.send(p, pack, packed);
-          x.receive(p, gathered + p * packed, packed);
-        }
-        if (packed > 0) std::memcpy(gathered + r * packed, pack, packed);
-        x.run();
-      },
+      [n, r, packed](mpi_exchange& x, std::byte* pack) { swap_blocks(x, n, r, pack, pack + packed, packed, false); },
       [&](std::byte* pack) {
         const std::byte* const gathered = pack + packed;
         std::uint64_t offset = 0;
@@ -115,7 +128,7 @@ void mpi_group::reduce_scatter(const void* send, void* recv, std::size_t count, 
   const std::size_t r = rank();
   const std::uint64_t block = checked_block(c, {send, recv, count, type}, op, n, r);
   const std::uint64_t total = block * n;
-  count_traffic(c.what, block);
+  traffic_.count_call();
   launch(c.what, stream, send, total, recv, block,
          [n, r, block, count, type, op](mpi_exchange& x, const std::byte* in, std::byte* out) {
            std::vector<std::byte> arrived(block * n);
@@ -143,7 +156,7 @@ void mpi_group::reduce_scatter_coalesced(std::span<const reduce_part> parts, red
     packed += blocks.back();
   }
   const std::uint64_t total = blocks_bytes(c, packed, n);
-  count_traffic(c.what, packed);
+  traffic_.count_call();
   // One message per peer. The staging buffer is [n packs | n packs]: the parts' send buffers are
   // copied into the first half one after another (each its n blocks), regrouped on the worker into
   // the second half as one pack per destination (pack d: every part's block d, in part order), and
@@ -195,26 +208,6 @@ void mpi_group::reduce_scatter_coalesced(std::span<const reduce_part> parts, red
       });
 }
 
-void mpi_group::all_to_all(const void* send, void* recv, std::size_t bytes, stream_view stream) {
-  const collective_call c = call(collective::all_to_all);
-  const std::size_t n = size();
-  const std::size_t r = rank();
-  const std::uint64_t total = blocks_bytes(c, bytes, n);
-  check_buffer(c, "send", send, total);
-  check_buffer(c, "recv", recv, total);
-  check_overlap(c, send, total, recv, total, n == 1 ? recv : nullptr);
-  count_traffic(c.what, bytes);
-  launch(c.what, stream, send, total, recv, total, [n, r, bytes](mpi_exchange& x, const std::byte* in, std::byte* out) {
-    for (std::size_t p = 0; p < n; ++p) {
-      if (p == r) continue;
-      x.send(p, in + p * bytes, bytes);
-      x.receive(p, out + p * bytes, bytes);
-    }
-    if (in != out && bytes > 0) std::memcpy(out + r * bytes, in + r * bytes, bytes);
-    x.run();
-  });
-}
-
 void mpi_group::all_reduce(const void* send, void* recv, std::size_t count, kernels::dtype type, reduce_op op,
                            stream_view stream) {
   const collective_call c = call(collective::all_reduce);
@@ -225,7 +218,7 @@ void mpi_group::all_reduce(const void* send, void* recv, std::size_t count, kern
   check_buffer(c, "recv", recv, total);
   check_overlap(c, send, total, recv, total, recv);
   const std::size_t element = kernels::dtype_size(type);
-  count_traffic(c.what, total, 0, element);
+  traffic_.count_call();
   // A reduce-scatter of n chunks (chunk i to rank i) then an all-gather of the reduced chunks.
   launch(c.what, stream, send, total, recv, total,
          [n, r, count, element, type, op](mpi_exchange& x, const std::byte* in, std::byte* out) {
@@ -258,7 +251,7 @@ void mpi_group::broadcast(void* buffer, std::size_t bytes, std::size_t root, str
   const std::size_t r = rank();
   ZOE_EXPECTS(root < n, describe(c), ": root ", root, " is not a rank of the group (size ", n, ")");
   check_buffer(c, "broadcast", buffer, bytes);
-  count_traffic(c.what, bytes, root);
+  traffic_.count_call();
   const bool is_root = r == root;
   launch(c.what, stream, is_root ? buffer : nullptr, is_root ? bytes : 0, is_root ? nullptr : buffer,
          is_root ? 0 : bytes, [n, r, root, bytes](mpi_exchange& x, const std::byte* in, std::byte* out) {
@@ -269,6 +262,26 @@ void mpi_group::broadcast(void* buffer, std::size_t bytes, std::size_t root, str
            } else {
              x.receive(root, out, bytes);
            }
+           x.run();
+         });
+}
+
+void mpi_group::point_to_point(void* buffer, std::size_t bytes, std::size_t from, std::size_t to, stream_view stream) {
+  const collective_call c = call(collective::point_to_point);
+  const std::size_t n = size();
+  const std::size_t r = rank();
+  ZOE_EXPECTS(from < n && to < n, describe(c), ": from ", from, " or to ", to, " is not a rank of the group (size ", n,
+              ")");
+  const bool sends = r == from && from != to;
+  const bool receives = r == to && from != to;
+  if (sends || receives) check_buffer(c, "buffer", buffer, bytes);
+  traffic_.count_call();
+  // Every rank queues it, the others with nothing to exchange: the tag sequence stays the same on
+  // every rank, and a rank whose group failed refuses it in order like any other collective.
+  launch(c.what, stream, sends ? buffer : nullptr, sends ? bytes : 0, receives ? buffer : nullptr, receives ? bytes : 0,
+         [sends, receives, from, to, bytes](mpi_exchange& x, const std::byte* in, std::byte* out) {
+           if (sends) x.send(to, in, bytes);
+           if (receives) x.receive(from, out, bytes);
            x.run();
          });
 }

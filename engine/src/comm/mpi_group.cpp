@@ -102,11 +102,6 @@ void mpi_group::adopt(std::unique_ptr<mpi_group> node_local, std::unique_ptr<mpi
   hpz_ = std::move(hpz);
 }
 
-void mpi_group::count_traffic(collective what, std::uint64_t payload, std::size_t root, std::size_t element) {
-  const traffic t = shape_.sent(what, payload, root, element);
-  traffic_.count(what, t);
-}
-
 int mpi_group::next_tag(std::uint64_t kind) noexcept {
   // The kind is in the tag too: a rank that skipped a collective then issues another kind under the
   // tag the others use for the skipped one, and its messages must not match theirs.
@@ -155,10 +150,12 @@ void mpi_group::run(collective_call c, int tag, const std::function<void(mpi_exc
   try {
     body(x);
   } catch (const std::exception& e) {
+    traffic_.add(c.what, x.handed());
     const std::lock_guard lock(mutex_);
     if (failure_.empty()) failure_ = e.what();
     throw;
   }
+  traffic_.add(c.what, x.handed());
 }
 
 copy_kind mpi_group::to_staging() const noexcept {

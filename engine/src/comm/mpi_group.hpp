@@ -69,6 +69,7 @@ class mpi_group final : public communicator {
   void all_reduce(const void* send, void* recv, std::size_t count, kernels::dtype type, reduce_op op,
                   stream_view stream) override;
   void broadcast(void* buffer, std::size_t bytes, std::size_t root, stream_view stream) override;
+  void point_to_point(void* buffer, std::size_t bytes, std::size_t from, std::size_t to, stream_view stream) override;
   void barrier() override;
 
   [[nodiscard]] communicator& node_local() override;
@@ -95,8 +96,6 @@ class mpi_group final : public communicator {
   };
 
   [[nodiscard]] collective_call call(collective what) const noexcept { return {what, name_}; }
-  // Counts the bytes bytes_to() gives for every destination, split by node.
-  void count_traffic(collective what, std::uint64_t payload, std::size_t root = 0, std::size_t element = 1);
   // The tag of the next collective or barrier of `kind` (a collective's value, or one of the kinds
   // below): the issue order is the contract between ranks.
   [[nodiscard]] int next_tag(std::uint64_t kind) noexcept;
@@ -104,6 +103,10 @@ class mpi_group final : public communicator {
   static constexpr std::uint64_t coalesced_tag_kind = collective_count + 1;
   static constexpr std::uint64_t coalesced_reduce_tag_kind = collective_count + 2;
   static constexpr std::uint64_t tag_kinds = collective_count + 3;
+  // all_gather (block_per_peer false: every peer gets the whole of `send`) and all_to_all (true:
+  // peer p gets block p of `send`): `bytes` to and from every peer, block p of `recv` from rank p.
+  void exchange_blocks(collective what, const void* send, void* recv, std::size_t bytes, bool block_per_peer,
+                       stream_view stream);
   // Queues `fn` on `stream` reading `in_bytes` at `in` and writing `out_bytes` at `out`.
   void launch(collective what, stream_view stream, const void* in, std::uint64_t in_bytes, void* out,
               std::uint64_t out_bytes, exchange_fn fn);
@@ -118,7 +121,8 @@ class mpi_group final : public communicator {
   // The copy kinds between the device's memory and host staging.
   [[nodiscard]] copy_kind to_staging() const noexcept;
   [[nodiscard]] copy_kind from_staging() const noexcept;
-  // Runs one exchange on a stream's worker: refuses after an earlier failure, records a new one.
+  // Runs one exchange on a stream's worker: refuses after an earlier failure, records a new one,
+  // and adds the bytes the exchange handed MPI to c.what's counters (a failed exchange's too).
   void run(collective_call c, int tag, const std::function<void(mpi_exchange&)>& body);
   [[nodiscard]] std::shared_ptr<staging> stage(std::uint64_t bytes);
   void retire(std::shared_ptr<staging> s) noexcept;

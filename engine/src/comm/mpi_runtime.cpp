@@ -112,6 +112,12 @@ void mpi_runtime::finalize_at_exit() noexcept {
   if (MPI_Finalized(&finalized) == MPI_SUCCESS && finalized == 0) MPI_Finalize();
 }
 
+int mpi_runtime::next_creation_tag() noexcept {
+  // Tags notice_tag + 1 .. tag_ub_, cycling.
+  const std::uint64_t span = static_cast<std::uint64_t>(tag_ub_ - notice_tag);
+  return notice_tag + 1 + static_cast<int>(creations_.fetch_add(1) % span);
+}
+
 std::unique_lock<std::mutex> mpi_runtime::serialize() {
   return serialized_ ? std::unique_lock(mpi_mutex_) : std::unique_lock<std::mutex>();
 }

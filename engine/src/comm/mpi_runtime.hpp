@@ -12,11 +12,15 @@
 //
 // It also carries the failure notices: a rank that fails tells every other rank once, with a short
 // message on a communicator of its own (a duplicate of MPI_COMM_WORLD), so a peer waiting in any
-// collective of any world fails at once naming it instead of waiting for its timeout.
+// collective of any world fails at once naming it instead of waiting for its timeout. The same
+// communicator carries, under tags of their own, the arrival messages of each world's creation
+// (mpi_world.cpp), which must run before any blocking MPI call that every rank has to make.
 
 #include <mpi.h>
 
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -47,6 +51,12 @@ class mpi_runtime {
   [[nodiscard]] std::size_t world_rank() const noexcept { return world_rank_; }
   [[nodiscard]] std::size_t world_size() const noexcept { return world_size_; }
   [[nodiscard]] int tag_upper_bound() const noexcept { return tag_ub_; }
+  /// zoe's own duplicate of MPI_COMM_WORLD (errors returned as codes), for the notices and the
+  /// arrival messages of a world's creation.
+  [[nodiscard]] MPI_Comm control_comm() const noexcept { return notice_comm_; }
+  /// The tag of this process's next world creation on control_comm(): never the notices' tag, and
+  /// the same on every rank as long as the ranks create their worlds alike. Thread-safe.
+  [[nodiscard]] int next_creation_tag() noexcept;
 
   /// Marks the process as having detected a peer's failure: MPI_Finalize is skipped at exit.
   /// Never throws.
@@ -72,6 +82,7 @@ class mpi_runtime {
   std::size_t world_size_ = 1;
   int tag_ub_ = 32767;
   MPI_Comm notice_comm_ = MPI_COMM_NULL;
+  std::atomic<std::uint64_t> creations_{0};
 
   std::mutex notice_mutex_;
   bool failed_ = false;

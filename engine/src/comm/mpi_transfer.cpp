@@ -70,6 +70,12 @@ void mpi_exchange::post(std::vector<MPI_Request>& requests, std::vector<std::siz
                            group_->describe_rank(msg.peer), " failed"),
                        msg.peer);
         }
+        if (msg.is_send) {
+          // Counted once MPI holds the send: these are the bytes this rank hands the transport.
+          const std::size_t my_node = (*group_->world_ranks)[group_->rank] / group_->ranks_per_node;
+          const std::size_t dest_node = (*group_->world_ranks)[msg.peer] / group_->ranks_per_node;
+          (dest_node == my_node ? handed_.intra_node : handed_.inter_node) += piece;
+        }
         requests.push_back(r);
         owner.push_back(m);
         piece_bytes_.push_back(piece);

@@ -2,7 +2,9 @@
 // The point-to-point engine under every mpi collective: a set of sends to and receives from peers
 // of one group under one tag, posted at once (MPI_Isend / MPI_Irecv) and polled to completion with
 // back-off, never a hot spin. It fails with a comm_error naming the peers whose part did not arrive
-// by the group's timeout, or at once when another rank announced its failure.
+// by the group's timeout, or at once when another rank announced its failure. It measures the bytes
+// it hands MPI (each MPI_Isend's count, split by the destination's node): the mpi backend's byte
+// counters are these measurements, not a formula.
 
 #include <mpi.h>
 
@@ -13,6 +15,8 @@
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "zoe/engine/comm/communicator.hpp"
 
 namespace zoe::engine::detail {
 
@@ -44,6 +48,9 @@ class mpi_exchange {
   /// MPI call that failed; the pending requests are cancelled or freed first. Afterwards the
   /// exchange is empty and may be reused.
   void run();
+  /// The bytes this exchange handed MPI so far (every posted MPI_Isend's count, over every run(),
+  /// a failed one included), split by whether the destination is on this rank's node. Never throws.
+  [[nodiscard]] const traffic& handed() const noexcept { return handed_; }
 
  private:
   struct message {
@@ -70,6 +77,7 @@ class mpi_exchange {
   std::string what_;
   std::vector<message> messages_;
   std::vector<std::uint64_t> piece_bytes_;  // bytes of each posted request
+  traffic handed_;                          // bytes posted in sends, by the destination's node
 };
 
 }  // namespace zoe::engine::detail

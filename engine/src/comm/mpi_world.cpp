@@ -1,11 +1,23 @@
 // make_mpi_communicator: the world of one call (a duplicate of MPI_COMM_WORLD), its placement of
 // ranks on nodes, and its node-local, cross-node and hpZ sub-groups (splits of that duplicate).
+//
+// Creation is collective, and MPI's communicator calls block until every rank makes them, so a rank
+// that never calls make_communicator would hang the others. Like a collective, creation therefore
+// waits at most comm_options::timeout: every rank first exchanges an empty message with every
+// other (polled, mpi_transfer.hpp), which fails naming the ranks that did not arrive; then the
+// duplicate of MPI_COMM_WORLD is made with MPI_Comm_idup, polled with the timeout and the failure
+// notices. Once that completes every rank is inside this call with the same sizes, so the splits
+// that follow (MPI has no non-blocking split) find every rank.
 #include <algorithm>
+#include <chrono>
 #include <memory>
+#include <numeric>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "backends.hpp"
+#include "backoff.hpp"
 #include "mpi_group.hpp"
 #include "mpi_runtime.hpp"
 #include "zoe/core/error.hpp"
@@ -58,6 +70,62 @@ mpi_comm_owner split(MPI_Comm world, std::size_t color, std::size_t world_rank) 
   return owned;
 }
 
+constexpr std::string_view creation = "make_communicator on mpi (world)";
+
+// Returns once every rank of the world called make_communicator; comm_error naming the ranks that
+// did not within `timeout` (the others are told, as for a collective).
+void await_arrival(mpi_runtime& rt, std::size_t ranks_per_node, std::chrono::milliseconds timeout) {
+  std::vector<std::size_t> world_ranks(rt.world_size());
+  std::iota(world_ranks.begin(), world_ranks.end(), std::size_t{0});
+  const mpi_group_view view{rt.control_comm(), rt.world_rank(), &world_ranks, ranks_per_node, timeout};
+  mpi_exchange x(view, rt.next_creation_tag(), std::string(creation));
+  for (std::size_t p = 0; p < rt.world_size(); ++p) {
+    if (p == rt.world_rank()) continue;
+    x.send(p, nullptr, 0);
+    x.receive(p, nullptr, 0);
+  }
+  x.run();
+}
+
+// A duplicate of MPI_COMM_WORLD returning errors as codes, made with MPI_Comm_idup and polled: it
+// fails with comm_error after `timeout`, or at once on another rank's failure notice.
+mpi_comm_owner duplicate_world(mpi_runtime& rt, std::chrono::milliseconds timeout) {
+  MPI_Comm dup = MPI_COMM_NULL;
+  MPI_Request request = MPI_REQUEST_NULL;
+  {
+    const auto mpi = rt.serialize();
+    check_mpi(MPI_Comm_idup(MPI_COMM_WORLD, &dup, &request), "mpi: MPI_Comm_idup of MPI_COMM_WORLD");
+  }
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  backoff wait;
+  for (;;) {
+    int done = 0;
+    {
+      const auto mpi = rt.serialize();
+      check_mpi(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "mpi: MPI_Test of MPI_Comm_idup");
+    }
+    if (done != 0) break;
+    // The pending duplicate cannot be cancelled: it is left to MPI (the process fails anyway).
+    if (const auto notice = rt.poll_notice()) {
+      if (notice->sender_skips_finalize) rt.record_failure();
+      throw comm_error(str(creation, ": world rank ", notice->world_rank, " failed: ", notice->message));
+    }
+    if (std::chrono::steady_clock::now() >= deadline) {
+      rt.record_failure();  // a rank stuck in MPI would hang MPI_Finalize
+      const std::string text = str(creation, ": MPI_Comm_idup of MPI_COMM_WORLD did not complete within ",
+                                   static_cast<double>(timeout.count()) / 1000.0, " s: a rank of world ranks 0-",
+                                   rt.world_size() - 1, " did not take part");
+      rt.announce_failure(rt.world_rank(), text);
+      throw comm_error(text);
+    }
+    wait.pause();
+  }
+  mpi_comm_owner owned(dup);
+  const auto mpi = rt.serialize();
+  check_mpi(MPI_Comm_set_errhandler(dup, MPI_ERRORS_RETURN), "mpi: MPI_Comm_set_errhandler");
+  return owned;
+}
+
 }  // namespace
 
 std::unique_ptr<communicator> make_mpi_communicator(device& dev, const comm_options& options, mpi_use use) {
@@ -82,14 +150,9 @@ std::unique_ptr<communicator> make_mpi_communicator(device& dev, const comm_opti
     throw config_error(str("zoe.comm.timeout_s: ", static_cast<double>(options.timeout.count()) / 1000.0,
                            " s is not a positive time"));
   }
-  mpi_comm_owner world;
-  {
-    const auto mpi = rt.serialize();
-    MPI_Comm dup = MPI_COMM_NULL;
-    check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &dup), "mpi: MPI_Comm_dup of MPI_COMM_WORLD");
-    world = mpi_comm_owner(dup);
-    check_mpi(MPI_Comm_set_errhandler(dup, MPI_ERRORS_RETURN), "mpi: MPI_Comm_set_errhandler");
-  }
+  // Until the nodes are known, messages place every rank on one node (or as zoe.ranks_per_node says).
+  await_arrival(rt, options.ranks_per_node != 0 ? options.ranks_per_node : size, options.timeout);
+  mpi_comm_owner world = duplicate_world(rt, options.timeout);
   const std::size_t per_node =
       options.ranks_per_node != 0 ? options.ranks_per_node : detect_ranks_per_node(world.get(), me, size);
   const std::size_t hpz = options.hpz_partition_size;

@@ -4,7 +4,15 @@
 // (rank_group.hpp). NCCL never says which rank failed: a collective still running after
 // comm_options::timeout, or one during which NCCL reports an asynchronous error, aborts its
 // communicator and fails with a comm_error naming the group and its ranks, saying that NCCL cannot
-// name the rank.
+// name the rank. Every message names this rank (its world rank), as the mpi backend's do.
+//
+// The CUDA runtime outside core/kernels (ARCHITECTURE.md keeps CUDA there): the watchdog's events
+// go through the device seam (core/device.hpp), but NCCL needs the device it runs on made current
+// on the calling thread (ncclCommInitRank takes the current device; its collectives are enqueued
+// for it), and the seam neither exposes a device's CUDA ordinal nor selects a device for code
+// outside it. So this file alone calls cudaDeviceGetByPCIBusId (the ordinal from the seam's
+// pci_bus_id()) and cudaSetDevice; it is compiled only with ZOE_WITH_CUDA, like core's CUDA
+// device. Moving these two calls behind the seam (a device::make_current()) would remove it.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -71,7 +79,8 @@ void check_cuda(cudaError_t e, const std::string& what) {
   throw device_error(str("CUDA: ", what, ": ", cudaGetErrorName(e), " (", cudaGetErrorString(e), ")"));
 }
 
-cudaStream_t native(stream_view s) noexcept { return static_cast<cudaStream_t>(s.native()); }
+// NCCL takes the cudaStream_t as the stream's native handle (nccl_library.hpp passes it as void*).
+void* native(stream_view s) noexcept { return s.native(); }
 
 bool ok(nccl::result r) noexcept { return r == nccl::result::success || r == nccl::result::in_progress; }
 
@@ -162,8 +171,8 @@ class group_state {
 // when nothing is in flight.
 class watchdog {
  public:
-  watchdog(int ordinal, std::chrono::milliseconds timeout)
-      : ordinal_(ordinal),
+  watchdog(device& dev, std::chrono::milliseconds timeout)
+      : dev_(&dev),
         timeout_(timeout),
         period_(std::clamp(timeout / 8, std::chrono::milliseconds(1), std::chrono::milliseconds(20))),
         thread_([this] { run(); }) {}
@@ -177,28 +186,23 @@ class watchdog {
     }
     wake_.notify_all();
     thread_.join();
-    for (cudaEvent_t e : free_) (void)cudaEventDestroy(e);
   }
 
   /// Records an event after the collective just queued on `stream` and watches it.
   void watch(const std::shared_ptr<group_state>& group, std::string what, stream_view stream) {
-    cudaEvent_t event = nullptr;
+    device_event event;
     {
       const std::lock_guard lock(mutex_);
       if (!free_.empty()) {
-        event = free_.back();
+        event = std::move(free_.back());
         free_.pop_back();
       }
     }
-    if (event == nullptr) check_cuda(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreate");
-    const cudaError_t e = cudaEventRecord(event, native(stream));
-    if (e != cudaSuccess) {
-      (void)cudaEventDestroy(event);
-      check_cuda(e, str("cudaEventRecord after ", what));
-    }
+    if (!event.valid()) event = dev_->create_event();
+    dev_->record(event, stream);  // device_error naming CUDA's error; the event is freed with it
     {
       const std::lock_guard lock(mutex_);
-      pending_.push_back({group, std::move(what), event, stream.native(), clock::now()});
+      pending_.push_back({group, std::move(what), std::move(event), stream.native(), clock::now()});
     }
     wake_.notify_all();
   }
@@ -215,13 +219,12 @@ class watchdog {
   struct entry {
     std::shared_ptr<group_state> group;
     std::string what;
-    cudaEvent_t event;
+    device_event event;
     const void* stream;
     clock::time_point since;  // issued, or when the collective before it on its stream completed
   };
 
   void run() {
-    if (cudaSetDevice(ordinal_) != cudaSuccess) (void)cudaGetLastError();  // polling still works on device 0
     std::unique_lock lock(mutex_);
     for (;;) {
       wake_.wait(lock, [this] { return stop_ || !pending_.empty(); });
@@ -245,23 +248,28 @@ class watchdog {
     const clock::time_point now = clock::now();
     for (auto it = pending_.begin(); it != pending_.end();) {
       entry& e = *it;
-      const cudaError_t q = cudaEventQuery(e.event);
-      if (q == cudaSuccess) {
+      bool done = false;
+      std::string device_failure;
+      try {
+        done = dev_->query(e.event);
+      } catch (const std::exception& x) {
+        device_failure = x.what();
+      }
+      if (done) {
         // The next collective on the same stream starts its wait now, not when it was queued
         // behind this one.
         const auto next =
             std::find_if(std::next(it), pending_.end(), [&](const entry& n) { return n.stream == e.stream; });
         if (next != pending_.end()) next->since = std::max(next->since, now);
-        free_.push_back(e.event);
+        free_.push_back(std::move(e.event));
         it = pending_.erase(it);
         continue;
       }
       std::string failure;
       if (e.group->failed()) {
         // Aborted already: its kernels return; nothing more to learn from this one.
-      } else if (q != cudaErrorNotReady) {
-        (void)cudaGetLastError();
-        failure = str(e.what, ": CUDA reports ", cudaGetErrorName(q), " (", cudaGetErrorString(q), ")");
+      } else if (!device_failure.empty()) {
+        failure = str(e.what, ": the device reports ", device_failure);
       } else if (const nccl::result r = e.group->async_error(); !ok(r)) {
         failure = str(e.what, ": NCCL reports ", e.group->lib().error_string(r), " among ",
                       e.group->members().describe_members(),
@@ -279,20 +287,19 @@ class watchdog {
         e.group->fail(str(failure, "; world rank ", e.group->members().world_rank(), " aborted ", e.group->name()));
         to_abort.push_back(e.group);
       }
-      // The event completes once the aborted kernels return; destroying it now is allowed.
-      (void)cudaEventDestroy(e.event);
+      // The event completes once the aborted kernels return; destroying it now (with its entry) is allowed.
       it = pending_.erase(it);
     }
   }
 
-  int ordinal_;
+  device* dev_;
   std::chrono::milliseconds timeout_;
   std::chrono::milliseconds period_;
   std::mutex mutex_;
   std::condition_variable wake_;
   std::condition_variable idle_;
   std::deque<entry> pending_;
-  std::vector<cudaEvent_t> free_;
+  std::vector<device_event> free_;
   bool stop_ = false;
   std::thread thread_;  // last: starts once the members above exist
 };
@@ -301,7 +308,7 @@ class nccl_communicator;
 
 // What a world and its sub-groups share.
 struct world_context {
-  world_context(device& d, int o, std::chrono::milliseconds timeout) : dev(&d), ordinal(o), dog(o, timeout) {}
+  world_context(device& d, int o, std::chrono::milliseconds timeout) : dev(&d), ordinal(o), dog(d, timeout) {}
   device* dev;
   int ordinal;
   watchdog dog;
@@ -427,11 +434,30 @@ class nccl_communicator final : public communicator {
 
   void broadcast(void* buffer, std::size_t bytes, std::size_t root, stream_view stream) override {
     const collective_call call{collective::broadcast, state_->name()};
-    ZOE_EXPECTS(root < size(), describe(call), ": root ", root, " is not a rank of the group (size ", size(), ")");
+    ZOE_EXPECTS(root < size(), who(call), ": root ", root, " is not a rank of the group (size ", size(), ")");
     check_buffer(call, "broadcast", buffer, bytes);
     issue(call, stream, state_->members().sent(call.what, bytes, root), [&](const nccl::api& a, nccl::comm_t c) {
       return a.broadcast(buffer, buffer, bytes, nccl::data_type::uint8, to_int(root), c, native(stream));
     });
+  }
+
+  // ncclSend on `from`, ncclRecv on `to` (grouped, as NCCL wants a pair of point-to-point calls);
+  // the other ranks issue an empty group, so every rank still counts and checks it in order.
+  void point_to_point(void* buffer, std::size_t bytes, std::size_t from, std::size_t to, stream_view stream) override {
+    const collective_call call{collective::point_to_point, state_->name()};
+    ZOE_EXPECTS(from < size() && to < size(), who(call), ": from ", from, " or to ", to,
+                " is not a rank of the group (size ", size(), ")");
+    const bool sends = rank() == from && from != to;
+    const bool receives = rank() == to && from != to;
+    if (sends || receives) check_buffer(call, "buffer", buffer, bytes);
+    issue(call, stream, state_->members().sent(call.what, sends ? bytes : 0, to),
+          [&](const nccl::api& a, nccl::comm_t c) {
+            return grouped(a, [&] {
+              if (sends) return a.send(buffer, bytes, nccl::data_type::uint8, to_int(to), c, native(stream));
+              if (receives) return a.recv(buffer, bytes, nccl::data_type::uint8, to_int(from), c, native(stream));
+              return nccl::result::success;
+            });
+          });
   }
 
   // A one-element all-reduce on a stream of its own, waited for on the host; a rank that never comes
@@ -524,6 +550,11 @@ class nccl_communicator final : public communicator {
     return block;
   }
 
+  // "all_gather on nccl (world) (world rank 2)": every message names this rank, as the mpi backend's do.
+  [[nodiscard]] std::string who(const collective_call& call) const {
+    return str(describe(call), " (world rank ", state_->members().world_rank(), ")");
+  }
+
   template <typename Calls>
   static nccl::result grouped(const nccl::api& a, Calls&& calls) {
     nccl::result r = a.group_start();
@@ -538,16 +569,15 @@ class nccl_communicator final : public communicator {
   template <typename Enqueue>
   void issue(const collective_call& call, stream_view stream, traffic sent, Enqueue&& enqueue, bool counted = true) {
     state_->throw_if_failed();
-    check_cuda(cudaSetDevice(ctx_->ordinal), str("cudaSetDevice(", ctx_->ordinal, ") for ", describe(call)));
+    check_cuda(cudaSetDevice(ctx_->ordinal), str("cudaSetDevice(", ctx_->ordinal, ") for ", who(call)));
     const nccl::comm_t comm = state_->comm();
     if (comm == nullptr) {  // aborted since the check above
       state_->throw_if_failed();
-      throw comm_error(str(describe(call), ": the communicator is shut down"));
+      throw comm_error(str(who(call), ": the communicator is shut down"));
     }
     const nccl::result r = enqueue(state_->lib().entry(), comm);
     if (!ok(r)) {
-      const std::string message = str(describe(call), " (world rank ", state_->members().world_rank(),
-                                      "): NCCL refused it: ", state_->lib().error_string(r));
+      const std::string message = str(who(call), ": NCCL refused it: ", state_->lib().error_string(r));
       // A bad argument leaves the communicator usable; any other refusal (a system, CUDA or remote
       // error) leaves it broken, and its peers must not wait on it for ever.
       if (r != nccl::result::invalid_argument && r != nccl::result::invalid_usage) {
@@ -556,7 +586,10 @@ class nccl_communicator final : public communicator {
       }
       throw comm_error(message);
     }
-    ctx_->dog.watch(state_, counted ? describe(call) : str("barrier on ", state_->name()), stream);
+    ctx_->dog.watch(
+        state_,
+        counted ? who(call) : str("barrier on ", state_->name(), " (world rank ", state_->members().world_rank(), ")"),
+        stream);
     ctx_->dev->launch_host(stream, [state = state_] { state->throw_if_failed(); });
     if (counted) traffic_.count(call.what, sent);
   }
@@ -593,15 +626,16 @@ class nccl_communicator final : public communicator {
   void* barrier_buffer_ = nullptr;
 };
 
-void check_nccl(const nccl::library& lib, nccl::result r, const std::string& what) {
-  if (!ok(r)) throw comm_error(str("nccl: ", what, " failed: ", lib.error_string(r)));
+void check_nccl(const nccl::library& lib, nccl::result r, const std::string& what, std::size_t world_rank) {
+  if (!ok(r)) throw comm_error(str("nccl (world rank ", world_rank, "): ", what, " failed: ", lib.error_string(r)));
 }
 
 // Rank 0 of `bootstrap` makes a unique id and every rank receives it: through a small device
 // buffer, since the seam's collectives take device memory.
-nccl::unique_id share_unique_id(const nccl::library& lib, device& dev, communicator& bootstrap) {
+nccl::unique_id share_unique_id(const nccl::library& lib, device& dev, communicator& bootstrap,
+                                std::size_t world_rank) {
   nccl::unique_id id{};
-  if (bootstrap.rank() == 0) check_nccl(lib, lib.entry().get_unique_id(&id), "ncclGetUniqueId");
+  if (bootstrap.rank() == 0) check_nccl(lib, lib.entry().get_unique_id(&id), "ncclGetUniqueId", world_rank);
   if (bootstrap.size() == 1) return id;
   const device_stream stream = dev.create_stream();
   void* buffer = dev.allocate(sizeof id, stream.view());
@@ -621,7 +655,8 @@ nccl::unique_id share_unique_id(const nccl::library& lib, device& dev, communica
 nccl::comm_t init_rank(const nccl::library& lib, const nccl::unique_id& id, const rank_group& g) {
   nccl::comm_t comm = nullptr;
   check_nccl(lib, lib.entry().comm_init_rank(&comm, to_int(g.size()), id, to_int(g.rank)),
-             str("ncclCommInitRank of the ", group_kind_name(g.kind), " group (", g.describe_members(), ")"));
+             str("ncclCommInitRank of the ", group_kind_name(g.kind), " group (", g.describe_members(), ")"),
+             g.world_rank());
   return comm;
 }
 
@@ -658,7 +693,7 @@ std::unique_ptr<communicator> make_nccl_communicator(device& dev, communicator& 
 
   auto ctx = std::make_shared<world_context>(dev, ordinal, options.timeout);
   rank_group world_members = make_rank_group(group_kind::world, world_size, world_rank, ranks_per_node, hpz_size);
-  const nccl::comm_t world_comm = init_rank(lib, share_unique_id(lib, dev, bootstrap), world_members);
+  const nccl::comm_t world_comm = init_rank(lib, share_unique_id(lib, dev, bootstrap, world_rank), world_members);
   auto world = std::make_unique<nccl_communicator>(
       ctx, std::make_shared<group_state>(lib, world_comm, std::move(world_members)));
 
@@ -681,9 +716,10 @@ std::unique_ptr<communicator> make_nccl_communicator(device& dev, communicator& 
       check_nccl(lib,
                  lib.entry().comm_split(world->state()->comm(), to_int(members.world_ranks.front()), to_int(world_rank),
                                         &comm, nullptr),
-                 str("ncclCommSplit into the ", group_kind_name(kind), " group (", members.describe_members(), ")"));
+                 str("ncclCommSplit into the ", group_kind_name(kind), " group (", members.describe_members(), ")"),
+                 world_rank);
     } else {
-      comm = init_rank(lib, share_unique_id(lib, dev, bootstrap_group(bootstrap, kind)), members);
+      comm = init_rank(lib, share_unique_id(lib, dev, bootstrap_group(bootstrap, kind), world_rank), members);
     }
     made.push_back(&world->add(kind, std::make_shared<group_state>(lib, comm, std::move(members))));
   }

@@ -68,6 +68,17 @@ class single_communicator final : public communicator {
     traffic_.count(call.what, {});
   }
 
+  // From rank 0 to rank 0: nothing moves.
+  void point_to_point(void* buffer, std::size_t bytes, std::size_t from, std::size_t to,
+                      stream_view /*stream*/) override {
+    const detail::collective_call call{collective::point_to_point, group_name};
+    refuse_if_aborted(call);
+    ZOE_EXPECTS(from < size() && to < size(), detail::describe(call), ": from ", from, " or to ", to,
+                " is not a rank of the group (size ", size(), ")");
+    detail::check_buffer(call, "buffer", buffer, bytes);
+    traffic_.count(call.what, {});
+  }
+
   void barrier() override {
     if (!aborted_.empty()) throw comm_error(str("barrier on ", group_name, ": not run: ", aborted_));
   }

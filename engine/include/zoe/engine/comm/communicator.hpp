@@ -3,8 +3,12 @@
 // the device the communicator was made for, plus the node-local, cross-node and hpZ sub-groups that
 // hpZ and qgZ use. Backends: single (world size 1), mpi (Open MPI, real processes) and nccl (GPUs,
 // loaded at run time, bootstrapped through MPI). Every backend counts the bytes it hands the
-// transport per group, per collective and per destination (intra-node or inter-node), so
-// communication volume is measured, not estimated.
+// transport per group, per collective and per destination (intra-node or inter-node). The mpi
+// backend measures them where it posts each send (every MPI_Isend's byte count, attributed to the
+// destination's node), so its volume is measured, not estimated. The nccl backend cannot see its
+// transport (NCCL picks rings, trees and protocols out of sight): it counts by bytes_to(), the
+// bytes the direct algorithm would send, so its figures are the same rule, not a measurement.
+// single sends nothing.
 //
 // Ranks and nodes: world rank r lives on node r / ranks_per_node with local rank r % ranks_per_node
 // (ranks are placed on nodes in consecutive blocks, as mpirun's default by-slot mapping does; a
@@ -55,17 +59,20 @@ enum class collective : std::uint8_t {
   reduce_scatter = 1,
   all_to_all = 2,
   all_reduce = 3,
-  broadcast = 4
+  broadcast = 4,
+  point_to_point = 5
 };
-inline constexpr std::size_t collective_count = 5;
-/// "all_gather", "reduce_scatter", "all_to_all", "all_reduce", "broadcast". Never throws.
+inline constexpr std::size_t collective_count = 6;
+/// "all_gather", "reduce_scatter", "all_to_all", "all_reduce", "broadcast", "point_to_point".
+/// Never throws.
 [[nodiscard]] std::string_view collective_name(collective c) noexcept;
 
 /// The bytes rank `rank` of a group of `size` hands the transport for rank `dest` in one
 /// collective, by the direct algorithms the mpi backend runs (each rank sends every other rank
-/// exactly the part that rank needs, and reduces what it receives in the pairwise tree over the ranks
-/// of pairwise_tree.hpp, so the result does not depend on timing). The nccl backend, whose algorithms run out of sight,
-/// counts by the same rule, so every backend counts alike. `payload` is the collective's byte argument:
+/// exactly the part that rank needs, and reduces what it receives in the pairwise tree over the
+/// ranks of pairwise_tree.hpp, so the result does not depend on timing): what the mpi backend
+/// measures. The nccl backend, whose algorithms run out of sight, counts by this rule instead of
+/// measuring. `payload` is the collective's byte argument:
 ///   all_gather      bytes each rank contributes  -> payload to every other rank
 ///   reduce_scatter  bytes of one result block    -> payload to every other rank
 ///   all_to_all      bytes of one block           -> payload to every other rank
@@ -73,6 +80,8 @@ inline constexpr std::size_t collective_count = 5;
 ///                   them, chunk i holding elements [count * i / size, count * (i + 1) / size) of
 ///                   `element` bytes each -> chunk(dest) + chunk(rank) to every other rank
 ///   broadcast       bytes of the buffer          -> payload from `root` to every other rank
+///   point_to_point  bytes this rank sends (the message's size on its sender, 0 on every other
+///                   rank)                        -> payload to `root` (the receiver)
 /// A copy a rank makes to itself is not sent: 0 when dest == rank, and every count is 0 at world
 /// size 1. Never throws; the caller keeps the sizes within 64 bits (the collective's buffers do).
 [[nodiscard]] std::uint64_t bytes_to(collective c, std::size_t size, std::size_t rank, std::size_t dest,
@@ -85,7 +94,8 @@ struct traffic {
   [[nodiscard]] std::uint64_t total() const noexcept { return intra_node + inter_node; }
 };
 
-/// Bytes this rank sent through one group, per collective, by bytes_to()'s rule.
+/// Bytes this rank sent through one group, per collective: measured at the transport (mpi), or by
+/// bytes_to()'s rule (nccl).
 struct comm_stats {
   std::array<traffic, collective_count> sent{};  ///< indexed by collective
   std::uint64_t calls = 0;  ///< collectives issued on this group (barriers not counted), world size 1 included
@@ -178,6 +188,13 @@ class communicator {
                           stream_view stream) = 0;
   /// `bytes` of `buffer` at `root` overwrite `buffer` at every other rank. usage_error if root >= size().
   virtual void broadcast(void* buffer, std::size_t bytes, std::size_t root, stream_view stream) = 0;
+  /// `bytes` of `buffer` at rank `from` overwrite `buffer` at rank `to`; nothing else moves (a
+  /// checkpoint's rank 0 receiving each rank's pieces in turn: a broadcast would send every piece to
+  /// every rank). Collective on the group's order: every rank issues it, with the same bytes, from
+  /// and to; the others' `buffer` is not touched and may be null. Nothing moves when from == to.
+  /// usage_error if from or to >= size(). Counted as point_to_point on the sender.
+  virtual void point_to_point(void* buffer, std::size_t bytes, std::size_t from, std::size_t to,
+                              stream_view stream) = 0;
   /// Blocks until every rank of the group arrived (host-side; not stream-ordered).
   virtual void barrier() = 0;
 
@@ -228,7 +245,10 @@ struct comm_options {
 /// keep their own order of collectives. config_error naming zoe.comm.backend for an unknown
 /// backend or one this build or machine lacks (the error says what is missing), naming
 /// zoe.ranks_per_node / zero_optimization.zero_hpz_partition_size for a size that does not fit
-/// the world; comm_error when the transport fails to start. The device must outlive it.
+/// the world; comm_error when the transport fails to start. Like a collective, it waits at most
+/// options.timeout for the other ranks (mpi: comm_error naming the ranks that did not call it, and
+/// the others are told; MPI_Init itself, on the process's first mpi world, cannot be timed). The
+/// device must outlive it.
 [[nodiscard]] std::unique_ptr<communicator> make_communicator(device& dev, const comm_options& options);
 
 /// World size 1 on `dev`: every collective is at most one device-to-device copy on the stream from
