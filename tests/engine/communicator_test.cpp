@@ -350,6 +350,31 @@ TEST(launcher_environment, ReadsEachLauncherFamily) {
   EXPECT_FALSE(l->many());
 }
 
+// The placement zoe_launcher_ranks reports: consecutive ranks per node (communicator.hpp's rule),
+// the whole world as one node where the local size does not divide it or is not given.
+TEST(launcher_environment, PlacesTheRankOnItsNode) {
+  const launcher_variables env;
+  launcher_variables::set("OMPI_COMM_WORLD_SIZE", "6");
+  launcher_variables::set("OMPI_COMM_WORLD_RANK", "5");
+  launcher_variables::set("OMPI_COMM_WORLD_LOCAL_SIZE", "2");
+  launcher_ranks::placement p = launcher_environment()->place();
+  EXPECT_EQ(p.ranks_per_node, 2U);
+  EXPECT_EQ(p.node, 2U);
+  EXPECT_EQ(p.local_rank, 1U);
+  EXPECT_EQ(p.nodes, 3U);
+  launcher_variables::set("OMPI_COMM_WORLD_LOCAL_SIZE", "4");  // nodes of 4 and 2: no one size
+  p = launcher_environment()->place();
+  EXPECT_EQ(p.ranks_per_node, 6U);
+  EXPECT_EQ(p.node, 0U);
+  EXPECT_EQ(p.local_rank, 5U);
+  EXPECT_EQ(p.nodes, 1U);
+  ::unsetenv("OMPI_COMM_WORLD_SIZE");
+  ::unsetenv("OMPI_COMM_WORLD_RANK");
+  ::unsetenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  launcher_variables::set("PMIX_RANK", "1");  // no size before MPI starts: no placement
+  EXPECT_THROW((void)launcher_environment()->place(), usage_error);
+}
+
 TEST(launcher_environment, NamesTheVariableOfAMalformedValue) {
   for (const char* garbage : {"", "four", "4x", "-1", " 4", "4294967296"}) {
     const launcher_variables env;
