@@ -40,17 +40,37 @@ static void install_stop_handlers(void) {
   sigaction(SIGTERM, &a, NULL);
 }
 
-/* Saves the checkpoint of `step` into DIR/checkpoints and drops the one saved before it. */
+/* Saves the checkpoint of `step` into DIR/checkpoints and drops the one saved before it. Collective:
+ * every rank calls it after the same step (zoe_checkpoint_save gathers the ranks' shards into one
+ * folder that rank 0 writes, so the checkpoint loads on any number of ranks); rank 0 alone prints
+ * and removes the older checkpoint, which no rank reads any more once the save has returned. */
 static int save_checkpoint(mlp_trainer* t, const mlp_run_dir* dir, long step, long* previous) {
   char tag[64];
   snprintf(tag, sizeof tag, "step-%ld", step);
   if (mlp_check(zoe_checkpoint_save(t->engine, dir->checkpoints, tag), "zoe_checkpoint_save") != 0) return -1;
-  printf("checkpoint step %ld saved in %s/%s\n", step, dir->checkpoints, tag);
-  fflush(stdout);
-  /* DIR/checkpoints/latest names the new one now: the old one is no longer needed. */
-  if (*previous >= 0 && *previous != step) mlp_remove_checkpoint(dir, *previous);
+  if (t->ranks.rank == 0) {
+    printf("checkpoint step %ld saved in %s/%s\n", step, dir->checkpoints, tag);
+    fflush(stdout);
+    /* DIR/checkpoints/latest names the new one now: the old one is no longer needed. */
+    if (*previous >= 0 && *previous != step) mlp_remove_checkpoint(dir, *previous);
+  }
   *previous = step;
   return 0;
+}
+
+/* Loads DIR's latest checkpoint and returns its step, or -1 with a message. Collective: rank 0
+ * reads DIR/checkpoints/latest and the others learn its step through the all-reduce (-1 when it
+ * failed, so every rank stops alike), then every rank loads that tag: the ranks cannot pick
+ * different checkpoints even when a save lands in between. */
+static long resume_checkpoint(mlp_trainer* t, const mlp_run_dir* dir) {
+  double at = 0.0;
+  if (t->ranks.rank == 0) at = (double)mlp_latest_checkpoint_step(dir);
+  if (mlp_check(zoe_all_reduce_sum(t->engine, &at, 1), "zoe_all_reduce_sum") != 0 || at < 0.0) return -1;
+  const long step = (long)at;
+  char tag[64];
+  snprintf(tag, sizeof tag, "step-%ld", step);
+  if (mlp_check(zoe_checkpoint_load(t->engine, dir->checkpoints, tag), "zoe_checkpoint_load") != 0) return -1;
+  return step;
 }
 
 /* What crossed between ranks over the steps of this run: the engine's counters before and after,
@@ -137,11 +157,13 @@ static int train(const mlp_options* o, const zoe_ranks* launch, size_t micro_bat
   long first = 1;
   long previous_checkpoint = -1;
   if (o->resume) {
-    const long at = mlp_latest_checkpoint_step(&dir);
+    const long at = resume_checkpoint(&t, &dir);
     if (at < 0) goto done;
-    if (mlp_check(zoe_checkpoint_load(t.engine, dir.checkpoints, NULL), "zoe_checkpoint_load") != 0) goto done;
-    fprintf(info, "zoe-train-mlp: resumed from the checkpoint of step %ld in %s\n", at, dir.checkpoints);
-    fflush(info);
+    if (lead) {
+      fprintf(info, "zoe-train-mlp: resumed from the checkpoint of step %ld in %s on %u rank(s)\n", at, dir.checkpoints,
+              t.ranks.world_size);
+      fflush(info);
+    }
     first = at + 1;
     previous_checkpoint = at;
   }
@@ -258,19 +280,15 @@ int main(int argc, char** argv) {
   zoe_ranks launch = ZOE_RANKS_INIT;
   if (mlp_check(zoe_launcher_ranks(&launch), "zoe_launcher_ranks") != 0) return 1;
   mlp_set_rank(launch.rank, launch.world_size);
-  if (launch.world_size > 1) {
-    if (o.reference) {
-      fprintf(stderr,
-              "zoe-train-mlp: --reference trains in one process without zoe: run it without a launcher (this one "
-              "started %u ranks); the one-rank zoe run is the reference of a many-rank run\n",
-              launch.world_size);
-      return 2;
-    }
-    if (o.checkpoint_every > 0 || o.resume) {
-      fprintf(stderr, "zoe-train-mlp: %s: not supported on several ranks yet (this launch has %u)\n",
-              o.resume ? "--resume" : "--checkpoint-every", launch.world_size);
-      return 2;
-    }
+  if (launch.world_size > 1 && o.reference) {
+    /* The reference uses no communicator: every rank would train the whole batch alone, the same
+     * numbers W times over, and compare with nothing a many-rank run computes. */
+    fprintf(stderr,
+            "zoe-train-mlp: --reference trains in one process without zoe (no communicator: each of the %u ranks "
+            "would train the whole batch alone): run it without a launcher; the one-rank zoe run is the reference "
+            "of a many-rank run\n",
+            launch.world_size);
+    return 2;
   }
   openblas_set_num_threads(o.blas_threads_given ? o.blas_threads : mlp_default_blas_threads(launch.ranks_per_node));
   install_stop_handlers();

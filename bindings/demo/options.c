@@ -45,7 +45,8 @@ void mlp_print_help(FILE* out) {
           "  --steps N             train up to step N (with --resume: from the checkpoint's step) [%d]\n"
           "  --lr LR               learning rate passed to every step [%g]\n"
           "  --seed S              seeds the initial weights and the data [%d]\n"
-          "  --dir DIR             folder for the swap files (DIR/swap) and checkpoints (DIR/checkpoints); kept.\n"
+          "  --dir DIR             folder for the swap files (DIR/swap; DIR/rank-<r> on several ranks) and the\n"
+          "                        checkpoints (DIR/checkpoints, one for all ranks); kept.\n"
           "                        [a new folder under $TMPDIR or /var/tmp, removed at exit; a folder on tmpfs\n"
           "                        or ramfs is refused, as it would hold the \"NVMe\" tier in memory]\n"
           "  --checkpoint-every K  save a checkpoint into DIR after every K-th step and print\n"
@@ -64,7 +65,8 @@ void mlp_print_help(FILE* out) {
           "  --reference           train the same model, same seed, in ordinary memory without zoe (plain arrays,\n"
           "                        the same BLAS forward and backward, Adam written out with zoe's arithmetic);\n"
           "                        prints the same per-step lines. One process only: refused under a launcher\n"
-          "                        with several ranks (the one-rank zoe run is the many-rank run's reference)\n"
+          "                        with several ranks, as it has no communicator (each rank would train the\n"
+          "                        whole batch alone); the one-rank zoe run is the many-rank run's reference\n"
           "  --blas-threads T      OpenBLAS threads [%d: every core but one, which zoe's I/O thread and stream\n"
           "                        workers (the host device's copy engines) keep to themselves; under a launcher\n"
           "                        that many divided by the ranks on the node, at least 1]\n"
@@ -85,8 +87,11 @@ void mlp_print_help(FILE* out) {
       "else up to the order of fp32 sums. The loss printed is the global mean (the squared errors summed\n"
       "over the ranks with zoe_all_reduce_sum, divided once). With --dir every rank keeps its swap files\n"
       "in DIR/rank-<r>. Rank 0 alone prints the lines below and the progress; another rank prints only its\n"
-      "errors. --checkpoint-every and --resume are refused on several ranks (not yet supported by this\n"
-      "program).\n"
+      "errors. Checkpoints are collective: every rank saves with --checkpoint-every into the one shared\n"
+      "DIR/checkpoints (rank 0 writes it, the other ranks' shards reach it through zoe), and --resume loads\n"
+      "it on any number of ranks: saved on 4, it resumes on 1 or 2 (and back), continuing the steps as the\n"
+      "run that never stopped would, bit for bit where the sums are grouped alike (above), else up to the\n"
+      "order of fp32 sums.\n"
       "\n",
       out);
   fputs(

@@ -133,24 +133,19 @@ void set_initial_values(const zoe_model& model, zoe_engine& e) {
   }
 }
 
-// Before an engine is destroyed: the work zoe queued on the caller's streams completes (a gradient
-// buffer's zero-fill, a release's event: it touches memory the engine frees), then the fetches still
-// open are released (the caller may stop in the middle of a micro-batch, after an error of its own).
-// Failures are logged: the engine goes all the same.
-void synchronize_logged(zoe_engine& e) noexcept {
+// Before an engine is destroyed: the work queued on the caller's streams completes (it may still
+// read a fetched module), then the fetches still open are released (the caller may stop in the
+// middle of a micro-batch, after an error of its own). The releases' own work needs no second wait
+// here: offload_engine's destructor synchronizes the device before it frees anything. Failures are
+// logged: the engine goes all the same.
+void wind_down(zoe_engine& e) noexcept {
   try {
     e.device->dev->synchronize();
   } catch (const std::exception& failure) {
     log::warn("zoe_engine_destroy: the device's work failed: ", failure.what());
   }
-}
-
-void wind_down(zoe_engine& e) noexcept {
-  synchronize_logged(e);
   try {
-    const std::vector<std::uint32_t> open = e.tracker.fetched_modules();
-    for (const std::uint32_t m : open) e.engine->release(m);
-    if (!open.empty()) synchronize_logged(e);
+    for (const std::uint32_t m : e.tracker.fetched_modules()) e.engine->release(m);
   } catch (const std::exception& failure) {
     log::warn("zoe_engine_destroy: releasing the modules still fetched: ", failure.what());
   }

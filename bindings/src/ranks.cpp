@@ -23,13 +23,15 @@
 namespace zoe::bindings {
 namespace {
 
-void fill(zoe_ranks& out, std::uint32_t rank, std::uint32_t size, std::uint32_t per_node) {
+// The struct from the engine's placement; the arithmetic is the engine's alone (the launcher's
+// view in launcher.hpp, the communicator's groups after an engine is made).
+void fill(zoe_ranks& out, std::uint32_t rank, std::uint32_t size, const engine::launcher_ranks::placement& p) {
   out.rank = rank;
   out.world_size = size;
-  out.ranks_per_node = per_node;
-  out.node = rank / per_node;
-  out.local_rank = rank % per_node;
-  out.nodes = size / per_node;
+  out.ranks_per_node = p.ranks_per_node;
+  out.node = p.node;
+  out.local_rank = p.local_rank;
+  out.nodes = p.nodes;
 }
 
 // A count or rank of a communicator as the struct's type (a world of 2^32 ranks is not one).
@@ -59,7 +61,7 @@ zoe_status zoe_launcher_ranks(zoe_ranks* ranks) {
       throw zoe::usage_error(e.what());
     }
     if (!launch) {
-      zoe::bindings::fill(*ranks, 0, 1, 1);
+      zoe::bindings::fill(*ranks, 0, 1, {});
       return;
     }
     if (!launch->size) {
@@ -67,13 +69,7 @@ zoe_status zoe_launcher_ranks(zoe_ranks* ranks) {
                                       " but no world size (PMIx tells it through MPI only): make an engine and "
                                       "ask zoe_engine_ranks"));
     }
-    const std::uint32_t size = *launch->size;
-    const std::uint32_t rank = launch->rank;
-    // A launch whose nodes hold different numbers of ranks has no one ranks_per_node: the whole
-    // world then counts as one group, as zoe would refuse to split it.
-    const std::uint32_t local = launch->local_size.value_or(size);
-    const std::uint32_t per_node = local > 0 && size % local == 0 ? local : size;
-    zoe::bindings::fill(*ranks, rank, size, per_node);
+    zoe::bindings::fill(*ranks, launch->rank, *launch->size, launch->place());
   });
 }
 
@@ -83,7 +79,15 @@ zoe_status zoe_engine_ranks(const zoe_engine* engine, zoe_ranks* ranks) {
     zoe::bindings::expect_struct(ranks, ZOE_FIELDS_END(zoe_ranks, nodes), "zoe_ranks");
     zoe::engine::communicator& world = *e.caller_world;
     using zoe::bindings::narrow;
-    zoe::bindings::fill(*ranks, narrow(world.rank()), narrow(world.size()), narrow(world.node_local().size()));
+    // The node-local group is this rank's node; the cross-node group one rank of each node, in
+    // node order, so its rank is this rank's node.
+    zoe::engine::communicator& node = world.node_local();
+    zoe::engine::communicator& across = world.cross_node();
+    zoe::bindings::fill(*ranks, narrow(world.rank()), narrow(world.size()),
+                        {.ranks_per_node = narrow(node.size()),
+                         .node = narrow(across.rank()),
+                         .local_rank = narrow(node.rank()),
+                         .nodes = narrow(across.size())});
   });
 }
 

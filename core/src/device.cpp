@@ -55,6 +55,31 @@ void device_event::reset() noexcept {
   native_ = nullptr;
 }
 
+device_allocation::device_allocation(device& owner, std::size_t bytes)
+    : device_(&owner), data_(owner.allocate(bytes)), bytes_(data_ != nullptr ? bytes : 0) {}
+
+device_allocation::~device_allocation() { reset(); }
+
+device_allocation::device_allocation(device_allocation&& o) noexcept
+    : device_(std::exchange(o.device_, nullptr)),
+      data_(std::exchange(o.data_, nullptr)),
+      bytes_(std::exchange(o.bytes_, 0)) {}
+
+device_allocation& device_allocation::operator=(device_allocation&& o) noexcept {
+  device_allocation taken(std::move(o));
+  std::swap(device_, taken.device_);
+  std::swap(data_, taken.data_);
+  std::swap(bytes_, taken.bytes_);
+  return *this;  // `taken` frees what this one held
+}
+
+void device_allocation::reset() noexcept {
+  if (device_ != nullptr && data_ != nullptr) device_->deallocate(data_, bytes_);
+  device_ = nullptr;
+  data_ = nullptr;
+  bytes_ = 0;
+}
+
 // ---- selection ------------------------------------------------------------------------------
 
 std::uint64_t resolve_host_budget(std::optional<std::uint64_t> configured) {

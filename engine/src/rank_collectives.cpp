@@ -9,29 +9,14 @@
 namespace zoe::engine::detail {
 namespace {
 
-// Device memory for one collective, freed when it goes out of scope (after the stream's work, which
-// gather_on_device waits for before returning).
-class device_scratch {
- public:
-  device_scratch(device& dev, std::size_t bytes) : dev_(dev), bytes_(bytes), data_(dev.allocate(bytes)) {}
-  ~device_scratch() { dev_.deallocate(data_, bytes_); }
-  device_scratch(const device_scratch&) = delete;
-  device_scratch& operator=(const device_scratch&) = delete;
-  [[nodiscard]] std::byte* data() const noexcept { return static_cast<std::byte*>(data_); }
-
- private:
-  device& dev_;
-  std::size_t bytes_;
-  void* data_;
-};
-
 // all_gather of host bytes through device memory (the communicator's buffers are device memory).
 std::vector<std::byte> gather_on_device(communicator& world, device& dev, std::span<const std::byte> part) {
   const std::size_t n = world.size();
   std::vector<std::byte> out(part.size() * n);
   if (part.empty()) return out;
   const device_stream stream = dev.create_stream();
-  const device_scratch scratch(dev, out.size());
+  // Freed after the stream's work: the copy back is synchronized before it goes out of scope.
+  const device_allocation scratch(dev, out.size());
   std::byte* own = scratch.data() + world.rank() * part.size();
   dev.copy_async(own, part.data(), part.size(), copy_kind::host_to_device, stream.view());
   world.all_gather(own, scratch.data(), part.size(), stream.view());

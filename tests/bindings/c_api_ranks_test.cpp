@@ -39,6 +39,7 @@ class ranks_engine : public ::testing::Test {
     e.config_json =
         R"({"zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0},
             "optimizer": {"type": "Adam", "params": {"lr": 0.01}}, "zoe": {"comm": {"timeout_s": 60}}})";
+    e.config_overrides = overrides_;
     e.model = model;
     e.device = device_;
     const zoe_status made = zoe_engine_create(&e, &engine_);
@@ -53,6 +54,7 @@ class ranks_engine : public ::testing::Test {
     if (device_ != nullptr) zoe_device_destroy(device_);
   }
 
+  const char* overrides_ = nullptr;  // zoe_engine_desc.config_overrides
   zoe_device* device_ = nullptr;
   zoe_stream* stream_ = nullptr;
   zoe_engine* engine_ = nullptr;
@@ -69,6 +71,28 @@ TEST_F(ranks_engine, EngineRanksAgreeWithTheLauncher) {
   EXPECT_EQ(mine.node, mine.rank / mine.ranks_per_node);
   EXPECT_EQ(mine.local_rank, mine.rank % mine.ranks_per_node);
   EXPECT_EQ(mine.nodes * mine.ranks_per_node, mine.world_size);
+}
+
+// The same engine with its ranks grouped as nodes of 2 (zoe.ranks_per_node), on even world sizes.
+class ranks_engine_in_pairs : public ranks_engine {
+ protected:
+  void SetUp() override {
+    zoe_ranks launch = ZOE_RANKS_INIT;
+    ASSERT_EQ(zoe_launcher_ranks(&launch), ZOE_SUCCESS) << zoe_last_error();
+    if (launch.world_size % 2 != 0) GTEST_SKIP() << "nodes of 2 need an even world size";
+    overrides_ = R"({"zoe": {"ranks_per_node": 2}})";
+    ranks_engine::SetUp();
+  }
+};
+
+// The engine's view places rank r on node r / 2 of world_size / 2, as communicator.hpp's rule says.
+TEST_F(ranks_engine_in_pairs, EngineRanksFollowTheConfiguredNodes) {
+  zoe_ranks mine = ZOE_RANKS_INIT;
+  ASSERT_EQ(zoe_engine_ranks(engine_, &mine), ZOE_SUCCESS) << zoe_last_error();
+  EXPECT_EQ(mine.ranks_per_node, 2U);
+  EXPECT_EQ(mine.node, mine.rank / 2);
+  EXPECT_EQ(mine.local_rank, mine.rank % 2);
+  EXPECT_EQ(mine.nodes, mine.world_size / 2);
 }
 
 // The ranks' values added in zoe's pairwise tree, written out for the world sizes the test runs on.

@@ -16,7 +16,7 @@ if(TARGET zoe-train-mlp)
   # mpirun jobs never share the cores at once.
   if(MPIEXEC_EXECUTABLE)
     zoe_add_test(NAME train_mlp_mpi_tests
-      SOURCES ${CMAKE_CURRENT_LIST_DIR}/train_mlp_mpi_test.cpp
+      SOURCES ${CMAKE_CURRENT_LIST_DIR}/train_mlp_mpi_test.cpp ${CMAKE_CURRENT_LIST_DIR}/train_mlp_checkpoint_mpi_test.cpp
       LIBS zoe_io_test_support nlohmann_json::nlohmann_json
       LABELS mpi
       RESOURCE_LOCK mpi

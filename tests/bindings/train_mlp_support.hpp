@@ -2,9 +2,11 @@
 // zoe-train-mlp as its tests run it: the built program, a small model, a run's output and its
 // per-step lines. Shared by train_mlp_test.cpp (one process) and train_mlp_mpi_test.cpp (mpirun).
 
+#include <cmath>
 #include <map>
 #include <string>
 
+#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include "child_process.hpp"
@@ -27,5 +29,39 @@ inline std::map<long, nlohmann::json> steps_of(const std::string& output) {
   }
   return out;
 }
+
+// Every step's loss in `got` against the same step's in `want`: bit for bit (relative 0), or
+// within `relative` of it where the runs group the rows otherwise and only the order of fp32 sums
+// differs.
+inline void expect_losses_match(const std::map<long, nlohmann::json>& got, const std::map<long, nlohmann::json>& want,
+                                double relative = 0.0) {
+  ASSERT_FALSE(got.empty());
+  for (const auto& [step, line] : got) {
+    ASSERT_TRUE(want.contains(step)) << "step " << step;
+    if (relative == 0.0) {
+      EXPECT_EQ(line["loss_hex"], want.at(step)["loss_hex"]) << "step " << step;
+    } else {
+      const double x = line["loss"].get<double>();
+      const double y = want.at(step)["loss"].get<double>();
+      EXPECT_LE(std::fabs(x - y), relative * std::fabs(y)) << "step " << step << ": " << x << " vs " << y;
+    }
+  }
+}
+
+// A resumed run's losses, its steps (checkpoint, last], against the uninterrupted run's.
+inline void expect_resumed_run_matches(const std::map<long, nlohmann::json>& resumed,
+                                       const std::map<long, nlohmann::json>& whole, long last, double relative = 0.0) {
+  ASSERT_FALSE(resumed.empty());
+  ASSERT_EQ(resumed.rbegin()->first, last);
+  expect_losses_match(resumed, whole, relative);
+}
+
+#ifdef ZOE_MPIRUN
+// The demo on `ranks` processes of this machine under mpirun (oversubscribed: the tests share the
+// cores), stdout and stderr together.
+inline run_result run_ranks(int ranks, const std::string& flags) {
+  return run_shell(std::string(ZOE_MPIRUN) + " -n " + std::to_string(ranks) + " " + demo + " " + flags + " 2>&1");
+}
+#endif
 
 }  // namespace zoe::testing

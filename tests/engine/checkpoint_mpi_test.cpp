@@ -12,12 +12,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <string>
 
 #include "fault_checkpoint_fs.hpp"
 #include "rank_states.hpp"
+#include "swap_store_support.hpp"
 #include "zoe/core/str.hpp"
 #include "zoe/engine/checkpoint/checkpoint.hpp"
 #include "zoe/engine/comm/communicator.hpp"
@@ -62,13 +62,6 @@ fs::path fresh_folder(mpi_rank& me, const std::string& name) {
   return dir;
 }
 
-engine::checkpoint_meta meta_of(int n) {
-  engine::checkpoint_meta m;
-  m.scaler = {.scale = 1024.0 * n, .cur_iter = 10 + n, .optimizer_steps = 9 + n};
-  m.lr = 0.1 / 3.0 * n;
-  return m;
-}
-
 constexpr std::uint64_t saved_seed = 11;
 
 TEST(checkpoint_mpi, SavesOnThisWorld) {
@@ -77,7 +70,7 @@ TEST(checkpoint_mpi, SavesOnThisWorld) {
   rank_states states(uneven_model(), me.size(), me.rank(), rank_tier::nvme);
   states.give(random_model(states.layout(), saved_seed + me.size()));
   const fs::path root = fresh_folder(me, str("world-", me.size()));
-  engine::save_checkpoint(root, "step-1", states.tiers(), states.io(), meta_of(1), me.ranks());
+  engine::save_checkpoint(root, "step-1", states.tiers(), states.io(), checkpoint_meta_of(1), me.ranks());
   EXPECT_TRUE(states.holds(random_model(states.layout(), saved_seed + me.size())));
 }
 
@@ -90,19 +83,10 @@ TEST(checkpoint_mpi, LoadsWhatEveryWorldSaved) {
     rank_states states(uneven_model(), me.size(), me.rank(), rank_tier::host);
     states.give(random_model(states.layout(), 99));  // the load overwrites these
     const engine::checkpoint_meta got = engine::load_checkpoint(root, "", states.tiers(), states.io(), me.ranks());
-    EXPECT_EQ(got.scaler, meta_of(1).scaler);
+    EXPECT_EQ(got.scaler, checkpoint_meta_of(1).scaler);
     EXPECT_TRUE(states.holds(random_model(states.layout(), saved_seed + saved_on)))
         << "saved on " << saved_on << " ranks, loaded on " << me.size();
   }
-}
-
-void flip_file_byte(const fs::path& file, std::uint64_t at) {
-  std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
-  f.seekg(static_cast<std::streamoff>(at));
-  char c = 0;
-  f.get(c);
-  f.seekp(static_cast<std::streamoff>(at));
-  f.put(static_cast<char>(c ^ 0x10));
 }
 
 /// The message of the E `f` threw; "" when it threw nothing, and a failure for another class.
@@ -125,10 +109,10 @@ TEST(checkpoint_mpi, ACorruptFileFailsEveryRankNamingItAndChangesNoState) {
   const fs::path root = fresh_folder(me, str("corrupt-", me.size()));
   rank_states states(uneven_model(), me.size(), me.rank(), rank_tier::nvme);
   states.give(random_model(states.layout(), 1));
-  engine::save_checkpoint(root, "step-1", states.tiers(), states.io(), meta_of(1), me.ranks());
+  engine::save_checkpoint(root, "step-1", states.tiers(), states.io(), checkpoint_meta_of(1), me.ranks());
   // exp_avg_sq.bin is the 4th file: its checksum is checked by rank 3 mod n.
   const fs::path file = root / "step-1" / "exp_avg_sq.bin";
-  if (me.rank() == 0) flip_file_byte(file, fs::file_size(file) / 3);
+  if (me.rank() == 0) flip_byte(file, fs::file_size(file) / 3);
   me.comm->barrier();
   states.give(random_model(states.layout(), 2));
   const std::string failure = failure_of<engine::checkpoint_error>(
@@ -143,7 +127,7 @@ TEST(checkpoint_mpi, AFailedWriteOnRankZeroFailsEveryRankAndKeepsThePreviousChec
   const fs::path root = fresh_folder(me, str("failed-write-", me.size()));
   rank_states states(uneven_model(), me.size(), me.rank(), rank_tier::host);
   states.give(random_model(states.layout(), 1));
-  engine::save_checkpoint(root, "step-1", states.tiers(), states.io(), meta_of(1), me.ranks());
+  engine::save_checkpoint(root, "step-1", states.tiers(), states.io(), checkpoint_meta_of(1), me.ranks());
   states.give(random_model(states.layout(), 2));
   // Rank 0's write of the second state file fails (operations: the staging folder, then a file's
   // create, appends and sync...): some operation well inside the stream.
@@ -151,7 +135,7 @@ TEST(checkpoint_mpi, AFailedWriteOnRankZeroFailsEveryRankAndKeepsThePreviousChec
   faulty.fail_at(12);
   const std::string failure = failure_of<io_error>([&] {
     engine::save_checkpoint(
-        root, "step-2", states.tiers(), states.io(), meta_of(2), me.ranks(),
+        root, "step-2", states.tiers(), states.io(), checkpoint_meta_of(2), me.ranks(),
         me.rank() == 0 ? static_cast<engine::checkpoint_fs&>(faulty) : engine::checkpoint_fs::posix());
   });
   EXPECT_FALSE(failure.empty()) << "rank " << me.rank() << " did not fail";
@@ -187,7 +171,7 @@ TEST(checkpoint_mpi, TimesASaveAndALoad) {
   for (int round = 0; round < 2; ++round) {
     me.comm->barrier();
     const auto t0 = std::chrono::steady_clock::now();
-    engine::save_checkpoint(root, "step-1", states.tiers(), states.io(), meta_of(1), me.ranks());
+    engine::save_checkpoint(root, "step-1", states.tiers(), states.io(), checkpoint_meta_of(1), me.ranks());
     const auto t1 = std::chrono::steady_clock::now();
     (void)engine::load_checkpoint(root, "", states.tiers(), states.io(), me.ranks());
     const auto t2 = std::chrono::steady_clock::now();

@@ -17,6 +17,7 @@
 
 #include "fault_checkpoint_fs.hpp"
 #include "rank_states.hpp"
+#include "swap_store_support.hpp"
 #include "thread_world.hpp"
 #include "zoe/core/str.hpp"
 #include "zoe/engine/checkpoint/checkpoint.hpp"
@@ -44,31 +45,24 @@ engine::checkpoint_fs& files() {
   return *fs;
 }
 
-engine::checkpoint_meta meta_of(int n) {
-  engine::checkpoint_meta m;
-  m.scaler = {.scale = 1024.0 * n, .cur_iter = 10 + n, .optimizer_steps = 9 + n};
-  m.lr = 0.1 / 3.0 * n;
-  return m;
-}
-
 /// Every rank saves `ranks`' states under root/tag; rank 0 writes through `rank0_fs`.
 void save_all(thread_world& world, ranks_t& ranks, const fs::path& root, const std::string& tag, int meta,
               engine::checkpoint_fs& rank0_fs = files()) {
   world.run([&](std::size_t r) {
-    engine::save_checkpoint(root, tag, ranks[r]->tiers(), ranks[r]->io(), meta_of(meta),
+    engine::save_checkpoint(root, tag, ranks[r]->tiers(), ranks[r]->io(), checkpoint_meta_of(meta),
                             engine::checkpoint_ranks{.comm = world.rank(r), .dev = ranks[r]->dev()},
                             r == 0 ? rank0_fs : files());
   });
 }
 
-/// Every rank loads root/tag; each rank's meta is checked against meta_of(meta).
+/// Every rank loads root/tag; each rank's meta is checked against checkpoint_meta_of(meta).
 void load_all(thread_world& world, ranks_t& ranks, const fs::path& root, const std::string& tag, int meta) {
   world.run([&](std::size_t r) {
     const engine::checkpoint_meta got =
         engine::load_checkpoint(root, tag, ranks[r]->tiers(), ranks[r]->io(),
                                 engine::checkpoint_ranks{.comm = world.rank(r), .dev = ranks[r]->dev()}, files());
-    EXPECT_EQ(got.scaler, meta_of(meta).scaler) << "rank " << r;
-    EXPECT_EQ(got.lr, meta_of(meta).lr) << "rank " << r;
+    EXPECT_EQ(got.scaler, checkpoint_meta_of(meta).scaler) << "rank " << r;
+    EXPECT_EQ(got.lr, checkpoint_meta_of(meta).lr) << "rank " << r;
   });
 }
 
@@ -147,7 +141,7 @@ TEST(checkpoint_ranks, SavedOnOneLoadsOnFourAndSavedAgainOnFourIsTheSameFiles) {
   rank_states alone(uneven_model(), 1, 0, rank_tier::host);
   const model_values values = random_model(alone.layout(), 3);
   alone.give(values);
-  engine::save_checkpoint(root.path(), "one", alone.tiers(), alone.io(), meta_of(3), files());
+  engine::save_checkpoint(root.path(), "one", alone.tiers(), alone.io(), checkpoint_meta_of(3), files());
 
   ranks_t four = make_ranks(4, rank_tier::nvme);
   thread_world world(4);
@@ -164,15 +158,6 @@ TEST(checkpoint_ranks, SavedOnOneLoadsOnFourAndSavedAgainOnFourIsTheSameFiles) {
     EXPECT_FALSE(x.empty()) << file;
     EXPECT_EQ(x, y) << file << " differs between the saves on 1 and 4 ranks";
   }
-}
-
-void flip_file_byte(const fs::path& file, std::uint64_t at) {
-  std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
-  f.seekg(static_cast<std::streamoff>(at));
-  char c = 0;
-  f.get(c);
-  f.seekp(static_cast<std::streamoff>(at));
-  f.put(static_cast<char>(c ^ 0x10));
 }
 
 TEST(checkpoint_ranks, ACorruptOrTruncatedFileFailsEveryRankNamingItAndChangesNoState) {
@@ -194,11 +179,11 @@ TEST(checkpoint_ranks, ACorruptOrTruncatedFileFailsEveryRankNamingItAndChangesNo
   const std::vector<std::string> files = {"working.bin", "master.bin", "exp_avg.bin", "exp_avg_sq.bin"};
   for (std::size_t i = 0; i < files.size(); ++i) {
     const fs::path file = root.path() / "step-1" / files[i];
-    flip_file_byte(file, fs::file_size(file) / 2);
+    flip_byte(file, fs::file_size(file) / 2);
     expect_every_rank_failed(failures_of<engine::checkpoint_error>(world, load),
                              {str("rank ", i, " of 4"), file.string(), "checksum"});
     expect_holds(loading, before, "after a load refused for a corrupt " + files[i]);
-    flip_file_byte(file, fs::file_size(file) / 2);
+    flip_byte(file, fs::file_size(file) / 2);
   }
   // A truncated file: every rank checks every size.
   const fs::path master = root.path() / "step-1" / "master.bin";
@@ -238,7 +223,7 @@ TEST(checkpoint_ranks, AFailedWriteOnRankZeroFailsEveryRankAndKeepsAWholeCheckpo
         failures_of<io_error>(world,
                               [&](std::size_t r) {
                                 engine::save_checkpoint(
-                                    root.path(), "step-2", ranks[r]->tiers(), ranks[r]->io(), meta_of(2),
+                                    root.path(), "step-2", ranks[r]->tiers(), ranks[r]->io(), checkpoint_meta_of(2),
                                     engine::checkpoint_ranks{.comm = world.rank(r), .dev = ranks[r]->dev()},
                                     r == 0 ? static_cast<engine::checkpoint_fs&>(faulty) : files());
                               }),
@@ -278,7 +263,7 @@ TEST(checkpoint_ranks, AStateRankTwoCannotReadMidSaveFailsEveryRankAndKeepsThePr
       failures_of<io_error>(world,
                             [&](std::size_t r) {
                               engine::save_checkpoint(
-                                  root.path(), "step-2", ranks[r]->tiers(), ranks[r]->io(), meta_of(2),
+                                  root.path(), "step-2", ranks[r]->tiers(), ranks[r]->io(), checkpoint_meta_of(2),
                                   engine::checkpoint_ranks{.comm = world.rank(r), .dev = ranks[r]->dev()}, files());
                             }),
       {"rank 2 of 4"});
@@ -295,10 +280,11 @@ TEST(checkpoint_ranks, ALayoutForAnotherWorldSizeIsAUsageError) {
   const scratch_dir root;
   ranks_t ranks = make_ranks(2, rank_tier::host);
   thread_world world(1);
-  EXPECT_THROW(engine::save_checkpoint(root.path(), "x", ranks[0]->tiers(), ranks[0]->io(), meta_of(1),
+  EXPECT_THROW(engine::save_checkpoint(root.path(), "x", ranks[0]->tiers(), ranks[0]->io(), checkpoint_meta_of(1),
                                        engine::checkpoint_ranks{.comm = world.rank(0), .dev = ranks[0]->dev()}),
                usage_error);
-  EXPECT_THROW(engine::save_checkpoint(root.path(), "x", ranks[0]->tiers(), ranks[0]->io(), meta_of(1)), usage_error);
+  EXPECT_THROW(engine::save_checkpoint(root.path(), "x", ranks[0]->tiers(), ranks[0]->io(), checkpoint_meta_of(1)),
+               usage_error);
 }
 
 }  // namespace

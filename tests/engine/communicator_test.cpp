@@ -38,21 +38,6 @@ using ::testing::AllOf;
 using ::testing::HasSubstr;
 using namespace std::chrono_literals;
 
-// Device memory of `bytes`, freed on destruction.
-class device_buffer {
- public:
-  device_buffer(device& dev, std::size_t bytes) : dev_(&dev), bytes_(bytes), data_(dev.allocate(bytes)) {}
-  ~device_buffer() { dev_->deallocate(data_, bytes_); }
-  device_buffer(const device_buffer&) = delete;
-  device_buffer& operator=(const device_buffer&) = delete;
-  [[nodiscard]] std::byte* data() const noexcept { return static_cast<std::byte*>(data_); }
-
- private:
-  device* dev_;
-  std::size_t bytes_;
-  void* data_;
-};
-
 // One collective at world size 1, run from send to recv over `bytes` (a multiple of 4).
 struct collective_case {
   const char* name;
@@ -105,8 +90,8 @@ TEST(single_communicator, EveryCollectiveDeliversItsInputAndCountsACallWithNoByt
   auto comm = make_single_communicator(*dev);
   const device_stream stream = dev->create_stream();
   constexpr std::size_t bytes = 64 * KiB + 12;
-  const device_buffer send(*dev, bytes);
-  const device_buffer recv(*dev, bytes);
+  const device_allocation send(*dev, bytes);
+  const device_allocation recv(*dev, bytes);
   std::uint64_t calls = 0;
   for (const collective_case& c : identity_collectives()) {
     SCOPED_TRACE(c.name);
@@ -130,8 +115,8 @@ TEST(single_communicator, InPlaceCollectivesCopyNothingAndOthersCopyOnce) {
   auto comm = make_single_communicator(dev);
   const device_stream stream = dev.create_stream();
   constexpr std::size_t bytes = 4096;
-  const device_buffer a(dev, bytes);
-  const device_buffer b(dev, bytes);
+  const device_allocation a(dev, bytes);
+  const device_allocation b(dev, bytes);
   for (const collective_case& c : identity_collectives()) {
     SCOPED_TRACE(c.name);
     fill_pattern(a.data(), bytes, 7);
@@ -159,8 +144,8 @@ TEST(single_communicator, CollectivesRunInStreamOrder) {
   auto comm = make_single_communicator(dev);
   const device_stream stream = dev.create_stream();
   constexpr std::size_t bytes = 8192;
-  const device_buffer send(dev, bytes);
-  const device_buffer recv(dev, bytes);
+  const device_allocation send(dev, bytes);
+  const device_allocation recv(dev, bytes);
   for (const collective_case& c : identity_collectives()) {
     SCOPED_TRACE(c.name);
     std::memset(send.data(), 0, bytes);
@@ -186,8 +171,8 @@ TEST(single_communicator, StatsMayBeReadWhileCollectivesRun) {
   auto dev = make_host_device(16 * MiB);
   auto comm = make_single_communicator(*dev);
   const device_stream stream = dev->create_stream();
-  const device_buffer a(*dev, 256);
-  const device_buffer b(*dev, 256);
+  const device_allocation a(*dev, 256);
+  const device_allocation b(*dev, 256);
   constexpr int rounds = 200;
   std::atomic<bool> done{false};
   std::uint64_t last_seen = 0;
@@ -211,7 +196,7 @@ TEST(single_communicator, BadArgumentsNameTheCollective) {
   auto dev = make_host_device(16 * MiB);
   auto comm = make_single_communicator(*dev);
   const device_stream stream = dev->create_stream();
-  const device_buffer buf(*dev, 4096);
+  const device_allocation buf(*dev, 4096);
   std::byte* p = buf.data();
   const stream_view s = stream.view();
   EXPECT_THAT(usage_message([&] { comm->all_gather(nullptr, p, 16, s); }),
@@ -374,6 +359,31 @@ TEST(launcher_environment, ReadsEachLauncherFamily) {
   EXPECT_EQ(l->size, 1U);
   EXPECT_EQ(l->local_size, 1U);
   EXPECT_FALSE(l->many());
+}
+
+// The placement zoe_launcher_ranks reports: consecutive ranks per node (communicator.hpp's rule),
+// the whole world as one node where the local size does not divide it or is not given.
+TEST(launcher_environment, PlacesTheRankOnItsNode) {
+  const launcher_variables env;
+  launcher_variables::set("OMPI_COMM_WORLD_SIZE", "6");
+  launcher_variables::set("OMPI_COMM_WORLD_RANK", "5");
+  launcher_variables::set("OMPI_COMM_WORLD_LOCAL_SIZE", "2");
+  launcher_ranks::placement p = launcher_environment()->place();
+  EXPECT_EQ(p.ranks_per_node, 2U);
+  EXPECT_EQ(p.node, 2U);
+  EXPECT_EQ(p.local_rank, 1U);
+  EXPECT_EQ(p.nodes, 3U);
+  launcher_variables::set("OMPI_COMM_WORLD_LOCAL_SIZE", "4");  // nodes of 4 and 2: no one size
+  p = launcher_environment()->place();
+  EXPECT_EQ(p.ranks_per_node, 6U);
+  EXPECT_EQ(p.node, 0U);
+  EXPECT_EQ(p.local_rank, 5U);
+  EXPECT_EQ(p.nodes, 1U);
+  ::unsetenv("OMPI_COMM_WORLD_SIZE");
+  ::unsetenv("OMPI_COMM_WORLD_RANK");
+  ::unsetenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  launcher_variables::set("PMIX_RANK", "1");  // no size before MPI starts: no placement
+  EXPECT_THROW((void)launcher_environment()->place(), usage_error);
 }
 
 TEST(launcher_environment, NamesTheVariableOfAMalformedValue) {

@@ -129,11 +129,11 @@ gather_result run_gather(communicator& w, device& dev, stream_view stream, std::
     const std::vector<float> v = values_of(seed, k, count, type);
     r.sent.insert(r.sent.end(), v.begin(), v.end());
   }
-  const device_buffer full(dev, ranks * count * element);
-  const device_buffer own(dev, count * element);
+  const device_allocation full(dev, ranks * count * element);
+  const device_allocation own(dev, count * element);
   std::byte* const send = in_place ? full.data() + w.rank() * count * element : own.data();
   store(std::span<const float>(r.sent).subspan(w.rank() * count, count), type, send);
-  const device_buffer scratch(dev, quantized_all_gather_scratch(ranks, count));
+  const device_allocation scratch(dev, quantized_all_gather_scratch(ranks, count));
   quantized_all_gather(w, dev, quantized_gather_part{send, full.data(), count, type}, scratch.span(), stream);
   dev.synchronize(stream);
   r.got = load(full.data(), ranks * count, type);
@@ -203,20 +203,20 @@ void check_gather_coalesced(communicator& w, device& dev, stream_view stream) {
     dtype type;
   };
   const std::array<part_case, 3> cases{{{7, dtype::fp16}, {4097, dtype::fp32}, {1, dtype::bf16}}};
-  std::vector<std::unique_ptr<device_buffer>> own;
-  std::vector<std::unique_ptr<device_buffer>> full;
+  std::vector<std::unique_ptr<device_allocation>> own;
+  std::vector<std::unique_ptr<device_allocation>> full;
   std::vector<quantized_gather_part> parts;
   std::vector<std::size_t> counts;
   for (std::size_t i = 0; i < cases.size(); ++i) {
     const part_case& c = cases[i];
     const std::size_t element = kernels::dtype_size(c.type);
-    own.push_back(std::make_unique<device_buffer>(dev, c.count * element));
-    full.push_back(std::make_unique<device_buffer>(dev, ranks * c.count * element));
+    own.push_back(std::make_unique<device_allocation>(dev, c.count * element));
+    full.push_back(std::make_unique<device_allocation>(dev, ranks * c.count * element));
     store(values_of(static_cast<std::uint32_t>(20 + i), w.rank(), c.count, c.type), c.type, own.back()->data());
     parts.push_back({own.back()->data(), full.back()->data(), c.count, c.type});
     counts.push_back(c.count);
   }
-  const device_buffer scratch(dev, quantized_all_gather_scratch(ranks, counts));
+  const device_allocation scratch(dev, quantized_all_gather_scratch(ranks, counts));
   const comm_stats before = w.stats();
   quantized_all_gather(w, dev, parts, scratch.span(), stream);
   dev.synchronize(stream);
@@ -288,11 +288,11 @@ void check_reduce_scatter(communicator& w, device& dev, stream_view stream, std:
   // Every rank's gradient; this rank's block is the one at its world rank.
   std::vector<std::vector<float>> grads;
   for (std::size_t k = 0; k < ranks; ++k) grads.push_back(values_of(seed, k, ranks * count, type));
-  const device_buffer send(dev, ranks * count * element);
-  const device_buffer own(dev, count * element);
+  const device_allocation send(dev, ranks * count * element);
+  const device_allocation own(dev, count * element);
   store(grads[rank], type, send.data());
   std::byte* const recv = in_place ? send.data() + rank * count * element : own.data();
-  const device_buffer scratch(dev, quantized_reduce_scatter_scratch(topo, count, dev.kind()));
+  const device_allocation scratch(dev, quantized_reduce_scatter_scratch(topo, count, dev.kind()));
 
   const traffic before = sent_by(w, collective::all_to_all);
   quantized_reduce_scatter(w, dev, send.data(), recv, count, type, op, scratch.span(), stream);
@@ -330,12 +330,12 @@ void check_bytes_against_plain(communicator& w, device& dev, stream_view stream)
   {
     const kernels::topology topo = qgz_topology(w);
     const std::size_t per_node = topo.ranks_per_node;
-    const device_buffer full(dev, ranks * count * 4);
-    const device_buffer own(dev, count * 4);
+    const device_allocation full(dev, ranks * count * 4);
+    const device_allocation own(dev, count * 4);
     std::memset(full.data(), 0, ranks * count * 4);
     store(values_of(41, w.rank(), count, dtype::fp32), dtype::fp32, own.data());
-    const device_buffer gather_scratch(dev, quantized_all_gather_scratch(ranks, count));
-    const device_buffer reduce_scratch(dev, quantized_reduce_scatter_scratch(topo, count, dev.kind()));
+    const device_allocation gather_scratch(dev, quantized_all_gather_scratch(ranks, count));
+    const device_allocation reduce_scratch(dev, quantized_reduce_scatter_scratch(topo, count, dev.kind()));
 
     const auto counted = [&](collective what, const auto& run) {
       const traffic before = sent_by(w, what);

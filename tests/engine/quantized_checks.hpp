@@ -24,22 +24,6 @@
 
 namespace zoe::engine::testing {
 
-// Device memory of `bytes` (host memory on the host device), freed on destruction.
-class device_buffer {
- public:
-  device_buffer(device& dev, std::size_t bytes) : dev_(&dev), bytes_(bytes), data_(dev.allocate(bytes)) {}
-  ~device_buffer() { dev_->deallocate(data_, bytes_); }
-  device_buffer(const device_buffer&) = delete;
-  device_buffer& operator=(const device_buffer&) = delete;
-  [[nodiscard]] std::byte* data() const noexcept { return static_cast<std::byte*>(data_); }
-  [[nodiscard]] std::span<std::byte> span() const noexcept { return {data(), bytes_}; }
-
- private:
-  device* dev_;
-  std::size_t bytes_;
-  void* data_;
-};
-
 inline constexpr std::array<kernels::dtype, 3> all_types{kernels::dtype::fp32, kernels::dtype::fp16,
                                                          kernels::dtype::bf16};
 /// Sizes that divide nothing, and one of several whole blocks.

@@ -22,7 +22,6 @@ namespace zoe::engine {
 namespace {
 
 using kernels::dtype;
-using testing::device_buffer;
 using zoe::testing::usage_message;
 
 class quantized_collectives : public ::testing::Test {
@@ -81,10 +80,10 @@ TEST_F(quantized_collectives, CoalescedPartsTravelAsOneAllGatherAndMatchSeparate
 
 TEST_F(quantized_collectives, AllGatherRefusesBadArgumentsNamingThem) {
   const std::unique_ptr<communicator> w = world(0);
-  const device_buffer shard(*dev_, 4097 * 4);
-  const device_buffer full(*dev_, w->size() * 4097 * 4);
+  const device_allocation shard(*dev_, 4097 * 4);
+  const device_allocation full(*dev_, w->size() * 4097 * 4);
   const std::size_t need = quantized_all_gather_scratch(w->size(), 4097);
-  const device_buffer scratch(*dev_, need + 16);
+  const device_allocation scratch(*dev_, need + 16);
   const quantized_gather_part part{shard.data(), full.data(), 4097, dtype::fp32};
   EXPECT_NE(usage_message([&] {
               quantized_all_gather(*w, *dev_, part, scratch.span().first(need - 1), stream_.view());
@@ -139,10 +138,10 @@ TEST_F(quantized_collectives, QuantizedBytesAgainstThePlainCollectives) {
 TEST_F(quantized_collectives, ReduceScatterRefusesBadArgumentsNamingThem) {
   const std::unique_ptr<communicator> w = world(0);
   const std::size_t count = 100;
-  const device_buffer send(*dev_, w->size() * count * 4);
-  const device_buffer recv(*dev_, count * 4);
+  const device_allocation send(*dev_, w->size() * count * 4);
+  const device_allocation recv(*dev_, count * 4);
   const std::size_t need = quantized_reduce_scatter_scratch(qgz_topology(*w), count, dev_->kind());
-  const device_buffer scratch(*dev_, need + 16);
+  const device_allocation scratch(*dev_, need + 16);
   const auto run = [&](const void* s, void* r, dtype type, reduce_op op, std::span<std::byte> sc, std::size_t block) {
     return usage_message(
         [&] { quantized_reduce_scatter(*w, *dev_, s, r, count, type, op, sc, stream_.view(), block); });
@@ -182,10 +181,10 @@ TEST_F(quantized_collectives, OnACudaDeviceTheCudaLaunchersRunWithTheirWorkspace
   const std::size_t device = quantized_reduce_scatter_scratch(topo, count, device_kind::cuda);
   EXPECT_EQ(device - host, (kernels::cuda::reduce_requantize_workspace(count) + 15) / 16 * 16);
 
-  const device_buffer send(*dev_, w->size() * count * 4);
-  const device_buffer recv(*dev_, w->size() * count * 4);
-  const device_buffer gather_scratch(*dev_, quantized_all_gather_scratch(w->size(), count));
-  const device_buffer reduce_scratch(*dev_, device);
+  const device_allocation send(*dev_, w->size() * count * 4);
+  const device_allocation recv(*dev_, w->size() * count * 4);
+  const device_allocation gather_scratch(*dev_, quantized_all_gather_scratch(w->size(), count));
+  const device_allocation reduce_scratch(*dev_, device);
   const auto names_cuda = [](const auto& run) {
     try {
       run();

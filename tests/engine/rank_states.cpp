@@ -112,4 +112,11 @@ void rank_states::give(const model_values& values) {
   return ::testing::AssertionSuccess();
 }
 
+engine::checkpoint_meta checkpoint_meta_of(int n) {
+  engine::checkpoint_meta m;
+  m.scaler = {.scale = 1024.0 * n, .cur_iter = 10 + n, .optimizer_steps = 9 + n};
+  m.lr = 0.1 / 3.0 * n;
+  return m;
+}
+
 }  // namespace zoe::testing

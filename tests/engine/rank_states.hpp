@@ -18,6 +18,7 @@
 #include "io_test_support.hpp"
 #include "zoe/allocators/pinned_host_resource.hpp"
 #include "zoe/core/device.hpp"
+#include "zoe/engine/checkpoint/checkpoint.hpp"
 #include "zoe/engine/config/config.hpp"
 #include "zoe/engine/model/layout.hpp"
 #include "zoe/engine/swap/state_io.hpp"
@@ -81,5 +82,8 @@ class rank_states {
   std::unique_ptr<engine::tier_manager> tiers_;
   std::unique_ptr<engine::state_io> io_;
 };
+
+/// The n-th of distinct checkpoint metas (scaler and learning rate) a test saves and expects back.
+[[nodiscard]] engine::checkpoint_meta checkpoint_meta_of(int n);
 
 }  // namespace zoe::testing

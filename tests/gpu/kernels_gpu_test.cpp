@@ -23,27 +23,6 @@
 namespace zoe::kernels {
 namespace {
 
-// Device memory of one allocation, filled from and read back to host bytes.
-class device_buffer {
- public:
-  device_buffer(device& dev, std::size_t bytes) : dev_(&dev), bytes_(bytes), data_(dev.allocate(bytes)) {}
-  device_buffer(const device_buffer&) = delete;
-  device_buffer& operator=(const device_buffer&) = delete;
-  ~device_buffer() { dev_->deallocate(data_, bytes_); }
-
-  template <class T>
-  [[nodiscard]] T* as() const noexcept {
-    return static_cast<T*>(data_);
-  }
-  [[nodiscard]] void* data() const noexcept { return data_; }
-  [[nodiscard]] std::span<std::byte> bytes() const noexcept { return {as<std::byte>(), bytes_}; }
-
- private:
-  device* dev_;
-  std::size_t bytes_;
-  void* data_;
-};
-
 class cuda_kernels : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -60,21 +39,21 @@ class cuda_kernels : public ::testing::Test {
 
   // A device copy of `host`.
   template <class T>
-  std::unique_ptr<device_buffer> upload(const std::vector<T>& host) {
-    auto buf = std::make_unique<device_buffer>(*dev_, std::max<std::size_t>(1, host.size() * sizeof(T)));
+  std::unique_ptr<device_allocation> upload(const std::vector<T>& host) {
+    auto buf = std::make_unique<device_allocation>(*dev_, std::max<std::size_t>(1, host.size() * sizeof(T)));
     dev_->copy_async(buf->data(), host.data(), host.size() * sizeof(T), copy_kind::host_to_device, stream_.view());
     return buf;
   }
   // `count` elements of T back from the device, after the stream has run.
   template <class T>
-  std::vector<T> download(const device_buffer& buf, std::size_t count) {
+  std::vector<T> download(const device_allocation& buf, std::size_t count) {
     std::vector<T> host(count);
     dev_->copy_async(host.data(), buf.data(), count * sizeof(T), copy_kind::device_to_host, stream_.view());
     dev_->synchronize(stream_.view());
     return host;
   }
-  std::unique_ptr<device_buffer> workspace(std::size_t bytes) {
-    return std::make_unique<device_buffer>(*dev_, std::max<std::size_t>(1, bytes));
+  std::unique_ptr<device_allocation> workspace(std::size_t bytes) {
+    return std::make_unique<device_allocation>(*dev_, std::max<std::size_t>(1, bytes));
   }
 
   std::unique_ptr<device> dev_;
@@ -222,9 +201,9 @@ struct quantized_host {
 
 // A device copy of a quantized tensor, with its spans.
 struct quantized_device {
-  std::unique_ptr<device_buffer> codes;
-  std::unique_ptr<device_buffer> scales;
-  std::unique_ptr<device_buffer> zero_points;
+  std::unique_ptr<device_allocation> codes;
+  std::unique_ptr<device_allocation> scales;
+  std::unique_ptr<device_allocation> zero_points;
   quantized_span q;
 };
 
@@ -309,7 +288,7 @@ TEST_F(cuda_quant, ReductionsMatchTheScalarPathWithTheWorkspaceTheyAskFor) {
       quantized_host blank(out_config, n);
       quantized_device got = upload_quantized(blank);
       const auto ws = workspace(cuda::reduce_requantize_workspace(n));
-      cuda::reduce_requantize(dev_views, c, n, post_scale, out_config, got.q, ws->bytes(), stream_.view());
+      cuda::reduce_requantize(dev_views, c, n, post_scale, out_config, got.q, ws->span(), stream_.view());
       expect_same(got, want, "reduce_requantize");
 
       for (const dtype out : all_types) {
@@ -317,7 +296,7 @@ TEST_F(cuda_quant, ReductionsMatchTheScalarPathWithTheWorkspaceTheyAskFor) {
         reduce_dequantize(host_views, c, post_scale, tensor_view{out, reduced.data(), n});
         const auto d_out = workspace(reduced.size());
         const auto ws2 = workspace(cuda::reduce_dequantize_workspace(inputs, n));
-        cuda::reduce_dequantize(dev_views, c, post_scale, tensor_view{out, d_out->data(), n}, ws2->bytes(),
+        cuda::reduce_dequantize(dev_views, c, post_scale, tensor_view{out, d_out->data(), n}, ws2->span(),
                                 stream_.view());
         EXPECT_EQ(download<std::byte>(*d_out, reduced.size()), reduced) << "reduce_dequantize to " << dtype_name(out);
       }
@@ -356,7 +335,7 @@ TEST_F(cuda_kernels, SumOfSquaresAndTheOverflowFlagMatchTheScalarPath) {
     const auto d_x = upload(x);
     const auto d_result = workspace(sizeof(double));
     const auto ws = workspace(cuda::sum_of_squares_workspace(n));
-    cuda::sum_of_squares(const_tensor_view{t, d_x->data(), n}, d_result->as<double>(), ws->bytes(), stream_.view());
+    cuda::sum_of_squares(const_tensor_view{t, d_x->data(), n}, d_result->as<double>(), ws->span(), stream_.view());
     const double got = download<double>(*d_result, 1)[0];
     EXPECT_EQ(std::memcmp(&got, &want, sizeof got), 0) << got << " vs " << want;
 

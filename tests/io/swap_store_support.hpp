@@ -36,7 +36,8 @@ void store_write(io::swap_channel& ch, const io::swap_extent& e, std::uint64_t o
 /// The swap file of path `index` of the store, reached through /proc/self/fd.
 [[nodiscard]] std::filesystem::path only_swap_file(const io::swap_store& store, std::size_t index = 0);
 
-/// Damages one byte of a swap file behind the store's back, as a failing drive would.
+/// Damages one byte of a file (a swap file, a checkpoint's file) behind its owner's back, as a
+/// failing drive would.
 void flip_byte(const std::filesystem::path& file, std::uint64_t at);
 
 }  // namespace zoe::testing

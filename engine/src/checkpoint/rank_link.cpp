@@ -84,24 +84,21 @@ rank_link::rank_link(communicator& comm, device& dev, std::size_t chunk_bytes)
   if (comm.size() <= 1) return;
   stream_ = dev.create_stream();
   if (dev.kind() == device_kind::host) return;
-  verdict_bytes_ = sizeof(verdict) * comm.size();
-  verdict_buffer_ = dev.allocate(verdict_bytes_);
+  verdict_buffer_ = device_allocation(dev, sizeof(verdict) * comm.size());
   try {
-    device_buffer_ = dev.allocate(chunk_bytes_);
+    device_buffer_ = device_allocation(dev, chunk_bytes_);
   } catch (...) {
     setup_failure_ = std::current_exception();
   }
 }
 
 rank_link::~rank_link() {
-  if (verdict_buffer_ == nullptr) return;
+  if (verdict_buffer_.data() == nullptr) return;
   try {
     dev_->synchronize(stream_.view());
   } catch (const std::exception& e) {
     log::warn("checkpoint: work on the device failed before its transfer buffers were freed: ", e.what());
   }
-  if (device_buffer_ != nullptr) dev_->deallocate(device_buffer_, chunk_bytes_);
-  dev_->deallocate(verdict_buffer_, verdict_bytes_);
 }
 
 std::size_t rank_link::rank() const noexcept { return comm_ != nullptr ? comm_->rank() : 0; }
@@ -127,7 +124,8 @@ template <typename Collective>
 void rank_link::in_chunks(std::span<std::byte> data, bool upload, bool download, Collective&& collective) {
   for (std::size_t at = 0; at < data.size();) {
     const std::size_t n = std::min(chunk_bytes_, data.size() - at);
-    on_device(data.subspan(at, n), device_buffer_, upload, download, [&](void* buffer) { collective(buffer, n); });
+    on_device(data.subspan(at, n), device_buffer_.data(), upload, download,
+              [&](void* buffer) { collective(buffer, n); });
     at += n;
   }
 }
@@ -162,7 +160,7 @@ void rank_link::agree(const std::exception_ptr& local) {
   const std::exception_ptr& failure = local ? local : setup_failure_;
   if (failure) all[rank()] = describe(failure, message);
   const std::span<std::byte> bytes = std::as_writable_bytes(std::span(all));
-  on_device(bytes, verdict_buffer_, true, true, [&](void* buffer) {
+  on_device(bytes, verdict_buffer_.data(), true, true, [&](void* buffer) {
     std::byte* const recv = static_cast<std::byte*>(buffer);
     comm_->all_gather(recv + rank() * sizeof(verdict), recv, sizeof(verdict), stream_.view());
   });
@@ -172,9 +170,10 @@ void rank_link::agree(const std::exception_ptr& local) {
   message.resize(failed->message_bytes);
   // Through the verdict buffer where the transfer buffer may be the failure.
   for (std::size_t at = 0; at < message.size();) {
-    const std::size_t n = std::min(message.size() - at, verdict_bytes_ == 0 ? message.size() : verdict_bytes_);
+    const std::size_t n =
+        std::min(message.size() - at, verdict_buffer_.size() == 0 ? message.size() : verdict_buffer_.size());
     const std::span<std::byte> piece = std::as_writable_bytes(std::span(message)).subspan(at, n);
-    on_device(piece, verdict_buffer_, rank() == root, rank() != root,
+    on_device(piece, verdict_buffer_.data(), rank() == root, rank() != root,
               [&](void* buffer) { comm_->broadcast(buffer, n, root, stream_.view()); });
     at += n;
   }

@@ -65,9 +65,9 @@ class rank_link {
   std::size_t chunk_bytes_ = 0;
   device_stream stream_;
   // Only where the device is not the host: the verdicts of every rank, and the pieces.
-  void* verdict_buffer_ = nullptr;
-  std::size_t verdict_bytes_ = 0;
-  void* device_buffer_ = nullptr;  // chunk_bytes_
+  // Freed after the destructor has synchronized stream_ (members go after its body).
+  device_allocation verdict_buffer_;
+  device_allocation device_buffer_;  // chunk_bytes_
   std::exception_ptr setup_failure_;
 };
 

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <limits>
 
+#include "zoe/core/check.hpp"
 #include "zoe/core/error.hpp"
 #include "zoe/core/str.hpp"
 
@@ -60,6 +61,15 @@ std::optional<launcher_ranks> launcher_environment() {
                            *out.size, " (", out.size_variable, "): the rank must be below the size"));
   }
   return out;
+}
+
+launcher_ranks::placement launcher_ranks::place() const {
+  ZOE_EXPECTS(size.has_value(), "the launcher set ", rank_variable,
+              " but no world size (PMIx tells it through MPI only): the ranks' nodes are not known before MPI starts");
+  const std::uint32_t local = local_size.value_or(*size);
+  const std::uint32_t per_node = local > 0 && *size % local == 0 ? local : *size;
+  return {
+      .ranks_per_node = per_node, .node = rank / per_node, .local_rank = rank % per_node, .nodes = *size / per_node};
 }
 
 }  // namespace zoe::engine

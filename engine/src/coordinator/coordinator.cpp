@@ -18,28 +18,6 @@ using clock = std::chrono::steady_clock;
 // A demand fetch that has waited this long for arena space says what holds it.
 constexpr auto arena_wait_warning = std::chrono::seconds(10);
 
-// Device memory of the coordinator's own (the hpZ secondary shards, the qwZ scratch), freed after
-// the gather stream was synchronized (the coordinator's destructor does so first).
-class device_memory {
- public:
-  device_memory() = default;
-  device_memory(device& dev, std::uint64_t bytes) : dev_(&dev), bytes_(bytes) {
-    if (bytes_ > 0) data_ = dev.allocate(bytes_, {});
-  }
-  ~device_memory() {
-    if (data_ != nullptr) dev_->deallocate(data_, bytes_, {});
-  }
-  device_memory(const device_memory&) = delete;
-  device_memory& operator=(const device_memory&) = delete;
-  [[nodiscard]] std::byte* data() const noexcept { return static_cast<std::byte*>(data_); }
-  [[nodiscard]] std::uint64_t size() const noexcept { return bytes_; }
-
- private:
-  device* dev_ = nullptr;
-  void* data_ = nullptr;
-  std::uint64_t bytes_ = 0;
-};
-
 // Parameters gathered by one collective, in the order they were started (see Buckets in
 // coordinator.hpp). Sealed when the fetch that started them returns: only then is it issued, so
 // its members never depend on how fast its reads arrive.
@@ -104,7 +82,7 @@ struct coordinator::impl {
       ZOE_EXPECTS(o.hpz_secondary_bytes >= at, "coordinator: the hpZ secondary shards need ", at,
                   " bytes of device memory; the plan lent ", o.hpz_secondary_bytes,
                   " (zero_optimization.zero_hpz_partition_size)");
-      secondary = std::make_unique<device_memory>(d, at);
+      secondary = std::make_unique<device_allocation>(d, at);
     }
     if (o.quantized_weights) {
       std::uint64_t largest = 0;
@@ -114,7 +92,7 @@ struct coordinator::impl {
       ZOE_EXPECTS(o.quantized_scratch_bytes >= largest, "coordinator: the quantized gathers need ", largest,
                   " bytes of scratch for the largest parameter; the plan lent ", o.quantized_scratch_bytes,
                   " (zero_optimization.zero_quantized_weights)");
-      scratch = std::make_unique<device_memory>(d, o.quantized_scratch_bytes);
+      scratch = std::make_unique<device_allocation>(d, o.quantized_scratch_bytes);
     }
   }
 
@@ -141,8 +119,8 @@ struct coordinator::impl {
   // was started since the last drop_gathered: it is issued before any later gather of it).
   std::vector<std::uint64_t> secondary_offset;
   std::vector<bool> has_secondary;
-  std::unique_ptr<device_memory> secondary;
-  std::unique_ptr<device_memory> scratch;  // qwZ, lent to one bucket's gather at a time (stream order)
+  std::unique_ptr<device_allocation> secondary;
+  std::unique_ptr<device_allocation> scratch;  // qwZ, lent to one bucket's gather at a time (stream order)
 
   [[nodiscard]] std::uint64_t shard_bytes(parameter_id p) const {
     return state_bytes(tiers.layout().parameter(p), working_state(tiers.layout().parameter(p)));

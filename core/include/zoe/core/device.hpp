@@ -15,6 +15,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 
 #include "zoe/core/stream_view.hpp"
@@ -75,6 +76,36 @@ class device_event {
   void reset() noexcept;
   device* device_ = nullptr;
   void* native_ = nullptr;
+};
+
+/// Owner of one allocation of device memory (device::allocate on the default stream), freed on the
+/// default stream when destroyed: the owner must have synchronized the work that uses it by then.
+/// Move-only; a default-constructed one, or one of zero bytes, owns nothing (data() is nullptr).
+/// Throws memory_error as device::allocate does.
+class device_allocation {
+ public:
+  device_allocation() noexcept = default;
+  device_allocation(device& owner, std::size_t bytes);
+  ~device_allocation();
+  device_allocation(device_allocation&& o) noexcept;
+  device_allocation& operator=(device_allocation&& o) noexcept;
+  device_allocation(const device_allocation&) = delete;
+  device_allocation& operator=(const device_allocation&) = delete;
+
+  [[nodiscard]] std::byte* data() const noexcept { return static_cast<std::byte*>(data_); }
+  /// The memory as `T*` (a kernel's operand type).
+  template <class T>
+  [[nodiscard]] T* as() const noexcept {
+    return static_cast<T*>(data_);
+  }
+  [[nodiscard]] std::size_t size() const noexcept { return bytes_; }
+  [[nodiscard]] std::span<std::byte> span() const noexcept { return {data(), bytes_}; }
+
+ private:
+  void reset() noexcept;
+  device* device_ = nullptr;
+  void* data_ = nullptr;
+  std::size_t bytes_ = 0;
 };
 
 /// One compute device. Obtain one with select_device() (or make_host_device() in tests).

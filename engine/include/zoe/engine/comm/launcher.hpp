@@ -21,6 +21,18 @@ struct launcher_ranks {
 
   /// Whether the launch has more than one rank (or an unknown number, under PMIx). Never throws.
   [[nodiscard]] bool many() const noexcept { return !size || *size > 1; }
+
+  /// Where the launch placed this rank, by communicator.hpp's rule (rank r on node
+  /// r / ranks_per_node, local rank r % ranks_per_node). ranks_per_node is local_size where it
+  /// divides the size; else (none given, or nodes of unequal sizes, which have no one
+  /// ranks_per_node) the whole world counts as one node. Needs size (usage_error under PMIx alone).
+  struct placement {
+    std::uint32_t ranks_per_node = 1;
+    std::uint32_t node = 0;
+    std::uint32_t local_rank = 0;
+    std::uint32_t nodes = 1;
+  };
+  [[nodiscard]] placement place() const;
 };
 
 /// The launcher's view from the environment: Open MPI's mpirun (OMPI_COMM_WORLD_SIZE, _RANK,
