@@ -104,23 +104,13 @@ typedef struct cuda_grads {
   cuda_compute* k;
   const float* x;
   const float* dz;
-  float* dw;
-  float* db;
   size_t rows;
-  size_t hidden;
+  mlp_grad_slots slots;
 } cuda_grads;
-
-static float* cuda_slot_w(cuda_grads* g, size_t slot) {
-  return slot == ZOE_MLP_TREE_OUT ? g->dw : g->k->tree_device + slot * (g->hidden * g->hidden + g->hidden);
-}
-
-static float* cuda_slot_b(cuda_grads* g, size_t slot) {
-  return slot == ZOE_MLP_TREE_OUT ? g->db : cuda_slot_w(g, slot) + g->hidden * g->hidden;
-}
 
 static int cuda_grads_leaf(void* ctx, size_t leaf, size_t slot) {
   cuda_grads* g = ctx;
-  const size_t h = g->hidden;
+  const size_t h = g->slots.hidden;
   size_t r0 = 0;
   const size_t m = mlp_leaf_rows(g->rows, leaf, &r0);
   const int n = (int)h;
@@ -128,17 +118,21 @@ static int cuda_grads_leaf(void* ctx, size_t leaf, size_t slot) {
   const float zero = 0.0f;
   /* dW^T = x^T dz over the leaf's rows. */
   if (blas_ok(cublasSgemm(g->k->blas, CUBLAS_OP_N, CUBLAS_OP_T, n, n, (int)m, &one, g->x + r0 * h, n, g->dz + r0 * h, n,
-                          &zero, cuda_slot_w(g, slot), n),
+                          &zero, mlp_grad_slot_w(&g->slots, slot), n),
               "weight-gradient sgemm") != 0) {
     return -1;
   }
-  return mlp_cuda_bias_grad(g->k->stream, g->dz + r0 * h, cuda_slot_b(g, slot), m, h);
+  return mlp_cuda_bias_grad(g->k->stream, g->dz + r0 * h, mlp_grad_slot_b(&g->slots, slot), m, h);
 }
 
 static int cuda_grads_add(void* ctx, size_t left, size_t right) {
   cuda_grads* g = ctx;
-  if (mlp_cuda_add(g->k->stream, cuda_slot_w(g, left), cuda_slot_w(g, right), g->hidden * g->hidden) != 0) return -1;
-  return mlp_cuda_add(g->k->stream, cuda_slot_b(g, left), cuda_slot_b(g, right), g->hidden);
+  if (mlp_cuda_add(g->k->stream, mlp_grad_slot_w(&g->slots, left), mlp_grad_slot_w(&g->slots, right),
+                   g->slots.hidden * g->slots.hidden) != 0) {
+    return -1;
+  }
+  return mlp_cuda_add(g->k->stream, mlp_grad_slot_b(&g->slots, left), mlp_grad_slot_b(&g->slots, right),
+                      g->slots.hidden);
 }
 
 static int cuda_backward(mlp_compute* c, const float* x, const float* w, const float* dz, float* dw, float* db,
@@ -146,7 +140,7 @@ static int cuda_backward(mlp_compute* c, const float* x, const float* w, const f
   static const mlp_tree_ops grad_tree = {cuda_grads_leaf, cuda_grads_add};
   cuda_compute* k = as_cuda(c);
   const size_t leaves = mlp_tree_leaves(rows);
-  const size_t floats = mlp_tree_slots(leaves) * (hidden * hidden + hidden);
+  const size_t floats = mlp_grad_scratch_floats(rows, hidden);
   if (floats > k->tree_floats) {
     /* Queued work may still read the old scratch. */
     if (cuda_ok(cudaStreamSynchronize(k->stream), "tree scratch synchronize") != 0) return -1;
@@ -157,7 +151,7 @@ static int cuda_backward(mlp_compute* c, const float* x, const float* w, const f
     k->tree_floats = floats;
   }
   if (leaves > 0) {
-    cuda_grads g = {k, x, dz, dw, db, rows, hidden};
+    cuda_grads g = {k, x, dz, rows, {dw, db, k->tree_device, hidden}};
     if (mlp_tree_sum(leaves, &grad_tree, &g) != 0) return -1;
   }
   if (dx == NULL) return 0;

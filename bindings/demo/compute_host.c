@@ -83,29 +83,18 @@ static int host_loss(mlp_compute* c, const float* y, float* dy, uint64_t seed, u
 typedef struct host_grads {
   const float* x;
   const float* dz;
-  float* dw;
-  float* db;
-  float* scratch;
   size_t rows;
-  size_t hidden;
+  mlp_grad_slots slots;
 } host_grads;
-
-static float* host_slot_w(host_grads* g, size_t slot) {
-  return slot == ZOE_MLP_TREE_OUT ? g->dw : g->scratch + slot * (g->hidden * g->hidden + g->hidden);
-}
-
-static float* host_slot_b(host_grads* g, size_t slot) {
-  return slot == ZOE_MLP_TREE_OUT ? g->db : host_slot_w(g, slot) + g->hidden * g->hidden;
-}
 
 static int host_grads_leaf(void* ctx, size_t leaf, size_t slot) {
   host_grads* g = ctx;
-  const size_t h = g->hidden;
+  const size_t h = g->slots.hidden;
   size_t r0 = 0;
   const size_t m = mlp_leaf_rows(g->rows, leaf, &r0);
   const float* dz = g->dz + r0 * h;
-  float* dw = host_slot_w(g, slot);
-  float* db = host_slot_b(g, slot);
+  float* dw = mlp_grad_slot_w(&g->slots, slot);
+  float* db = mlp_grad_slot_b(&g->slots, slot);
   const int n = (int)h;
   /* dW[out][in] = sum over the leaf's rows of dz[r][out] * x[r][in]. */
   cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, n, (int)m, 1.0f, dz, n, g->x + r0 * h, n, 0.0f, dw, n);
@@ -119,13 +108,13 @@ static int host_grads_leaf(void* ctx, size_t leaf, size_t slot) {
 
 static int host_grads_add(void* ctx, size_t left, size_t right) {
   host_grads* g = ctx;
-  const size_t hh = g->hidden * g->hidden;
-  float* lw = host_slot_w(g, left);
-  const float* rw = host_slot_w(g, right);
-  for (size_t i = 0; i < hh; ++i) lw[i] = mlp_add(lw[i], rw[i]);
-  float* lb = host_slot_b(g, left);
-  const float* rb = host_slot_b(g, right);
-  for (size_t j = 0; j < g->hidden; ++j) lb[j] = mlp_add(lb[j], rb[j]);
+  const size_t h = g->slots.hidden;
+  float* lw = mlp_grad_slot_w(&g->slots, left);
+  const float* rw = mlp_grad_slot_w(&g->slots, right);
+  for (size_t i = 0; i < h * h; ++i) lw[i] = mlp_add(lw[i], rw[i]);
+  float* lb = mlp_grad_slot_b(&g->slots, left);
+  const float* rb = mlp_grad_slot_b(&g->slots, right);
+  for (size_t j = 0; j < h; ++j) lb[j] = mlp_add(lb[j], rb[j]);
   return 0;
 }
 
@@ -134,10 +123,10 @@ static int host_backward(mlp_compute* c, const float* x, const float* w, const f
   static const mlp_tree_ops grad_tree = {host_grads_leaf, host_grads_add};
   host_compute* k = (host_compute*)c;
   const size_t leaves = mlp_tree_leaves(rows);
-  const size_t floats = mlp_tree_slots(leaves) * (hidden * hidden + hidden);
+  const size_t floats = mlp_grad_scratch_floats(rows, hidden);
   if (host_grow(&k->scratch, &k->scratch_floats, floats, sizeof(float), "the gradient tree") != 0) return -1;
   if (leaves > 0) {
-    host_grads g = {x, dz, dw, db, (float*)k->scratch, rows, hidden};
+    host_grads g = {x, dz, rows, {dw, db, (float*)k->scratch, hidden}};
     if (mlp_tree_sum(leaves, &grad_tree, &g) != 0) return -1;
   }
   if (dx != NULL) host_rows_gemm(CblasNoTrans, w, dz, dx, rows, hidden);

@@ -56,6 +56,18 @@ int mlp_tree_sum(size_t leaves, const mlp_tree_ops* ops, void* ctx) {
   return 0;
 }
 
+size_t mlp_grad_scratch_floats(size_t rows, size_t hidden) {
+  return mlp_tree_slots(mlp_tree_leaves(rows)) * (hidden * hidden + hidden);
+}
+
+float* mlp_grad_slot_w(const mlp_grad_slots* s, size_t slot) {
+  return slot == ZOE_MLP_TREE_OUT ? s->dw : s->scratch + slot * (s->hidden * s->hidden + s->hidden);
+}
+
+float* mlp_grad_slot_b(const mlp_grad_slots* s, size_t slot) {
+  return slot == ZOE_MLP_TREE_OUT ? s->db : mlp_grad_slot_w(s, slot) + s->hidden * s->hidden;
+}
+
 /* mlp_tree_sum_rows: the slots are doubles in here. */
 typedef struct rows_tree {
   const double* values;

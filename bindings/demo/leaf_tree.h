@@ -58,6 +58,21 @@ size_t mlp_tree_slots(size_t leaves);
  * first nonzero an op returned. */
 int mlp_tree_sum(size_t leaves, const mlp_tree_ops* ops, void* ctx);
 
+/* The gradient tree's buffers, alike on every backend: the output (dw, db), and scratch slot s at
+ * scratch + s * (hidden * hidden + hidden) floats, a leaf's dW then its db. */
+typedef struct mlp_grad_slots {
+  float* dw;
+  float* db;
+  float* scratch;
+  size_t hidden;
+} mlp_grad_slots;
+
+/* Floats of scratch the gradient tree over `rows` rows needs: mlp_tree_slots slots of dW and db. */
+size_t mlp_grad_scratch_floats(size_t rows, size_t hidden);
+/* Slot `slot`'s dW (hidden x hidden) and db (hidden). */
+float* mlp_grad_slot_w(const mlp_grad_slots* s, size_t slot);
+float* mlp_grad_slot_b(const mlp_grad_slots* s, size_t slot);
+
 /* The sum of `rows` x `hidden` doubles (row-major; a loss's squared differences): each leaf's
  * elements added in order from 0.0, the leaves' sums in the pairwise tree; 0.0 for no rows. */
 double mlp_tree_sum_rows(const double* values, size_t rows, size_t hidden);
