@@ -117,7 +117,7 @@ TEST(zoe_plan, StagesOneAndTwoPlanWhatTheyReplicateAndPartition) {
   for (const auto* p : {&one, &two}) {
     const std::uint64_t master = item_bytes(*p, "master in pinned host memory");
     EXPECT_GE(master * 4, 4'000'000U) << "a quarter of 1e6 fp32 elements, padded";
-    EXPECT_LT(master * 4, 4'100'000U);
+    EXPECT_LT(master * 4, 4'400'000U) << "within the layout's padding";
     EXPECT_EQ(item_bytes(*p, "gradient in pinned host memory"), master);
     const std::uint64_t replicated = item_bytes(*p, "16-bit parameters, replicated");
     EXPECT_GE(replicated, 2'000'000U) << "1e6 bf16 elements on every rank";
