@@ -170,11 +170,8 @@ TEST(TrainMlp, LossEqualsTheReferenceAtEveryStep) {
     const auto b = steps_of(reference.output);
     ASSERT_EQ(a.size(), 5U) << offloaded.output;
     ASSERT_EQ(b.size(), 5U) << reference.output;
-    for (const auto& [step, line] : a) {
-      const double x = line["loss"].get<double>();
-      const double y = b.at(step)["loss"].get<double>();
-      EXPECT_LE(std::fabs(x - y), 1e-6 * std::fabs(y)) << "micro-batches " << micro << " step " << step;
-    }
+    SCOPED_TRACE(std::string("micro-batches ") + micro);
+    expect_losses_match(a, b, 1e-6);
     // The final line: the device held no more than its budget.
     const std::vector<nlohmann::json> lines = json_lines(offloaded.output);
     ASSERT_FALSE(lines.empty());
