@@ -102,9 +102,6 @@ static int cuda_loss(mlp_compute* c, const float* y, float* dy, uint64_t seed, u
 /* One backward's leaf tree: dW and db over the leaves of dz's rows (leaf_tree.h), queued on the stream. */
 typedef struct cuda_grads {
   cuda_compute* k;
-  const float* x;
-  const float* dz;
-  size_t rows;
   mlp_grad_slots slots;
 } cuda_grads;
 
@@ -112,17 +109,17 @@ static int cuda_grads_leaf(void* ctx, size_t leaf, size_t slot) {
   cuda_grads* g = ctx;
   const size_t h = g->slots.hidden;
   size_t r0 = 0;
-  const size_t m = mlp_leaf_rows(g->rows, leaf, &r0);
+  const size_t m = mlp_leaf_rows(g->slots.rows, leaf, &r0);
   const int n = (int)h;
   const float one = 1.0f;
   const float zero = 0.0f;
   /* dW^T = x^T dz over the leaf's rows. */
-  if (blas_ok(cublasSgemm(g->k->blas, CUBLAS_OP_N, CUBLAS_OP_T, n, n, (int)m, &one, g->x + r0 * h, n, g->dz + r0 * h, n,
-                          &zero, mlp_grad_slot_w(&g->slots, slot), n),
+  if (blas_ok(cublasSgemm(g->k->blas, CUBLAS_OP_N, CUBLAS_OP_T, n, n, (int)m, &one, g->slots.x + r0 * h, n,
+                          g->slots.dz + r0 * h, n, &zero, mlp_grad_slot_w(&g->slots, slot), n),
               "weight-gradient sgemm") != 0) {
     return -1;
   }
-  return mlp_cuda_bias_grad(g->k->stream, g->dz + r0 * h, mlp_grad_slot_b(&g->slots, slot), m, h);
+  return mlp_cuda_bias_grad(g->k->stream, g->slots.dz + r0 * h, mlp_grad_slot_b(&g->slots, slot), m, h);
 }
 
 static int cuda_grads_add(void* ctx, size_t left, size_t right) {
@@ -151,7 +148,7 @@ static int cuda_backward(mlp_compute* c, const float* x, const float* w, const f
     k->tree_floats = floats;
   }
   if (leaves > 0) {
-    cuda_grads g = {k, x, dz, rows, {dw, db, k->tree_device, hidden}};
+    cuda_grads g = {k, {x, dz, rows, dw, db, k->tree_device, hidden}};
     if (mlp_tree_sum(leaves, &grad_tree, &g) != 0) return -1;
   }
   if (dx == NULL) return 0;

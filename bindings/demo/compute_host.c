@@ -79,22 +79,15 @@ static int host_loss(mlp_compute* c, const float* y, float* dy, uint64_t seed, u
   return 0;
 }
 
-/* One backward's leaf tree: dW and db over the leaves of dz's rows (leaf_tree.h). */
-typedef struct host_grads {
-  const float* x;
-  const float* dz;
-  size_t rows;
-  mlp_grad_slots slots;
-} host_grads;
-
+/* One backward's leaf tree (leaf_tree.h): the context is an mlp_grad_slots. */
 static int host_grads_leaf(void* ctx, size_t leaf, size_t slot) {
-  host_grads* g = ctx;
-  const size_t h = g->slots.hidden;
+  const mlp_grad_slots* g = ctx;
+  const size_t h = g->hidden;
   size_t r0 = 0;
   const size_t m = mlp_leaf_rows(g->rows, leaf, &r0);
   const float* dz = g->dz + r0 * h;
-  float* dw = mlp_grad_slot_w(&g->slots, slot);
-  float* db = mlp_grad_slot_b(&g->slots, slot);
+  float* dw = mlp_grad_slot_w(g, slot);
+  float* db = mlp_grad_slot_b(g, slot);
   const int n = (int)h;
   /* dW[out][in] = sum over the leaf's rows of dz[r][out] * x[r][in]. */
   cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, n, (int)m, 1.0f, dz, n, g->x + r0 * h, n, 0.0f, dw, n);
@@ -107,13 +100,13 @@ static int host_grads_leaf(void* ctx, size_t leaf, size_t slot) {
 }
 
 static int host_grads_add(void* ctx, size_t left, size_t right) {
-  host_grads* g = ctx;
-  const size_t h = g->slots.hidden;
-  float* lw = mlp_grad_slot_w(&g->slots, left);
-  const float* rw = mlp_grad_slot_w(&g->slots, right);
+  const mlp_grad_slots* g = ctx;
+  const size_t h = g->hidden;
+  float* lw = mlp_grad_slot_w(g, left);
+  const float* rw = mlp_grad_slot_w(g, right);
   for (size_t i = 0; i < h * h; ++i) lw[i] = mlp_add(lw[i], rw[i]);
-  float* lb = mlp_grad_slot_b(&g->slots, left);
-  const float* rb = mlp_grad_slot_b(&g->slots, right);
+  float* lb = mlp_grad_slot_b(g, left);
+  const float* rb = mlp_grad_slot_b(g, right);
   for (size_t j = 0; j < h; ++j) lb[j] = mlp_add(lb[j], rb[j]);
   return 0;
 }
@@ -126,7 +119,7 @@ static int host_backward(mlp_compute* c, const float* x, const float* w, const f
   const size_t floats = mlp_grad_scratch_floats(rows, hidden);
   if (host_grow(&k->scratch, &k->scratch_floats, floats, sizeof(float), "the gradient tree") != 0) return -1;
   if (leaves > 0) {
-    host_grads g = {x, dz, rows, {dw, db, (float*)k->scratch, hidden}};
+    mlp_grad_slots g = {x, dz, rows, dw, db, (float*)k->scratch, hidden};
     if (mlp_tree_sum(leaves, &grad_tree, &g) != 0) return -1;
   }
   if (dx != NULL) host_rows_gemm(CblasNoTrans, w, dz, dx, rows, hidden);

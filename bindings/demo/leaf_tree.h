@@ -58,9 +58,13 @@ size_t mlp_tree_slots(size_t leaves);
  * first nonzero an op returned. */
 int mlp_tree_sum(size_t leaves, const mlp_tree_ops* ops, void* ctx);
 
-/* The gradient tree's buffers, alike on every backend: the output (dw, db), and scratch slot s at
- * scratch + s * (hidden * hidden + hidden) floats, a leaf's dW then its db. */
+/* One backward's gradient tree, alike on every backend: its inputs x and dz (rows x hidden), the
+ * output (dw, db), and scratch slot s at scratch + s * (hidden * hidden + hidden) floats, a leaf's
+ * dW then its db. */
 typedef struct mlp_grad_slots {
+  const float* x;
+  const float* dz;
+  size_t rows;
   float* dw;
   float* db;
   float* scratch;
