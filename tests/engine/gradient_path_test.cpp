@@ -379,6 +379,9 @@ class gated_communicator final : public engine::communicator {
   void broadcast(void* buffer, std::size_t bytes, std::size_t root, stream_view stream) override {
     inner_.broadcast(buffer, bytes, root, stream);
   }
+  void point_to_point(void* buffer, std::size_t bytes, std::size_t from, std::size_t to, stream_view stream) override {
+    inner_.point_to_point(buffer, bytes, from, to, stream);
+  }
   void barrier() override { inner_.barrier(); }
   [[nodiscard]] communicator& node_local() override { return *this; }
   [[nodiscard]] communicator& cross_node() override { return *this; }
