@@ -310,7 +310,10 @@ ZOE_API zoe_status zoe_end_micro_batch(zoe_engine* engine);
  *  this call sees them (the call blocks only until the gathers are queued). ZOE_ERROR_USAGE for an
  *  unknown module, outside a micro-batch, or when the module is fetched and not yet released;
  *  ZOE_ERROR_IO / ZOE_ERROR_CORRUPT naming the path and offset when its shard cannot be read.
- *  Thread-safe for different modules. */
+ *  Thread-safe for different modules on one rank. With several ranks a fetch is collective (it
+ *  gathers the module's shards from every rank): each rank must fetch the same modules in the same
+ *  order, so drive fetches from one thread per rank (or order them yourself), or the ranks' gathers
+ *  pair up wrongly and wait until zoe.comm.timeout_s. */
 ZOE_API zoe_status zoe_fetch(zoe_engine* engine, zoe_module_id module, zoe_pass pass, zoe_stream* stream);
 /** Ends the module's fetch once the work queued on `stream` so far is done (an event recorded on
  *  it); its parameter pointers are invalid after this call. ZOE_ERROR_USAGE when it is not fetched,
@@ -332,7 +335,9 @@ ZOE_API zoe_status zoe_module_gradients(zoe_engine* engine, zoe_module_id module
                                         size_t count);
 /** Hands in the module's gradients once the work queued on `stream` is done: they are reduced
  *  and summed into the gradient state (fp32) wherever it lives. The buffers are invalid after this
- *  call. ZOE_ERROR_USAGE when they were not acquired. Thread-safe for different modules. */
+ *  call. ZOE_ERROR_USAGE when they were not acquired. Thread-safe for different modules on one
+ *  rank; with several ranks the reduction is collective, so, as for zoe_fetch, each rank acquires and
+ *  hands in the same modules in the same order (one driving thread per rank). */
 ZOE_API zoe_status zoe_reduce_gradients(zoe_engine* engine, zoe_module_id module, zoe_stream* stream);
 
 /* ---- activation checkpoints (ZeRO-R Pa+cpu) ---------------------------------------------------- */

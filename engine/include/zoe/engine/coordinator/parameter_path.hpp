@@ -2,8 +2,9 @@
 // The parameter path wired together: a shard's way from its tier to a gathered parameter and back,
 // built from a model, a configuration and a device exactly as the footprint plan sizes it — the
 // layout, the placement, the plan, pinned memory, the swap store on the configured paths, the tier
-// manager, the parameter swapper, the communicator and the coordinator. zoe-bench params and the
-// engine tests use it; the engine object will hold one.
+// manager, the parameter swapper, the communicator and the coordinator. The engine object
+// (offload_engine) holds one and builds its gradient path and optimizer step on it; zoe-bench params
+// and the engine tests use it alone.
 
 #include <cstdint>
 #include <functional>
