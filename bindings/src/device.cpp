@@ -1,8 +1,11 @@
 // Devices, streams, device memory and copies: the C face of core's device seam (zoe/core/device.hpp).
+#include <cstddef>
+#include <memory>
 #include <mutex>
+#include <string_view>
 #include <utility>
 
-#include "objects.hpp"
+#include "device_objects.hpp"
 #include "status.hpp"
 #include "zoe/core/error.hpp"
 #include "zoe/core/str.hpp"
@@ -18,6 +21,18 @@ stream_view stream_on(const zoe_device& on, zoe_stream* stream) {
                           " that this call runs on"));
   }
   return s.stream.view();
+}
+
+device_use::device_use(zoe_device* device, std::string_view role) : device_(device) {
+  // Counted under the registry's lock: zoe_device_destroy cannot unregister the device between
+  // the check that it is live and the count that keeps it so.
+  if (device == nullptr || !device_handles().while_live(device, [device] { ++device->users; })) {
+    throw_not_live(device, role, handle_traits<zoe_device>::name);
+  }
+}
+
+device_use::~device_use() {
+  if (!kept_) --device_->users;
 }
 
 namespace {
@@ -69,17 +84,22 @@ zoe_status zoe_device_create(const zoe_device_options* options, zoe_device** dev
 
 zoe_status zoe_device_destroy(zoe_device* device) {
   return guarded("zoe_device_destroy", [&] {
-    const zoe_device& d = live(device, "device");
-    if (d.owner != nullptr) {
-      throw zoe::usage_error(zoe::str("device ", static_cast<const void*>(device), " was opened by engine ",
-                                      static_cast<const void*>(d.owner),
-                                      " (zoe_engine_device); zoe_engine_destroy closes it"));
-    }
-    if (const std::size_t users = d.users.load(); users > 0) {
-      throw zoe::usage_error(zoe::str("device ", static_cast<const void*>(device), " is still used by ", users,
-                                      " streams and engines: destroy them first"));
-    }
-    zoe::bindings::retire(device, "device").reset();
+    // The checks and the unregistering under the registry's lock: a stream or an engine starting
+    // to build on the device either counted itself before (and this call refuses) or finds the
+    // device gone (and refuses itself).
+    const bool was_live = zoe::bindings::device_handles().remove_checked(device, [device] {
+      if (device->owner != nullptr) {
+        throw zoe::usage_error(zoe::str("device ", static_cast<const void*>(device), " was opened by engine ",
+                                        static_cast<const void*>(device->owner),
+                                        " (zoe_engine_device); zoe_engine_destroy closes it"));
+      }
+      if (const std::size_t users = device->users.load(); users > 0) {
+        throw zoe::usage_error(zoe::str("device ", static_cast<const void*>(device), " is still used by ", users,
+                                        " streams and engines (made, or being made): destroy them first"));
+      }
+    });
+    if (!was_live) zoe::bindings::throw_not_live(device, "device", "zoe_device");
+    std::unique_ptr<zoe_device>(device).reset();
   });
 }
 
@@ -107,14 +127,13 @@ zoe_status zoe_device_memory(const zoe_device* device, uint64_t* current_bytes, 
 
 zoe_status zoe_stream_create(zoe_device* device, zoe_stream** stream) {
   return guarded("zoe_stream_create", [&] {
-    zoe_device& d = live(device, "device");
+    zoe::bindings::device_use use(device, "device");
     expect_pointer(stream, "stream (the out-parameter)");
     auto made = std::make_unique<zoe_stream>();
-    made->stream = d.dev->create_stream();
-    made->device = &d;
-    zoe_stream* handle = zoe::bindings::adopt(std::move(made));
-    ++d.users;
-    *stream = handle;
+    made->stream = use.device().dev->create_stream();
+    made->device = &use.device();
+    *stream = zoe::bindings::adopt(std::move(made));
+    use.keep();
   });
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -176,7 +177,11 @@ zoe_status zoe_engine_create(const zoe_engine_desc* desc, zoe_engine** engine) {
         zoe::bindings::expect_struct(desc, ZOE_FIELDS_END(zoe_engine_desc, device), "zoe_engine_desc");
     expect_pointer(engine, "engine (the out-parameter)");
     const zoe_model& model = live(d.model, "zoe_engine_desc.model");
-    zoe_device* given = d.device == nullptr ? nullptr : &live(d.device, "zoe_engine_desc.device");
+    // The caller's device counts this engine as a user from now on, not once it is built: a
+    // zoe_device_destroy meanwhile is refused instead of freeing the device under the build.
+    std::optional<zoe::bindings::device_use> use;
+    if (d.device != nullptr) use.emplace(d.device, "zoe_engine_desc.device");
+    zoe_device* given = use ? &use->device() : nullptr;
     // config_overrides only where the caller's struct has the field.
     const char* overrides =
         d.struct_size >= ZOE_FIELDS_END(zoe_engine_desc, config_overrides) ? d.config_overrides : nullptr;
@@ -190,9 +195,8 @@ zoe_status zoe_engine_create(const zoe_engine_desc* desc, zoe_engine** engine) {
       zoe::bindings::device_handles().add(made->owned_device.get());
     }
     try {
-      zoe_engine* handle = zoe::bindings::adopt(std::move(made));
-      on.users += given != nullptr ? 1 : 0;
-      *engine = handle;
+      *engine = zoe::bindings::adopt(std::move(made));
+      if (use) use->keep();
     } catch (...) {
       if (d.device == nullptr) zoe::bindings::device_handles().remove(&on);
       throw;
@@ -203,16 +207,19 @@ zoe_status zoe_engine_create(const zoe_engine_desc* desc, zoe_engine** engine) {
 zoe_status zoe_engine_destroy(zoe_engine* engine) {
   return guarded("zoe_engine_destroy", [&] {
     const zoe_engine& e = live(engine, "engine");
-    if (e.owned_device != nullptr) {
-      if (const std::size_t users = e.owned_device->users.load(); users > 0) {
-        throw zoe::usage_error(zoe::str("the engine's device ", static_cast<const void*>(e.owned_device.get()),
-                                        " (zoe_engine_device) still has ", users, " streams: destroy them first"));
-      }
+    if (zoe_device* const owned = e.owned_device.get(); owned != nullptr) {
+      // Checked and unregistered under the device registry's lock, as zoe_device_destroy does: a
+      // stream being made on the device counted itself first, or finds the device gone.
+      (void)zoe::bindings::device_handles().remove_checked(owned, [owned] {
+        if (const std::size_t users = owned->users.load(); users > 0) {
+          throw zoe::usage_error(zoe::str("the engine's device ", static_cast<const void*>(owned),
+                                          " (zoe_engine_device) still has ", users, " streams: destroy them first"));
+        }
+      });
     }
     std::unique_ptr<zoe_engine> gone = zoe::bindings::retire(engine, "engine");
     zoe_device* on = gone->device;
     const bool owned = gone->owned_device != nullptr;
-    if (owned) zoe::bindings::device_handles().remove(on);
     zoe::bindings::wind_down(*gone);
     gone.reset();  // waits for the engine's threads, removes its swap files, closes an owned device
     if (!owned) --on->users;

@@ -25,6 +25,27 @@ class handle_set {
   bool remove(const void* handle);
   [[nodiscard]] bool contains(const void* handle) const;
 
+  /// Calls `f()` under the set's lock when `handle` is live, so that no remove() comes between the
+  /// check and `f` (which must not use this set). Returns whether it was live.
+  template <typename F>
+  bool while_live(const void* handle, F&& f) const {
+    const std::lock_guard lock(mutex_);
+    if (!live_.contains(handle)) return false;
+    f();
+    return true;
+  }
+  /// Removes `handle` once `check()`, called under the set's lock, returns: a check that throws
+  /// leaves it live, and no while_live() comes between the check and the removal. Returns whether
+  /// it was live (the check is not called otherwise).
+  template <typename Check>
+  bool remove_checked(const void* handle, Check&& check) {
+    const std::lock_guard lock(mutex_);
+    if (!live_.contains(handle)) return false;
+    check();
+    live_.erase(handle);
+    return true;
+  }
+
  private:
   mutable std::mutex mutex_;
   std::unordered_set<const void*> live_;

@@ -6,6 +6,7 @@
 #include <numbers>
 
 #include "status.hpp"
+#include "zoe/core/checked.hpp"
 #include "zoe/core/error.hpp"
 #include "zoe/core/str.hpp"
 
@@ -43,6 +44,10 @@ float normal(float scale, std::uint64_t seed, std::uint64_t i) noexcept {
 }  // namespace
 
 void fill_initial(int init, float scale, std::uint64_t seed, std::uint64_t first, std::span<float> values) {
+  // Element indices are 64-bit: past the last one they would wrap onto the first values.
+  if (!checked_add(first, values.size())) {
+    throw usage_error(str("elements [", first, ", +", values.size(), ") end past element 2^64 - 1"));
+  }
   switch (init) {
     case ZOE_INIT_ZEROS: std::fill(values.begin(), values.end(), 0.0F); return;
     case ZOE_INIT_UNIFORM:

@@ -43,6 +43,11 @@ void check_init(const zoe_parameter_desc& d, const std::string& parameter) {
 
 // The shape, each extent > 0, and its element count (which must fit 64 bits).
 std::vector<std::uint64_t> shape_of(const zoe_parameter_desc& d, const std::string& parameter, std::uint64_t& numel) {
+  // More extents than any framework's tensor has is a count gone wrong, not a shape to read.
+  constexpr std::size_t max_ndim = 64;
+  if (d.ndim > max_ndim) {
+    throw usage_error(str("parameter '", parameter, "': ndim ", d.ndim, " is more than ", max_ndim, " extents"));
+  }
   if (d.ndim > 0 && d.shape == nullptr) {
     throw usage_error(str("parameter '", parameter, "': shape is NULL with ndim ", d.ndim));
   }

@@ -1,40 +1,20 @@
 #pragma once
 // The objects behind the C API's opaque handles. zoe.h declares them as incomplete structs in the
 // global namespace; they are defined here, once, for every source of the library, with the
-// registry traits that name them in messages.
+// registry traits that name them in messages (devices and streams in device_objects.hpp).
 
-#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
+#include "device_objects.hpp"
 #include "handles.hpp"
 #include "micro_batch_tracker.hpp"
-#include "zoe/core/device.hpp"
 #include "zoe/engine/engine.hpp"
 #include "zoe/kernels/dtype.hpp"
 #include "zoe/zoe.h"
-
-struct zoe_device {
-  std::unique_ptr<zoe::device> dev;
-  /// The engine that opened this device (zoe_engine_desc::device NULL); it closes it, not the caller.
-  const zoe_engine* owner = nullptr;
-  /// Streams and engines using the device: it may be destroyed only when none is left.
-  std::atomic<std::size_t> users{0};
-  /// What zoe_device_allocate handed out and its size, so zoe_device_free refuses a pointer it
-  /// did not make, one freed already, or a wrong size (the device seam only logs those).
-  std::mutex allocations_mutex;
-  std::unordered_map<const void*, std::size_t> allocations;
-};
-
-struct zoe_stream {
-  zoe_device* device = nullptr;
-  zoe::device_stream stream;
-};
 
 struct zoe_model {
   struct parameter {
@@ -79,16 +59,6 @@ struct zoe_engine {
 namespace zoe::bindings {
 
 template <>
-struct handle_traits<zoe_device> {
-  static constexpr std::string_view name = "zoe_device";
-  static handle_set& set() { return device_handles(); }
-};
-template <>
-struct handle_traits<zoe_stream> {
-  static constexpr std::string_view name = "zoe_stream";
-  static handle_set& set() { return stream_handles(); }
-};
-template <>
 struct handle_traits<zoe_model> {
   static constexpr std::string_view name = "zoe_model";
   static handle_set& set() { return model_handles(); }
@@ -98,10 +68,6 @@ struct handle_traits<zoe_engine> {
   static constexpr std::string_view name = "zoe_engine";
   static handle_set& set() { return engine_handles(); }
 };
-
-/// The stream to queue an engine's or a device's work on: the default stream for NULL; usage_error
-/// for a stream that is not live or belongs to another device than `on`.
-[[nodiscard]] stream_view stream_on(const zoe_device& on, zoe_stream* stream);
 
 /// The bytes the engine's collectives sent: every communicator of the engine, each with its
 /// sub-groups (not the caller's world of zoe_all_reduce_sum).

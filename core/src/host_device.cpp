@@ -16,7 +16,9 @@
 #include <cstring>
 #include <deque>
 #include <exception>
+#include <limits>
 #include <mutex>
+#include <optional>
 #include <stop_token>
 #include <thread>
 #include <unordered_map>
@@ -26,6 +28,7 @@
 #include "stream_failures.hpp"
 #include "zoe/core/check.hpp"
 #include "zoe/core/byte_accounting.hpp"
+#include "zoe/core/checked.hpp"
 #include "zoe/core/device.hpp"
 #include "zoe/core/log.hpp"
 #include "zoe/core/units.hpp"
@@ -156,21 +159,22 @@ class host_device final : public device {
 
   void* allocate(std::size_t bytes, stream_view /*stream*/) override {
     if (bytes == 0) return nullptr;
-    const std::uint64_t rounded = align_up(bytes, device_alignment);
-    std::uint64_t now = 0;
-    if (!detail::try_reserve(current_, rounded, budget_, now)) {
+    // A size within device_alignment of 2^64 does not round up: more than any budget.
+    const std::optional<std::uint64_t> rounded = align_up_checked(bytes, device_alignment);
+    std::uint64_t now = current_.load();
+    if (!rounded || !detail::try_reserve(current_, *rounded, budget_, now)) {
       throw memory_error(str("host device out of memory: cannot allocate ", format_bytes(bytes), " with ",
                              format_bytes(now), " of its ", format_bytes(budget_),
                              " budget in use (zoe.device.budget_bytes / ZOE_DEVICE_BUDGET)"));
     }
-    void* p = std::aligned_alloc(device_alignment, rounded);
+    void* p = std::aligned_alloc(device_alignment, *rounded);
     if (p == nullptr) {
-      current_ -= rounded;
-      throw memory_error(str("host device: the OS refused ", format_bytes(rounded), " within the budget"));
+      current_ -= *rounded;
+      throw memory_error(str("host device: the OS refused ", format_bytes(*rounded), " within the budget"));
     }
-    detail::raise_peak(peak_, now + rounded);
+    detail::raise_peak(peak_, now + *rounded);
     const std::lock_guard lock(mutex_);
-    live_.emplace(p, rounded);
+    live_.emplace(p, *rounded);
     return p;
   }
 
@@ -274,9 +278,16 @@ class host_device final : public device {
   void copy_async(void* dst, const void* src, std::size_t bytes, copy_kind kind, stream_view stream) override {
     if (bytes == 0) return;
     ZOE_EXPECTS(dst != nullptr && src != nullptr, "host device: copy of ", bytes, " bytes with a null pointer");
+    // Compared as addresses: a range that runs past the end of the address space is no memory at
+    // all, and a pointer moved past its object is undefined behaviour.
+    const auto from = reinterpret_cast<std::uintptr_t>(src);
+    const auto to = reinterpret_cast<std::uintptr_t>(dst);
+    ZOE_EXPECTS(bytes <= std::numeric_limits<std::uintptr_t>::max() - std::max(from, to), "host device: copy of ",
+                bytes, " bytes from ", src, " to ", dst, " runs past the end of the address space");
+    ZOE_EXPECTS(to + bytes <= from || from + bytes <= to, "host device: copy of ", bytes,
+                " bytes between overlapping ranges");
     const auto* s = static_cast<const std::byte*>(src);
     auto* d = static_cast<std::byte*>(dst);
-    ZOE_EXPECTS(d + bytes <= s || s + bytes <= d, "host device: copy of ", bytes, " bytes between overlapping ranges");
     if (kind == copy_kind::device_to_device) {
       // Within device memory, as a GPU's copy engine would: without passing through the cache.
       // Copies from and to host memory stay plain memcpy: a CPU kernel may read them next.

@@ -1,6 +1,7 @@
 #include "zoe/io/extent_allocator.hpp"
 
 #include "zoe/core/check.hpp"
+#include "zoe/core/checked.hpp"
 #include "zoe/core/units.hpp"
 
 namespace zoe::io {
@@ -11,27 +12,30 @@ extent_allocator::extent_allocator(std::uint64_t capacity, std::uint64_t granula
   if (capacity_ > 0) ZOE_ASSERT(holes_.insert(0, capacity_));
 }
 
-std::uint64_t extent_allocator::rounded(std::uint64_t bytes) const noexcept {
-  return align_up(std::max<std::uint64_t>(bytes, 1), granularity_);
+std::optional<std::uint64_t> extent_allocator::rounded(std::uint64_t bytes) const noexcept {
+  return align_up_checked(std::max<std::uint64_t>(bytes, 1), granularity_);
 }
 
 std::optional<std::uint64_t> extent_allocator::allocate(std::uint64_t bytes, std::uint64_t alignment) {
   ZOE_EXPECTS(is_pow2(alignment) && alignment >= granularity_, "extent alignment must be a power of two of at least ",
               granularity_, ", got ", alignment);
-  const std::uint64_t need = rounded(bytes);
+  // A size that does not round up within 64 bits fits no hole.
+  const std::optional<std::uint64_t> need = rounded(bytes);
+  if (!need) return std::nullopt;
   // Smallest hole first; a hole that is big enough may still fail the alignment, so keep looking.
-  return holes_.take_best_fit(need, [&](std::uint64_t offset, std::uint64_t size) -> std::optional<std::uint64_t> {
+  // Every hole offered holds `need` bytes, so only the padding before `start` can tip it over.
+  return holes_.take_best_fit(*need, [&](std::uint64_t offset, std::uint64_t size) -> std::optional<std::uint64_t> {
     const std::uint64_t start = align_up(offset, alignment);
-    if (start + need > offset + size) return std::nullopt;
+    if (start - offset > size - *need) return std::nullopt;
     return start;
   });
 }
 
 void extent_allocator::free(std::uint64_t offset, std::uint64_t bytes) {
-  const std::uint64_t end = offset + rounded(bytes);
-  ZOE_EXPECTS(offset % granularity_ == 0 && end <= capacity_, "extent [", offset, ", ", end,
-              ") was not given out by this allocator (capacity ", capacity_, ")");
-  ZOE_EXPECTS(holes_.insert(offset, end - offset), "extent [", offset, ", ", end,
+  const std::optional<std::uint64_t> size = rounded(bytes);
+  ZOE_EXPECTS(offset % granularity_ == 0 && offset <= capacity_ && size && *size <= capacity_ - offset, "extent of ",
+              bytes, " bytes at ", offset, " was not given out by this allocator (capacity ", capacity_, ")");
+  ZOE_EXPECTS(holes_.insert(offset, *size), "extent [", offset, ", ", offset + *size,
               ") overlaps free space: freed twice?");
 }
 

@@ -681,6 +681,74 @@ fail:
   return 0;
 }
 
+/* sizes near SIZE_MAX, and shapes whose element or byte counts overflow, are refused naming the
+ * size: never rounded up past 64 bits to a small number (an activation of SIZE_MAX bytes took a
+ * 0-byte slot of the pinned share and overflowed it) */
+static int oversized_sizes(void) {
+  static const size_t huge[2] = {SIZE_MAX, SIZE_MAX - 100};
+  static const uint64_t elements_overflow[2] = {(uint64_t)1 << 32, (uint64_t)1 << 32};
+  static const uint64_t bytes_overflow[1] = {(uint64_t)1 << 62}; /* 2^62 fp32 elements: 2^64 bytes */
+  rig r;
+  zoe_model* model = NULL;
+  zoe_engine* engine = NULL;
+  zoe_engine_desc e = ZOE_ENGINE_DESC_INIT;
+  zoe_parameter_desc d = ZOE_PARAMETER_DESC_INIT;
+  zoe_module_id module;
+  zoe_parameter_id id;
+  zoe_activation_id a = 0;
+  char size_words[64];
+  float values[64];
+  void* buffer = NULL;
+  void* p = NULL;
+  int k;
+  memset(&r, 0, sizeof r);
+  if (!rig_open(&r, 1)) goto fail;
+  ZOE_EXPECT_OK(zoe_device_allocate(r.device, 4096, r.stream, &buffer));
+  ZOE_EXPECT_OK(zoe_begin_micro_batch(r.engine));
+  for (k = 0; k < 2; ++k) {
+    snprintf(size_words, sizeof size_words, "(%llu bytes)", (unsigned long long)huge[k]);
+    ZOE_EXPECT_STATUS(zoe_activation_save(r.engine, buffer, huge[k], r.stream, &a), ZOE_ERROR_MEMORY, size_words);
+    ZOE_EXPECT_STATUS(zoe_device_allocate(r.device, huge[k], r.stream, &p), ZOE_ERROR_MEMORY, "cannot allocate");
+    snprintf(size_words, sizeof size_words, "copy of %llu bytes", (unsigned long long)huge[k]);
+    ZOE_EXPECT_USAGE(zoe_copy_async(r.device, values, buffer, huge[k], ZOE_COPY_DEVICE_TO_HOST, r.stream), size_words);
+  }
+  ZOE_EXPECT_TRUE(a == 0 && p == NULL);
+  /* nothing was taken: an activation that fits is still saved and comes back */
+  ZOE_EXPECT_OK(zoe_activation_save(r.engine, buffer, 4096, r.stream, &a));
+  ZOE_EXPECT_OK(zoe_activation_load(r.engine, a, r.stream, &p));
+  ZOE_EXPECT_OK(zoe_activation_free(r.engine, a, r.stream));
+  ZOE_EXPECT_OK(zoe_end_micro_batch(r.engine));
+  /* element indices past 2^64 do not exist */
+  ZOE_EXPECT_USAGE(zoe_initializer_fill(ZOE_INIT_UNIFORM, 1.0f, 1, UINT64_MAX - 10, values, 64),
+                   "elements [18446744073709551605, +64)");
+  ZOE_EXPECT_OK(zoe_initializer_fill(ZOE_INIT_UNIFORM, 1.0f, 1, UINT64_MAX - 64, values, 64));
+  /* shapes */
+  ZOE_EXPECT_OK(zoe_model_create(&model));
+  ZOE_EXPECT_OK(zoe_model_add_module(model, "block", &module));
+  d.name = "block.huge";
+  d.ndim = 2;
+  d.shape = elements_overflow;
+  ZOE_EXPECT_USAGE(zoe_model_add_parameter(model, module, &d, &id), "'block.huge': its element count overflows");
+  d.ndim = SIZE_MAX;
+  ZOE_EXPECT_USAGE(zoe_model_add_parameter(model, module, &d, &id), "ndim 18446744073709551615");
+  d.ndim = 1;
+  d.shape = bytes_overflow;
+  ZOE_EXPECT_OK(zoe_model_add_parameter(model, module, &d, &id));
+  e.config_json = "{}";
+  e.model = model;
+  e.device = r.device;
+  ZOE_EXPECT_USAGE(zoe_engine_create(&e, &engine), "block.huge");
+  ZOE_EXPECT_TRUE(engine == NULL);
+  ZOE_EXPECT_OK(zoe_model_destroy(model));
+  ZOE_EXPECT_OK(zoe_device_free(r.device, buffer, 4096, r.stream));
+  return rig_close(&r);
+fail:
+  if (model != NULL) zoe_model_destroy(model);
+  if (buffer != NULL) zoe_device_free(r.device, buffer, 4096, r.stream);
+  rig_close(&r);
+  return 0;
+}
+
 /* fetch, address, gradients and release are thread-safe for different modules: each module's
  * forward and backward run on a thread of its own, on a stream of its own */
 typedef struct module_worker {
@@ -1050,6 +1118,7 @@ static const test_case cases[] = {
     {"wrong_sizes_and_states", wrong_sizes_and_states},
     {"activations_out_of_order", activations_out_of_order},
     {"activation_round_trip", activation_round_trip},
+    {"oversized_sizes", oversized_sizes},
     {"threads_on_different_modules", threads_on_different_modules},
     {"destroy_mid_micro_batch", destroy_mid_micro_batch},
     {"training_loss_falls", training_loss_falls},

@@ -1,5 +1,9 @@
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <limits>
+
+#include "zoe/core/checked.hpp"
 #include "zoe/core/error.hpp"
 #include "zoe/core/units.hpp"
 
@@ -53,6 +57,23 @@ TEST(units, RoundHelpersTakeAnyMultiple) {
   EXPECT_EQ(round_down(8 * MiB, stripe), 42 * stripe);
   EXPECT_EQ(round_up(0, stripe), 0u);
   EXPECT_EQ(round_up(4097, 4096), align_up(4097, 4096));
+}
+
+// A caller's size near 2^64 rounds past it: the checked helpers say so instead of wrapping to a
+// small number that would under-allocate.
+TEST(units, CheckedHelpersRefuseWhatDoesNotFit64Bits) {
+  constexpr std::uint64_t max = std::numeric_limits<std::uint64_t>::max();
+  EXPECT_EQ(align_up_checked(4097, 4096), 8192u);
+  EXPECT_EQ(align_up_checked(max - 4095, 4096), max - 4095);  // already aligned
+  EXPECT_FALSE(align_up_checked(max, 256));
+  EXPECT_FALSE(align_up_checked(max - 100, 256));
+  EXPECT_EQ(round_up_checked(8 * MiB, 3 * 64 * KiB), 43 * 3 * 64 * KiB);
+  EXPECT_FALSE(round_up_checked(max - 100, 3 * 64 * KiB));
+  EXPECT_EQ(checked_add(max - 1, 1), max);
+  EXPECT_FALSE(checked_add(max, 1));
+  EXPECT_EQ(checked_mul(1ULL << 32, (1ULL << 32) - 1), (1ULL << 32) * ((1ULL << 32) - 1));
+  EXPECT_FALSE(checked_mul(1ULL << 32, 1ULL << 32));
+  EXPECT_EQ(checked_mul(0, max), 0u);
 }
 
 TEST(units, AlignHelpersRefuseOtherThanPowersOfTwoInDebugBuilds) {

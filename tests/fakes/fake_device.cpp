@@ -94,7 +94,34 @@ void fake_device::unregister_host(void* p, std::size_t bytes) noexcept {
   inner_->unregister_host(p, bytes);
 }
 
+void fake_device::hold_stream_creation() {
+  const std::lock_guard lock(mutex_);
+  hold_streams_ = true;
+}
+
+void fake_device::release_stream_creation() {
+  {
+    const std::lock_guard lock(mutex_);
+    hold_streams_ = false;
+  }
+  streams_changed_.notify_all();
+}
+
+void fake_device::wait_for_held_creations(int n) {
+  std::unique_lock lock(mutex_);
+  streams_changed_.wait(lock, [&] { return held_creations_ >= n; });
+}
+
 device_stream fake_device::create_stream() {
+  {
+    std::unique_lock lock(mutex_);
+    if (hold_streams_) {
+      ++held_creations_;
+      streams_changed_.notify_all();
+      streams_changed_.wait(lock, [this] { return !hold_streams_; });
+      --held_creations_;
+    }
+  }
   device_stream inner = inner_->create_stream();
   void* native = inner.view().native();
   const std::lock_guard lock(mutex_);

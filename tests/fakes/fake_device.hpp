@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstddef>
 #include <memory>
 #include <mutex>
@@ -50,6 +51,12 @@ class fake_device final : public device {
   /// Reports `kind` from kind() from now on, while the inner device still does the work: code that
   /// branches on the kind (launch_kernel) takes its CUDA branch on a machine without a GPU.
   void report_kind(device_kind kind);
+  /// While held, create_stream() waits until release_stream_creation(): a test holds a stream (or
+  /// an engine, which makes streams) in the middle of its build to race another call against it.
+  void hold_stream_creation();
+  void release_stream_creation();
+  /// Blocks until `n` create_stream() calls wait at the hold (no sleeping on the test's side).
+  void wait_for_held_creations(int n);
   [[nodiscard]] device_calls calls() const;
 
   // ---- the device, forwarded --------------------------------------------------------------------
@@ -93,6 +100,9 @@ class fake_device final : public device {
   bool fail_event_syncs_ = false;
   std::optional<device_kind> reported_kind_;
   std::chrono::milliseconds delay_{0};
+  bool hold_streams_ = false;
+  int held_creations_ = 0;                   // create_stream() calls waiting at the hold
+  std::condition_variable streams_changed_;  // the hold or held_creations_ changed
   // The inner owners, by native handle; destroying ours destroys theirs.
   std::unordered_map<void*, device_stream> streams_;
   std::unordered_map<void*, device_event> events_;

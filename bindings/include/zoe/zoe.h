@@ -105,7 +105,8 @@ typedef struct zoe_device_options {
  *  and unusable. Thread-safe. */
 ZOE_API zoe_status zoe_device_create(const zoe_device_options* options, zoe_device** device);
 /** Closes a device made by zoe_device_create. Every engine and stream using it must be destroyed
- *  first (ZOE_ERROR_USAGE otherwise, and the device stays open). Thread-safe. */
+ *  first (ZOE_ERROR_USAGE naming their count otherwise, and the device stays open); one still being
+ *  made by zoe_engine_create or zoe_stream_create on another thread counts as using it. Thread-safe. */
 ZOE_API zoe_status zoe_device_destroy(zoe_device* device);
 /** The device's kind (ZOE_DEVICE_HOST or ZOE_DEVICE_CUDA). Thread-safe. */
 ZOE_API zoe_status zoe_device_get_kind(const zoe_device* device, zoe_device_kind* kind);
@@ -164,7 +165,7 @@ typedef enum zoe_init {
 typedef struct zoe_parameter_desc {
   size_t struct_size;    /**< sizeof(zoe_parameter_desc) */
   const char* name;      /**< unique in the model; copied */
-  size_t ndim;           /**< 0: a scalar */
+  size_t ndim;           /**< 0: a scalar; at most 64 */
   const uint64_t* shape; /**< ndim extents, each > 0; copied */
   zoe_dtype dtype;       /**< the working copy's type (ZOE_FP32: the fp32 master is the working copy) */
   zoe_init init;
@@ -181,7 +182,8 @@ typedef struct zoe_parameter_desc {
  *  reproduce zoe's initial values piece by piece. With r(k) the k-th output of splitmix64 seeded
  *  with `seed` and u(k) = (r(k) >> 11) * 2^-53, in double: uniform is scale * (2 u(i) - 1), normal
  *  is scale * sqrt(-2 ln(1 - u(2i))) * cos(2 pi u(2i+1)), each rounded to float. ZOE_ERROR_USAGE
- *  for ZOE_INIT_DATA, an unknown initializer, or a scale that is not finite and >= 0. Thread-safe. */
+ *  for ZOE_INIT_DATA, an unknown initializer, a scale that is not finite and >= 0, or first + count
+ *  past 2^64 - 1. Thread-safe. */
 ZOE_API zoe_status zoe_initializer_fill(zoe_init init, float scale, uint64_t seed, uint64_t first, float* values,
                                         size_t count);
 
@@ -193,7 +195,8 @@ ZOE_API zoe_status zoe_model_destroy(zoe_model* model);
 ZOE_API zoe_status zoe_model_add_module(zoe_model* model, const char* name, zoe_module_id* module);
 /** Adds a parameter to `module`; ids count from 0 over the whole model in the order added.
  *  ZOE_ERROR_USAGE naming the parameter for an unknown module, a duplicate name, a zero extent, an
- *  unknown dtype or initializer, ZOE_INIT_DATA without data. */
+ *  element count past 64 bits, more than 64 extents, an unknown dtype or initializer, ZOE_INIT_DATA
+ *  without data. */
 ZOE_API zoe_status zoe_model_add_parameter(zoe_model* model, zoe_module_id module, const zoe_parameter_desc* desc,
                                            zoe_parameter_id* parameter);
 
@@ -347,7 +350,8 @@ typedef uint64_t zoe_activation_id;
 /** Keeps a copy of `bytes` of device memory at `pointer` until backward: zoe copies it off the
  *  device in order with `stream` (work queued on `stream` after this call may change or free the
  *  buffer) into pinned host memory, or onto NVMe when the host share (zoe.activations.host_bytes)
- *  is full. ZOE_ERROR_USAGE outside a micro-batch or for NULL / zero bytes. One thread. */
+ *  is full. ZOE_ERROR_USAGE outside a micro-batch or for NULL / zero bytes; ZOE_ERROR_MEMORY naming
+ *  the size when neither share has room for it. One thread. */
 ZOE_API zoe_status zoe_activation_save(zoe_engine* engine, const void* pointer, size_t bytes, zoe_stream* stream,
                                        zoe_activation_id* activation);
 /** Brings activation `activation` back into device memory zoe allocates (counted against the

@@ -12,6 +12,7 @@
 
 #include "host_share.hpp"
 #include "zoe/core/check.hpp"
+#include "zoe/core/checked.hpp"
 #include "zoe/core/log.hpp"
 #include "zoe/core/str.hpp"
 #include "zoe/core/units.hpp"
@@ -22,10 +23,11 @@ namespace zoe::engine {
 namespace {
 
 // The swap store rounds an extent to 4 KiB, or to its block_size from one block up (swap_store.hpp):
-// what an activation of `bytes` takes of zoe.activations.nvme_bytes.
-std::uint64_t extent_charge(std::uint64_t bytes, std::uint64_t block) noexcept {
+// what an activation of `bytes` takes of zoe.activations.nvme_bytes; nothing when that does not
+// fit 64 bits (more than any share).
+std::optional<std::uint64_t> extent_charge(std::uint64_t bytes, std::uint64_t block) noexcept {
   constexpr std::uint64_t page = 4096;
-  return bytes >= block ? round_up(bytes, block) : round_up(bytes, page);
+  return bytes >= block ? round_up_checked(bytes, block) : round_up_checked(bytes, page);
 }
 
 std::string folders_of(const io::swap_store& store) {
@@ -42,9 +44,10 @@ struct entry {
   std::optional<std::uint64_t> slot;  ///< offset in the host share, while the pinned copy is held
   device_event host_ready;            ///< after the last copy into or out of the slot
   std::optional<io::swap_extent> extent;
-  void* device = nullptr;     ///< prefetched or loaded
-  device_event device_ready;  ///< after the prefetch's copy to `device`
-  stream_view device_stream;  ///< where `device` is freed after the work queued: the prefetch's or the load's
+  std::uint64_t nvme_charge = 0;  ///< what `extent` takes of zoe.activations.nvme_bytes
+  void* device = nullptr;         ///< prefetched or loaded
+  device_event device_ready;      ///< after the prefetch's copy to `device`
+  stream_view device_stream;      ///< where `device` is freed after the work queued: the prefetch's or the load's
 };
 
 }  // namespace
@@ -120,12 +123,13 @@ struct activation_store::impl {
 
   void save_to_nvme(entry& e, activation_id id, const void* src, stream_view stream) {
     const std::uint64_t block = store->options().io.block_size;
-    const std::uint64_t charge = extent_charge(e.bytes, block);
-    ZOE_CHECK(nvme_in_use + charge <= options.nvme_bytes, memory_error, "activation checkpoints: activation ", id, " (",
-              e.bytes, " bytes) fits neither the pinned host share (", format_bytes(share.in_use()), " of ",
-              format_bytes(options.host_bytes), " in use, zoe.activations.host_bytes) nor the NVMe share (",
-              format_bytes(nvme_in_use), " of ", format_bytes(options.nvme_bytes),
-              " in use, zoe.activations.nvme_bytes); raise one of them");
+    const std::optional<std::uint64_t> charge = extent_charge(e.bytes, block);
+    // nvme_in_use never passes nvme_bytes: the room left is a difference that cannot wrap.
+    ZOE_CHECK(charge && *charge <= options.nvme_bytes - nvme_in_use, memory_error,
+              "activation checkpoints: activation ", id, " (", e.bytes, " bytes) fits neither the pinned host share (",
+              format_bytes(share.in_use()), " of ", format_bytes(options.host_bytes),
+              " in use, zoe.activations.host_bytes) nor the NVMe share (", format_bytes(nvme_in_use), " of ",
+              format_bytes(options.nvme_bytes), " in use, zoe.activations.nvme_bytes); raise one of them");
     io::swap_extent extent;
     try {
       extent = store->allocate(e.bytes);
@@ -151,7 +155,8 @@ struct activation_store::impl {
       rethrow_nvme("writing", id, e.bytes);
     }
     e.extent = extent;
-    nvme_in_use += charge;
+    e.nvme_charge = *charge;
+    nvme_in_use += *charge;
     const std::lock_guard lock(stats_mutex);
     stats.bytes_to_host += e.bytes;
     stats.bytes_written += e.bytes;
@@ -233,7 +238,7 @@ struct activation_store::impl {
   void drop_extent(entry& e) {
     if (!e.extent) return;
     store->free(*e.extent);
-    nvme_in_use -= extent_charge(e.bytes, store->options().io.block_size);
+    nvme_in_use -= e.nvme_charge;
     e.extent.reset();
   }
 
@@ -243,8 +248,8 @@ struct activation_store::impl {
     if (options.prefetch_bytes == 0) return;
     for (auto it = std::make_reverse_iterator(entries.lower_bound(id)); it != entries.rend(); ++it) {
       entry& e = it->second;
-      if (e.at != stage::saved || !e.slot) continue;  // already back, or on NVMe (read when loaded)
-      if (prefetched_bytes + e.bytes > options.prefetch_bytes) return;
+      if (e.at != stage::saved || !e.slot) continue;                    // already back, or on NVMe (read when loaded)
+      if (e.bytes > options.prefetch_bytes - prefetched_bytes) return;  // prefetched_bytes stays within it
       const stream_view s = prefetch_stream.view();
       void* dst = nullptr;
       try {

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "zoe/core/check.hpp"
+#include "zoe/core/checked.hpp"
 #include "zoe/core/error.hpp"
 #include "zoe/core/log.hpp"
 #include "zoe/core/str.hpp"
@@ -17,8 +18,10 @@ host_share::host_share(device& dev, allocators::pinned_host_resource& pinned, st
 host_share::~host_share() { drain(); }
 
 std::optional<std::uint64_t> host_share::take(std::uint64_t bytes) {
-  const std::uint64_t size = align_up(bytes, slot_alignment);
-  if (size > capacity_) return std::nullopt;
+  // A size that does not round up within 64 bits is larger than any share.
+  const std::optional<std::uint64_t> rounded = align_up_checked(bytes, slot_alignment);
+  if (!rounded || *rounded > capacity_) return std::nullopt;
+  const std::uint64_t size = *rounded;
   if (!buffer_) {
     try {
       buffer_ = pinned_.allocate(static_cast<std::size_t>(capacity_));

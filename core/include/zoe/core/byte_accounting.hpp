@@ -13,7 +13,8 @@ inline bool try_reserve(std::atomic<std::uint64_t>& in_use, std::uint64_t bytes,
                         std::uint64_t& before) noexcept {
   before = in_use.load();
   do {
-    if (before + bytes > limit) return false;
+    // Written so that no sum can wrap: `bytes` may be any size a caller asked for.
+    if (bytes > limit || before > limit - bytes) return false;
   } while (!in_use.compare_exchange_weak(before, before + bytes));
   return true;
 }

@@ -26,7 +26,9 @@ class extent_allocator {
   [[nodiscard]] std::uint64_t free_bytes() const noexcept { return holes_.free_bytes(); }
   [[nodiscard]] std::uint64_t largest_hole() const noexcept { return holes_.largest(); }
   [[nodiscard]] std::size_t hole_count() const noexcept { return holes_.hole_count(); }
-  [[nodiscard]] std::uint64_t rounded(std::uint64_t bytes) const noexcept;
+  /// What an extent of `bytes` takes: rounded up to the granularity; nothing when that does not
+  /// fit 64 bits (no extent that large can exist).
+  [[nodiscard]] std::optional<std::uint64_t> rounded(std::uint64_t bytes) const noexcept;
 
  private:
   std::uint64_t capacity_;
