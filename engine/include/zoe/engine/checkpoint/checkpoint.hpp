@@ -121,7 +121,8 @@ void save_checkpoint(const std::filesystem::path& root, const std::string& tag, 
 /// Loads root/tag (root/latest when tag is empty) into every state but the gradient (the gradient
 /// states are left as they are), and returns what the checkpoint keeps besides the states.
 /// Validates everything first: checkpoint_error naming the file for no `latest` (tag empty), a
-/// missing folder, a missing or unreadable manifest, another format version, a model that differs
+/// missing folder, a missing or unreadable manifest, a manifest that fails its own checksum
+/// (checked before anything it says is believed), another format version, a model that differs
 /// (naming the parameter), a missing file, a file of the wrong size, or a checksum that does not
 /// match; usage_error for a tag that is not a plain folder name or a state in flight; nothing is
 /// changed then. A failure while writing the states (an io_error from an NVMe home, or a file that
