@@ -364,6 +364,68 @@ TEST(checkpoint, save_refuses_a_bad_tag_and_a_state_not_resident) {
   EXPECT_FALSE(fs::exists(root.path() / "latest"));
 }
 
+TEST(checkpoint, a_tag_that_names_what_zoe_writes_in_the_root_is_refused_before_anything_is_written) {
+  scratch_dir root;
+  rig r(small_model(), host_states());
+  const contents a = random_states(r.stack.layout(), 1);
+  write_states(r, a);
+  engine::save_checkpoint(root.path(), "step-1", r.stack.tiers(), r.io, sample_meta(1), small_block_fs());
+  // `latest` and the temporary name it is written under: a folder there would stop `latest` from
+  // ever moving again.
+  for (const std::string tag : {"latest", "latest.tmp"}) {
+    try {
+      engine::save_checkpoint(root.path(), tag, r.stack.tiers(), r.io, sample_meta(2), small_block_fs());
+      ADD_FAILURE() << "the tag '" << tag << "' was saved";
+    } catch (const usage_error& e) {
+      EXPECT_NE(std::string(e.what()).find("'" + tag + "'"), std::string::npos) << e.what();
+    }
+    EXPECT_THROW((void)engine::load_checkpoint(root.path(), tag, r.stack.tiers(), r.io, small_block_fs()), usage_error)
+        << "tag '" << tag << "'";
+    EXPECT_EQ(names_in(root.path()), (std::set<std::string>{"latest", "step-1"})) << "after the tag '" << tag << "'";
+  }
+  write_states(r, random_states(r.stack.layout(), 2));
+  engine::save_checkpoint(root.path(), "step-2", r.stack.tiers(), r.io, sample_meta(2), small_block_fs());
+  EXPECT_EQ(engine::latest_checkpoint(root.path(), small_block_fs()), "step-2");
+}
+
+TEST(checkpoint, save_refuses_a_non_finite_scale_or_setting_and_writes_nothing) {
+  // JSON has no inf or NaN: such a number would be written as null, a checkpoint no load takes,
+  // with `latest` already moved to it.
+  struct spoiled {
+    std::string field;
+    void (*spoil)(engine::checkpoint_meta&);
+  };
+  constexpr double inf = std::numeric_limits<double>::infinity();
+  const std::vector<spoiled> cases = {
+      {"loss_scaler.scale is inf", [](engine::checkpoint_meta& m) { m.scaler.scale = inf; }},
+      {"loss_scaler.scale is -inf", [](engine::checkpoint_meta& m) { m.scaler.scale = -inf; }},
+      {"loss_scaler.scale is nan", [](engine::checkpoint_meta& m) { m.scaler.scale = std::nan(""); }},
+      {": lr is inf", [](engine::checkpoint_meta& m) { m.lr = inf; }},
+      {"optimizer.eps is nan", [](engine::checkpoint_meta& m) { m.optimizer.eps = std::nan(""); }},
+      {"optimizer.betas[1] is inf", [](engine::checkpoint_meta& m) { m.optimizer.betas[1] = inf; }},
+  };
+  scratch_dir root;
+  rig r(small_model(), host_states());
+  const contents a = random_states(r.stack.layout(), 1);
+  write_states(r, a);
+  engine::save_checkpoint(root.path(), "step-1", r.stack.tiers(), r.io, sample_meta(1), small_block_fs());
+  write_states(r, random_states(r.stack.layout(), 2));
+  for (const spoiled& c : cases) {
+    engine::checkpoint_meta meta = sample_meta(2);
+    c.spoil(meta);
+    try {
+      engine::save_checkpoint(root.path(), "step-2", r.stack.tiers(), r.io, meta, small_block_fs());
+      ADD_FAILURE() << "saved although " << c.field;
+    } catch (const usage_error& e) {
+      EXPECT_NE(std::string(e.what()).find(c.field), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(engine::latest_checkpoint(root.path(), small_block_fs()), "step-1") << c.field;
+    EXPECT_EQ(names_in(root.path()), (std::set<std::string>{"latest", "step-1"})) << c.field;
+  }
+  expect_meta(engine::load_checkpoint(root.path(), "", r.stack.tiers(), r.io, small_block_fs()), sample_meta(1));
+  expect_states(r, without_gradients(a), "step-1 after the refused saves");
+}
+
 // ---- refusals ----------------------------------------------------------------------------------
 
 /// A saved checkpoint (step-1, of states `saved`) and a stack holding other states (`current`).

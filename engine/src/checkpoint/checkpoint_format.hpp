@@ -40,9 +40,10 @@ inline constexpr std::size_t piece_bytes = std::size_t{4} << 20;
 /// Bytes of the file of state `s`: the sum of real_bytes over the parameters.
 [[nodiscard]] std::uint64_t file_bytes(const model_layout& layout, state_kind s) noexcept;
 
-/// Whether `tag` can name a checkpoint folder: not empty, no '/', no NUL, not starting with '.'
-/// (the save's staging folders do), not "latest", at most 200 characters.
-[[nodiscard]] bool valid_tag(std::string_view tag) noexcept;
+/// Why `tag` cannot name a checkpoint folder ("is empty", "holds a '/'", ...), or empty when it
+/// can: a plain folder name of at most 200 characters that is none of the names a save writes in
+/// the root (not starting with '.', as the staging folders do; not "latest" or "latest.tmp").
+[[nodiscard]] std::string tag_problem(std::string_view tag);
 /// The folder a save of `tag` is built in before it is moved to root/tag.
 [[nodiscard]] std::filesystem::path staging_folder(const std::filesystem::path& root, std::string_view tag);
 
