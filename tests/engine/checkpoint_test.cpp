@@ -1,6 +1,7 @@
 // Checkpoints (engine/checkpoint): bit-exact round trips across placements, the scaler and
-// optimizer settings, `latest`, every refusal naming its file with no state changed, and the
-// crash-safe sequence under a file system that crashes or fails at every point of a save.
+// optimizer settings, `latest`, every refusal naming its file with no state changed, links in the
+// root never followed by a save, and the crash-safe sequence under a file system that crashes or
+// fails at every point of a save.
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -424,6 +425,75 @@ TEST(checkpoint, save_refuses_a_non_finite_scale_or_setting_and_writes_nothing) 
   }
   expect_meta(engine::load_checkpoint(root.path(), "", r.stack.tiers(), r.io, small_block_fs()), sample_meta(1));
   expect_states(r, without_gradients(a), "step-1 after the refused saves");
+}
+
+// ---- symbolic links in the root ------------------------------------------------------------------
+
+TEST(checkpoint, saving_over_a_tag_that_is_a_link_is_refused_and_the_checkpoint_it_names_stays) {
+  scratch_dir root;
+  rig r(small_model(), host_states());
+  const contents a = random_states(r.stack.layout(), 1);
+  write_states(r, a);
+  engine::save_checkpoint(root.path(), "step-1", r.stack.tiers(), r.io, sample_meta(1), small_block_fs());
+  fs::create_directory_symlink("step-1", root.path() / "best");
+  write_states(r, random_states(r.stack.layout(), 2));
+  try {
+    engine::save_checkpoint(root.path(), "best", r.stack.tiers(), r.io, sample_meta(2), small_block_fs());
+    ADD_FAILURE() << "a save over the link 'best' was not refused";
+  } catch (const usage_error& e) {
+    EXPECT_NE(std::string(e.what()).find((root.path() / "best").string()), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(fs::is_symlink(root.path() / "best"));
+  EXPECT_EQ(names_in(root.path() / "step-1"),
+            (std::set<std::string>{"working.bin", "master.bin", "exp_avg.bin", "exp_avg_sq.bin", "manifest.json"}));
+  EXPECT_EQ(engine::latest_checkpoint(root.path(), small_block_fs()), "step-1");
+  expect_meta(engine::load_checkpoint(root.path(), "step-1", r.stack.tiers(), r.io, small_block_fs()), sample_meta(1));
+  expect_states(r, without_gradients(a), "step-1 after the refused save over its link");
+}
+
+TEST(checkpoint, a_save_replaces_links_at_the_names_it_writes_and_never_follows_them) {
+  // Links where a save writes its own names (the staging folder, `latest`'s temporary name,
+  // `latest`) to things outside the root: each link is replaced, nothing outside is touched.
+  scratch_dir root;
+  scratch_dir outside;
+  fs::create_directory(outside.path() / "folder");
+  std::ofstream(outside.path() / "folder" / "kept") << "precious";
+  std::ofstream(outside.path() / "file") << "precious";
+  fs::create_directory_symlink(outside.path() / "folder", root.path() / ".step-1.partial");
+  fs::create_symlink(outside.path() / "file", root.path() / "latest.tmp");
+  fs::create_symlink(outside.path() / "file", root.path() / "latest");
+  rig r(small_model(), host_states());
+  const contents a = random_states(r.stack.layout(), 1);
+  write_states(r, a);
+  engine::save_checkpoint(root.path(), "step-1", r.stack.tiers(), r.io, sample_meta(1), small_block_fs());
+  EXPECT_EQ(read_text(outside.path() / "folder" / "kept"), "precious");
+  EXPECT_EQ(read_text(outside.path() / "file"), "precious");
+  EXPECT_EQ(names_in(root.path()), (std::set<std::string>{"latest", "step-1"}));
+  EXPECT_FALSE(fs::is_symlink(root.path() / "latest"));
+  EXPECT_EQ(engine::latest_checkpoint(root.path(), small_block_fs()), "step-1");
+  expect_meta(engine::load_checkpoint(root.path(), "", r.stack.tiers(), r.io, small_block_fs()), sample_meta(1));
+  expect_states(r, without_gradients(a), "step-1 saved over links");
+}
+
+TEST(checkpoint, a_tag_that_is_a_link_loads_the_checkpoint_it_names) {
+  // A load only reads, and validates what it reads: it follows a link the user made, in the root
+  // (an alias) or out of it.
+  scratch_dir root;
+  scratch_dir elsewhere;
+  rig r(small_model(), host_states());
+  const contents a = random_states(r.stack.layout(), 1);
+  write_states(r, a);
+  engine::save_checkpoint(root.path(), "step-1", r.stack.tiers(), r.io, sample_meta(1), small_block_fs());
+  const contents b = random_states(r.stack.layout(), 2);
+  write_states(r, b);
+  engine::save_checkpoint(elsewhere.path(), "step-2", r.stack.tiers(), r.io, sample_meta(2), small_block_fs());
+  fs::create_directory_symlink("step-1", root.path() / "best");
+  fs::create_directory_symlink(elsewhere.path() / "step-2", root.path() / "imported");
+  expect_meta(engine::load_checkpoint(root.path(), "best", r.stack.tiers(), r.io, small_block_fs()), sample_meta(1));
+  expect_states(r, without_gradients(a), "step-1 through the link 'best'");
+  expect_meta(engine::load_checkpoint(root.path(), "imported", r.stack.tiers(), r.io, small_block_fs()),
+              sample_meta(2));
+  expect_states(r, without_gradients(b), "step-2 through the link 'imported'");
 }
 
 // ---- refusals ----------------------------------------------------------------------------------

@@ -56,6 +56,8 @@ std::string read_whole(checkpoint_fs& fs, const std::filesystem::path& path) {
 void write_durably(checkpoint_fs& fs, const std::filesystem::path& path, std::string_view text) {
   std::filesystem::path temp = path;
   temp += temp_suffix;
+  // A file left there by a crash is garbage; a link there would have create() write through it.
+  fs.remove(temp);
   {
     const auto writer = fs.create(temp);
     writer->append(std::as_bytes(std::span(text)));
@@ -66,6 +68,11 @@ void write_durably(checkpoint_fs& fs, const std::filesystem::path& path, std::st
 
 void remove_flat_folder(checkpoint_fs& fs, const std::filesystem::path& path) {
   if (!fs.exists(path)) return;
+  if (fs.is_link(path)) {
+    // Listing it would list (and remove) what it names, outside the root.
+    fs.remove(path);
+    return;
+  }
   for (const std::string& name : fs.list(path)) fs.remove(path / name);
   fs.remove(path);
 }

@@ -49,11 +49,13 @@ inline constexpr std::size_t piece_bytes = std::size_t{4} << 20;
 
 /// The whole file at `path`, read through `fs`. Throws what fs throws.
 [[nodiscard]] std::string read_whole(checkpoint_fs& fs, const std::filesystem::path& path);
-/// Writes `text` to path + temp_suffix, syncs it and renames it to `path`; the caller syncs the
-/// folder. Throws what fs throws.
+/// Writes `text` to path + temp_suffix, syncs it and renames it to `path` (replacing what is
+/// there, a link itself, not what it names); the caller syncs the folder. Whatever is at the
+/// temporary name is removed first, never written through. Throws what fs throws.
 void write_durably(checkpoint_fs& fs, const std::filesystem::path& path, std::string_view text);
 /// Removes the folder `path` and the files in it (a checkpoint folder holds no folders); nothing
-/// when it is missing. Throws what fs throws.
+/// when it is missing; a symbolic link at `path` is removed itself, never followed. Throws what fs
+/// throws.
 void remove_flat_folder(checkpoint_fs& fs, const std::filesystem::path& path);
 
 }  // namespace zoe::engine::detail

@@ -227,6 +227,12 @@ void save_on(detail::rank_link& link, const std::filesystem::path& root, const s
       check_resident(tiers, states);
       if (writes) {
         check_finite(meta);
+        // Exchanged with the new folder, a link would be removed as the old checkpoint, through
+        // it: the checkpoint it names would be lost. What the user meant by it is not ours to
+        // guess.
+        ZOE_EXPECTS(!fs.is_link(final_folder), "cannot save checkpoint tag '", tag, "': '", final_folder.string(),
+                    "' is a symbolic link, which a save neither replaces nor writes through; remove the link or "
+                    "save under another tag");
         make_root(fs, root);
         staged = true;
         detail::remove_flat_folder(fs, staging);  // left by a save that failed or crashed
