@@ -1,12 +1,20 @@
 // Checkpoints (engine/checkpoint): bit-exact round trips across placements, the scaler and
-// optimizer settings, `latest`, every refusal naming its file with no state changed, and the
-// crash-safe sequence under a file system that crashes or fails at every point of a save.
+// optimizer settings, `latest`, every refusal naming its file with no state changed, links in the
+// root never followed by a save, and the crash-safe sequence under a file system that crashes or
+// fails at every point of a save.
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <xxhash.h>
 
 #include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
+#include <limits>
 #include <map>
 #include <random>
 #include <set>
@@ -25,6 +33,7 @@ namespace {
 using engine::parameter_id;
 using engine::state_kind;
 namespace fs = std::filesystem;
+using json = nlohmann::ordered_json;
 
 // ---- stacks ------------------------------------------------------------------------------------
 
@@ -156,15 +165,29 @@ engine::checkpoint_fs& small_block_fs() {
   return *fs;
 }
 
-/// Runs `f`, which must throw checkpoint_error whose message holds `needle`.
+/// Runs `f`, which must throw checkpoint_error whose message holds `needle`; returns the message.
 template <typename F>
-void expect_refused(F&& f, const std::string& needle) {
+std::string expect_refused(F&& f, const std::string& needle) {
   try {
     f();
     ADD_FAILURE() << "not refused (expected a checkpoint_error naming '" << needle << "')";
   } catch (const engine::checkpoint_error& e) {
     EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    return e.what();
   }
+  return {};
+}
+
+/// The names in `folder` (links not followed).
+std::set<std::string> names_in(const fs::path& folder) {
+  std::set<std::string> names;
+  for (const auto& e : fs::directory_iterator(folder)) names.insert(e.path().filename().string());
+  return names;
+}
+
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
 // ---- round trips -------------------------------------------------------------------------------
@@ -279,12 +302,8 @@ TEST(checkpoint, latest_names_the_newest_and_each_tag_loads_its_own_states) {
   expect_states(r, without_gradients(b), "latest (step-2)");
 
   // No staging folder or temporary file is left behind.
-  std::set<std::string> names;
-  for (const auto& e : fs::directory_iterator(run)) names.insert(e.path().filename().string());
-  EXPECT_EQ(names, (std::set<std::string>{"latest", "step-1", "step-2"}));
-  std::set<std::string> files;
-  for (const auto& e : fs::directory_iterator(run / "step-2")) files.insert(e.path().filename().string());
-  EXPECT_EQ(files,
+  EXPECT_EQ(names_in(run), (std::set<std::string>{"latest", "step-1", "step-2"}));
+  EXPECT_EQ(names_in(run / "step-2"),
             (std::set<std::string>{"working.bin", "master.bin", "exp_avg.bin", "exp_avg_sq.bin", "manifest.json"}));
 }
 
@@ -346,6 +365,137 @@ TEST(checkpoint, save_refuses_a_bad_tag_and_a_state_not_resident) {
   EXPECT_FALSE(fs::exists(root.path() / "latest"));
 }
 
+TEST(checkpoint, a_tag_that_names_what_zoe_writes_in_the_root_is_refused_before_anything_is_written) {
+  scratch_dir root;
+  rig r(small_model(), host_states());
+  const contents a = random_states(r.stack.layout(), 1);
+  write_states(r, a);
+  engine::save_checkpoint(root.path(), "step-1", r.stack.tiers(), r.io, sample_meta(1), small_block_fs());
+  // `latest` and the temporary name it is written under: a folder there would stop `latest` from
+  // ever moving again.
+  for (const std::string tag : {"latest", "latest.tmp"}) {
+    try {
+      engine::save_checkpoint(root.path(), tag, r.stack.tiers(), r.io, sample_meta(2), small_block_fs());
+      ADD_FAILURE() << "the tag '" << tag << "' was saved";
+    } catch (const usage_error& e) {
+      EXPECT_NE(std::string(e.what()).find("'" + tag + "'"), std::string::npos) << e.what();
+    }
+    EXPECT_THROW((void)engine::load_checkpoint(root.path(), tag, r.stack.tiers(), r.io, small_block_fs()), usage_error)
+        << "tag '" << tag << "'";
+    EXPECT_EQ(names_in(root.path()), (std::set<std::string>{"latest", "step-1"})) << "after the tag '" << tag << "'";
+  }
+  write_states(r, random_states(r.stack.layout(), 2));
+  engine::save_checkpoint(root.path(), "step-2", r.stack.tiers(), r.io, sample_meta(2), small_block_fs());
+  EXPECT_EQ(engine::latest_checkpoint(root.path(), small_block_fs()), "step-2");
+}
+
+TEST(checkpoint, save_refuses_a_non_finite_scale_or_setting_and_writes_nothing) {
+  // JSON has no inf or NaN: such a number would be written as null, a checkpoint no load takes,
+  // with `latest` already moved to it.
+  struct spoiled {
+    std::string field;
+    void (*spoil)(engine::checkpoint_meta&);
+  };
+  constexpr double inf = std::numeric_limits<double>::infinity();
+  const std::vector<spoiled> cases = {
+      {"loss_scaler.scale is inf", [](engine::checkpoint_meta& m) { m.scaler.scale = inf; }},
+      {"loss_scaler.scale is -inf", [](engine::checkpoint_meta& m) { m.scaler.scale = -inf; }},
+      {"loss_scaler.scale is nan", [](engine::checkpoint_meta& m) { m.scaler.scale = std::nan(""); }},
+      {": lr is inf", [](engine::checkpoint_meta& m) { m.lr = inf; }},
+      {"optimizer.eps is nan", [](engine::checkpoint_meta& m) { m.optimizer.eps = std::nan(""); }},
+      {"optimizer.betas[1] is inf", [](engine::checkpoint_meta& m) { m.optimizer.betas[1] = inf; }},
+  };
+  scratch_dir root;
+  rig r(small_model(), host_states());
+  const contents a = random_states(r.stack.layout(), 1);
+  write_states(r, a);
+  engine::save_checkpoint(root.path(), "step-1", r.stack.tiers(), r.io, sample_meta(1), small_block_fs());
+  write_states(r, random_states(r.stack.layout(), 2));
+  for (const spoiled& c : cases) {
+    engine::checkpoint_meta meta = sample_meta(2);
+    c.spoil(meta);
+    try {
+      engine::save_checkpoint(root.path(), "step-2", r.stack.tiers(), r.io, meta, small_block_fs());
+      ADD_FAILURE() << "saved although " << c.field;
+    } catch (const usage_error& e) {
+      EXPECT_NE(std::string(e.what()).find(c.field), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(engine::latest_checkpoint(root.path(), small_block_fs()), "step-1") << c.field;
+    EXPECT_EQ(names_in(root.path()), (std::set<std::string>{"latest", "step-1"})) << c.field;
+  }
+  expect_meta(engine::load_checkpoint(root.path(), "", r.stack.tiers(), r.io, small_block_fs()), sample_meta(1));
+  expect_states(r, without_gradients(a), "step-1 after the refused saves");
+}
+
+// ---- symbolic links in the root ------------------------------------------------------------------
+
+TEST(checkpoint, saving_over_a_tag_that_is_a_link_is_refused_and_the_checkpoint_it_names_stays) {
+  scratch_dir root;
+  rig r(small_model(), host_states());
+  const contents a = random_states(r.stack.layout(), 1);
+  write_states(r, a);
+  engine::save_checkpoint(root.path(), "step-1", r.stack.tiers(), r.io, sample_meta(1), small_block_fs());
+  fs::create_directory_symlink("step-1", root.path() / "best");
+  write_states(r, random_states(r.stack.layout(), 2));
+  try {
+    engine::save_checkpoint(root.path(), "best", r.stack.tiers(), r.io, sample_meta(2), small_block_fs());
+    ADD_FAILURE() << "a save over the link 'best' was not refused";
+  } catch (const usage_error& e) {
+    EXPECT_NE(std::string(e.what()).find((root.path() / "best").string()), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(fs::is_symlink(root.path() / "best"));
+  EXPECT_EQ(names_in(root.path() / "step-1"),
+            (std::set<std::string>{"working.bin", "master.bin", "exp_avg.bin", "exp_avg_sq.bin", "manifest.json"}));
+  EXPECT_EQ(engine::latest_checkpoint(root.path(), small_block_fs()), "step-1");
+  expect_meta(engine::load_checkpoint(root.path(), "step-1", r.stack.tiers(), r.io, small_block_fs()), sample_meta(1));
+  expect_states(r, without_gradients(a), "step-1 after the refused save over its link");
+}
+
+TEST(checkpoint, a_save_replaces_links_at_the_names_it_writes_and_never_follows_them) {
+  // Links where a save writes its own names (the staging folder, `latest`'s temporary name,
+  // `latest`) to things outside the root: each link is replaced, nothing outside is touched.
+  scratch_dir root;
+  scratch_dir outside;
+  fs::create_directory(outside.path() / "folder");
+  std::ofstream(outside.path() / "folder" / "kept") << "precious";
+  std::ofstream(outside.path() / "file") << "precious";
+  fs::create_directory_symlink(outside.path() / "folder", root.path() / ".step-1.partial");
+  fs::create_symlink(outside.path() / "file", root.path() / "latest.tmp");
+  fs::create_symlink(outside.path() / "file", root.path() / "latest");
+  rig r(small_model(), host_states());
+  const contents a = random_states(r.stack.layout(), 1);
+  write_states(r, a);
+  engine::save_checkpoint(root.path(), "step-1", r.stack.tiers(), r.io, sample_meta(1), small_block_fs());
+  EXPECT_EQ(read_text(outside.path() / "folder" / "kept"), "precious");
+  EXPECT_EQ(read_text(outside.path() / "file"), "precious");
+  EXPECT_EQ(names_in(root.path()), (std::set<std::string>{"latest", "step-1"}));
+  EXPECT_FALSE(fs::is_symlink(root.path() / "latest"));
+  EXPECT_EQ(engine::latest_checkpoint(root.path(), small_block_fs()), "step-1");
+  expect_meta(engine::load_checkpoint(root.path(), "", r.stack.tiers(), r.io, small_block_fs()), sample_meta(1));
+  expect_states(r, without_gradients(a), "step-1 saved over links");
+}
+
+TEST(checkpoint, a_tag_that_is_a_link_loads_the_checkpoint_it_names) {
+  // A load only reads, and validates what it reads: it follows a link the user made, in the root
+  // (an alias) or out of it.
+  scratch_dir root;
+  scratch_dir elsewhere;
+  rig r(small_model(), host_states());
+  const contents a = random_states(r.stack.layout(), 1);
+  write_states(r, a);
+  engine::save_checkpoint(root.path(), "step-1", r.stack.tiers(), r.io, sample_meta(1), small_block_fs());
+  const contents b = random_states(r.stack.layout(), 2);
+  write_states(r, b);
+  engine::save_checkpoint(elsewhere.path(), "step-2", r.stack.tiers(), r.io, sample_meta(2), small_block_fs());
+  fs::create_directory_symlink("step-1", root.path() / "best");
+  fs::create_directory_symlink(elsewhere.path() / "step-2", root.path() / "imported");
+  expect_meta(engine::load_checkpoint(root.path(), "best", r.stack.tiers(), r.io, small_block_fs()), sample_meta(1));
+  expect_states(r, without_gradients(a), "step-1 through the link 'best'");
+  expect_meta(engine::load_checkpoint(root.path(), "imported", r.stack.tiers(), r.io, small_block_fs()),
+              sample_meta(2));
+  expect_states(r, without_gradients(b), "step-2 through the link 'imported'");
+}
+
 // ---- refusals ----------------------------------------------------------------------------------
 
 /// A saved checkpoint (step-1, of states `saved`) and a stack holding other states (`current`).
@@ -368,15 +518,33 @@ class checkpoint_refusal : public ::testing::Test {
     expect_states(r_, current_, "after a refused load");
   }
 
+  /// Changes the manifest's text, as a flipped byte would: its own checksum no longer matches.
   void edit_manifest(const std::string& from, const std::string& to) {
     const fs::path path = folder() / "manifest.json";
-    std::ifstream in(path);
-    std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+    std::string text = read_text(path);
     const auto at = text.find(from);
     ASSERT_NE(at, std::string::npos) << from;
     text.replace(at, from.size(), to);
     std::ofstream(path, std::ios::trunc) << text;
   }
+
+  /// Changes the manifest as its writer would (a manifest of another version or model, not a
+  /// damaged one): `change` edits the JSON, and the manifest's own checksum is made anew, as
+  /// checkpoint.hpp defines it: XXH3-64 of the text (dump(1)) without the "manifest_xxh3" field.
+  void rewrite_manifest(const std::function<void(json&)>& change) {
+    json j = manifest_json();
+    j.erase("manifest_xxh3");
+    change(j);
+    const std::string text = j.dump(1);
+    std::array<char, 17> hex{};
+    std::snprintf(hex.data(), hex.size(), "%016llx",  // NOLINT(cppcoreguidelines-pro-type-vararg)
+                  static_cast<unsigned long long>(XXH3_64bits(text.data(), text.size())));
+    j["manifest_xxh3"] = hex.data();
+    write_manifest(j);
+  }
+
+  [[nodiscard]] json manifest_json() const { return json::parse(read_text(folder() / "manifest.json")); }
+  void write_manifest(const json& j) const { std::ofstream(folder() / "manifest.json", std::ios::trunc) << j.dump(1); }
 
   scratch_dir root_;
   rig r_;
@@ -417,7 +585,7 @@ TEST_F(checkpoint_refusal, a_manifest_that_is_not_json) {
 }
 
 TEST_F(checkpoint_refusal, another_format_version) {
-  edit_manifest("\"format_version\": 1", "\"format_version\": 2");
+  rewrite_manifest([](json& j) { j["format_version"] = 2; });
   expect_load_refused("format version 2");
   expect_load_refused((folder() / "manifest.json").string());
 }
@@ -429,8 +597,36 @@ TEST_F(checkpoint_refusal, a_changed_value_in_the_manifest) {
   expect_load_refused("does not match its own checksum");
 }
 
+// A damaged manifest is reported as damaged, whatever the damaged byte now says: nothing it holds
+// is believed before its own checksum is.
+TEST_F(checkpoint_refusal, a_damaged_format_version_is_reported_as_damage_not_as_another_version) {
+  edit_manifest("\"format_version\": 1", "\"format_version\": 7");
+  const std::string message = expect_refused(
+      [&] { (void)engine::load_checkpoint(root_.path(), "", r_.stack.tiers(), r_.io, small_block_fs()); },
+      "does not match its own checksum");
+  EXPECT_EQ(message.find("format version 7"), std::string::npos) << message;
+  expect_load_refused((folder() / "manifest.json").string());
+}
+
+TEST_F(checkpoint_refusal, a_damaged_parameter_name_is_reported_as_damage_not_as_another_model) {
+  edit_manifest("\"layer1.w0\"", "\"layer1.w9\"");
+  const std::string message = expect_refused(
+      [&] { (void)engine::load_checkpoint(root_.path(), "", r_.stack.tiers(), r_.io, small_block_fs()); },
+      "does not match its own checksum");
+  EXPECT_EQ(message.find("another model"), std::string::npos) << message;
+  expect_states(r_, current_, "after a refused load");
+}
+
+TEST_F(checkpoint_refusal, a_manifest_without_its_own_checksum) {
+  json j = manifest_json();
+  j.erase("manifest_xxh3");
+  write_manifest(j);
+  expect_load_refused("manifest_xxh3");
+  expect_load_refused((folder() / "manifest.json").string());
+}
+
 TEST_F(checkpoint_refusal, a_manifest_missing_a_field_names_the_field) {
-  edit_manifest("\"optimizer_steps\"", "\"optimizer_stepz\"");
+  rewrite_manifest([](json& j) { j["loss_scaler"].erase("optimizer_steps"); });
   expect_load_refused("loss_scaler.optimizer_steps");
 }
 
@@ -440,15 +636,24 @@ TEST_F(checkpoint_refusal, a_tag_that_was_never_saved) {
   expect_states(r_, current_, "after a refused load");
 }
 
+/// Sets `key` to `to` in the one element of array `list` whose `key` is `from`.
+void replace_in(json& list, const std::string& key, const std::string& from, const std::string& to) {
+  const auto it = std::find_if(list.begin(), list.end(), [&](const json& e) { return e.at(key) == from; });
+  ASSERT_NE(it, list.end()) << from;
+  (*it)[key] = to;
+}
+
 TEST_F(checkpoint_refusal, a_manifest_of_another_model) {
   // The same layout under another name: everything else would load.
-  edit_manifest("\"layer1.w0\"", "\"layer1.w9\"");
+  rewrite_manifest([](json& j) { replace_in(j["model"], "name", "layer1.w0", "layer1.w9"); });
   expect_load_refused("layer1.w9");
+  expect_load_refused("another model");
 }
 
 TEST_F(checkpoint_refusal, a_manifest_naming_a_file_outside_the_folder) {
-  edit_manifest("\"file\": \"master.bin\"", "\"file\": \"../master.bin\"");
+  rewrite_manifest([](json& j) { replace_in(j["files"], "file", "master.bin", "../master.bin"); });
   expect_load_refused((folder() / "manifest.json").string());
+  expect_load_refused("'../master.bin'");
 }
 
 TEST_F(checkpoint_refusal, a_stack_of_another_model) {

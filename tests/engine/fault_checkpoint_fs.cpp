@@ -205,6 +205,11 @@ bool fault_checkpoint_fs::exists(const std::filesystem::path& path) {
   return base_.exists(path);
 }
 
+bool fault_checkpoint_fs::is_link(const std::filesystem::path& path) {
+  step("look at", path);
+  return base_.is_link(path);
+}
+
 void fault_checkpoint_fs::create_directory(const std::filesystem::path& path) {
   step("create folder", path);
   base_.create_directory(path);

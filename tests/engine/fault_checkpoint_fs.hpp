@@ -55,6 +55,7 @@ class fault_checkpoint_fs final : public engine::checkpoint_fs {
   [[nodiscard]] std::unique_ptr<engine::checkpoint_writer> create(const std::filesystem::path& path) override;
   [[nodiscard]] std::unique_ptr<engine::checkpoint_reader> open(const std::filesystem::path& path) override;
   [[nodiscard]] bool exists(const std::filesystem::path& path) override;
+  [[nodiscard]] bool is_link(const std::filesystem::path& path) override;
   void create_directory(const std::filesystem::path& path) override;
   void sync_directory(const std::filesystem::path& path) override;
   void rename(const std::filesystem::path& from, const std::filesystem::path& to) override;

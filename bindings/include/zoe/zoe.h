@@ -411,7 +411,9 @@ ZOE_API zoe_status zoe_parameter_numel(const zoe_engine* engine, zoe_parameter_i
 /** Saves every state (but the gradient), the loss scaler and the learning rate under
  *  `directory`/`tag` (tag NULL or "": "step-<n>") and points `directory`/latest at it, crash-safe:
  *  a process killed during the save leaves the previous checkpoint loadable. Between steps only
- *  (ZOE_ERROR_USAGE otherwise). One thread. */
+ *  (ZOE_ERROR_USAGE otherwise). ZOE_ERROR_USAGE, nothing written, for a tag that is `latest`,
+ *  `latest.tmp`, starts with '.' or holds '/', for a `directory`/`tag` that is a symbolic link, or
+ *  for a loss scale that is not finite. One thread. */
 ZOE_API zoe_status zoe_checkpoint_save(zoe_engine* engine, const char* directory, const char* tag);
 /** Loads `directory`/`tag` (NULL or "": the latest). ZOE_ERROR_CORRUPT naming the file when it is
  *  missing, torn, corrupt or of another model, with nothing changed. Between steps only; the next

@@ -29,9 +29,17 @@ std::uint64_t file_bytes(const model_layout& layout, state_kind s) noexcept {
   return total;
 }
 
-bool valid_tag(std::string_view tag) noexcept {
-  return !tag.empty() && tag.size() <= 200 && tag.front() != '.' && tag != latest_name &&
-         tag.find('/') == std::string_view::npos && tag.find('\0') == std::string_view::npos;
+std::string tag_problem(std::string_view tag) {
+  if (tag.empty()) return "is empty";
+  if (tag.size() > 200) return str("has ", tag.size(), " characters, more than 200");
+  if (tag.find('/') != std::string_view::npos) return "holds a '/' (a tag is a plain folder name)";
+  if (tag.find('\0') != std::string_view::npos) return "holds a NUL character";
+  if (tag.front() == '.') return "starts with '.', as the folders a save builds in do";
+  // A checkpoint folder at either name would stop `latest` from ever being written again.
+  if (tag == latest_name || tag == str(latest_name, temp_suffix)) {
+    return "is a name a save writes in the checkpoint root, beside the checkpoints";
+  }
+  return {};
 }
 
 std::filesystem::path staging_folder(const std::filesystem::path& root, std::string_view tag) {
@@ -48,6 +56,8 @@ std::string read_whole(checkpoint_fs& fs, const std::filesystem::path& path) {
 void write_durably(checkpoint_fs& fs, const std::filesystem::path& path, std::string_view text) {
   std::filesystem::path temp = path;
   temp += temp_suffix;
+  // A file left there by a crash is garbage; a link there would have create() write through it.
+  fs.remove(temp);
   {
     const auto writer = fs.create(temp);
     writer->append(std::as_bytes(std::span(text)));
@@ -58,6 +68,11 @@ void write_durably(checkpoint_fs& fs, const std::filesystem::path& path, std::st
 
 void remove_flat_folder(checkpoint_fs& fs, const std::filesystem::path& path) {
   if (!fs.exists(path)) return;
+  if (fs.is_link(path)) {
+    // Listing it would list (and remove) what it names, outside the root.
+    fs.remove(path);
+    return;
+  }
   for (const std::string& name : fs.list(path)) fs.remove(path / name);
   fs.remove(path);
 }

@@ -40,19 +40,22 @@ inline constexpr std::size_t piece_bytes = std::size_t{4} << 20;
 /// Bytes of the file of state `s`: the sum of real_bytes over the parameters.
 [[nodiscard]] std::uint64_t file_bytes(const model_layout& layout, state_kind s) noexcept;
 
-/// Whether `tag` can name a checkpoint folder: not empty, no '/', no NUL, not starting with '.'
-/// (the save's staging folders do), not "latest", at most 200 characters.
-[[nodiscard]] bool valid_tag(std::string_view tag) noexcept;
+/// Why `tag` cannot name a checkpoint folder ("is empty", "holds a '/'", ...), or empty when it
+/// can: a plain folder name of at most 200 characters that is none of the names a save writes in
+/// the root (not starting with '.', as the staging folders do; not "latest" or "latest.tmp").
+[[nodiscard]] std::string tag_problem(std::string_view tag);
 /// The folder a save of `tag` is built in before it is moved to root/tag.
 [[nodiscard]] std::filesystem::path staging_folder(const std::filesystem::path& root, std::string_view tag);
 
 /// The whole file at `path`, read through `fs`. Throws what fs throws.
 [[nodiscard]] std::string read_whole(checkpoint_fs& fs, const std::filesystem::path& path);
-/// Writes `text` to path + temp_suffix, syncs it and renames it to `path`; the caller syncs the
-/// folder. Throws what fs throws.
+/// Writes `text` to path + temp_suffix, syncs it and renames it to `path` (replacing what is
+/// there, a link itself, not what it names); the caller syncs the folder. Whatever is at the
+/// temporary name is removed first, never written through. Throws what fs throws.
 void write_durably(checkpoint_fs& fs, const std::filesystem::path& path, std::string_view text);
 /// Removes the folder `path` and the files in it (a checkpoint folder holds no folders); nothing
-/// when it is missing. Throws what fs throws.
+/// when it is missing; a symbolic link at `path` is removed itself, never followed. Throws what fs
+/// throws.
 void remove_flat_folder(checkpoint_fs& fs, const std::filesystem::path& path);
 
 }  // namespace zoe::engine::detail

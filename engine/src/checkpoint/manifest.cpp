@@ -72,6 +72,25 @@ std::uint64_t text_hash(const std::string& text) {
   return hash.digest();
 }
 
+/// Refuses a manifest whose own checksum is missing or does not match. It comes before anything
+/// the manifest says is believed: a flipped byte can make it read as another format version, or
+/// as the manifest of another model.
+void check_own_checksum(const json& j, const std::filesystem::path& where) {
+  const auto recorded = j.find(self_checksum_key);
+  if (recorded == j.end() || !recorded->is_string()) {
+    throw checkpoint_error(str("checkpoint manifest '", where.string(), "' has no checksum of its own (",
+                               self_checksum_key, "): it is damaged, or was not written by zoe"));
+  }
+  json content = j;
+  content.erase(self_checksum_key);
+  const std::string actual = hash_hex(text_hash(content.dump(1)));
+  if (recorded->get<std::string>() != actual) {
+    throw checkpoint_error(str("checkpoint manifest '", where.string(), "' does not match its own checksum (",
+                               self_checksum_key, " ", recorded->get<std::string>(), ", its content hashes to ", actual,
+                               "): a byte of it changed (corrupt)"));
+  }
+}
+
 }  // namespace
 
 std::vector<manifest_parameter> describe_model(const model_layout& layout) {
@@ -128,7 +147,11 @@ manifest parse_manifest(std::string_view text, const std::filesystem::path& wher
   } catch (const json::exception& e) {
     throw checkpoint_error(str("checkpoint manifest '", where.string(), "' is not valid JSON: ", e.what()));
   }
-  if (!j.is_object() || !j.contains("format") || j["format"] != format_name) {
+  if (!j.is_object()) {
+    throw checkpoint_error(str("'", where.string(), "' is not a zoe checkpoint manifest (not a JSON object)"));
+  }
+  check_own_checksum(j, where);
+  if (!j.contains("format") || j["format"] != format_name) {
     throw checkpoint_error(
         str("'", where.string(), "' is not a zoe checkpoint manifest (no \"format\": \"", format_name, "\")"));
   }
@@ -197,12 +220,6 @@ manifest parse_manifest(std::string_view text, const std::filesystem::path& wher
   opt.adam_w_mode = value<bool>(o, "adam_w_mode", "optimizer", where);
   opt.bias_correction = value<bool>(o, "bias_correction", "optimizer", where);
   m.meta.lr = value<double>(j, "lr", "manifest", where);
-  const auto recorded = j.find(self_checksum_key);
-  if (recorded != j.end() && recorded->is_string()) {
-    json content = j;
-    content.erase(self_checksum_key);
-    m.intact = recorded->get<std::string>() == hash_hex(text_hash(content.dump(1)));
-  }
   return m;
 }
 

@@ -36,20 +36,19 @@ struct manifest {
   std::vector<manifest_parameter> model;
   std::vector<manifest_file> files;
   checkpoint_meta meta;
-  /// Read back: its "manifest_xxh3" (XXH3-64 of the manifest's canonical text without that field)
-  /// matches its content. A byte flipped inside a value that still parses (a digit of the loss
-  /// scale, the lr, a file's checksum) makes it false.
-  bool intact = false;
 };
 
 /// `layout`'s parameters as a manifest lists them.
 [[nodiscard]] std::vector<manifest_parameter> describe_model(const model_layout& layout);
-/// The JSON text of `m`, with its own checksum ("manifest_xxh3"). Doubles are written so that they
-/// read back bit for bit.
+/// The JSON text of `m`, with its own checksum ("manifest_xxh3": XXH3-64 of the text, as written
+/// with one space of indent, without that field). Doubles are written so that they read back bit
+/// for bit; each must be finite (JSON has no inf or NaN).
 [[nodiscard]] std::string to_json(const manifest& m);
 /// Parses manifest text read from `where`. Throws checkpoint_error naming `where` and what is wrong:
-/// not JSON, not a zoe checkpoint manifest, another format version, a field missing or of the
-/// wrong type (naming the field).
+/// not JSON, no checksum of its own or one that does not match (checked before any value is
+/// believed, so a damaged byte is reported as damage, never as another format version or model),
+/// not a zoe checkpoint manifest, another format version, a field missing or of the wrong type
+/// (naming the field).
 [[nodiscard]] manifest parse_manifest(std::string_view text, const std::filesystem::path& where);
 /// Throws checkpoint_error naming `where` and the first parameter whose module, name, shape or
 /// dtype differs from `layout`'s (or the counts, when they differ).

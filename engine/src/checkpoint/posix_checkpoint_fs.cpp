@@ -179,6 +179,14 @@ class posix_fs final : public checkpoint_fs {
     ::zoe::detail::throw_errno(errno, str("cannot tell whether ", quoted(path), " exists"), __FILE__, __LINE__);
   }
 
+  bool is_link(const std::filesystem::path& path) override {
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) == 0) return S_ISLNK(st.st_mode);
+    if (errno == ENOENT || errno == ENOTDIR) return false;
+    ::zoe::detail::throw_errno(errno, str("cannot tell whether ", quoted(path), " is a symbolic link"), __FILE__,
+                               __LINE__);
+  }
+
   void create_directory(const std::filesystem::path& path) override {
     if (::mkdir(path.c_str(), 0755) == 0) return;
     const int e = errno;

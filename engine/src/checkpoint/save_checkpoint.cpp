@@ -9,8 +9,10 @@
 // checks, the files, the manifest and the renames), so every rank ends the same way.
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <optional>
+#include <string_view>
 
 #include "aligned_buffer.hpp"
 #include "checkpoint_format.hpp"
@@ -37,6 +39,22 @@ void make_root(checkpoint_fs& fs, const std::filesystem::path& root) {
   if (!parent.empty() && parent != folder) make_root(fs, parent);
   fs.create_directory(folder);
   fs.sync_directory(parent.empty() ? std::filesystem::path(".") : parent);
+}
+
+/// A checkpoint holds finite numbers only: JSON has no inf or NaN (nlohmann would write null), and
+/// a manifest holding null is one no load takes, after `latest` has moved to it.
+void check_finite(const checkpoint_meta& meta) {
+  const auto expect_finite = [](double value, std::string_view field) {
+    ZOE_EXPECTS(std::isfinite(value), "cannot save a checkpoint: ", field, " is ", value,
+                " (a checkpoint keeps finite numbers only)");
+  };
+  expect_finite(meta.scaler.scale, "loss_scaler.scale");
+  expect_finite(meta.optimizer.lr, "optimizer.lr");
+  expect_finite(meta.optimizer.betas[0], "optimizer.betas[0]");
+  expect_finite(meta.optimizer.betas[1], "optimizer.betas[1]");
+  expect_finite(meta.optimizer.eps, "optimizer.eps");
+  expect_finite(meta.optimizer.weight_decay, "optimizer.weight_decay");
+  expect_finite(meta.lr, "lr");
 }
 
 void check_resident(const tier_manager& tiers, const std::vector<state_kind>& states) {
@@ -190,8 +208,8 @@ void remove_quietly(checkpoint_fs& fs, const std::filesystem::path& folder) noex
 
 void save_on(detail::rank_link& link, const std::filesystem::path& root, const std::string& tag, tier_manager& tiers,
              state_io& io, const checkpoint_meta& meta, checkpoint_fs& fs) {
-  ZOE_EXPECTS(detail::valid_tag(tag), "checkpoint tag '", tag,
-              "' is not a plain folder name (not empty, no '/', not starting with '.', not 'latest')");
+  const std::string problem = detail::tag_problem(tag);
+  ZOE_EXPECTS(problem.empty(), "checkpoint tag '", tag, "' ", problem);
   const model_layout& layout = tiers.layout();
   ZOE_EXPECTS(layout.options().world_size == link.size(), "cannot save a checkpoint: the layout is for ",
               layout.options().world_size, " ranks, the communicator has ", link.size());
@@ -208,6 +226,13 @@ void save_on(detail::rank_link& link, const std::filesystem::path& root, const s
     try {
       check_resident(tiers, states);
       if (writes) {
+        check_finite(meta);
+        // Exchanged with the new folder, a link would be removed as the old checkpoint, through
+        // it: the checkpoint it names would be lost. What the user meant by it is not ours to
+        // guess.
+        ZOE_EXPECTS(!fs.is_link(final_folder), "cannot save checkpoint tag '", tag, "': '", final_folder.string(),
+                    "' is a symbolic link, which a save neither replaces nor writes through; remove the link or "
+                    "save under another tag");
         make_root(fs, root);
         staged = true;
         detail::remove_flat_folder(fs, staging);  // left by a save that failed or crashed

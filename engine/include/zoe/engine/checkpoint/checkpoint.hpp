@@ -12,9 +12,21 @@
 //     manifest.json        written last: format version, the model (names, shapes, dtypes), each
 //                          file's size and XXH3-64, the scaler state, the optimizer settings,
 //                          and its own XXH3-64 (manifest_xxh3), so a changed value is refused too
-//   ROOT/latest            the tag of the newest complete checkpoint (replaced atomically)
+//   ROOT/latest            the tag of the newest complete checkpoint (replaced atomically; written
+//                          as ROOT/latest.tmp, then renamed)
 //   ROOT/.<tag>.partial/   where a save builds <tag> (removed by the save; one left by a crash is
 //                          removed by the next save of that tag)
+// A tag is a plain folder name that is none of the names a save writes in ROOT: not starting with
+// '.', not "latest" or "latest.tmp"; any other tag is refused before anything is written.
+//
+// Symbolic links in ROOT (ROOT itself may be one): a save never follows, renames or removes
+// anything a link in ROOT names. A tag that is a link (an alias, `ln -s step-1 ROOT/best`) is
+// refused by a save, naming the link: replacing the alias with a checkpoint of its own is not
+// what every user who made one means, and the old folder a save replaces is removed afterwards,
+// which through the link would remove the checkpoint it names. A link at a name the save writes
+// (ROOT/.<tag>.partial, ROOT/latest.tmp, ROOT/latest) is replaced itself. A load only reads, and
+// validates everything it reads: it follows a tag (or the tag `latest` names) that is a link,
+// wherever it points, so an alias loads the checkpoint it names.
 // The folder is built as ROOT/.<tag>.partial: each file written under a temporary name, fsynced and
 // renamed; the folder fsynced; then the manifest the same way and the folder fsynced again. It is
 // then renamed to ROOT/<tag> (atomically exchanged with an older ROOT/<tag>, so that one stays
@@ -97,9 +109,12 @@ struct checkpoint_ranks {
 /// is always one or the other, whole, even across a crash).
 /// Throws io_error naming the path when a write, fsync or rename fails: the previous checkpoint
 /// and `latest` are untouched then, except after a failure of the very last fsync of root, when
-/// `latest` may already name the new (complete) checkpoint. Throws usage_error for a tag that is
-/// not a plain folder name or a state not resident (before writing anything), and what state_io
-/// throws for a state it cannot read. `io` is driven by a thread of the save's own while it runs.
+/// `latest` may already name the new (complete) checkpoint. Throws usage_error, before writing
+/// anything, for a tag that is not a plain folder name or is a name a save writes in root (naming
+/// the tag), a root/tag that is a symbolic link (naming it), a number of `meta` that is not finite
+/// (naming the field: a loss scale that overflowed to inf would make a checkpoint no load takes),
+/// or a state not resident; and what state_io throws for a state it cannot read. `io` is driven by
+/// a thread of the save's own while it runs.
 /// This is the one-process form (world size 1); usage_error for a layout of more ranks.
 void save_checkpoint(const std::filesystem::path& root, const std::string& tag, tier_manager& tiers, state_io& io,
                      const checkpoint_meta& meta, checkpoint_fs& fs = checkpoint_fs::posix());
@@ -118,14 +133,16 @@ void save_checkpoint(const std::filesystem::path& root, const std::string& tag, 
 [[nodiscard]] std::optional<std::string> latest_checkpoint(const std::filesystem::path& root,
                                                            checkpoint_fs& fs = checkpoint_fs::posix());
 
-/// Loads root/tag (root/latest when tag is empty) into every state but the gradient (the gradient
-/// states are left as they are), and returns what the checkpoint keeps besides the states.
-/// Validates everything first: checkpoint_error naming the file for no `latest` (tag empty), a
-/// missing folder, a missing or unreadable manifest, another format version, a model that differs
-/// (naming the parameter), a missing file, a file of the wrong size, or a checksum that does not
-/// match; usage_error for a tag that is not a plain folder name or a state in flight; nothing is
-/// changed then. A failure while writing the states (an io_error from an NVMe home, or a file that
-/// changed after it was validated: checkpoint_error) leaves them partly loaded: load again.
+/// Loads root/tag (root/latest when tag is empty; either may be a symbolic link, followed) into
+/// every state but the gradient (the gradient states are left as they are), and returns what the
+/// checkpoint keeps besides the states. Validates everything first: checkpoint_error naming the
+/// file for no `latest` (tag empty), a missing folder, a missing or unreadable manifest, a manifest
+/// that fails its own checksum (checked before anything it says is believed), another format
+/// version, a model that differs (naming the parameter), a missing file, a file of the wrong size,
+/// or a checksum that does not match; usage_error for a tag save_checkpoint refuses (but for being
+/// a link) or a state in flight; nothing is changed then. A failure while writing the states (an
+/// io_error from an NVMe home, or a file that changed after it was validated: checkpoint_error)
+/// leaves them partly loaded: load again.
 /// `accept`, when given, sees the checkpoint's meta once everything above is validated and before
 /// any state changes; a usage_error it throws (the meta cannot serve the caller: a scaler state the
 /// configuration refuses) comes out as checkpoint_error naming the manifest, nothing changed.

@@ -10,7 +10,10 @@
 //    sync_directory() returns (a crash before then may undo it);
 //  - a rename over an existing name, and an exchange, are atomic: after a crash the name holds
 //    either the old file or the new one, never neither.
-// Paths are used as given (absolute or relative to the working directory).
+// Paths are used as given (absolute or relative to the working directory). A symbolic link at
+// `path` is followed by create, open, create_directory, sync_directory and list; exists, is_link,
+// rename, exchange and remove act on the link itself (the save relies on that to never touch what
+// a link in its root names).
 
 #include <cstddef>
 #include <cstdint>
@@ -72,9 +75,13 @@ class checkpoint_fs {
   /// Opens the existing file `path` for reading. Throws io_error when it is missing or cannot be
   /// opened (os_errno ENOENT when missing).
   [[nodiscard]] virtual std::unique_ptr<checkpoint_reader> open(const std::filesystem::path& path) = 0;
-  /// Whether something (file or folder) is at `path`. Throws io_error when that cannot be told
-  /// (a folder on the way that cannot be searched).
+  /// Whether something (file, folder, or a symbolic link, not followed: a dangling one counts) is
+  /// at `path`. Throws io_error when that cannot be told (a folder on the way that cannot be
+  /// searched).
   [[nodiscard]] virtual bool exists(const std::filesystem::path& path) = 0;
+  /// Whether `path` is a symbolic link (not followed); false when nothing is there. Throws
+  /// io_error when that cannot be told.
+  [[nodiscard]] virtual bool is_link(const std::filesystem::path& path) = 0;
   /// Creates the folder `path` (its parent must exist); nothing when a folder is already there.
   /// Throws io_error when it cannot, or when a file is there.
   virtual void create_directory(const std::filesystem::path& path) = 0;
@@ -85,8 +92,8 @@ class checkpoint_fs {
   /// Swaps what `a` and `b` name (both must exist; either may be a folder), atomically. Throws
   /// io_error when it cannot (also where the file system cannot exchange names).
   virtual void exchange(const std::filesystem::path& a, const std::filesystem::path& b) = 0;
-  /// Removes the file or empty folder `path`; nothing when it is missing. Throws io_error when it
-  /// cannot.
+  /// Removes the file, symbolic link (itself, not what it names) or empty folder `path`; nothing
+  /// when it is missing. Throws io_error when it cannot.
   virtual void remove(const std::filesystem::path& path) = 0;
   /// The names in folder `path` (not "." or ".."), in no particular order. Throws io_error when it
   /// cannot be read.
