@@ -14,8 +14,9 @@ kernels::dtype working_dtype(const engine::engine_config& config) noexcept {
   return kernels::dtype::fp32;
 }
 
-engine::model_layout layered_model(std::uint64_t params, std::uint64_t layers, std::uint64_t world_size,
+engine::model_layout layered_model(std::uint64_t params, std::uint64_t layers, const engine::layout_options& options,
                                    kernels::dtype dtype) {
+  const std::uint64_t world_size = options.world_size * options.replicas;
   ZOE_EXPECTS(layers > 0, "--layers must be at least 1");
   ZOE_EXPECTS(world_size > 0, "--world-size must be at least 1");
   ZOE_EXPECTS(params / 2 >= layers, "--params ", params, " is too few for --layers ", layers,
@@ -33,7 +34,7 @@ engine::model_layout layered_model(std::uint64_t params, std::uint64_t layers, s
                                       {.name = str("layer", i, ".bias"), .shape = {bias}, .dtype = dtype}}});
   }
   try {
-    return engine::model_layout(std::move(modules), {.world_size = static_cast<std::size_t>(world_size)});
+    return engine::model_layout(std::move(modules), options);
   } catch (const usage_error& e) {
     // The layout names its parameter; the user wrote flags (the padded shards of a huge
     // --world-size, or of a huge --params, overflow 64 bits).
@@ -42,9 +43,11 @@ engine::model_layout layered_model(std::uint64_t params, std::uint64_t layers, s
   }
 }
 
-std::string describe_model(std::uint64_t params, std::uint64_t layers, std::uint64_t world_size, kernels::dtype dtype) {
+std::string describe_model(std::uint64_t params, std::uint64_t layers, const engine::layout_options& options,
+                           kernels::dtype dtype) {
   return str(params, " parameters in ", layers, " layers of ", kernels::dtype_name(dtype),
-             " (a weight and a bias each), world size ", world_size);
+             " (a weight and a bias each), world size ", options.world_size * options.replicas,
+             options.replicas > 1 ? ", every rank holding every state whole (stage 0: a full replica each)" : "");
 }
 
 }  // namespace zoe::plan

@@ -16,14 +16,16 @@ namespace zoe::plan {
 
 /// `layers` modules "layer<i>", each of a bias of floor(sqrt(n)) elements ("layer<i>.bias") and a
 /// weight of the rest ("layer<i>.weight"), where n = params / layers and the last layer also takes
-/// params % layers; laid out for `world_size` ranks. Throws usage_error naming the flag when
-/// params < 2 * layers (a layer needs a weight and a bias), layers or world_size is 0.
-[[nodiscard]] engine::model_layout layered_model(std::uint64_t params, std::uint64_t layers, std::uint64_t world_size,
-                                                 kernels::dtype dtype);
+/// params % layers; laid out as `options` says (engine::stage_layout of the config on the
+/// --world-size ranks). Throws usage_error naming the flag when params < 2 * layers (a layer needs
+/// a weight and a bias), layers or the ranks are 0.
+[[nodiscard]] engine::model_layout layered_model(std::uint64_t params, std::uint64_t layers,
+                                                 const engine::layout_options& options, kernels::dtype dtype);
 
-/// "N parameters in L layers of fp16 (a weight and a bias each), world size W". Never throws
-/// beyond allocation.
-[[nodiscard]] std::string describe_model(std::uint64_t params, std::uint64_t layers, std::uint64_t world_size,
-                                         kernels::dtype dtype);
+/// "N parameters in L layers of fp16 (a weight and a bias each), world size W", and, where every
+/// rank holds the states whole (stage 0), ", every rank holding every state whole (stage 0: a full
+/// replica each)". Never throws beyond allocation.
+[[nodiscard]] std::string describe_model(std::uint64_t params, std::uint64_t layers,
+                                         const engine::layout_options& options, kernels::dtype dtype);
 
 }  // namespace zoe::plan

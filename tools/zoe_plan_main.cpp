@@ -12,6 +12,7 @@
 #include "plan_report.hpp"
 #include "zoe/core/error.hpp"
 #include "zoe/core/str.hpp"
+#include "zoe/engine/tiers/footprint_plan.hpp"
 #include "zoe/engine/tiers/placement.hpp"
 
 namespace {
@@ -20,7 +21,8 @@ constexpr const char* model_help =
     "The model: --layers equal layers (default 1), each one module of a weight and a bias; a layer of n = "
     "params/layers elements has a bias of floor(sqrt(n)) elements and a weight of the rest (the last layer also "
     "takes params % layers). They are bf16 when the config enables bf16, fp16 when it enables fp16, fp32 "
-    "otherwise, and cut into --world-size shards; the plan is one rank's.";
+    "otherwise, and cut into --world-size shards (at zero_optimization.stage 0 not cut: every rank holds "
+    "every state whole); the plan is one rank's.";
 
 // A count such as 1000000 or 1e9 (DeepSpeed's files write sizes both ways); it must be integral.
 // Decimal only: std::stod would also read hex ("0x10" as 16) and "inf".
@@ -53,8 +55,9 @@ int run(const std::string& config_path, const std::string& params_text, const st
                            .warnings = {}};
   const engine::engine_config& config = report.loaded.config;
   const kernels::dtype dtype = plan::working_dtype(config);
-  const engine::model_layout layout = plan::layered_model(params, layers, world, dtype);
-  report.model = plan::describe_model(params, layers, world, dtype);
+  const engine::layout_options options = engine::stage_layout(config, static_cast<std::size_t>(world));
+  const engine::model_layout layout = plan::layered_model(params, layers, options, dtype);
+  report.model = plan::describe_model(params, layers, options, dtype);
   const engine::placement where(layout, config);
   report.plan = engine::make_footprint_plan(layout, config, where);
   report.machine = engine::measure_machine(config);

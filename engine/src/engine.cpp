@@ -92,9 +92,10 @@ void offload_engine::set_parameter(parameter_id p, std::span<const float> values
   const parameter_layout& param = layout().parameter(p);
   ZOE_EXPECTS(values.size() == param.numel, "set_parameter: parameter '", param.name, "' has ", param.numel,
               " elements, not ", values.size());
-  // This rank's shard: elements [rank * shard_numel, (rank + 1) * shard_numel) of the padded
-  // parameter, the padding zero. Every rank passes the same values and keeps its own part.
-  const std::size_t rank = path_->comm().rank();
+  // This rank's shard: elements [shard * shard_numel, (shard + 1) * shard_numel) of the padded
+  // parameter, the padding zero. Every rank passes the same values and keeps its own part (at
+  // stage 0 the whole).
+  const std::size_t rank = layout().shard_of(path_->comm().rank());
   std::vector<float> master(param.shard_numel, 0.0F);
   const std::uint64_t real = param.real_numel(rank);
   if (real > 0) std::memcpy(master.data(), values.data() + rank * param.shard_numel, real * sizeof(float));
@@ -118,8 +119,11 @@ std::vector<float> offload_engine::read_state(parameter_id p, state_kind s) {
   const state_kind held = s == state_kind::working && state_bytes(param, s) == 0 ? state_kind::master : s;
   std::vector<std::byte> raw(state_bytes(param, held));
   io_->read(p, held, raw);
-  // The shards of every rank in rank order are the padded parameter (collective at world size > 1).
-  const std::vector<std::byte> full = detail::gather_shards(path_->gradient_comm(), *device_, raw);
+  // The shards of every rank in rank order are the padded parameter (collective at world size > 1);
+  // a layout of one shard (stage 0) has it whole on every rank.
+  const std::vector<std::byte> full = layout().options().world_size == 1
+                                          ? std::move(raw)
+                                          : detail::gather_shards(path_->gradient_comm(), *device_, raw);
   std::vector<float> out(param.numel);
   kernels::cast({state_dtype(param, held), full.data(), param.numel}, {kernels::dtype::fp32, out.data(), out.size()});
   return out;
@@ -207,8 +211,12 @@ step_result offload_engine::step(double lr) {
   ZOE_EXPECTS(micro_batches_done_ == k, "step: ", micro_batches_done_, " of the step's ", k,
               " micro-batches (gradient_accumulation_steps) have handed in their gradients");
   ZOE_EXPECTS(std::isfinite(lr) && lr >= 0, "step: the learning rate ", lr, " is not a finite number >= 0");
-  // Every rank's shards together: each rank takes the same clip and skip decision.
-  const gradient_summary g = detail::global_summary(path_->gradient_comm(), *device_, gradients_->summary());
+  // Every rank's shards together: each rank takes the same clip and skip decision. With one shard
+  // (stage 0) every rank's summary is already the whole all-reduced gradient's, the same bits on
+  // each: adding the replicas would count it once per rank.
+  const gradient_summary g = layout().options().world_size == 1
+                                 ? gradients_->summary()
+                                 : detail::global_summary(path_->gradient_comm(), *device_, gradients_->summary());
   const double scale = scaler_.scale();
   const loss_scaler_state before = scaler_.state();
 

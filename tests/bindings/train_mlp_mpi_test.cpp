@@ -6,6 +6,7 @@
 // a loss within 3% of it. Small models: seconds a run, though 4 ranks share the cores.
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <string>
 
@@ -70,6 +71,41 @@ TEST(TrainMlpMpi, TwoAndFourRanksEqualOneRankBitForBit) {
   ASSERT_EQ(b.size(), 4U) << one.output;
   for (const int ranks : {2, 4}) {
     const run_result many = run_ranks(ranks, flags + " --ranks-per-node 2");
+    ASSERT_EQ(many.exit_code, 0) << many.output;
+    const auto a = steps_of(many.output);
+    ASSERT_EQ(a.size(), 4U) << many.output;
+    for (const auto& [step, line] : a) {
+      EXPECT_EQ(line["loss_hex"], b.at(step)["loss_hex"]) << ranks << " ranks, step " << step;
+      EXPECT_EQ(line["grad_norm"], b.at(step)["grad_norm"]) << ranks << " ranks, step " << step;
+    }
+  }
+}
+
+// Stage 0 (plain data parallelism, DeepSpeed's default: every rank holds every state whole, the
+// gradients all-reduced) keeps the leaf rule: its all-reduce adds the ranks in the same pairwise
+// tree, so 2 and 4 ranks reproduce one rank bit for bit, and one rank reproduces the shipped ZeRO-3
+// configuration's run (the same optimizer and clipping; only where the states live differs).
+TEST(TrainMlpMpi, StageZeroOnTwoAndFourRanksEqualsOneRankBitForBit) {
+  const scratch_dir dir;
+  const std::filesystem::path config = dir.path() / "stage0.json";
+  std::ofstream(config) << R"({"gradient_accumulation_steps": 1, "gradient_clipping": 1.0,
+      "optimizer": {"type": "AdamW", "params": {"lr": 0.0001, "betas": [0.9, 0.999], "eps": 1e-8,
+                                                "weight_decay": 0.01}},
+      "zero_optimization": {"stage": 0, "reduce_bucket_size": 1100000},
+      "zoe": {"activations": {"host_bytes": 67108864}}})";
+  const std::string flags = " --hidden 32 --layers 3 --batch 512 --seed 7 --lr 0.01 --device host --steps 4 --json";
+  const run_result zero3 = run(flags + " --config " + configs + "/zero3.json");
+  const run_result one = run(flags + " --config " + config.string());
+  ASSERT_EQ(zero3.exit_code, 0) << zero3.output;
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  const auto b = steps_of(one.output);
+  ASSERT_EQ(b.size(), 4U) << one.output;
+  const auto z = steps_of(zero3.output);
+  for (const auto& [step, line] : b) {
+    EXPECT_EQ(line["loss_hex"], z.at(step)["loss_hex"]) << "stage 0 against ZeRO-3, step " << step;
+  }
+  for (const int ranks : {2, 4}) {
+    const run_result many = run_ranks(ranks, flags + " --ranks-per-node 2 --config " + config.string());
     ASSERT_EQ(many.exit_code, 0) << many.output;
     const auto a = steps_of(many.output);
     ASSERT_EQ(a.size(), 4U) << many.output;

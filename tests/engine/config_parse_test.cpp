@@ -178,6 +178,19 @@ TEST(config_checks, offload_param_below_stage_3_is_ignored_with_a_warning) {
   EXPECT_THAT(w->message, AllOf(HasSubstr("ignored below stage 3"), HasSubstr("zero_optimization.stage is 2")));
 }
 
+// DeepSpeed has no ZeRO optimizer at stage 0 to move the optimizer states (it documents
+// offload_optimizer for stages 1-3): zoe keeps them on the device there, and says so.
+TEST(config_checks, offload_optimizer_at_stage_0_is_ignored_with_a_warning) {
+  const loaded_config c =
+      parse_config(R"({"zero_optimization": {"stage": 0, "offload_optimizer": {"device": "cpu", "ratio": 0.5}}})");
+  EXPECT_FALSE(c.config.zero.offload_optimizer.has_value());
+  const config_diagnostic* w = testing::warning_about(c, "zero_optimization.offload_optimizer");
+  ASSERT_NE(w, nullptr);
+  EXPECT_THAT(w->message, AllOf(HasSubstr("ignored at stage 0"), HasSubstr("zero_optimization.stage 1")));
+  EXPECT_TRUE(parse_config(R"({"zero_optimization": {"stage": 1, "offload_optimizer": {"device": "cpu"}}})")
+                  .config.zero.offload_optimizer.has_value());
+}
+
 TEST(config_checks, dynamic_loss_scaling_needs_a_positive_window_and_minimum) {
   EXPECT_THAT(config_error_of(R"({"fp16": {"enabled": true, "loss_scale_window": 0}})"),
               HasSubstr("fp16.loss_scale_window"));

@@ -1,5 +1,5 @@
 // The engine on many ranks (label mpi; each case under mpirun on 1 to 4 ranks): ZeRO-3 and stages
-// 1 and 2 match one rank fed the same global batch, the clip and skip decisions are global,
+// 0, 1 and 2 match one rank fed the same global batch, the clip and skip decisions are global,
 // read_state gathers, statistics count the traffic, and each rank swaps into its own folder.
 //
 // Data parallelism as a trainer runs it: a fixed global batch of samples, each rank handing in the
@@ -323,14 +323,83 @@ TEST(engine_ranks, StageOneReducesAModuleTheLastMicroBatchDidNotReach) {
   for (std::size_t p = 0; p < got.size(); ++p) EXPECT_EQ(got[p], want[p]) << "parameter " << p;
 }
 
-TEST(engine_ranks, StageZeroOnSeveralRanksIsRefusedNamingTheStage) {
-  if (world_is_one_of({1})) GTEST_SKIP() << "stage 0 runs on one rank";
-  try {
-    engine_on_rank ranked(ranked_config("host", 0));
-    FAIL() << "stage 0 started on several ranks";
-  } catch (const config_error& e) {
-    EXPECT_THAT(e.what(), ::testing::HasSubstr("zero_optimization.stage 0"));
+// Stage 0 (plain data parallelism): every rank holds every state whole (a full replica) and steps
+// every element; the gradients are all-reduced (mean, in the pairwise tree), in the step's last
+// micro-batch only once each rank accumulated its own (DeepSpeed's engine reduces at the
+// accumulation boundary), so the gradient world's only traffic is one all-reduce of every whole
+// gradient per step, and the coordinator's world carries nothing (nothing to gather). The trained
+// values equal the one-rank run fed the same global batches, bit for bit on 1, 2 and 4 ranks (the
+// exact gradients of EachStageReducesAsDeepSpeedDefinesIt), with the states on the device, in
+// host memory and on NVMe, fp32 and fp16 working copies.
+TEST(engine_ranks, StageZeroAllReducesWholeGradientsAndEqualsOneRankBitForBit) {
+  if (!world_is_one_of({1, 2, 4})) GTEST_SKIP() << "checked bit for bit on 1, 2 and 4 ranks";
+  struct run {
+    const char* where;
+    std::uint64_t micro;
+    kernels::dtype working;
+  };
+  for (const run r : {run{"device", 1, kernels::dtype::fp32}, run{"host", 3, kernels::dtype::fp32},
+                      run{"nvme", 3, kernels::dtype::fp32}, run{"host", 1, kernels::dtype::fp16},
+                      run{"device", 3, kernels::dtype::fp16}}) {
+    SCOPED_TRACE(::testing::Message() << "states on " << r.where << ", " << r.micro << " micro-batches, "
+                                      << kernels::dtype_name(r.working));
+    engine_config c = ranked_config(r.where, 0);
+    c.gradient_accumulation_steps = r.micro;
+    engine_config reference = ranked_config(r.where);
+    reference.gradient_accumulation_steps = r.micro;
+    std::uint64_t seen = 0;
+    std::vector<std::uint64_t> all_reduced;  // the all-reduce bytes after each micro-batch
+    std::uint64_t one_reduction = 0;         // every whole gradient's all-reduce once
+    const compared got =
+        train_both(c, reference, 4, 2, /*exact=*/true, r.working, [&](engine_on_rank& e, int, std::uint64_t) {
+          const model_layout& layout = e.e->layout();
+          EXPECT_EQ(layout.options().world_size, 1U) << "one shard";
+          EXPECT_EQ(layout.ranks(), e.size()) << "held by every rank";
+          communicator& g = e.e->parameters().gradient_comm();
+          const comm_stats now = g.stats();
+          EXPECT_EQ(now.of(collective::reduce_scatter).total(), 0U);
+          EXPECT_EQ(now.total_bytes(), now.of(collective::all_reduce).total()) << "nothing but the all-reduces";
+          EXPECT_EQ(total_stats(e.e->parameters().comm()).total_bytes(), 0U) << "the coordinator gathers nothing";
+          all_reduced.push_back(now.of(collective::all_reduce).total() - seen);
+          seen = now.of(collective::all_reduce).total();
+          if (one_reduction > 0 || g.size() == 1) return;
+          for (const parameter_layout& p : layout.parameters()) {
+            for (std::size_t dest = 0; dest < g.size(); ++dest) {
+              one_reduction += bytes_to(collective::all_reduce, g.size(), g.rank(), dest,
+                                        p.shard_numel * kernels::dtype_size(p.dtype), 0, kernels::dtype_size(p.dtype));
+            }
+          }
+        });
+    ASSERT_EQ(all_reduced.size(), 2 * r.micro);
+    for (std::size_t i = 0; i < all_reduced.size(); ++i) {
+      const bool last = i % r.micro == r.micro - 1;
+      EXPECT_EQ(all_reduced[i], last ? one_reduction : 0)
+          << "micro-batch " << i % r.micro << " of step " << i / r.micro;
+    }
+    for (std::size_t p = 0; p < got.ranked.size(); ++p) EXPECT_EQ(got.ranked[p], got.reference[p]) << "parameter " << p;
   }
+}
+
+// A stage-0 checkpoint is rank 0's replica, written with no transfers between the ranks; it loads
+// into stage 0 on every rank and into one rank's stage 3 alike.
+TEST(engine_ranks, StageZeroSavesRankZerosReplicaAndLoadsOnEveryRank) {
+  const std::filesystem::path root = shared_swap_path() / "stage0-checkpoint";
+  engine_on_rank trained(ranked_config("host", 0));
+  testing::run_micro_batch(*trained.e, *trained.dev,
+                           mean_gradient(trained.e->layout(), 0, trained.rank(), 1, /*exact=*/true));
+  (void)trained.e->step(1e-2);
+  const grads_t want = trained.masters();
+  communicator& g = trained.e->parameters().gradient_comm();
+  const std::uint64_t sent_before = g.stats().of(collective::point_to_point).total();
+  const std::string tag = trained.e->save_checkpoint(root);
+  EXPECT_EQ(g.stats().of(collective::point_to_point).total(), sent_before) << "no rank sends its replica";
+
+  engine_on_rank replicas(ranked_config("nvme", 0));
+  replicas.e->load_checkpoint(root, tag);
+  EXPECT_EQ(replicas.masters(), want) << "rank " << replicas.rank();
+  engine_on_rank one(ranked_config("device"), /*single=*/true);
+  one.e->load_checkpoint(root, tag);
+  EXPECT_EQ(one.masters(), want) << "rank " << replicas.rank();
 }
 
 TEST(engine_ranks, AnInfOnOneRankSkipsTheStepOnEveryRank) {

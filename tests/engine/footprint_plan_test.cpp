@@ -611,20 +611,93 @@ TEST(footprint_plan, StageOneAccumulatesWholeGradientsOnlyWithSeveralRanksAndMic
   EXPECT_EQ(make_footprint_plan(one, config, placement(one, config)).local_gradient_device_bytes, 0U);
 }
 
-// Stage 0 (nothing partitioned) is refused on several ranks, naming the key; one rank runs it.
-TEST(footprint_plan, StageZeroOnSeveralRanksIsAConfigErrorNamingTheStage) {
+// Stage 0 is plain data parallelism: each of 4 ranks holds every state whole (one shard, held by
+// every rank), so a rank's plan is the one-rank plan: a full replica of the 16-bit parameters, the
+// gradient, the master and both moments. Stage 1 on 4 ranks holds a quarter of the fp32 states.
+TEST(footprint_plan, StageZeroHoldsAFullReplicaOnEveryRank) {
   engine_config config;
   config.zero.stage = 0;
-  const auto one = layout_of({{2048, 7}}, kernels::dtype::fp32, 1);
-  EXPECT_NO_THROW((void)make_footprint_plan(one, config, placement(one, config)));
-  const auto two = layout_of({{2048, 7}}, kernels::dtype::fp32, 2);
-  try {
-    (void)make_footprint_plan(two, config, placement(two, config));
-    FAIL() << "stage 0 on 2 ranks was planned";
-  } catch (const config_error& e) {
-    EXPECT_NE(std::string(e.what()).find("zero_optimization.stage"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("2 ranks"), std::string::npos) << e.what();
+  const layout_options four_ranks = stage_layout(config, 4);
+  EXPECT_EQ(four_ranks.world_size, 1U);
+  EXPECT_EQ(four_ranks.replicas, 4U);
+  const std::vector<std::vector<std::uint64_t>> model = {{2048, 7}, {40960}};
+  const auto replicated = layout_of(model, kernels::dtype::bf16, four_ranks);
+  const auto one = layout_of(model, kernels::dtype::bf16, 1);
+  EXPECT_EQ(replicated.ranks(), 4U);
+  for (std::size_t r = 0; r < 4; ++r) EXPECT_EQ(replicated.shard_of(r), 0U) << "rank " << r;
+  std::uint64_t whole_fp32 = 0;
+  for (const parameter_layout& p : replicated.parameters()) {
+    EXPECT_GE(p.shard_numel, p.numel) << p.name << " is whole on every rank";
+    whole_fp32 += p.shard_numel * 4;
   }
+  const footprint_plan four = make_footprint_plan(replicated, config, placement(replicated, config));
+  const footprint_plan single = make_footprint_plan(one, config, placement(one, config));
+  for (const char* state : {"gradient in device memory", "master in device memory", "exp_avg in device memory",
+                            "exp_avg_sq in device memory"}) {
+    const plan_item* item = item_named(four, state);
+    ASSERT_NE(item, nullptr) << state;
+    EXPECT_EQ(item->bytes, whole_fp32) << state;
+  }
+  EXPECT_EQ(item_named(four, "16-bit parameters, replicated")->bytes,
+            item_named(single, "16-bit parameters, replicated")->bytes);
+  EXPECT_EQ(four.state_bytes, single.state_bytes);
+  EXPECT_EQ(four.device_bytes, single.device_bytes);
+
+  config.zero.stage = 1;
+  const auto partitioned = layout_of(model, kernels::dtype::bf16, stage_layout(config, 4));
+  EXPECT_EQ(partitioned.options().world_size, 4U);
+  const footprint_plan quarter = make_footprint_plan(partitioned, config, placement(partitioned, config));
+  EXPECT_LT(item_named(quarter, "master in device memory")->bytes * 2, whole_fp32) << "stage 1 partitions";
+}
+
+// Stage 0 on several ranks with several micro-batches accumulates each rank's whole gradient in
+// fp32 and all-reduces it once per step, as DeepSpeed's engine reduces only at the accumulation
+// boundary; one rank has nothing to reduce and accumulates into its gradient state.
+TEST(footprint_plan, StageZeroAccumulatesWholeGradientsOnSeveralRanks) {
+  engine_config config;
+  config.zero.stage = 0;
+  config.gradient_accumulation_steps = 4;
+  EXPECT_TRUE(accumulates_gradients_locally(config, 4));
+  EXPECT_FALSE(accumulates_gradients_locally(config, 1));
+  const std::vector<std::vector<std::uint64_t>> model = {{2048, 7}, {40960}};
+  const auto replicated = layout_of(model, kernels::dtype::bf16, stage_layout(config, 4));
+  const footprint_plan plan = make_footprint_plan(replicated, config, placement(replicated, config));
+  std::uint64_t aligned = 0;
+  for (const parameter_layout& p : replicated.parameters()) aligned += align_up(p.shard_numel * 4, arena_alignment);
+  EXPECT_EQ(plan.local_gradient_device_bytes, aligned);
+  const plan_item* item = item_named(plan, "stage-0 gradient accumulation, whole on every rank, in device memory");
+  ASSERT_NE(item, nullptr);
+  EXPECT_EQ(item->bytes, aligned);
+  const auto one = layout_of(model, kernels::dtype::bf16, stage_layout(config, 1));
+  EXPECT_EQ(make_footprint_plan(one, config, placement(one, config)).local_gradient_device_bytes, 0U);
+}
+
+// What needs partitions is refused for stage 0 on several ranks, naming the key (its reduction is a
+// plain all-reduce, and every rank holds whole parameters); one rank runs it as before. A stage-0
+// layout cut into shards is the caller's mistake.
+TEST(footprint_plan, StageZeroOnSeveralRanksRefusesWhatNeedsPartitionsNamingTheKey) {
+  engine_config config;
+  config.zero.stage = 0;
+  const auto refused = [&](const std::string& key) {
+    const auto replicated = layout_of({{2048, 7}}, kernels::dtype::fp32, stage_layout(config, 2));
+    try {
+      (void)make_footprint_plan(replicated, config, placement(replicated, config));
+      ADD_FAILURE() << key << " was planned at stage 0 on 2 ranks";
+    } catch (const config_error& e) {
+      EXPECT_NE(std::string(e.what()).find(key), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("2 ranks"), std::string::npos) << e.what();
+    }
+    EXPECT_NO_THROW(check_stage_fits_world(config, 1));
+  };
+  config.zero.zero_quantized_gradients = true;
+  refused("zero_optimization.zero_quantized_gradients");
+  config.zero.zero_quantized_gradients = false;
+  config.zero.zero_hpz_partition_size = 2;
+  refused("zero_optimization.zero_hpz_partition_size");
+  config.zero.zero_hpz_partition_size = 1;
+
+  const auto cut = layout_of({{2048, 7}}, kernels::dtype::fp32, 2);
+  EXPECT_THROW((void)make_footprint_plan(cut, config, placement(cut, config)), usage_error);
 }
 
 }  // namespace

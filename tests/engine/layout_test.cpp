@@ -97,6 +97,26 @@ TEST(layout, ShardSizesOfKnownShapes) {
   EXPECT_EQ(four.parameter(4).real_numel(3), 1'000'003U - 3 * 251'904U);
 }
 
+// Stage 0's layout: one shard, the whole parameter, held by every rank of the world.
+TEST(layout, ReplicasHoldTheOneWholeShardOnEveryRank) {
+  const model_layout one(awkward_model(dtype::fp16), {1, 4096, 2048});
+  const model_layout replicated(awkward_model(dtype::fp16), {.world_size = 1, .replicas = 4});
+  EXPECT_EQ(replicated.ranks(), 4U);
+  EXPECT_EQ(one.ranks(), 1U);
+  for (std::size_t r = 0; r < 4; ++r) EXPECT_EQ(replicated.shard_of(r), 0U) << "rank " << r;
+  for (const parameter_layout& p : replicated.parameters()) {
+    EXPECT_EQ(p.shard_numel, one.parameter(p.id).shard_numel) << p.name;
+    EXPECT_EQ(p.real_numel(0), p.numel) << p.name;
+  }
+  const model_layout four(awkward_model(dtype::fp16), {4, 4096, 2048});
+  EXPECT_EQ(four.ranks(), 4U);
+  EXPECT_EQ(four.shard_of(3), 3U);
+  EXPECT_THAT(usage_message([] { (void)model_layout(awkward_model(dtype::fp16), {.world_size = 2, .replicas = 2}); }),
+              AllOf(HasSubstr("layout_options.replicas"), HasSubstr("world_size 2")));
+  EXPECT_THAT(usage_message([] { (void)model_layout(awkward_model(dtype::fp16), {.world_size = 1, .replicas = 0}); }),
+              HasSubstr("layout_options.replicas"));
+}
+
 TEST(layout, GranuleIsTheLcmOfTheAlignedElementCountAndTheQuantBlock) {
   EXPECT_EQ(model_layout({}, {1, 4096, 2048}).granule(dtype::fp16), 2048U);
   EXPECT_EQ(model_layout({}, {1, 4096, 2048}).granule(dtype::fp32), 2048U) << "1024 for alignment, 2048 for blocks";

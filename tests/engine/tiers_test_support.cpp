@@ -6,6 +6,11 @@ namespace zoe::testing {
 
 engine::model_layout layout_of(const std::vector<std::vector<std::uint64_t>>& modules, kernels::dtype dtype,
                                std::size_t world_size) {
+  return layout_of(modules, dtype, engine::layout_options{.world_size = world_size});
+}
+
+engine::model_layout layout_of(const std::vector<std::vector<std::uint64_t>>& modules, kernels::dtype dtype,
+                               const engine::layout_options& options) {
   std::vector<engine::module_spec> specs;
   for (std::size_t m = 0; m < modules.size(); ++m) {
     engine::module_spec spec{.name = str("m", m), .parameters = {}};
@@ -14,7 +19,7 @@ engine::model_layout layout_of(const std::vector<std::vector<std::uint64_t>>& mo
     }
     specs.push_back(std::move(spec));
   }
-  return engine::model_layout(std::move(specs), {.world_size = world_size});
+  return engine::model_layout(std::move(specs), options);
 }
 
 engine::engine_config offload_config(engine::offload_device param, engine::offload_device optimizer,

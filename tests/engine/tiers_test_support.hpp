@@ -15,6 +15,9 @@ namespace zoe::testing {
 /// of type `dtype`, laid out for `world_size` ranks.
 [[nodiscard]] engine::model_layout layout_of(const std::vector<std::vector<std::uint64_t>>& modules,
                                              kernels::dtype dtype = kernels::dtype::fp16, std::size_t world_size = 1);
+/// The same, laid out as `options` says (stage 0's replicas: engine::stage_layout).
+[[nodiscard]] engine::model_layout layout_of(const std::vector<std::vector<std::uint64_t>>& modules,
+                                             kernels::dtype dtype, const engine::layout_options& options);
 
 /// Stage 3 with offload_param on `param` and offload_optimizer on `optimizer` (nvme paths set to
 /// `nvme_path` where nvme is asked for), pin_memory `pinned` in both blocks.

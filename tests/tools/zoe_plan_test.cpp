@@ -105,7 +105,7 @@ std::uint64_t item_bytes(const nlohmann::json& plan, const std::string& what) {
 
 // Stages 1 and 2 as they run, on 4 ranks with 4 micro-batches: the optimizer states and the
 // gradient state 1/N, the bf16 parameters whole on every rank (no stage-3 prefetch window), and at
-// stage 1 only the whole fp32 gradient each rank accumulates. Stage 0 is refused on several ranks.
+// stage 1 only the whole fp32 gradient each rank accumulates.
 TEST(zoe_plan, StagesOneAndTwoPlanWhatTheyReplicateAndPartition) {
   int rc1 = -1;
   int rc2 = -1;
@@ -130,11 +130,43 @@ TEST(zoe_plan, StagesOneAndTwoPlanWhatTheyReplicateAndPartition) {
   EXPECT_EQ(one["pageable_bytes"].get<std::uint64_t>(), one["local_gradient_host_bytes"].get<std::uint64_t>());
   EXPECT_EQ(two["local_gradient_host_bytes"].get<std::uint64_t>(), 0U);
   EXPECT_EQ(two["pageable_bytes"].get<std::uint64_t>(), 0U);
+}
 
-  const auto zero = plan("--config " + fixture("stage0_offload.json") + model);
-  EXPECT_EQ(zero.exit_code, 2) << zero.output;
-  EXPECT_TRUE(contains(zero.output, "zero_optimization.stage 0")) << zero.output;
-  EXPECT_EQ(plan("--config " + fixture("stage0_offload.json") + " --params 1e6 --layers 4").exit_code, 0);
+// Stage 0 on 4 ranks: every rank holds a full replica, the fp32 states of all 1e6 elements (on the
+// device: offload_optimizer does nothing at stage 0, which a warning says), and with 4 micro-batches
+// the whole fp32 gradient it accumulates before the step's one all-reduce; otherwise the plan is
+// one rank's. The model line says the states are whole on every rank.
+TEST(zoe_plan, StageZeroPlansAFullReplicaOnEveryRank) {
+  int rc4 = -1;
+  int rc1 = -1;
+  const std::string args = "--config " + fixture("stage0_offload.json") + " --params 1e6 --layers 4";
+  const auto j = plan_json(args + " --world-size 4", rc4);
+  const auto& four = j["plan"];
+  const auto one = plan_json(args, rc1)["plan"];
+  EXPECT_EQ(rc4, 0);
+  EXPECT_EQ(rc1, 0);
+  EXPECT_TRUE(contains(four["model"].get<std::string>(), "world size 4, every rank holding every state whole"))
+      << four["model"];
+  for (const char* state : {"gradient", "master", "exp_avg", "exp_avg_sq"}) {
+    const std::uint64_t whole = item_bytes(four, std::string(state) + " in device memory");
+    EXPECT_GE(whole, 4'000'000U) << state << ": 1e6 fp32 elements on every rank";
+    EXPECT_LT(whole, 4'400'000U) << state << ": within the layout's padding";
+    EXPECT_EQ(whole, item_bytes(one, std::string(state) + " in device memory")) << state;
+    EXPECT_EQ(item_bytes(four, std::string(state) + " in pinned host memory"), 0U) << state;
+  }
+  const std::uint64_t accumulated = item_bytes(four, "stage-0 gradient accumulation, whole on every rank");
+  EXPECT_GE(accumulated, 4'000'000U);
+  EXPECT_EQ(item_bytes(one, "stage-0 gradient accumulation"), 0U) << "one rank reduces nothing";
+  EXPECT_EQ(four["device_bytes"].get<std::uint64_t>(), one["device_bytes"].get<std::uint64_t>() + accumulated);
+  bool warned = false;
+  for (const auto& w : j["warnings"])
+    warned |= contains(w.get<std::string>(), "offload_optimizer is ignored at stage 0");
+  EXPECT_TRUE(warned) << j["warnings"].dump();
+
+  const auto text = plan(args + " --world-size 4");
+  EXPECT_EQ(text.exit_code, 0) << text.output;
+  EXPECT_TRUE(contains(text.output, "every rank holding every state whole")) << text.output;
+  EXPECT_TRUE(contains(text.output, "stage-0 gradient accumulation")) << text.output;
 }
 
 TEST(zoe_plan, AMissingSwapPathIsAWarningNotAShortfall) {

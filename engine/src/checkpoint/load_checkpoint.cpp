@@ -117,9 +117,10 @@ void check_not_in_flight(const tier_manager& tiers, const std::vector<state_kind
   }
 }
 
-/// Writes file `f` (validated) into state f.state of this rank's shard of every parameter: the
-/// rank's slice of the parameter's real elements from the file, zero padding. At world size 1 the
-/// slices are the whole file, read in order, and its checksum is checked again as it is read.
+/// Writes file `f` (validated) into state f.state of shard `rank` (of `ranks` shards) of every
+/// parameter: the shard's slice of the parameter's real elements from the file, zero padding. With
+/// one shard the slices are the whole file, read in order, and its checksum is checked again as it
+/// is read.
 void load_state(checkpoint_fs& fs, const std::filesystem::path& folder, const detail::manifest_file& f,
                 tier_manager& tiers, state_io& io, detail::aligned_buffer& staging, std::size_t rank,
                 std::size_t ranks) {
@@ -229,8 +230,8 @@ checkpoint_meta load_on(detail::rank_link& link, const std::filesystem::path& ro
   const std::string problem = detail::tag_problem(chosen);
   ZOE_EXPECTS(problem.empty(), "checkpoint tag '", chosen, "' ", problem);
   const model_layout& layout = tiers.layout();
-  ZOE_EXPECTS(layout.options().world_size == link.size(), "cannot load a checkpoint: the layout is for ",
-              layout.options().world_size, " ranks, the communicator has ", link.size());
+  ZOE_EXPECTS(layout.ranks() == link.size(), "cannot load a checkpoint: the layout is for ", layout.ranks(),
+              " ranks, the communicator has ", link.size());
   const std::filesystem::path folder = root / chosen;
 
   // Everything that can be refused is refused here, on every rank, before the first state changes
@@ -257,8 +258,11 @@ checkpoint_meta load_on(detail::rank_link& link, const std::filesystem::path& ro
 
   try {
     detail::aligned_buffer staging;
-    for (const detail::manifest_file& f : files)
-      load_state(fs, folder, f, tiers, io, staging, link.rank(), link.size());
+    // Each rank reads its shard's slices; a layout held whole by every rank (stage 0) is one shard,
+    // which every rank reads (and re-hashes) whole.
+    for (const detail::manifest_file& f : files) {
+      load_state(fs, folder, f, tiers, io, staging, layout.shard_of(link.rank()), layout.options().world_size);
+    }
   } catch (...) {
     failure = std::current_exception();
   }

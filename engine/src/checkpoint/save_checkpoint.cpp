@@ -86,7 +86,7 @@ class state_stream {
         link_(link),
         failure_(failure),
         source_(tiers, io, states, detail::piece_bytes, link.rank()) {
-    if (link.size() > 1) transfer_ = detail::aligned_buffer(transfer_bytes(states));
+    if (layout_.options().world_size > 1) transfer_ = detail::aligned_buffer(transfer_bytes(states));
   }
 
   /// Streams state `s`'s file; on rank 0 records it in `files`.
@@ -98,9 +98,11 @@ class state_stream {
     hash_ = std::make_unique<detail::xxh3_stream>();
     if (writes && !failure_) attempt([&] { writer_ = fs_.create(temp); });
     for (const parameter_layout& p : layout_.parameters()) {
-      // The file's part for p: each rank's real elements in rank order, in pieces every rank cuts
-      // alike (at multiples of piece_bytes, where the state_source cuts too).
-      for (std::size_t q = 0; q < link_.size(); ++q) {
+      // The file's part for p: each shard's real elements in order, shard q from rank q, in pieces
+      // every rank cuts alike (at multiples of piece_bytes, where the state_source cuts too). A
+      // layout held whole by every rank (stage 0) is one shard, rank 0's: the replicas send nothing
+      // (their state_source has no real bytes past shard 0 to read).
+      for (std::size_t q = 0; q < layout_.options().world_size; ++q) {
         const std::uint64_t real = detail::shard_real_bytes(p, s, q);
         for (std::uint64_t at = 0; at < real;) {
           const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(detail::piece_bytes, real - at));
@@ -211,8 +213,8 @@ void save_on(detail::rank_link& link, const std::filesystem::path& root, const s
   const std::string problem = detail::tag_problem(tag);
   ZOE_EXPECTS(problem.empty(), "checkpoint tag '", tag, "' ", problem);
   const model_layout& layout = tiers.layout();
-  ZOE_EXPECTS(layout.options().world_size == link.size(), "cannot save a checkpoint: the layout is for ",
-              layout.options().world_size, " ranks, the communicator has ", link.size());
+  ZOE_EXPECTS(layout.ranks() == link.size(), "cannot save a checkpoint: the layout is for ", layout.ranks(),
+              " ranks, the communicator has ", link.size());
   const std::vector<state_kind> states = detail::saved_states(layout);
   const bool writes = link.rank() == 0;
   const std::filesystem::path staging = detail::staging_folder(root, tag);

@@ -44,6 +44,18 @@ void check_offload(read_context& ctx, zero_config& z) {
     z.offload_param.reset();
   }
   if (z.offload_param) check_nvme_path(ctx, "offload_param", z.offload_param->device, z.offload_param->nvme_path);
+  // Stage 0 has no ZeRO optimizer to move the states: DeepSpeed's engine.py only picks its CPU Adam
+  // for the basic optimizer, which steps the states where the parameters are (it refuses parameters
+  // on a GPU), and documents offload_optimizer for stages 1-3. The states stay on the device.
+  if (z.offload_optimizer && z.stage == 0) {
+    if (z.offload_optimizer->device != offload_device::none) {
+      ctx.warn("zero_optimization.offload_optimizer",
+               "zero_optimization.offload_optimizer is ignored at stage 0: the optimizer states stay on the device "
+               "with the parameters, as no ZeRO optimizer moves them in DeepSpeed either (it documents the block "
+               "for stages 1-3); set zero_optimization.stage 1 to offload them, or place them with zoe.placement");
+    }
+    z.offload_optimizer.reset();
+  }
   if (z.offload_optimizer) {
     check_nvme_path(ctx, "offload_optimizer", z.offload_optimizer->device, z.offload_optimizer->nvme_path);
     if (z.offload_optimizer->ratio < 1.0 && z.stage != 3) {

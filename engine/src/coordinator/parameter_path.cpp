@@ -54,6 +54,8 @@ allocators::pinned_options bounded_by(const footprint_plan& plan) {
 // parameter is persistent, so the coordinator gathers it once after each step (drop_gathered) and
 // keeps it on the device until the next; the plan (persistent_parameters) sizes the arena for all
 // of it. Stage 1's gradients differ from stage 2's only in the gradient path (local_accumulation.hpp).
+// Stage 0 lays out one shard that every rank holds whole (stage_layout), so its "gather" is this
+// rank's own copy: the coordinator runs on a world of this rank alone (gather_world).
 engine_config as_run(const engine_config& config) {
   engine_config out = config;
   if (out.zero.stage < 3) {
@@ -124,7 +126,9 @@ parameter_path::parameter_path(std::vector<module_spec> modules, const engine_co
       worlds_(make_worlds(config_, dev, options)),
       comm_(worlds_.comm),
       gradient_comm_(worlds_.gradient_comm),
-      layout_(std::make_unique<model_layout>(std::move(modules), layout_options{.world_size = comm_->size()})),
+      layout_(std::make_unique<model_layout>(std::move(modules), stage_layout(config_, comm_->size()))),
+      // Every rank holds whole states: nothing to gather from the others.
+      replica_world_(layout_->options().replicas > 1 ? make_single_communicator(dev) : nullptr),
       placement_(std::make_unique<placement>(*layout_, config_)),
       plan_(checked_plan(*layout_, config_, *placement_, dev)),
       // The plan's pinned bytes are a hard limit, not only a figure to compare the peak with.
@@ -150,7 +154,9 @@ parameter_path::parameter_path(std::vector<module_spec> modules, const engine_co
   swapper_ = std::make_unique<parameter_swapper>(
       *tiers_, dev, *pinned_, store_.get(),
       parameter_swapper_options{.buffer_count = plan_.param_buffer_count, .buffer_bytes = plan_.param_buffer_bytes});
-  coordinator_ = std::make_unique<coordinator>(*tiers_, *swapper_, *comm_, dev, coordinator_options_of(config_, plan_));
+  communicator& gather_world = replica_world_ ? *replica_world_ : *comm_;
+  coordinator_ =
+      std::make_unique<coordinator>(*tiers_, *swapper_, gather_world, dev, coordinator_options_of(config_, plan_));
 }
 
 // Members go in reverse order: the coordinator's reads and write-backs finish before the swapper

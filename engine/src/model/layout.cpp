@@ -32,6 +32,10 @@ std::uint64_t checked_add(std::uint64_t a, std::uint64_t b, const std::string& w
 
 void validate(const layout_options& o) {
   ZOE_EXPECTS(o.world_size > 0, "layout_options.world_size must be at least 1, got 0");
+  // Replicated shards are stage 0's whole states; stages that partition hold one shard per rank.
+  ZOE_EXPECTS(o.replicas > 0 && (o.replicas == 1 || o.world_size == 1),
+              "layout_options.replicas must be at least 1, and 1 unless world_size is 1; got replicas ", o.replicas,
+              " with world_size ", o.world_size);
   // The bounds keep the granule (at most alignment_bytes * quant_block elements) within 64 bits.
   ZOE_EXPECTS(is_pow2(o.alignment_bytes) && o.alignment_bytes <= (1ULL << 30),
               "layout_options.alignment_bytes must be a power of two up to 1 GiB, got ", o.alignment_bytes);

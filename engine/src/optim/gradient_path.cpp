@@ -86,6 +86,10 @@ struct gradient_path::impl {
   [[nodiscard]] const parameter_layout& param(parameter_id p) const { return tiers.layout().parameter(p); }
   [[nodiscard]] const state_location& home(parameter_id p) const { return tiers.location(p, state_kind::gradient); }
   [[nodiscard]] std::string module_name(module_id m) const { return tiers.layout().module(m).name; }
+  /// The shards the layout cuts each parameter into: the ranks at stages 1-3, 1 at stage 0.
+  [[nodiscard]] std::size_t shards() const noexcept { return tiers.layout().options().world_size; }
+  /// Stage 0 on several ranks: every rank holds whole gradients, reduced by an all-reduce.
+  [[nodiscard]] bool replicated() const noexcept { return tiers.layout().options().replicas > 1; }
   [[nodiscard]] std::uint64_t module_bytes(module_id m) const;
   void launch_device_home(parameter_id p, const std::byte* source, bool first, bool last, stream_view stream);
   void enqueue(job j);
@@ -187,6 +191,11 @@ gradient_path::impl::impl(tier_manager& t, communicator& c, device& d, allocator
                           io::swap_store* s, gradient_path_options o)
     : tiers(t), comm(c), dev(d), store(s), options(o) {
   const model_layout& layout = tiers.layout();
+  ZOE_EXPECTS(comm.size() == layout.ranks(), "gradient_path: the layout is for ", layout.ranks(),
+              " ranks, the communicator has ", comm.size());
+  ZOE_EXPECTS(!replicated() || options.quantized_scratch_bytes == 0,
+              "gradient_path: a layout held whole by every rank (stage 0) is all-reduced, which qgZ does not "
+              "quantize (zero_optimization.zero_quantized_gradients)");
   const std::size_t n = layout.parameters().size();
   sums.assign(n, 0.0);
   overflows.assign(n, 0);
@@ -280,7 +289,7 @@ gradient_path::impl::impl(tier_manager& t, communicator& c, device& d, allocator
                   " (zero_optimization.zero_quantized_gradients)");
       qgz_scratch = static_cast<std::byte*>(dev.allocate(options.quantized_scratch_bytes));
     }
-    if (options.accumulate_locally) local.emplace(tiers, comm.size(), dev, staging ? &*staging : nullptr);
+    if (options.accumulate_locally) local.emplace(tiers, shards(), dev, staging ? &*staging : nullptr);
     stream = dev.create_stream();
     reduce_stream = dev.create_stream();
     worker = std::jthread([this] { run(); });
@@ -332,8 +341,15 @@ gradient_path::impl::~impl() {
 // The reduction of one bucket's gradients to their owners (mean over the ranks): one coalesced
 // reduce-scatter, or qgZ's quantized reduce-scatter per parameter when the plan lent its scratch
 // (each parameter is quantized in blocks of its own and swizzled for the two all-to-alls; carrying
-// a bucket's parameters as one is not done yet).
+// a bucket's parameters as one is not done yet). At stage 0 every rank is an owner of the whole: an
+// all-reduce per parameter, in place, in the same pairwise tree over the ranks as the
+// reduce-scatter (communicator.hpp), so the ranks hold the same bits.
 void gradient_path::impl::reduce_bucket(std::span<const reduce_part> parts, stream_view on) {
+  if (replicated()) {
+    for (const reduce_part& part : parts)
+      comm.all_reduce(part.send, part.recv, part.count, part.type, reduce_op::mean, on);
+    return;
+  }
   if (qgz_scratch == nullptr) {
     comm.reduce_scatter_coalesced(parts, reduce_op::mean, on);
     return;
@@ -355,7 +371,7 @@ std::uint64_t gradient_path::impl::module_bytes(module_id m) const {
   std::uint64_t bytes = 0;
   for (const parameter_id id : tiers.layout().module(m).parameters) {
     const parameter_layout& p = param(id);
-    bytes += round_up(p.padded_numel(comm.size()) * kernels::dtype_size(p.dtype), bucket_alignment);
+    bytes += round_up(p.padded_numel(shards()) * kernels::dtype_size(p.dtype), bucket_alignment);
   }
   return bytes;
 }
@@ -463,8 +479,8 @@ void gradient_path::impl::issue(const detail::gradient_buckets::batch& b) {
       const std::vector<parameter_id>& params = tiers.layout().module(static_cast<module_id>(m)).parameters;
       for (std::size_t i = 0; i < params.size(); ++i) {
         const parameter_layout& p = param(params[i]);
-        std::byte* const shard =
-            static_cast<std::byte*>(slot.memory[i]) + comm.rank() * p.shard_numel * kernels::dtype_size(p.dtype);
+        std::byte* const shard = static_cast<std::byte*>(slot.memory[i]) +
+                                 tiers.layout().shard_of(comm.rank()) * p.shard_numel * kernels::dtype_size(p.dtype);
         parts.push_back({slot.memory[i], shard, static_cast<std::size_t>(p.shard_numel), p.dtype});
         j.params.push_back(p.id);
         j.sources.push_back(shard);
@@ -950,7 +966,7 @@ std::vector<void*> gradient_path::acquire(module_id m, stream_view stream) {
   for (const parameter_id id : s.tiers.layout().module(m).parameters) {
     const parameter_layout& p = s.param(id);
     slot.memory.push_back(at);
-    at += round_up(p.padded_numel(s.comm.size()) * kernels::dtype_size(p.dtype), bucket_alignment);
+    at += round_up(p.padded_numel(s.shards()) * kernels::dtype_size(p.dtype), bucket_alignment);
   }
   std::vector<void*> out = slot.memory;
   // The bucket this module moved on from, if any, is reduced while backward fills this one.
@@ -979,7 +995,7 @@ void gradient_path::reduce(module_id m, stream_view stream) {
     for (const parameter_id id : s.tiers.layout().module(m).parameters) {
       const parameter_layout& p = s.param(id);
       s.touched[p.id] = 1;
-      s.counters.bytes_reduced += p.padded_numel(s.comm.size()) * kernels::dtype_size(p.dtype);
+      s.counters.bytes_reduced += p.padded_numel(s.shards()) * kernels::dtype_size(p.dtype);
     }
     ++s.counters.modules_reduced;
   }

@@ -1,5 +1,7 @@
 #pragma once
 // ZeRO stage 1's gradient accumulation (the gradient path's part for it; gradient_path.cpp calls it).
+// Stage 0 runs it alike on its one whole shard (DeepSpeed's engine all-reduces unpartitioned
+// gradients only at the accumulation boundary too); its fold is then all-reduced.
 //
 // DeepSpeed's stage 1 does not partition gradients: every rank accumulates its whole gradient
 // through the micro-batches of a step and reduces only at the gradient-accumulation boundary

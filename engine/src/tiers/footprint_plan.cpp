@@ -363,16 +363,16 @@ void add_gradient_norm_scratch(plan_builder& out, const model_layout& layout, co
           round_up(bytes, arena_alignment), {"zoe.placement.gradient"});
 }
 
-// Stage 1's local accumulation (optim/local_accumulation.hpp): each parameter's whole padded
-// gradient in fp32, beside its 1/N gradient state (which receives the reduced partition at the
-// step's last micro-batch). On the device where the gradient state is on the device, else in
-// pageable host memory (only the CPU touches it there; the copies pass through the gradient
-// staging buffers), also for a gradient state on nvme: a read-modify-write of the whole gradient
-// per micro-batch would cost N times stage 2's traffic.
+// Stages 0 and 1's local accumulation (optim/local_accumulation.hpp): each parameter's whole padded
+// gradient in fp32, beside its gradient state (1/N at stage 1, whole at stage 0), which receives
+// the reduction at the step's last micro-batch. On the device where the gradient state is on the
+// device, else in pageable host memory (only the CPU touches it there; the copies pass through the
+// gradient staging buffers), also for a gradient state on nvme: a read-modify-write of the whole
+// gradient per micro-batch would cost N times stage 2's traffic.
 void add_local_gradient_accumulation(plan_builder& out, footprint_plan& plan, const model_layout& layout,
                                      const engine_config& config, const placement& where) {
+  if (!accumulates_gradients_locally(config, layout.ranks())) return;
   const std::size_t world = layout.options().world_size;
-  if (!accumulates_gradients_locally(config, world)) return;
   for (const parameter_layout& p : layout.parameters()) {
     const std::uint64_t bytes = p.padded_numel(world) * kernels::dtype_size(kernels::dtype::fp32);
     if (where.where(p.id, state_kind::gradient) == tier::device) {
@@ -383,10 +383,9 @@ void add_local_gradient_accumulation(plan_builder& out, footprint_plan& plan, co
   }
   const std::vector<std::string> keys = {"zero_optimization.stage", "gradient_accumulation_steps",
                                          "zoe.placement.gradient", "zero_optimization.offload_optimizer.device"};
-  out.add("stage-1 gradient accumulation, whole on every rank, in device memory", memory_kind::device,
-          plan.local_gradient_device_bytes, keys);
-  out.add("stage-1 gradient accumulation, whole on every rank, in pageable host memory", memory_kind::pageable,
-          plan.local_gradient_host_bytes, keys);
+  const std::string what = str("stage-", config.zero.stage, " gradient accumulation, whole on every rank, in ");
+  out.add(what + "device memory", memory_kind::device, plan.local_gradient_device_bytes, keys);
+  out.add(what + "pageable host memory", memory_kind::pageable, plan.local_gradient_host_bytes, keys);
 }
 
 // Activation checkpoints (activation_store.hpp): a pinned host share, a device share that
@@ -478,18 +477,32 @@ std::string_view memory_kind_name(memory_kind m) noexcept {
   return "unknown";
 }
 
-// Stage 0 is plain data parallelism: nothing partitioned, gradients all-reduced. zoe's states are
-// always one shard per rank (the layout's world size), so on several ranks it would run stage 1's
-// partitioning under stage 0's name: refused rather than run as something else.
+layout_options stage_layout(const engine_config& config, std::size_t world_size) noexcept {
+  layout_options out;
+  if (config.zero.stage == 0) {
+    out.replicas = world_size;
+  } else {
+    out.world_size = world_size;
+  }
+  return out;
+}
+
+// Stage 0's reduction is a plain all-reduce of whole gradients and its coordinator gathers nothing
+// (every rank holds whole parameters), so ZeRO++'s quantized reduce-scatter and hpZ's secondary
+// shards have nothing to work on: refused on several ranks rather than silently not applied
+// (DeepSpeed applies neither without a ZeRO stage).
 void check_stage_fits_world(const engine_config& config, std::size_t world_size) {
-  ZOE_CHECK(config.zero.stage != 0 || world_size == 1, config_error,
-            "zero_optimization.stage 0 (no partitioning) is not supported on ", world_size,
-            " ranks: zoe partitions the optimizer states over the ranks. Set zero_optimization.stage to 1 "
-            "(optimizer states partitioned, the nearest to stage 0), 2 or 3");
+  if (config.zero.stage != 0 || world_size == 1) return;
+  ZOE_CHECK(!config.zero.zero_quantized_gradients, config_error,
+            "zero_optimization.zero_quantized_gradients needs zero_optimization.stage 1, 2 or 3 on ", world_size,
+            " ranks: stage 0 all-reduces whole gradients, which qgZ does not quantize");
+  ZOE_CHECK(config.zero.zero_hpz_partition_size <= 1, config_error, "zero_optimization.zero_hpz_partition_size ",
+            config.zero.zero_hpz_partition_size, " needs zero_optimization.stage 1, 2 or 3 on ", world_size,
+            " ranks: at stage 0 every rank holds whole parameters, so there is nothing to gather");
 }
 
 bool accumulates_gradients_locally(const engine_config& config, std::size_t world_size) noexcept {
-  return config.zero.stage == 1 && world_size > 1 && config.gradient_accumulation_steps > 1;
+  return config.zero.stage <= 1 && world_size > 1 && config.gradient_accumulation_steps > 1;
 }
 
 std::vector<parameter_id> persistent_parameters(const model_layout& layout, const zero_config& zero) {
@@ -512,7 +525,13 @@ std::vector<parameter_id> persistent_parameters(const model_layout& layout, cons
 footprint_plan make_footprint_plan(const model_layout& layout, const engine_config& config, const placement& where) {
   ZOE_EXPECTS(where.parameter_count() == layout.parameters().size(), "footprint plan: the placement has ",
               where.parameter_count(), " parameters, the layout ", layout.parameters().size());
-  check_stage_fits_world(config, layout.options().world_size);
+  const layout_options staged = stage_layout(config, layout.ranks());
+  ZOE_EXPECTS(layout.options().world_size == staged.world_size && layout.options().replicas == staged.replicas,
+              "footprint plan: zero_optimization.stage ", config.zero.stage, " on ", layout.ranks(),
+              " ranks lays states out in ", staged.world_size, " shard(s) held by ", staged.replicas,
+              " rank(s) each (stage_layout), the layout in ", layout.options().world_size, " held by ",
+              layout.options().replicas);
+  check_stage_fits_world(config, layout.ranks());
   footprint_plan plan;
   plan_builder out(plan);
   add_states(out, plan, where);

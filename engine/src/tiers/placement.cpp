@@ -29,6 +29,12 @@ bool offload_param_applies(const engine_config& config) {
   return config.zero.stage == 3 && config.zero.offload_param.has_value();
 }
 
+// Stage 0 has no ZeRO optimizer to move the optimizer states (DeepSpeed documents offload_optimizer
+// for stages 1-3; the config reader drops the block at stage 0 with a warning).
+bool offload_optimizer_applies(const engine_config& config) {
+  return config.zero.stage >= 1 && config.zero.offload_optimizer.has_value();
+}
+
 tier_fractions all_in(tier t) {
   return {.device = t == tier::device ? 1.0 : 0.0,
           .host = t == tier::host ? 1.0 : 0.0,
@@ -98,6 +104,7 @@ state_rule rule_for(const model_layout& layout, const engine_config& config, sta
     }
   }
   const std::string device_key = "zero_optimization.offload_optimizer.device";
+  if (config.zero.stage == 0) return in(tier::device, {"zero_optimization.stage", device_key});
   if (!config.zero.offload_optimizer) return in(tier::device, {device_key});
   const offload_optimizer_config& opt = *config.zero.offload_optimizer;
   switch (opt.device) {
@@ -142,8 +149,8 @@ bool pinned_for(const engine_config& config, state_kind s) {
   if (s == state_kind::working) {
     return offload_param_applies(config) ? config.zero.offload_param->pin_memory : offload_param_config{}.pin_memory;
   }
-  return config.zero.offload_optimizer ? config.zero.offload_optimizer->pin_memory
-                                       : offload_optimizer_config{}.pin_memory;
+  return offload_optimizer_applies(config) ? config.zero.offload_optimizer->pin_memory
+                                           : offload_optimizer_config{}.pin_memory;
 }
 
 }  // namespace
@@ -174,7 +181,7 @@ std::vector<std::filesystem::path> swap_paths(const engine_config& config) {
     if (std::find(out.begin(), out.end(), p) == out.end()) out.push_back(p);
   };
   if (offload_param_applies(config) && config.zero.offload_param->nvme_path) add(*config.zero.offload_param->nvme_path);
-  if (config.zero.offload_optimizer && config.zero.offload_optimizer->nvme_path) {
+  if (offload_optimizer_applies(config) && config.zero.offload_optimizer->nvme_path) {
     add(*config.zero.offload_optimizer->nvme_path);
   }
   for (const auto& p : config.zoe.extra_swap_paths) add(p);

@@ -54,7 +54,9 @@
 // its own slices cannot re-check the whole file's checksum as it loads: at world size > 1 a file
 // changed by someone else between the validation and the load is not noticed (at world size 1
 // it is). Each broadcast sends its piece to every rank though only rank 0 keeps it (the
-// communicator has no gather): a save moves (N - 1) times the bytes other ranks own.
+// communicator has no gather): a save moves (N - 1) times the bytes other ranks own. A layout held
+// whole by every rank (stage 0, layout_options::replicas) is saved from rank 0's copy alone, with
+// no transfers, and every rank loads (and re-hashes) the whole files.
 //
 // NVMe states go to and from the checkpoint files through the I/O engine (state_io), never
 // through a tensor library. A save reads the next piece of a state (state_io on a thread of its

@@ -63,8 +63,10 @@ class parameter_path {
   /// every parameter is persistent (stage3_param/model_persistence_threshold taken as unlimited),
   /// so its first fetch after a step all-gathers the owners' new values and every later fetch
   /// finds it on the device (persistent_parameters() says so below stage 3, so zoe-plan plans the
-  /// same). Stage 0 on more than one rank is refused (config_error naming zero_optimization.stage,
-  /// from make_footprint_plan): zoe would partition its states like stage 1 under stage 0's name.
+  /// same). Stage 0 lays the states out whole on every rank (stage_layout: a full replica each, so
+  /// the coordinator gathers nothing and runs on a world of this rank alone; the gradient path
+  /// all-reduces); on several ranks it refuses what needs partitions (check_stage_fits_world:
+  /// config_error naming the key).
   /// Before allocating anything, throws config_error naming the keys to change when the footprint
   /// plan does not fit this machine with `dev`'s budget (check_plan_fits), and
   /// naming the key and the path when a swap path the plan needs is not an existing folder. Pinned
@@ -84,7 +86,9 @@ class parameter_path {
   [[nodiscard]] io::swap_store* store() noexcept { return store_.get(); }
   [[nodiscard]] tier_manager& tiers() noexcept { return *tiers_; }
   [[nodiscard]] parameter_swapper& swapper() noexcept { return *swapper_; }
-  /// The coordinator's world: its gathers, and nothing else, so their order is the coordinator's.
+  /// The coordinator's world: its gathers, and nothing else, so their order is the coordinator's
+  /// (at stage 0 on several ranks it carries nothing: every rank holds whole parameters, and the
+  /// coordinator gathers from its own copy on a world of this rank alone).
   [[nodiscard]] communicator& comm() noexcept { return *comm_; }
   /// A second, independent world of the same ranks: the gradient path's reductions and the
   /// engine's collectives between steps (the step's norm and overflow, read_state's gathers).
@@ -97,6 +101,8 @@ class parameter_path {
   communicator* comm_;
   communicator* gradient_comm_;
   std::unique_ptr<model_layout> layout_;
+  std::unique_ptr<communicator>
+      replica_world_;  ///< the coordinator's world of this rank alone (stage 0, several ranks)
   std::unique_ptr<placement> placement_;
   footprint_plan plan_;
   std::unique_ptr<allocators::pinned_host_resource> pinned_;

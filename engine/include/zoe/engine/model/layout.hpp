@@ -10,6 +10,10 @@
 // blocks (quant_block elements). Rank r's shard holds elements [r * shard_numel, (r+1) * shard_numel)
 // of the padded parameter; the real elements of the parameter end at numel, the rest is padding
 // (zero in every state).
+//
+// Replicas: ZeRO stage 0 (plain data parallelism) partitions nothing, so its layout is one shard
+// (world_size 1) that each of `replicas` ranks holds whole; stages 1-3 cut a shard per rank
+// (replicas 1). Rank r holds shard shard_of(r) either way.
 
 #include <cstddef>
 #include <cstdint>
@@ -36,11 +40,15 @@ struct module_spec {
 };
 
 struct layout_options {
+  /// Shards each parameter is cut into (the ranks the states are partitioned over).
   std::size_t world_size = 1;
   /// Every state of a shard starts on a multiple of this many bytes (4 KiB suits O_DIRECT).
   std::size_t alignment_bytes = 4096;
   /// Elements per quantization block (qwZ/qgZ): shards hold whole blocks.
   std::size_t quant_block = 2048;
+  /// Ranks holding each shard: more than 1 only with world_size 1 (stage 0 on that many ranks,
+  /// every rank holding every state whole). The ranks training on the layout: world_size * replicas.
+  std::size_t replicas = 1;
 };
 
 /// One parameter's place in the layout.
@@ -73,12 +81,18 @@ class model_layout {
   /// modules). Throws usage_error naming the module or parameter for an empty name, a module name
   /// given twice, a parameter name given twice within its module (names repeat across modules, as
   /// "weight" does), a zero dimension, or element counts that overflow 64 bits (the fp32 bytes of
-  /// the padded parameter included); and naming the option for a world size of 0, an alignment that
+  /// the padded parameter included); and naming the option for a world size of 0, replicas of 0
+  /// or replicas above 1 with a world size above 1, an alignment that
   /// is not a power of two up to 1 GiB, or a quant_block that is not a positive multiple of 8 up
   /// to 2^32. A module with no parameters is allowed (its fetch gathers nothing).
   model_layout(std::vector<module_spec> modules, layout_options options);
 
   [[nodiscard]] const layout_options& options() const noexcept { return options_; }
+  /// The ranks training on the layout (world_size * replicas).
+  [[nodiscard]] std::size_t ranks() const noexcept { return options_.world_size * options_.replicas; }
+  /// The shard rank `rank` holds: its own at replicas 1, the only one (0) when every rank holds it
+  /// whole. Never throws.
+  [[nodiscard]] std::size_t shard_of(std::size_t rank) const noexcept { return rank % options_.world_size; }
   [[nodiscard]] std::span<const module_layout> modules() const noexcept { return modules_; }
   [[nodiscard]] std::span<const parameter_layout> parameters() const noexcept { return parameters_; }
   [[nodiscard]] const module_layout& module(module_id id) const;           ///< usage_error if unknown

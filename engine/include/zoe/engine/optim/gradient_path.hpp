@@ -15,9 +15,10 @@
 // there are two buckets: backward fills one while the other is reduced and accumulated. A module
 // that finds no room waits for a bucket to drain (back-pressure).
 //
-// ZeRO stage 1 (gradient_path_options::accumulate_locally) keeps gradients whole on each rank until
-// the step's last micro-batch and reduces them there once (local_accumulation.hpp); stages 2 and 3
-// reduce-scatter every micro-batch.
+// ZeRO stages 0 and 1 (gradient_path_options::accumulate_locally) keep gradients whole on each rank
+// until the step's last micro-batch and reduce them there once (local_accumulation.hpp); stages 2
+// and 3 reduce-scatter every micro-batch. At stage 0 the layout is one shard every rank holds whole
+// (layout_options::replicas), so the reduction is an all-reduce of each parameter, in place.
 //
 // A step is gradient_accumulation_steps micro-batches. The first micro-batch of a step overwrites
 // the gradient state (no read), the later ones add to it. While the last micro-batch accumulates,
@@ -64,7 +65,7 @@ struct gradient_path_options {
   /// (footprint_plan::qgz_scratch_bytes), which then replaces communicator::reduce_scatter; 0:
   /// the communicator's. usage_error when smaller than the largest parameter's on this world.
   std::size_t quantized_scratch_bytes = 0;
-  /// ZeRO stage 1 (accumulates_gradients_locally): before a step's last micro-batch, gradients are
+  /// ZeRO stages 0 and 1 (accumulates_gradients_locally): before a step's last micro-batch, gradients are
   /// accumulated whole on this rank, not reduced; the last micro-batch reduces the step's sum once
   /// per parameter (optim/local_accumulation.hpp). Memory: footprint_plan::local_gradient_*_bytes.
   bool accumulate_locally = false;
@@ -94,7 +95,8 @@ struct gradient_path_stats {
 class gradient_path {
  public:
   /// Allocates the buckets (device) and the staging buffers (pinned, when a gradient is on nvme).
-  /// Throws memory_error naming the keys (reduce_bucket_size, overlap_comm, ...) when refused.
+  /// Throws memory_error naming the keys (reduce_bucket_size, overlap_comm, ...) when refused;
+  /// usage_error when `comm` is not of the layout's ranks, or qgZ is asked for a replicated layout.
   gradient_path(tier_manager& tiers, communicator& comm, device& dev, allocators::pinned_host_resource& pinned,
                 io::swap_store* store, gradient_path_options options);
   /// Waits for the work in flight. Never throws.

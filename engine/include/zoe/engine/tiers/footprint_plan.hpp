@@ -122,17 +122,25 @@ inline constexpr std::uint64_t gradient_buffer_count = 4;
 [[nodiscard]] std::uint64_t hpz_secondary_shard_bytes(const parameter_layout& p, std::size_t world,
                                                       std::size_t hpz) noexcept;
 
+/// How `config`'s stage lays the states out on `world_size` ranks: stage 0 (plain data parallelism,
+/// nothing partitioned) in one shard that every rank holds whole (world_size 1, replicas
+/// world_size), so each rank keeps a full replica of the parameters, gradients and optimizer
+/// states, steps every element and all-reduces the gradients; stages 1-3 in one shard per rank
+/// (world_size world_size, replicas 1). make_footprint_plan expects its layout laid out so. Never
+/// throws.
+[[nodiscard]] layout_options stage_layout(const engine_config& config, std::size_t world_size) noexcept;
+
 /// Whether a step's micro-batches accumulate each rank's whole gradient locally and reduce it once, at
-/// the step's last micro-batch (ZeRO stage 1 as DeepSpeed runs it: engine.py's allreduce_gradients
-/// reduces only at is_gradient_accumulation_boundary when gradients are not partitioned): stage 1,
-/// more than one rank, more than one micro-batch per step. Stages 2 and 3 reduce-scatter every
-/// micro-batch and keep only their partition. Never throws.
+/// the step's last micro-batch (ZeRO stages 0 and 1 as DeepSpeed runs them: engine.py's
+/// allreduce_gradients reduces only at is_gradient_accumulation_boundary when gradients are not
+/// partitioned): stage 0 or 1, more than one rank, more than one micro-batch per step. Stages 2
+/// and 3 reduce-scatter every micro-batch and keep only their partition. Never throws.
 [[nodiscard]] bool accumulates_gradients_locally(const engine_config& config, std::size_t world_size) noexcept;
 
-/// Throws config_error naming zero_optimization.stage when `config`'s stage cannot run on
-/// `world_size` ranks: stage 0 (plain data parallelism, nothing partitioned) on more than one, since
-/// zoe's states are always one shard per rank, so it would run stage 1's partitioning under stage
-/// 0's name. make_footprint_plan checks it; the engine also checks it before it makes its worlds.
+/// Throws config_error naming the key when `config` cannot run on `world_size` ranks: stage 0 on
+/// more than one with zero_optimization.zero_quantized_gradients (its all-reduce is not quantized)
+/// or zero_optimization.zero_hpz_partition_size above 1 (every rank holds whole parameters: nothing
+/// to gather). make_footprint_plan checks it; the engine also checks it before it makes its worlds.
 void check_stage_fits_world(const engine_config& config, std::size_t world_size);
 
 /// The parameters that stay gathered for good. Below stage 3 that is every parameter: stages 0-2
@@ -145,11 +153,12 @@ void check_stage_fits_world(const engine_config& config, std::size_t world_size)
 [[nodiscard]] std::vector<parameter_id> persistent_parameters(const model_layout& layout, const zero_config& zero);
 
 /// Computes the plan. Throws config_error naming the keys when the configuration cannot work for
-/// this layout at all (buffer_count 0 with states on nvme; zero_optimization.stage 0 on more than one
-/// rank, which zoe does not run: see make_footprint_plan's definition). A parameter swap buffer is made at
-/// least as large as the largest working shard on nvme or one aio.block_size chunk, whichever is
-/// smaller (the swapper moves larger shards in whole chunks); usage_error when `where` was built
-/// for another layout.
+/// this layout at all (buffer_count 0 with states on nvme; check_stage_fits_world on the layout's
+/// ranks). Every item is one rank's: at stage 0 whole states, a full replica on every rank. A
+/// parameter swap buffer is made at least as large as the largest working shard on nvme or one
+/// aio.block_size chunk, whichever is smaller (the swapper moves larger shards in whole chunks);
+/// usage_error when `where` was built for another layout, or the layout is not laid out as
+/// stage_layout lays out config's stage on the layout's ranks.
 [[nodiscard]] footprint_plan make_footprint_plan(const model_layout& layout, const engine_config& config,
                                                  const placement& where);
 

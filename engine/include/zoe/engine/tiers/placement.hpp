@@ -15,7 +15,8 @@
 //               that does not fit, and every one after it, goes to nvme. (DeepSpeed also never
 //               swaps a partition under max(1 MiB, aio.block_size), swappable_tensor(); zoe does,
 //               since its swap store holds extents of any multiple of 4 KiB.)
-//  3. gradient, master, exp_avg and exp_avg_sq follow zero_optimization.offload_optimizer:
+//  3. gradient, master, exp_avg and exp_avg_sq follow zero_optimization.offload_optimizer at
+//     stages 1-3 (at stage 0 no ZeRO optimizer moves them, in DeepSpeed either: on the device):
 //       none -> device;
 //       cpu  -> host; with `ratio` below 1, as DeepSpeed's partial offload (stage3.py,
 //               subgroup_to_device): of the n sub-groups, in order, the first int((1 - ratio) * n)
@@ -66,7 +67,7 @@ inline constexpr std::size_t tier_count = 3;
 /// parameter, whose working copy is the master). Never throws.
 [[nodiscard]] std::uint64_t state_bytes(const parameter_layout& p, state_kind s) noexcept;
 
-/// The swap store's folders: offload_param.nvme_path (at stage 3), offload_optimizer.nvme_path,
+/// The swap store's folders: offload_param.nvme_path (at stage 3), offload_optimizer.nvme_path (at 1-3),
 /// then zoe.swap.extra_paths, each once, in that order. Never throws beyond allocation.
 [[nodiscard]] std::vector<std::filesystem::path> swap_paths(const engine_config& config);
 
