@@ -224,9 +224,10 @@ typedef struct zoe_engine_desc {
  *  the plan item, ZOE_ERROR_IO naming the swap path. Config warnings (unknown keys) go to zoe's log.
  *  Several ranks (a launch by mpirun; zoe.comm.backend): collective, every rank calls it with the
  *  same model and configuration. What each rank holds follows zero_optimization.stage, as in
- *  DeepSpeed: stage 3 1/world_size of every state; stages 1 and 2 the 16-bit parameters whole and
- *  1/world_size of the gradients (stage 2) and optimizer states; stage 0 a whole replica of every
- *  state, its gradients all-reduced. Thread-safe. */
+ *  DeepSpeed: stage 3 1/world_size of every state; stages 1 and 2 the 16-bit parameters whole,
+ *  1/world_size of the optimizer states, and the gradients whole through the step (stage 1) or
+ *  1/world_size (stage 2); stage 0 a whole replica of every state, its gradients all-reduced.
+ *  Thread-safe. */
 ZOE_API zoe_status zoe_engine_create(const zoe_engine_desc* desc, zoe_engine** engine);
 /** Waits for the engine's work, frees every tier's memory and removes its swap files.
  *  ZOE_ERROR_USAGE while streams of a device the engine opened itself (zoe_engine_device) are
