@@ -515,6 +515,11 @@ static int bad_configs(void) {
   ZOE_EXPECT_STATUS(zoe_engine_create(&e, &engine), ZOE_ERROR_CONFIG, "zero_optimization.stage");
   e.config_json = "{\"zero_optimization\": ";
   ZOE_EXPECT_STATUS(zoe_engine_create(&e, &engine), ZOE_ERROR_CONFIG, NULL);
+  /* An error about the user's configuration names the key, never a source file of zoe's build
+   * (this one is found while planning the footprint, past the reader). */
+  e.config_json = "{\"zoe\": {\"activations\": {\"nvme_bytes\": 4096}}}";
+  ZOE_EXPECT_STATUS(zoe_engine_create(&e, &engine), ZOE_ERROR_CONFIG, "zoe.activations.nvme_bytes");
+  ZOE_EXPECT_TRUE(strstr(zoe_last_error(), ".cpp") == NULL);
   ZOE_EXPECT_TRUE(engine == NULL);
   return rig_close(&r);
 fail:
