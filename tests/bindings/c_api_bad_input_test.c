@@ -574,6 +574,12 @@ static int out_of_order(void) {
   ZOE_EXPECT_USAGE(zoe_fetch(r.engine, r.layer1, ZOE_PASS_BACKWARD, r.stream), "were already handed in");
   ZOE_EXPECT_OK(zoe_end_micro_batch(r.engine));
   ZOE_EXPECT_USAGE(zoe_begin_micro_batch(r.engine), "call step() first");
+  /* The Adam kernel computes in float: a learning rate beyond float's range (or NaN) is refused
+   * naming it, before anything changes. */
+  ZOE_EXPECT_USAGE(zoe_step(r.engine, 1e39, &result), "lr 1e+39 is not");
+  ZOE_EXPECT_USAGE(zoe_step(r.engine, NAN, &result), "lr nan is not");
+  ZOE_EXPECT_USAGE(zoe_step(r.engine, -1.0, &result), "lr -1 is not");
+  ZOE_EXPECT_TRUE(strstr(zoe_last_error(), ".cpp") == NULL);
   ZOE_EXPECT_OK(zoe_step(r.engine, 1e-3, &result));
   ZOE_EXPECT_TRUE(result.skipped == 0 && result.optimizer_steps == 1);
   return rig_close(&r);

@@ -374,7 +374,8 @@ typedef struct zoe_step_result {
   { sizeof(zoe_step_result), 0, 1.0, 0.0, 1.0, 0 }
 
 /** One optimizer step with learning rate `lr` over the gradients of the step's micro-batches
- *  (averaged, unscaled, clipped to gradient_clipping). ZOE_ERROR_USAGE unless all
+ *  (averaged, unscaled, clipped to gradient_clipping). ZOE_ERROR_USAGE naming lr unless it is in
+ *  [0, FLT_MAX] (the optimizer computes in float; NaN is refused too); ZOE_ERROR_USAGE unless all
  *  gradient_accumulation_steps micro-batches are done and at least one module's gradients were
  *  reduced in them ("no gradient was reduced in this step"); on an I/O failure every state is as it
  *  was and the step may be retried. One thread. */
