@@ -987,12 +987,28 @@ fail:
   return 0;
 }
 
+/* {"a": {"a": ... 1 ...}}, `depth` objects deep; NULL when out of memory. */
+static char* nested_document(size_t depth) {
+  static const char open[] = "{\"a\": ";
+  const size_t open_length = sizeof open - 1;
+  char* text = (char*)malloc(depth * (open_length + 1) + 2);
+  char* p = text;
+  size_t i;
+  if (text == NULL) return NULL;
+  for (i = 0; i < depth; ++i, p += open_length) memcpy(p, open, open_length);
+  *p++ = '1';
+  for (i = 0; i < depth; ++i) *p++ = '}';
+  *p = '\0';
+  return text;
+}
+
 /* zoe_engine_desc.config_overrides: merged over config_json and config_path as a merge patch,
  * checked like the configuration itself. */
 static int config_overrides(void) {
   rig r;
   char config[2048];
   char path[600];
+  char* deep = NULL;
   FILE* f = NULL;
   zoe_engine_desc e = ZOE_ENGINE_DESC_INIT;
   zoe_engine* engine = NULL;
@@ -1004,9 +1020,29 @@ static int config_overrides(void) {
   e.config_overrides = "{\"zero_optimization\": {\"stage\": 7}}";
   ZOE_EXPECT_STATUS(zoe_engine_create(&e, &engine), ZOE_ERROR_CONFIG, "zero_optimization.stage");
   e.config_overrides = "[1, 2]";
-  ZOE_EXPECT_STATUS(zoe_engine_create(&e, &engine), ZOE_ERROR_CONFIG, "config_overrides is not a JSON object");
+  ZOE_EXPECT_STATUS(zoe_engine_create(&e, &engine), ZOE_ERROR_CONFIG,
+                    "zoe_engine_desc.config_overrides: the top level: expected an object");
   e.config_overrides = "{\"zero_optimization\": ";
   ZOE_EXPECT_STATUS(zoe_engine_create(&e, &engine), ZOE_ERROR_CONFIG, "config_overrides");
+  /* Each document is read as strictly as a configuration alone: a key given twice is an error, and
+   * one in the overrides, like a syntax error there, names the overrides and the place in them. */
+  e.config_overrides = "{\"gradient_clipping\": 0.5, \"gradient_clipping\": 1}";
+  ZOE_EXPECT_STATUS(zoe_engine_create(&e, &engine), ZOE_ERROR_CONFIG,
+                    "zoe_engine_desc.config_overrides: gradient_clipping: duplicate key");
+  e.config_overrides = "{\n  \"zero_optimization\": }";
+  ZOE_EXPECT_STATUS(zoe_engine_create(&e, &engine), ZOE_ERROR_CONFIG, "zoe_engine_desc.config_overrides:2:24:");
+  e.config_json = "{\"gradient_clipping\": 0.5, \"gradient_clipping\": 1}";
+  e.config_overrides = "{}";
+  ZOE_EXPECT_STATUS(zoe_engine_create(&e, &engine), ZOE_ERROR_CONFIG, "<config>: gradient_clipping: duplicate key");
+  /* A configuration nested far deeper than any real one is refused before anything recurses
+   * through it (copying or printing it would overflow the stack). */
+  deep = nested_document(200000);
+  ZOE_EXPECT_TRUE(deep != NULL);
+  e.config_json = deep;
+  ZOE_EXPECT_STATUS(zoe_engine_create(&e, &engine), ZOE_ERROR_CONFIG, "nested deeper than 64 levels");
+  free(deep);
+  deep = NULL;
+  e.config_json = config;
   ZOE_EXPECT_TRUE(engine == NULL);
   /* A valid patch makes an engine. */
   e.config_overrides = "{\"gradient_clipping\": 0.5, \"zero_optimization\": {\"sub_group_size\": 2000}}";
@@ -1035,6 +1071,7 @@ static int config_overrides(void) {
   ZOE_EXPECT_OK(zoe_engine_destroy(engine));
   return rig_close(&r);
 fail:
+  free(deep);
   if (engine != NULL) zoe_engine_destroy(engine);
   rig_close(&r);
   return 0;

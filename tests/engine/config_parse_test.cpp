@@ -4,6 +4,7 @@
 
 #include <limits>
 #include <string>
+#include <string_view>
 
 #include "config_test_support.hpp"
 #include "zoe/core/str.hpp"
@@ -261,6 +262,45 @@ TEST(config_optimizer, adam_values_must_survive_the_cast_to_float) {
       R"({"optimizer": {"type": "Adam", "params": {"eps": 1.5e-45, "betas": [0, 0.99999994], "lr": 3e38}}})");
   EXPECT_DOUBLE_EQ(c.config.optimizer->eps, 1.5e-45);
   EXPECT_DOUBLE_EQ(c.config.optimizer->betas[1], 0.99999994);
+}
+
+// The overrides (zoe_engine_desc.config_overrides) are a document of their own, read as strictly
+// as the configuration, and merged over it as an RFC 7386 merge patch.
+std::string overrides_error_of(std::string_view text, std::string_view overrides) {
+  try {
+    (void)parse_config_with_overrides(text, "base.json", overrides, "overrides");
+  } catch (const config_error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected a config_error for " << text << " with " << overrides;
+  return {};
+}
+
+TEST(config_overrides, merge_key_by_key_and_null_removes) {
+  const loaded_config c = parse_config_with_overrides(
+      R"({"zero_optimization": {"stage": 3, "sub_group_size": 5}, "gradient_clipping": 0.5})", "base.json",
+      R"({"zero_optimization": {"stage": 2}, "gradient_clipping": null})", "overrides");
+  EXPECT_EQ(c.config.zero.stage, 2);
+  EXPECT_EQ(c.config.zero.sub_group_size, 5u);
+  EXPECT_DOUBLE_EQ(c.config.gradient_clipping, 1.0);
+  EXPECT_EQ(entry_of(c, "gradient_clipping")->source, config_source::default_value);
+}
+
+TEST(config_overrides, each_document_is_read_strictly_and_its_errors_name_it) {
+  EXPECT_THAT(overrides_error_of("{}", R"({"gradient_clipping": 1, "gradient_clipping": 2})"),
+              HasSubstr("overrides: gradient_clipping: duplicate key"));
+  EXPECT_THAT(overrides_error_of(R"({"aio": {}, "aio": {}})", "{}"), HasSubstr("base.json: aio: duplicate key"));
+  EXPECT_THAT(overrides_error_of("{}", "{\n  \"aio\": }"), HasSubstr("overrides:2:10: in aio:"));
+  EXPECT_THAT(overrides_error_of("{}", "[1]"), HasSubstr("overrides: the top level: expected an object"));
+  EXPECT_THAT(overrides_error_of("[1]", "{}"), HasSubstr("base.json: the top level: expected an object"));
+  std::string deep;
+  for (int i = 0; i < 100; ++i) deep += R"({"a": )";
+  deep += "1" + std::string(100, '}');
+  EXPECT_THAT(overrides_error_of(deep, "{}"), AllOf(HasSubstr("base.json: "), HasSubstr("nested deeper than 64")));
+  EXPECT_THAT(overrides_error_of("{}", deep), AllOf(HasSubstr("overrides: "), HasSubstr("nested deeper than 64")));
+  // A value wrong only once merged names both documents.
+  EXPECT_THAT(overrides_error_of(R"({"zero_optimization": {"stage": 3}})", R"({"zero_optimization": {"stage": 7}})"),
+              HasSubstr("base.json with overrides: zero_optimization.stage"));
 }
 
 TEST(config_file, a_missing_file_names_its_path) {

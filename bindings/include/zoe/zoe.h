@@ -209,7 +209,8 @@ typedef struct zoe_engine_desc {
   zoe_device* device;      /**< NULL: the engine opens the device the config's zoe.device names */
   /** NULL, or a JSON object merged over the configuration before it is read, as an RFC 7386 merge
    *  patch (objects merge key by key, any other value replaces, null removes): a launcher's
-   *  settings (zoe.ranks_per_node, ...) over a shared configuration file. */
+   *  settings (zoe.ranks_per_node, ...) over a shared configuration file. Read as strictly as the
+   *  configuration; its errors start "zoe_engine_desc.config_overrides" (with line and column). */
   const char* config_overrides;
 } zoe_engine_desc;
 #define ZOE_ENGINE_DESC_INIT \
