@@ -8,8 +8,6 @@
 #include <string>
 #include <utility>
 
-#include <nlohmann/json.hpp>
-
 #include "initializer.hpp"
 #include "objects.hpp"
 #include "status.hpp"
@@ -87,17 +85,9 @@ engine::loaded_config load(const zoe_engine_desc& d, const char* overrides) {
   if (overrides == nullptr) {
     return d.config_json != nullptr ? engine::parse_config(d.config_json) : engine::load_config_file(d.config_path);
   }
-  const nlohmann::json patch = nlohmann::json::parse(overrides, nullptr, false);
-  if (!patch.is_object()) {
-    throw config_error(str("zoe_engine_desc.config_overrides is not a JSON object: '", overrides, "'"));
-  }
   const std::string text = d.config_json != nullptr ? std::string(d.config_json) : file_text(d.config_path);
   const std::string origin = d.config_json != nullptr ? std::string("<config>") : std::string(d.config_path);
-  nlohmann::json merged = nlohmann::json::parse(text, nullptr, false);
-  // Not JSON, or not an object: the reader's own message says where.
-  if (!merged.is_object()) return engine::parse_config(text, origin);
-  merged.merge_patch(patch);
-  return engine::parse_config(merged.dump(), origin + " with zoe_engine_desc.config_overrides");
+  return engine::parse_config_with_overrides(text, origin, overrides, "zoe_engine_desc.config_overrides");
 }
 
 // The caller's world for zoe_all_reduce_sum: the same backend, nodes and timeout as the engine's.

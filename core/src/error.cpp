@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "zoe/core/check.hpp"
+#include "zoe/core/log.hpp"
 
 namespace zoe {
 
@@ -30,7 +31,18 @@ std::string errno_text(int os_errno) {
 
 namespace detail {
 void throw_errno(int os_errno, const std::string& what, const char* file, int line) {
-  throw io_error(str(what, ": ", errno_text(os_errno), " [", file, ":", line, "]"), os_errno);
+  std::string message = str(what, ": ", errno_text(os_errno));
+  log_raise_site(str(" [", file, ":", line, "]"), message);
+  throw io_error(message, os_errno);
+}
+
+void log_raise_site(std::string_view where, std::string_view message) noexcept {
+  // The location comes as " [file:line]", the form an internal error's message ends with.
+  if (!where.empty() && where.front() == ' ') where.remove_prefix(1);
+  try {
+    log::debug("error raised at ", where, ": ", message);
+  } catch (...) {  // NOLINT(bugprone-empty-catch): out of memory here; the error itself is still thrown
+  }
 }
 }  // namespace detail
 

@@ -515,6 +515,11 @@ static int bad_configs(void) {
   ZOE_EXPECT_STATUS(zoe_engine_create(&e, &engine), ZOE_ERROR_CONFIG, "zero_optimization.stage");
   e.config_json = "{\"zero_optimization\": ";
   ZOE_EXPECT_STATUS(zoe_engine_create(&e, &engine), ZOE_ERROR_CONFIG, NULL);
+  /* An error about the user's configuration names the key, never a source file of zoe's build
+   * (this one is found while planning the footprint, past the reader). */
+  e.config_json = "{\"zoe\": {\"activations\": {\"nvme_bytes\": 4096}}}";
+  ZOE_EXPECT_STATUS(zoe_engine_create(&e, &engine), ZOE_ERROR_CONFIG, "zoe.activations.nvme_bytes");
+  ZOE_EXPECT_TRUE(strstr(zoe_last_error(), ".cpp") == NULL);
   ZOE_EXPECT_TRUE(engine == NULL);
   return rig_close(&r);
 fail:
@@ -569,6 +574,12 @@ static int out_of_order(void) {
   ZOE_EXPECT_USAGE(zoe_fetch(r.engine, r.layer1, ZOE_PASS_BACKWARD, r.stream), "were already handed in");
   ZOE_EXPECT_OK(zoe_end_micro_batch(r.engine));
   ZOE_EXPECT_USAGE(zoe_begin_micro_batch(r.engine), "call step() first");
+  /* The Adam kernel computes in float: a learning rate beyond float's range (or NaN) is refused
+   * naming it, before anything changes. */
+  ZOE_EXPECT_USAGE(zoe_step(r.engine, 1e39, &result), "lr 1e+39 is not");
+  ZOE_EXPECT_USAGE(zoe_step(r.engine, NAN, &result), "lr nan is not");
+  ZOE_EXPECT_USAGE(zoe_step(r.engine, -1.0, &result), "lr -1 is not");
+  ZOE_EXPECT_TRUE(strstr(zoe_last_error(), ".cpp") == NULL);
   ZOE_EXPECT_OK(zoe_step(r.engine, 1e-3, &result));
   ZOE_EXPECT_TRUE(result.skipped == 0 && result.optimizer_steps == 1);
   return rig_close(&r);
@@ -1044,12 +1055,28 @@ fail:
   return 0;
 }
 
+/* {"a": {"a": ... 1 ...}}, `depth` objects deep; NULL when out of memory. */
+static char* nested_document(size_t depth) {
+  static const char open[] = "{\"a\": ";
+  const size_t open_length = sizeof open - 1;
+  char* text = (char*)malloc(depth * (open_length + 1) + 2);
+  char* p = text;
+  size_t i;
+  if (text == NULL) return NULL;
+  for (i = 0; i < depth; ++i, p += open_length) memcpy(p, open, open_length);
+  *p++ = '1';
+  for (i = 0; i < depth; ++i) *p++ = '}';
+  *p = '\0';
+  return text;
+}
+
 /* zoe_engine_desc.config_overrides: merged over config_json and config_path as a merge patch,
  * checked like the configuration itself. */
 static int config_overrides(void) {
   rig r;
   char config[2048];
   char path[600];
+  char* deep = NULL;
   FILE* f = NULL;
   zoe_engine_desc e = ZOE_ENGINE_DESC_INIT;
   zoe_engine* engine = NULL;
@@ -1061,9 +1088,29 @@ static int config_overrides(void) {
   e.config_overrides = "{\"zero_optimization\": {\"stage\": 7}}";
   ZOE_EXPECT_STATUS(zoe_engine_create(&e, &engine), ZOE_ERROR_CONFIG, "zero_optimization.stage");
   e.config_overrides = "[1, 2]";
-  ZOE_EXPECT_STATUS(zoe_engine_create(&e, &engine), ZOE_ERROR_CONFIG, "config_overrides is not a JSON object");
+  ZOE_EXPECT_STATUS(zoe_engine_create(&e, &engine), ZOE_ERROR_CONFIG,
+                    "zoe_engine_desc.config_overrides: the top level: expected an object");
   e.config_overrides = "{\"zero_optimization\": ";
   ZOE_EXPECT_STATUS(zoe_engine_create(&e, &engine), ZOE_ERROR_CONFIG, "config_overrides");
+  /* Each document is read as strictly as a configuration alone: a key given twice is an error, and
+   * one in the overrides, like a syntax error there, names the overrides and the place in them. */
+  e.config_overrides = "{\"gradient_clipping\": 0.5, \"gradient_clipping\": 1}";
+  ZOE_EXPECT_STATUS(zoe_engine_create(&e, &engine), ZOE_ERROR_CONFIG,
+                    "zoe_engine_desc.config_overrides: gradient_clipping: duplicate key");
+  e.config_overrides = "{\n  \"zero_optimization\": }";
+  ZOE_EXPECT_STATUS(zoe_engine_create(&e, &engine), ZOE_ERROR_CONFIG, "zoe_engine_desc.config_overrides:2:24:");
+  e.config_json = "{\"gradient_clipping\": 0.5, \"gradient_clipping\": 1}";
+  e.config_overrides = "{}";
+  ZOE_EXPECT_STATUS(zoe_engine_create(&e, &engine), ZOE_ERROR_CONFIG, "<config>: gradient_clipping: duplicate key");
+  /* A configuration nested far deeper than any real one is refused before anything recurses
+   * through it (copying or printing it would overflow the stack). */
+  deep = nested_document(200000);
+  ZOE_EXPECT_TRUE(deep != NULL);
+  e.config_json = deep;
+  ZOE_EXPECT_STATUS(zoe_engine_create(&e, &engine), ZOE_ERROR_CONFIG, "nested deeper than 64 levels");
+  free(deep);
+  deep = NULL;
+  e.config_json = config;
   ZOE_EXPECT_TRUE(engine == NULL);
   /* A valid patch makes an engine. */
   e.config_overrides = "{\"gradient_clipping\": 0.5, \"zero_optimization\": {\"sub_group_size\": 2000}}";
@@ -1092,6 +1139,7 @@ static int config_overrides(void) {
   ZOE_EXPECT_OK(zoe_engine_destroy(engine));
   return rig_close(&r);
 fail:
+  free(deep);
   if (engine != NULL) zoe_engine_destroy(engine);
   rig_close(&r);
   return 0;

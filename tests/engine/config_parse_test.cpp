@@ -4,6 +4,7 @@
 
 #include <limits>
 #include <string>
+#include <string_view>
 
 #include "config_test_support.hpp"
 #include "zoe/core/str.hpp"
@@ -203,6 +204,30 @@ TEST(config_checks, dynamic_loss_scaling_needs_a_positive_window_and_minimum) {
               AllOf(HasSubstr("fp16.min_loss_scale"), HasSubstr("not integral")));
 }
 
+// Every loss-scale key is checked when the document is read, naming the key: the scale reaches
+// the kernels and the caller's loss as a float, so 2^initial_scale_power and a static loss_scale
+// must be finite floats (with finite reciprocals), and a dynamic scale's minimum cannot lie above
+// where it starts.
+TEST(config_checks, loss_scale_keys_are_checked_against_the_float_range) {
+  EXPECT_THAT(config_error_of(R"({"fp16": {"enabled": true, "initial_scale_power": 128}})"),
+              AllOf(HasSubstr("fp16.initial_scale_power"), HasSubstr("[0, 127]"), HasSubstr("128")));
+  EXPECT_THAT(config_error_of(R"({"fp16": {"initial_scale_power": 1023}})"), HasSubstr("fp16.initial_scale_power"));
+  EXPECT_THAT(config_error_of(R"({"fp16": {"initial_scale_power": -1}})"), HasSubstr("fp16.initial_scale_power"));
+  EXPECT_EQ(parse_config(R"({"fp16": {"enabled": true, "initial_scale_power": 127}})").config.fp16.initial_scale_power,
+            127);
+  EXPECT_THAT(config_error_of(R"({"fp16": {"enabled": true, "loss_scale": 1e39}})"), HasSubstr("fp16.loss_scale"));
+  EXPECT_THAT(config_error_of(R"({"fp16": {"enabled": true, "loss_scale": 1e-39}})"), HasSubstr("fp16.loss_scale"));
+  EXPECT_DOUBLE_EQ(parse_config(R"({"fp16": {"enabled": true, "loss_scale": 0.5}})").config.fp16.loss_scale, 0.5);
+  EXPECT_THAT(config_error_of(R"({"fp16": {"enabled": true, "hysteresis": 0}})"),
+              AllOf(HasSubstr("fp16.hysteresis"), HasSubstr(">= 1")));
+  EXPECT_THAT(config_error_of(R"({"fp16": {"enabled": true, "initial_scale_power": 2, "min_loss_scale": 8}})"),
+              AllOf(HasSubstr("fp16.min_loss_scale"), HasSubstr("fp16.initial_scale_power")));
+  // A static scale uses neither hysteresis nor the minimum, as in DeepSpeed.
+  EXPECT_EQ(parse_config(R"({"fp16": {"enabled": true, "loss_scale": 4, "hysteresis": 0, "min_loss_scale": 8}})")
+                .config.fp16.hysteresis,
+            0);
+}
+
 TEST(config_optimizer, adam_params_are_read_and_checked) {
   const loaded_config c = parse_config(
       R"({"optimizer": {"type": "Adam", "params": {"lr": 1e-4, "betas": [0.8, 0.9], "eps": 1e-6, "weight_decay": 0.1, "adam_w_mode": false}}})");
@@ -231,6 +256,64 @@ TEST(config_optimizer, bad_optimizer_values_name_their_key) {
               HasSubstr("optimizer.params.lr"));
   EXPECT_THAT(config_error_of(R"({"optimizer": {"type": "Adam", "params": {"max_grad_norm": 1.0}}})"),
               AllOf(HasSubstr("optimizer.params.max_grad_norm"), HasSubstr("gradient_clipping")));
+}
+
+// The Adam kernel runs in float: a value that a double holds and a float does not (beyond its
+// range, or rounding to 0 or to 1 there) would build an engine whose every step fails.
+TEST(config_optimizer, adam_values_must_survive_the_cast_to_float) {
+  const auto params = [](const std::string& p) {
+    return config_error_of(str(R"({"optimizer": {"type": "Adam", "params": {)", p, "}}}"));
+  };
+  EXPECT_THAT(params(R"("eps": 0)"), AllOf(HasSubstr("optimizer.params.eps"), HasSubstr("float")));
+  EXPECT_THAT(params(R"("eps": 1e-46)"), HasSubstr("optimizer.params.eps"));
+  EXPECT_THAT(params(R"("eps": 1e39)"), HasSubstr("optimizer.params.eps"));
+  EXPECT_THAT(params(R"("weight_decay": 1e39)"), AllOf(HasSubstr("optimizer.params.weight_decay"), HasSubstr("float")));
+  EXPECT_THAT(params(R"("lr": 1e39)"), HasSubstr("optimizer.params.lr"));
+  EXPECT_THAT(params(R"("betas": [0.9, 0.99999999])"),
+              AllOf(HasSubstr("optimizer.params.betas[1]"), HasSubstr("float")));
+  const loaded_config c = parse_config(
+      R"({"optimizer": {"type": "Adam", "params": {"eps": 1.5e-45, "betas": [0, 0.99999994], "lr": 3e38}}})");
+  EXPECT_DOUBLE_EQ(c.config.optimizer->eps, 1.5e-45);
+  EXPECT_DOUBLE_EQ(c.config.optimizer->betas[1], 0.99999994);
+}
+
+// The overrides (zoe_engine_desc.config_overrides) are a document of their own, read as strictly
+// as the configuration, and merged over it as an RFC 7386 merge patch.
+std::string overrides_error_of(std::string_view text, std::string_view overrides) {
+  try {
+    (void)parse_config_with_overrides(text, "base.json", overrides, "overrides");
+  } catch (const config_error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected a config_error for " << text << " with " << overrides;
+  return {};
+}
+
+TEST(config_overrides, merge_key_by_key_and_null_removes) {
+  const loaded_config c = parse_config_with_overrides(
+      R"({"zero_optimization": {"stage": 3, "sub_group_size": 5}, "gradient_clipping": 0.5})", "base.json",
+      R"({"zero_optimization": {"stage": 2}, "gradient_clipping": null})", "overrides");
+  EXPECT_EQ(c.config.zero.stage, 2);
+  EXPECT_EQ(c.config.zero.sub_group_size, 5u);
+  EXPECT_DOUBLE_EQ(c.config.gradient_clipping, 1.0);
+  EXPECT_EQ(entry_of(c, "gradient_clipping")->source, config_source::default_value);
+}
+
+TEST(config_overrides, each_document_is_read_strictly_and_its_errors_name_it) {
+  EXPECT_THAT(overrides_error_of("{}", R"({"gradient_clipping": 1, "gradient_clipping": 2})"),
+              HasSubstr("overrides: gradient_clipping: duplicate key"));
+  EXPECT_THAT(overrides_error_of(R"({"aio": {}, "aio": {}})", "{}"), HasSubstr("base.json: aio: duplicate key"));
+  EXPECT_THAT(overrides_error_of("{}", "{\n  \"aio\": }"), HasSubstr("overrides:2:10: in aio:"));
+  EXPECT_THAT(overrides_error_of("{}", "[1]"), HasSubstr("overrides: the top level: expected an object"));
+  EXPECT_THAT(overrides_error_of("[1]", "{}"), HasSubstr("base.json: the top level: expected an object"));
+  std::string deep;
+  for (int i = 0; i < 100; ++i) deep += R"({"a": )";
+  deep += "1" + std::string(100, '}');
+  EXPECT_THAT(overrides_error_of(deep, "{}"), AllOf(HasSubstr("base.json: "), HasSubstr("nested deeper than 64")));
+  EXPECT_THAT(overrides_error_of("{}", deep), AllOf(HasSubstr("overrides: "), HasSubstr("nested deeper than 64")));
+  // A value wrong only once merged names both documents.
+  EXPECT_THAT(overrides_error_of(R"({"zero_optimization": {"stage": 3}})", R"({"zero_optimization": {"stage": 7}})"),
+              HasSubstr("base.json with overrides: zero_optimization.stage"));
 }
 
 TEST(config_file, a_missing_file_names_its_path) {

@@ -130,6 +130,22 @@ TEST(loss_scaler, floor_at_min_loss_scale_then_overflow_there_throws) {
   EXPECT_EQ(scaler.scale(), 3.0);
 }
 
+// The scale multiplies a float loss and its reciprocal reaches the Adam kernel as a float: it
+// stops doubling at 2^127, the largest power of two a float holds. Unbounded, it would reach +inf,
+// where halving leaves it and every later step is skipped.
+TEST(loss_scaler, doubling_stops_at_the_largest_float_power_of_two) {
+  constexpr double ceiling = 0x1p127;
+  loss_scaler scaler(dynamic_fp16(126, 1, 2, false, 1));
+  expect_table(scaler, {{false, 0x1p126, 2, -1},
+                        {false, ceiling, 2, -1},
+                        {false, ceiling, 2, -1},
+                        {false, ceiling, 2, -1},
+                        {true, ceiling, 1, 4},
+                        {true, 0x1p126, 1, 5},
+                        {false, 0x1p126, 1, 5},
+                        {false, ceiling, 2, 5}});
+}
+
 TEST(loss_scaler, static_scale_never_changes_but_overflow_still_skips) {
   fp16_config c;
   c.enabled = true;
@@ -163,14 +179,19 @@ TEST(loss_scaler, settings_that_cannot_work_are_refused_naming_the_key) {
     }
     return std::string("no error");
   };
-  EXPECT_THAT(message(dynamic_fp16(16, 0, 2, false, 1)), HasSubstr("fp16.loss_scale_window must be >= 1"));
-  EXPECT_THAT(message(dynamic_fp16(16, 1000, 0, false, 1)), HasSubstr("fp16.hysteresis must be >= 1"));
-  EXPECT_THAT(message(dynamic_fp16(16, 1000, 2, false, 0)), HasSubstr("fp16.min_loss_scale must be >= 1"));
+  EXPECT_THAT(message(dynamic_fp16(16, 0, 2, false, 1)), HasSubstr("fp16.loss_scale_window: must be >= 1"));
+  EXPECT_THAT(message(dynamic_fp16(16, 1000, 0, false, 1)), HasSubstr("fp16.hysteresis: must be >= 1"));
+  EXPECT_THAT(message(dynamic_fp16(16, 1000, 2, false, 0)), HasSubstr("fp16.min_loss_scale: must be >= 1"));
   EXPECT_THAT(message(dynamic_fp16(1024, 1000, 2, false, 1)), HasSubstr("fp16.initial_scale_power"));
+  EXPECT_THAT(message(dynamic_fp16(128, 1000, 2, false, 1)), HasSubstr("fp16.initial_scale_power"));
+  EXPECT_THAT(message(dynamic_fp16(2, 1000, 2, false, 8)), HasSubstr("fp16.min_loss_scale"));
   fp16_config negative;
   negative.enabled = true;
   negative.loss_scale = -1;
   EXPECT_THAT(message(negative), HasSubstr("fp16.loss_scale"));
+  fp16_config beyond_float = negative;
+  beyond_float.loss_scale = 1e39;
+  EXPECT_THAT(message(beyond_float), HasSubstr("fp16.loss_scale"));
 }
 
 // A scaler restored from a saved state goes on exactly as the one it was saved from.
@@ -211,6 +232,7 @@ TEST(loss_scaler, restore_refuses_a_state_naming_the_field) {
   };
   EXPECT_THAT(message({std::numeric_limits<double>::infinity(), 0, -1, 2, 0}), HasSubstr("scale must be finite"));
   EXPECT_THAT(message({2, 0, -1, 2, 0}), HasSubstr("below fp16.min_loss_scale"));
+  EXPECT_THAT(message({0x1p128, 0, -1, 2, 0}), HasSubstr("above the dynamic loss scale's ceiling"));
   EXPECT_THAT(message({8, -1, -1, 2, 0}), HasSubstr("cur_iter must be >= 0"));
   EXPECT_THAT(message({8, 3, 3, 2, 0}), HasSubstr("last_overflow_iter"));
   EXPECT_THAT(message({8, 3, -1, 2, 4}), HasSubstr("optimizer_steps"));

@@ -212,7 +212,8 @@ typedef struct zoe_engine_desc {
   zoe_device* device;      /**< NULL: the engine opens the device the config's zoe.device names */
   /** NULL, or a JSON object merged over the configuration before it is read, as an RFC 7386 merge
    *  patch (objects merge key by key, any other value replaces, null removes): a launcher's
-   *  settings (zoe.ranks_per_node, ...) over a shared configuration file. */
+   *  settings (zoe.ranks_per_node, ...) over a shared configuration file. Read as strictly as the
+   *  configuration; its errors start "zoe_engine_desc.config_overrides" (with line and column). */
   const char* config_overrides;
 } zoe_engine_desc;
 #define ZOE_ENGINE_DESC_INIT \
@@ -387,7 +388,8 @@ typedef struct zoe_step_result {
   { sizeof(zoe_step_result), 0, 1.0, 0.0, 1.0, 0 }
 
 /** One optimizer step with learning rate `lr` over the gradients of the step's micro-batches
- *  (averaged, unscaled, clipped to gradient_clipping). ZOE_ERROR_USAGE unless all
+ *  (averaged, unscaled, clipped to gradient_clipping). ZOE_ERROR_USAGE naming lr unless it is in
+ *  [0, FLT_MAX] (the optimizer computes in float; NaN is refused too); ZOE_ERROR_USAGE unless all
  *  gradient_accumulation_steps micro-batches are done and at least one module's gradients were
  *  reduced in them ("no gradient was reduced in this step"); on an I/O failure every state is as it
  *  was and the step may be retried. One thread. */

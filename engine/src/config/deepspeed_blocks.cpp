@@ -10,6 +10,7 @@
 #include <string>
 
 #include "config/blocks.hpp"
+#include "config/float_ranges.hpp"
 #include "zoe/core/str.hpp"
 
 namespace zoe::engine::detail {
@@ -17,6 +18,7 @@ namespace {
 
 constexpr double unbounded = std::numeric_limits<double>::max();
 constexpr std::int64_t int_max = std::numeric_limits<std::int64_t>::max();
+constexpr std::int64_t int_min = std::numeric_limits<std::int64_t>::min();
 
 std::string lower(std::string s) {
   std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
@@ -173,28 +175,20 @@ block_spec aio_block(aio_config& a) {
 
 block_spec fp16_block(fp16_config& f) {
   block_spec b;
+  // The ranges are checked once every key is read, by the check the loss scaler shares: which
+  // values work depends on the other keys (a static scale uses neither window nor minimum).
   b.fields = {bool_field("enabled", f.enabled),
               bool_field("auto_cast", f.auto_cast),
-              number_field("loss_scale", f.loss_scale, 0.0, unbounded),
-              int_field("initial_scale_power", f.initial_scale_power, 0, 1023),
-              int_field("loss_scale_window", f.loss_scale_window, std::numeric_limits<std::int64_t>::min()),
-              int_field("hysteresis", f.hysteresis, 0),
+              number_field("loss_scale", f.loss_scale, -unbounded, unbounded),
+              int_field("initial_scale_power", f.initial_scale_power, int_min),
+              int_field("loss_scale_window", f.loss_scale_window, int_min),
+              int_field("hysteresis", f.hysteresis, int_min),
               bool_field("consecutive_hysteresis", f.consecutive_hysteresis),
-              int_field("min_loss_scale", f.min_loss_scale, std::numeric_limits<std::int64_t>::min())};
+              int_field("min_loss_scale", f.min_loss_scale, int_min)};
   b.ignored = {"fp16_master_weights_and_grads"};
   b.on_auto = auto_policy::deepspeed_default;
   b.finish = [&f](read_context& ctx, const std::string& path, const auto& /*given*/) {
-    // As DeepSpeed checks them: only dynamic loss scaling (enabled, loss_scale 0) uses the two.
-    if (!f.enabled || f.loss_scale != 0) return;
-    if (f.loss_scale_window <= 0) {
-      ctx.fail(join_key(path, "loss_scale_window"),
-               str("must be > 0 with dynamic loss scaling (", path, ".enabled true, ", path, ".loss_scale 0), got ",
-                   f.loss_scale_window));
-    }
-    if (f.min_loss_scale <= 0) {
-      ctx.fail(join_key(path, "min_loss_scale"), str("must be > 0 with dynamic loss scaling (", path, ".enabled true, ",
-                                                     path, ".loss_scale 0), got ", f.min_loss_scale));
-    }
+    if (const auto problem = find_fp16_problem(f)) ctx.fail(join_key(path, problem->key), problem->message);
   };
   return b;
 }
@@ -208,6 +202,23 @@ block_spec bf16_block(bf16_config& f) {
   return b;
 }
 
+// The Adam kernel computes in float: each of its settings must stay finite (and an eps positive)
+// as a float, or every step would fail in the kernel, naming no key.
+constexpr std::string_view as_float = " (the Adam kernel computes in float)";
+
+field float_field(std::string_view name, double& target, double min) {
+  return field{name,
+               [&target, min](const json& v, const std::string& key, read_context& ctx) {
+                 if (!v.is_number() || !(v.get<double>() >= min && v.get<double>() <= float_max)) {
+                   ctx.fail(key,
+                            str("expected a number in [", min, ", ", float_max, "]", as_float, ", got ", describe(v)));
+                 }
+                 target = v.get<double>();
+               },
+               [&target] { return json(target); },
+               {}};
+}
+
 field betas_field(std::array<double, 2>& betas) {
   return field{"betas",
                [&betas](const json& v, const std::string& key, read_context& ctx) {
@@ -217,7 +228,11 @@ field betas_field(std::array<double, 2>& betas) {
                  for (std::size_t i = 0; i < 2; ++i) {
                    const std::string element = str(key, '[', i, ']');
                    betas[i] = to_number(v[i], element, ctx, 0.0, 1.0);
-                   if (betas[i] >= 1.0) ctx.fail(element, str("expected a number in [0, 1), got ", describe(v[i])));
+                   if (betas[i] > float_below_one) {
+                     ctx.fail(element, str("expected a number in [0, 0.99999994]: a float holds nothing between that "
+                                           "and 1",
+                                           as_float, ", got ", describe(v[i])));
+                   }
                  }
                },
                [&betas] {
@@ -228,9 +243,12 @@ field betas_field(std::array<double, 2>& betas) {
 
 block_spec optimizer_params_block(optimizer_config& o) {
   block_spec b;
-  b.fields = {number_field("lr", o.lr, 0.0, unbounded),   betas_field(o.betas),
-              number_field("eps", o.eps, 0.0, unbounded), number_field("weight_decay", o.weight_decay, 0.0, unbounded),
-              bool_field("adam_w_mode", o.adam_w_mode),   bool_field("bias_correction", o.bias_correction)};
+  b.fields = {float_field("lr", o.lr, 0.0),
+              betas_field(o.betas),
+              float_field("eps", o.eps, float_min_positive),
+              float_field("weight_decay", o.weight_decay, 0.0),
+              bool_field("adam_w_mode", o.adam_w_mode),
+              bool_field("bias_correction", o.bias_correction)};
   b.ignored = {"torch_adam", "fp32_optimizer_states"};
   b.refused = {{"max_grad_norm",
                 "not supported as an optimizer parameter (DeepSpeed refuses it too); use the "

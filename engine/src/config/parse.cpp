@@ -22,16 +22,40 @@ std::string_view config_source_name(config_source s) noexcept {
   return "unknown";
 }
 
-loaded_config parse_config(std::string_view json_text, std::string_view origin) {
-  const detail::json root = detail::read_json_document(json_text, origin);
+namespace {
+
+void expect_object(const detail::json& root, std::string_view origin) {
+  if (!root.is_object()) {
+    detail::read_context(origin).fail("the top level", str("expected an object, got ", detail::describe(root)));
+  }
+}
+
+loaded_config read_config(const detail::json& root, std::string_view origin) {
+  expect_object(root, origin);
   detail::read_context ctx(origin);
-  if (!root.is_object()) ctx.fail("the top level", str("expected an object, got ", detail::describe(root)));
   loaded_config out;
   detail::read_block(ctx, root, "", detail::top_level_block(out.config));
   detail::check_config(ctx, out.config);
   out.entries = std::move(ctx.entries);
   out.warnings = std::move(ctx.warnings);
   return out;
+}
+
+}  // namespace
+
+loaded_config parse_config(std::string_view json_text, std::string_view origin) {
+  return read_config(detail::read_json_document(json_text, origin), origin);
+}
+
+loaded_config parse_config_with_overrides(std::string_view json_text, std::string_view origin,
+                                          std::string_view overrides_text, std::string_view overrides_origin) {
+  // Both trees come from the strict reader, so merging (which recurses) meets at most 64 levels.
+  detail::json root = detail::read_json_document(json_text, origin);
+  expect_object(root, origin);
+  const detail::json patch = detail::read_json_document(overrides_text, overrides_origin);
+  expect_object(patch, overrides_origin);
+  root.merge_patch(patch);
+  return read_config(root, str(origin, " with ", overrides_origin));
 }
 
 loaded_config load_config_file(const std::filesystem::path& path) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "config/float_ranges.hpp"
 #include "zoe/core/check.hpp"
 #include "zoe/core/str.hpp"
 
@@ -13,29 +14,18 @@ namespace {
 // DeepSpeed's scale_factor: every change of the dynamic scale is a factor of two.
 constexpr double scale_factor = 2.0;
 
-void require_at_least_one(std::int64_t value, const char* key) {
-  ZOE_CHECK(value >= 1, config_error, "fp16.", key, " must be >= 1 with dynamic loss scaling (fp16.enabled true, ",
-            "fp16.loss_scale 0), got ", value);
-}
-
 }  // namespace
 
 loss_scaler::loss_scaler(const fp16_config& config) {
   if (!config.enabled) return;  // bf16 or fp32: DeepSpeed's LossScaler(1.0)
-  ZOE_CHECK(config.loss_scale >= 0 && std::isfinite(config.loss_scale), config_error,
-            "fp16.loss_scale must be 0 (dynamic) or a finite scale > 0, got ", config.loss_scale);
+  // The reader runs the same check; a config built in code meets it here.
+  if (const auto problem = detail::find_fp16_problem(config)) {
+    throw config_error(str("fp16.", problem->key, ": ", problem->message));
+  }
   if (config.loss_scale > 0) {
     state_.scale = config.loss_scale;
     return;
   }
-  // Dynamic. The parser checks window and floor; hysteresis 0 it lets through, and DeepSpeed would
-  // then count cur_hysteresis down past 1 forever and never lower the scale, so it is refused here.
-  require_at_least_one(config.loss_scale_window, "loss_scale_window");
-  require_at_least_one(config.min_loss_scale, "min_loss_scale");
-  require_at_least_one(config.hysteresis, "hysteresis");
-  ZOE_CHECK(config.initial_scale_power >= 0 && config.initial_scale_power <= 1023, config_error,
-            "fp16.initial_scale_power must be in [0, 1023] (2^power must be a finite double), got ",
-            config.initial_scale_power);
   dynamic_ = true;
   window_ = config.loss_scale_window;
   hysteresis_ = config.hysteresis;
@@ -63,7 +53,7 @@ bool loss_scaler::update(bool overflow) {
       const std::int64_t stable_interval = state_.cur_iter - state_.last_overflow_iter - 1;
       if (stable_interval > 0 && stable_interval % window_ == 0) {
         if (!consecutive_hysteresis_) state_.cur_hysteresis = hysteresis_;
-        state_.scale *= scale_factor;
+        state_.scale = std::min(state_.scale * scale_factor, detail::max_loss_scale);
       }
     }
   }
@@ -88,6 +78,8 @@ void loss_scaler::restore(const loss_scaler_state& saved) {
                 saved.cur_hysteresis);
     ZOE_EXPECTS(saved.scale >= min_scale_, "loss scaler state: scale ", saved.scale, " is below fp16.min_loss_scale ",
                 min_scale_);
+    ZOE_EXPECTS(saved.scale <= detail::max_loss_scale, "loss scaler state: scale ", saved.scale,
+                " is above the dynamic loss scale's ceiling 2^127 (", detail::max_loss_scale, ")");
     state_ = saved;
     return;
   }

@@ -59,6 +59,15 @@ struct loaded_config {
 /// Thread-safe (no shared state besides the log).
 [[nodiscard]] loaded_config parse_config(std::string_view json_text, std::string_view origin = "<config>");
 
+/// parse_config over `json_text` with `overrides_text` merged over it first as an RFC 7386 merge
+/// patch (objects merge key by key, any other value replaces, null removes). Each document is read
+/// as strictly as parse_config reads one (syntax, duplicate keys, nesting, NaN), its errors naming
+/// its own origin with line and column; the overrides must be an object. An error in the merged
+/// values names "<origin> with <overrides_origin>". Throws config_error; thread-safe.
+[[nodiscard]] loaded_config parse_config_with_overrides(std::string_view json_text, std::string_view origin,
+                                                        std::string_view overrides_text,
+                                                        std::string_view overrides_origin);
+
 /// Reads `path` and parses it as parse_config does, naming the path in messages. Throws
 /// config_error when the file cannot be read (with the OS error), or as parse_config does.
 [[nodiscard]] loaded_config load_config_file(const std::filesystem::path& path);

@@ -15,7 +15,10 @@
 //    the state untouched;
 //  - a clean step with consecutive_hysteresis refills cur_hysteresis to hysteresis;
 //  - after loss_scale_window clean steps since the last overflow, the scale doubles (and, without
-//    consecutive_hysteresis, cur_hysteresis is refilled), and again every window after that.
+//    consecutive_hysteresis, cur_hysteresis is refilled), and again every window after that, up to
+//    2^127: the largest power of two a float holds, since the scale multiplies a float loss and its
+//    reciprocal reaches the Adam kernel as a float. (DeepSpeed has no ceiling: its scale would
+//    reach inf, which halving leaves inf, and every later step would be skipped.)
 // Static (fp16 with loss_scale > 0): that scale, never changed. fp16 disabled (bf16, fp32): 1.
 
 #include <cstdint>
@@ -45,8 +48,10 @@ struct loss_scaler_state {
 
 class loss_scaler {
  public:
-  /// Throws config_error naming the fp16 key when a dynamic scale's settings cannot work
-  /// (loss_scale_window, min_loss_scale or hysteresis below 1, or a negative loss_scale).
+  /// Throws config_error naming the fp16 key when enabled settings cannot work, as the config
+  /// reader refuses them: a loss_scale neither 0 nor in [2^-126, 2^127], an initial_scale_power
+  /// outside [0, 127]; with dynamic scaling, loss_scale_window, hysteresis or min_loss_scale below 1,
+  /// or min_loss_scale above 2^initial_scale_power.
   explicit loss_scaler(const fp16_config& config);
 
   [[nodiscard]] double scale() const noexcept { return state_.scale; }
@@ -58,9 +63,9 @@ class loss_scaler {
 
   [[nodiscard]] const loss_scaler_state& state() const noexcept { return state_; }
   /// Takes a saved state. Throws usage_error naming the field that cannot come from this
-  /// configuration (a scale that is not finite and > 0, counters out of order, cur_hysteresis
-  /// outside [1, fp16.hysteresis]). A static or disabled scaler keeps its configured scale: the
-  /// scale is a setting there, not learned state.
+  /// configuration (a scale that is not finite and > 0, a dynamic scale outside
+  /// [fp16.min_loss_scale, 2^127], counters out of order, cur_hysteresis outside [1, fp16.hysteresis]). A static or
+  /// disabled scaler keeps its configured scale: the scale is a setting there, not learned state.
   void restore(const loss_scaler_state& saved);
 
  private:
