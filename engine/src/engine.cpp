@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <exception>
+#include <limits>
 #include <utility>
 
 #include "zoe/core/check.hpp"
@@ -210,7 +211,14 @@ step_result offload_engine::step(double lr) {
   const std::size_t k = config_.gradient_accumulation_steps;
   ZOE_EXPECTS(micro_batches_done_ == k, "step: ", micro_batches_done_, " of the step's ", k,
               " micro-batches (gradient_accumulation_steps) have handed in their gradients");
-  ZOE_EXPECTS(std::isfinite(lr) && lr >= 0, "step: the learning rate ", lr, " is not a finite number >= 0");
+  // The Adam kernel computes in float: a rate beyond float's range would reach it as inf and fail
+  // the step there, naming no argument. Written so that NaN fails the comparison.
+  constexpr double largest_lr = std::numeric_limits<float>::max();
+  if (!(lr >= 0 && lr <= largest_lr)) {
+    throw usage_error(str("step: lr ", lr,
+                          " is not a learning rate the optimizer can use: give a finite number in [0, ", largest_lr,
+                          "] (the Adam kernel computes in float)"));
+  }
   // Every rank's shards together: each rank takes the same clip and skip decision. With one shard
   // (stage 0) every rank's summary is already the whole all-reduced gradient's, the same bits on
   // each: adding the replicas would count it once per rank.
