@@ -1,7 +1,10 @@
 # zoe_add_test(NAME name SOURCES ... LIBS ... [LABELS label] [TIMEOUT seconds] [RESOURCE_LOCK name])
 # Labels: unit (the default), concurrency (unit tests whose subject is threads, also run under
 # TSan; scripts/test adds kernels_tests there by name), gpu (tests/gpu: need a GPU, skip without
-# one), mpi (cases run under mpirun: zoe_add_mpi_test below); slow is reserved for tests no module has yet.
+# one), mpi (cases run under mpirun: zoe_add_mpi_test below), soak (long fault-injection runs, such as
+# zoe-train-mlp killed and resumed round after round: a short form by default, the full one when an
+# environment variable asks, tests/bindings/train_mlp_soak_test.cpp); slow is reserved for tests no
+# module has yet.
 # One GoogleTest binary per test file group; every test case becomes its own CTest entry,
 # discovered when ctest runs (so building never executes test binaries).
 enable_testing()

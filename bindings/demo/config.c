@@ -1,4 +1,4 @@
-/* config.c: the built-in configuration and the default device budget. */
+/* config.c: the built-in configuration, and the device budget from zoe's footprint plan. */
 #include "config.h"
 
 #include <errno.h>
@@ -7,12 +7,13 @@
 #include <string.h>
 
 #include "model.h"
+#include "trainer.h"
 
 /* Activations of one micro-batch that the device holds ahead of backward's loads. */
 #define ZOE_MLP_PREFETCHED_ACTIVATIONS 1
 
 char* mlp_builtin_config(const char* swap_dir, size_t hidden, size_t layers, size_t micro_batches, size_t micro_rows,
-                         double lr, uint64_t budget) {
+                         double lr) {
   const unsigned long long layer = (unsigned long long)mlp_layer_numel(hidden);
   const unsigned long long weight = (unsigned long long)hidden * hidden;
   const unsigned long long activation = 4ull * micro_rows * hidden;
@@ -20,7 +21,7 @@ char* mlp_builtin_config(const char* swap_dir, size_t hidden, size_t layers, siz
    * stay gathered (below stage3_param_persistence_threshold); a released layer stays gathered only
    * when it is used again at once (the last layer, from forward into backward): any longer reuse
    * distance would keep every layer of forward for backward and fill the arena. */
-  /* Rounded to whole 1024 elements, the same figure mlp_default_budget counts. */
+  /* Rounded to whole 1024 elements. */
   const unsigned long long live = (2 * layer + (unsigned long long)layers * hidden + 1023) / 1024 * 1024;
   const char* format =
       "{\n"
@@ -42,38 +43,47 @@ char* mlp_builtin_config(const char* swap_dir, size_t hidden, size_t layers, siz
       "    \"reduce_bucket_size\": %llu\n"
       "  },\n"
       "  \"aio\": {\"block_size\": 1048576, \"queue_depth\": 8},\n"
-      "  \"zoe\": {\"device\": {\"budget_bytes\": %llu},\n"
-      "          \"activations\": {\"host_bytes\": %llu, \"prefetch_bytes\": %llu}}\n"
+      "  \"zoe\": {\"activations\": {\"host_bytes\": %llu, \"prefetch_bytes\": %llu}}\n"
       "}\n";
   const int n = snprintf(NULL, 0, format, micro_batches, ZOE_MLP_GRADIENT_CLIPPING, lr, ZOE_MLP_BETA1, ZOE_MLP_BETA2,
                          ZOE_MLP_EPS, ZOE_MLP_WEIGHT_DECAY, swap_dir, swap_dir, layer, live, weight, hidden, layer,
-                         (unsigned long long)budget, activation * layers, activation * ZOE_MLP_PREFETCHED_ACTIVATIONS);
+                         activation * layers, activation * ZOE_MLP_PREFETCHED_ACTIVATIONS);
   char* out = malloc((size_t)n + 1);
   if (out == NULL) return NULL;
   snprintf(out, (size_t)n + 1, format, micro_batches, ZOE_MLP_GRADIENT_CLIPPING, lr, ZOE_MLP_BETA1, ZOE_MLP_BETA2,
            ZOE_MLP_EPS, ZOE_MLP_WEIGHT_DECAY, swap_dir, swap_dir, layer, live, weight, hidden, layer,
-           (unsigned long long)budget, activation * layers, activation * ZOE_MLP_PREFETCHED_ACTIVATIONS);
+           activation * layers, activation * ZOE_MLP_PREFETCHED_ACTIVATIONS);
   return out;
 }
 
-static uint64_t round_up(uint64_t x, uint64_t to) { return (x + to - 1) / to * to; }
+int mlp_plan(const mlp_options* o, const char* config_json, const char* overrides, unsigned world_size,
+             zoe_footprint* plan) {
+  zoe_model* model = NULL;
+  if (mlp_check(mlp_model_build(o->hidden, o->layers, o->seed, &model), "mlp_model_build") != 0) return -1;
+  zoe_engine_desc desc = ZOE_ENGINE_DESC_INIT;
+  desc.config_json = config_json;
+  desc.config_overrides = overrides;
+  desc.model = model;
+  zoe_footprint planned = ZOE_FOOTPRINT_INIT;
+  const zoe_status s = zoe_footprint_plan(&desc, world_size, &planned);
+  zoe_model_destroy(model);
+  if (mlp_check(s, "zoe_footprint_plan") != 0) return -1;
+  *plan = planned;
+  return 0;
+}
 
-uint64_t mlp_default_budget(size_t hidden, size_t layers, size_t micro_rows) {
-  const uint64_t align = 4096;
-  const uint64_t weight = round_up(4ull * hidden * hidden, align);
-  const uint64_t bias = round_up(4ull * hidden, align);
-  /* As the footprint plan sizes the arena: the largest module's weight, plus what prefetch runs
-   * ahead (the bucket, one layer) and one more parameter, capped by stage3_max_live_parameters;
-   * plus the biases, gathered for good (stage3_param_persistence_threshold = hidden). */
-  const uint64_t ahead = 4ull * mlp_layer_numel(hidden);
-  const uint64_t live = 4ull * round_up(2 * mlp_layer_numel(hidden) + (uint64_t)layers * hidden, 1024);
-  const uint64_t window = 2 * weight + ahead < live ? 2 * weight + ahead : live;
-  const uint64_t arena = (window > weight ? window : weight) + layers * bias;
-  const uint64_t buckets = 2 * round_up(4ull * mlp_layer_numel(hidden), align);
-  const uint64_t activation = round_up(4ull * micro_rows * hidden, align);
-  const uint64_t activations = (4 + 1 + ZOE_MLP_PREFETCHED_ACTIVATIONS) * activation;
+uint64_t mlp_device_budget(const zoe_footprint* plan, size_t hidden, size_t micro_rows) {
+  const uint64_t activation = 4ull * micro_rows * hidden;
+  /* The program's four buffers, and the activation a load brings back into memory zoe allocates
+   * outside its plan (the prefetched ones are the plan's prefetch share). */
+  const uint64_t program = (4 + 1) * activation;
+  /* For the devices' rounding of each allocation (256 bytes on the host device, more on CUDA). */
   const uint64_t margin = (uint64_t)4 << 20;
-  return arena + buckets + activations + margin;
+  return plan->device_bytes + program + margin;
+}
+
+int mlp_keeps_activations(const zoe_footprint* plan) {
+  return plan->activation_host_bytes == 0 && plan->activation_nvme_bytes == 0;
 }
 
 size_t mlp_config_accumulation(const char* json) {

@@ -104,18 +104,45 @@ static int train(const mlp_options* o, const zoe_ranks* launch, size_t micro_bat
   const int lead = launch->rank == 0; /* prints the lines and the progress */
   mlp_run_dir dir;
   if (mlp_run_dir_open(o->dir, several ? (long)launch->rank : -1, &dir) != 0) return 1;
-  /* The budget and the built-in configuration for a whole micro-batch: a rank's share needs less. */
+  /* The built-in configuration and the budget for a whole micro-batch: a rank's share needs less. */
   const size_t rows = o->batch / micro_batches;
-  const uint64_t budget = o->device_budget != 0 ? o->device_budget : mlp_default_budget(o->hidden, o->layers, rows);
+  char* builtin = NULL;
+  if (user_config == NULL) {
+    builtin = mlp_builtin_config(dir.swap, o->hidden, o->layers, micro_batches, rows, o->lr);
+    if (builtin == NULL) {
+      fprintf(stderr, "zoe-train-mlp: out of memory\n");
+      mlp_run_dir_close(&dir);
+      return 1;
+    }
+  }
+  const char* config = user_config != NULL ? user_config : builtin;
+  char overrides[96];
+  if (o->ranks_per_node != 0) {
+    snprintf(overrides, sizeof overrides, "{\"zoe\": {\"ranks_per_node\": %zu}}", o->ranks_per_node);
+  }
+  const char* patch = o->ranks_per_node != 0 ? overrides : NULL;
+  /* What zoe will ask for, before the device is opened: its budget, and whether zoe has room for
+   * the activations. */
+  zoe_footprint plan = ZOE_FOOTPRINT_INIT;
+  if (mlp_plan(o, config, patch, launch->world_size, &plan) != 0) {
+    free(builtin);
+    mlp_run_dir_close(&dir);
+    return 1;
+  }
+  const uint64_t budget = o->device_budget != 0 ? o->device_budget : mlp_device_budget(&plan, o->hidden, rows);
+  const int keep_activations = mlp_keeps_activations(&plan);
   const uint64_t states = mlp_model_state_bytes(o->hidden, o->layers);
   FILE* info = o->json ? stderr : stdout;
   if (lead) {
     fprintf(info,
             "zoe-train-mlp: %zu layers of %zu x %zu, batch %zu in %zu micro-batch(es) on %u rank(s); model states %llu "
-            "bytes, device budget %llu bytes (%s; states = %.1fx budget); folder %s%s\n",
+            "bytes, device budget %llu bytes (%s; states = %.1fx budget); activations kept by %s; folder %s%s\n",
             o->layers, o->hidden, o->hidden, o->batch, micro_batches, launch->world_size, (unsigned long long)states,
-            (unsigned long long)budget, o->device_budget != 0 ? "--device-budget" : "computed from the model",
-            (double)states / (double)budget, dir.root, dir.temporary ? " (temporary)" : "");
+            (unsigned long long)budget,
+            o->device_budget != 0 ? "--device-budget" : "zoe's plan and the program's buffers",
+            (double)states / (double)budget,
+            keep_activations ? "the program (the configuration gives zoe.activations no room)" : "zoe", dir.root,
+            dir.temporary ? " (temporary)" : "");
     fflush(info);
   }
 
@@ -125,23 +152,9 @@ static int train(const mlp_options* o, const zoe_ranks* launch, size_t micro_bat
             "folder %s and are removed with it at exit\n",
             dir.root);
   }
-  char* builtin = NULL;
-  if (user_config == NULL) {
-    builtin = mlp_builtin_config(dir.swap, o->hidden, o->layers, micro_batches, rows, o->lr, budget);
-    if (builtin == NULL) {
-      fprintf(stderr, "zoe-train-mlp: out of memory\n");
-      mlp_run_dir_close(&dir);
-      return 1;
-    }
-  }
-  char overrides[96];
-  if (o->ranks_per_node != 0) {
-    snprintf(overrides, sizeof overrides, "{\"zoe\": {\"ranks_per_node\": %zu}}", o->ranks_per_node);
-  }
   int rc = 1;
   mlp_trainer t;
-  const int opened = mlp_trainer_open(&t, o, user_config != NULL ? user_config : builtin,
-                                      o->ranks_per_node != 0 ? overrides : NULL, micro_batches, budget);
+  const int opened = mlp_trainer_open(&t, o, config, patch, micro_batches, budget, keep_activations);
   if (opened != 0) {
     rc = opened == 2 ? 2 : 1;
     goto done;

@@ -25,16 +25,22 @@ int mlp_default_blas_threads(unsigned local_ranks) {
 static int default_blas_threads(void) { return mlp_default_blas_threads(1); }
 
 void mlp_print_help(FILE* out) {
+  fputs(
+      "usage: zoe-train-mlp [flags]\n"
+      "\n"
+      "Trains an MLP of --layers wide layers (y = relu(x W^T + b), no ReLU on the last) on a synthetic\n"
+      "regression task (inputs uniform in [-1, 1) drawn from (seed, step, row, column); each target a fixed\n"
+      "quadratic function of two neighbouring inputs; MSE loss) with zoe: parameters, gradients and Adam\n"
+      "states live in device memory, pinned host memory or on NVMe as the configuration places them, and\n"
+      "the program computes forward and backward on the device pointers zoe hands it (OpenBLAS on the\n"
+      "host device, cuBLAS on a CUDA device). Each layer's input is an activation checkpoint kept by zoe\n"
+      "(zoe_activation_save); when the configuration gives zoe's activation store no room\n"
+      "(zoe.activations.host_bytes and nvme_bytes both 0, as in a plain DeepSpeed file), the program keeps\n"
+      "them itself in host memory of its own (copied off the device in forward, back in backward) rather than\n"
+      "change the configuration it was given. The start line says which.\n"
+      "\n",
+      out);
   fprintf(out,
-          "usage: zoe-train-mlp [flags]\n"
-          "\n"
-          "Trains an MLP of --layers wide layers (y = relu(x W^T + b), no ReLU on the last) on a synthetic\n"
-          "regression task (inputs uniform in [-1, 1) drawn from (seed, step, row, column); each target a fixed\n"
-          "quadratic function of two neighbouring inputs; MSE loss) with zoe: parameters, gradients and Adam\n"
-          "states live in device memory, pinned host memory or on NVMe as the configuration places them, and\n"
-          "the program computes forward and backward on the device pointers zoe hands it (OpenBLAS on the\n"
-          "host device, cuBLAS on a CUDA device). Each layer's input is an activation checkpoint kept by zoe.\n"
-          "\n"
           "flags (defaults in brackets):\n"
           "  --hidden H            width of every layer [%d]\n"
           "  --layers L            number of layers, each with W (H x H) and b (H) [%d]\n"
@@ -56,9 +62,12 @@ void mlp_print_help(FILE* out) {
           "  --config FILE         a DeepSpeed-style JSON configuration (zoe's engine/CONFIG.md) instead of the\n"
           "                        built-in one: stage 3, fp32 weights, offload_param and offload_optimizer on nvme\n"
           "                        at DIR/swap (DIR/rank-<r> on several ranks), small pinned buffers, aio.block_size\n"
-          "                        1 MiB, AdamW, gradient clipping 1.0, one micro-batch per step\n"
-          "  --device-budget BYTES device memory zoe and the program may use [computed from the model: the\n"
-          "                        gathered layers, the gradient buckets and the activations, printed at start]\n"
+          "                        1 MiB, AdamW, gradient clipping 1.0, one micro-batch per step, the activations\n"
+          "                        of a micro-batch in zoe's pinned host share\n"
+          "  --device-budget BYTES device memory zoe and the program may use [what zoe's footprint plan of the\n"
+          "                        configuration asks for on the device (zoe_footprint_plan, for this model on\n"
+          "                        this many ranks: ZeRO++'s buffers included), plus the program's four buffers\n"
+          "                        of a micro-batch, one loaded activation and 4 MiB for rounding; printed at start]\n"
           "  --device KIND         auto, host or cuda [auto: CUDA when a usable GPU is present]\n"
           "  --json                one JSON object per line (below) instead of the table (the checkpoint lines\n"
           "                        of --checkpoint-every stay text lines between them)\n"

@@ -18,7 +18,7 @@ typedef struct mlp_options {
   long checkpoint_every; /* 0: no checkpoints */
   int resume;
   const char* config;     /* NULL: the built-in configuration */
-  uint64_t device_budget; /* 0: computed from the model (mlp_default_budget) */
+  uint64_t device_budget; /* 0: from zoe's footprint plan (mlp_device_budget) */
   const char* device;     /* "auto", "host" or "cuda" */
   int json;
   int reference;

@@ -46,7 +46,7 @@ static int settle(mlp_trainer* t) {
 }
 
 int mlp_trainer_open(mlp_trainer* t, const mlp_options* o, const char* config_json, const char* overrides,
-                     size_t micro_batches, uint64_t budget) {
+                     size_t micro_batches, uint64_t budget, int keep_activations) {
   memset(t, 0, sizeof *t);
   t->hidden = o->hidden;
   t->layers = o->layers;
@@ -106,7 +106,44 @@ int mlp_trainer_open(mlp_trainer* t, const mlp_options* o, const char* config_js
     fprintf(stderr, "zoe-train-mlp: out of memory\n");
     return -1;
   }
+  if (keep_activations) {
+    t->kept = calloc(t->layers, sizeof *t->kept);
+    for (size_t l = 0; t->kept != NULL && l < t->layers; ++l) {
+      if ((t->kept[l] = malloc(t->buffer_bytes)) == NULL) {
+        fprintf(stderr, "zoe-train-mlp: out of memory for layer %zu's activation (%zu bytes)\n", l, t->buffer_bytes);
+        return -1;
+      }
+    }
+    if (t->kept == NULL) {
+      fprintf(stderr, "zoe-train-mlp: out of memory\n");
+      return -1;
+    }
+  }
   return 0;
+}
+
+/* Keeps layer l's input `x` until backward: in zoe's activation store, or in the program's host
+ * copy (in order with the stream, as zoe's save is: the next layer's settle waits for it before
+ * the buffer is written again). */
+static int keep_activation(mlp_trainer* t, size_t l, const float* x) {
+  if (t->kept == NULL) {
+    return mlp_check(zoe_activation_save(t->engine, x, t->buffer_bytes, t->stream, &t->saved[l]),
+                     "zoe_activation_save");
+  }
+  return mlp_check(zoe_copy_async(t->device, t->kept[l], x, t->buffer_bytes, ZOE_COPY_DEVICE_TO_HOST, t->stream),
+                   "zoe_copy_async (keeping an activation)");
+}
+
+/* Layer l's input back in device memory: zoe's load, or the program's copy into `free_buffer`
+ * (one of the forward pair, unused in backward). */
+static int bring_back_activation(mlp_trainer* t, size_t l, float* free_buffer, void** x) {
+  if (t->kept == NULL) {
+    return mlp_check(zoe_activation_load(t->engine, t->saved[l], t->stream, x), "zoe_activation_load");
+  }
+  *x = free_buffer;
+  return mlp_check(
+      zoe_copy_async(t->device, free_buffer, t->kept[l], t->buffer_bytes, ZOE_COPY_HOST_TO_DEVICE, t->stream),
+      "zoe_copy_async (bringing back an activation)");
 }
 
 /* Forward and backward of micro-batch `micro` of step `step`; adds its squared errors to *sq_total. */
@@ -136,7 +173,7 @@ static int micro_batch(mlp_trainer* t, long step, size_t micro, double* sq_total
     ZOE_MLP_CHECK(zoe_parameter_address(t->engine, mlp_weight_id(l), &w));
     ZOE_MLP_CHECK(zoe_parameter_address(t->engine, mlp_bias_id(l), &b));
     ZOE_MLP_COMPUTE(ops->forward(t->compute, cur, w, b, next, t->rows, h, l + 1 < t->layers));
-    ZOE_MLP_CHECK(zoe_activation_save(t->engine, cur, t->buffer_bytes, t->stream, &t->saved[l]));
+    if (keep_activation(t, l, cur) != 0) return -1;
     ZOE_MLP_CHECK(zoe_release(t->engine, (zoe_module_id)l, t->stream));
     float* swap = cur;
     cur = next;
@@ -152,7 +189,7 @@ static int micro_batch(mlp_trainer* t, long step, size_t micro, double* sq_total
   for (size_t l = t->layers; l-- > 0;) {
     ZOE_MLP_CHECK(zoe_fetch(t->engine, (zoe_module_id)l, ZOE_PASS_BACKWARD, t->stream));
     void* x = NULL;
-    ZOE_MLP_CHECK(zoe_activation_load(t->engine, t->saved[l], t->stream, &x));
+    if (bring_back_activation(t, l, t->buffers[0], &x) != 0) return -1;
     void* grads[2] = {NULL, NULL};
     ZOE_MLP_CHECK(zoe_module_gradients(t->engine, (zoe_module_id)l, t->stream, grads, 2));
     if (settle(t) != 0) return -1;
@@ -167,7 +204,7 @@ static int micro_batch(mlp_trainer* t, long step, size_t micro, double* sq_total
       grad_in = grad_out;
       grad_out = swap;
     }
-    ZOE_MLP_CHECK(zoe_activation_free(t->engine, t->saved[l], t->stream));
+    if (t->kept == NULL) ZOE_MLP_CHECK(zoe_activation_free(t->engine, t->saved[l], t->stream));
     ZOE_MLP_CHECK(zoe_release(t->engine, (zoe_module_id)l, t->stream));
   }
   ZOE_MLP_CHECK(zoe_end_micro_batch(t->engine));
@@ -301,4 +338,7 @@ void mlp_trainer_close(mlp_trainer* t) {
   t->device = NULL;
   free(t->saved);
   t->saved = NULL;
+  for (size_t l = 0; t->kept != NULL && l < t->layers; ++l) free(t->kept[l]);
+  free(t->kept);
+  t->kept = NULL;
 }

@@ -24,17 +24,20 @@ typedef struct mlp_trainer {
   mlp_compute* compute;
   float* buffers[4]; /* device memory: the layer input/output pair and the two gradient buffers */
   size_t buffer_bytes;
-  zoe_activation_id* saved; /* each layer's input, saved in forward */
+  zoe_activation_id* saved; /* each layer's input, saved in forward through zoe ... */
+  float** kept;             /* ... or kept by the program in host memory (NULL: zoe keeps them) */
 } mlp_trainer;
 
 /* Opens the device (kind from o->device, budget `budget`), the stream and the compute backend,
  * registers the model and makes the engine from `config_json` with `overrides` (a JSON merge
  * patch, or NULL) merged over it: collective on several ranks. Then this rank's share of the batch:
- * the engine's world size times micro_batches must divide o->batch. 0; 2 for a batch the ranks
- * cannot share (the message names both); -1 with a message on stderr for anything else.
- * mlp_trainer_close undoes whatever was made either way. */
+ * the engine's world size times micro_batches must divide o->batch. With `keep_activations` the
+ * program keeps each layer's input in host memory of its own (a device-to-host copy in forward,
+ * back in backward) instead of zoe's activation store, for a configuration that gives the store no
+ * room. 0; 2 for a batch the ranks cannot share (the message names both); -1 with a message on
+ * stderr for anything else. mlp_trainer_close undoes whatever was made either way. */
 int mlp_trainer_open(mlp_trainer* t, const mlp_options* o, const char* config_json, const char* overrides,
-                     size_t micro_batches, uint64_t budget);
+                     size_t micro_batches, uint64_t budget, int keep_activations);
 /* One training step (all micro-batches, then zoe_step with `lr`): *sum_sq is the squared errors of
  * this rank's rows summed (each micro-batch's as compute.h's loss adds them, the micro-batches in
  * order); the step's loss is the ranks' sums, added by zoe_all_reduce_sum, over batch * hidden: no

@@ -8,6 +8,7 @@
 #include <string>
 #include <utility>
 
+#include "engine_inputs.hpp"
 #include "initializer.hpp"
 #include "objects.hpp"
 #include "status.hpp"
@@ -26,10 +27,6 @@ engine::parameter_id layout_id(const zoe_engine& e, zoe_parameter_id parameter) 
   return e.layout_ids[parameter];
 }
 
-namespace {
-
-// The engine's modules in order, with their parameters in the order added; and the engine's
-// parameter id of each zoe_parameter_id (the engine counts parameters module by module).
 std::vector<engine::module_spec> module_specs(const zoe_model& model) {
   std::vector<engine::module_spec> specs;
   specs.reserve(model.modules.size());
@@ -43,6 +40,9 @@ std::vector<engine::module_spec> module_specs(const zoe_model& model) {
   return specs;
 }
 
+namespace {
+
+// The engine's parameter id of each zoe_parameter_id (the engine counts parameters module by module).
 std::vector<engine::parameter_id> layout_ids_of(const zoe_model& model) {
   std::vector<engine::parameter_id> ids(model.parameters.size(), 0);
   engine::parameter_id next = 0;
@@ -76,7 +76,12 @@ std::string file_text(const char* path) {
   return text.str();
 }
 
-engine::loaded_config load(const zoe_engine_desc& d, const char* overrides) {
+}  // namespace
+
+engine::loaded_config load_config(const zoe_engine_desc& d) {
+  // config_overrides only where the caller's struct has the field.
+  const char* overrides =
+      d.struct_size >= ZOE_FIELDS_END(zoe_engine_desc, config_overrides) ? d.config_overrides : nullptr;
   if ((d.config_json == nullptr) == (d.config_path == nullptr)) {
     throw usage_error(str("zoe_engine_desc: give exactly one of config_json and config_path (",
                           d.config_json == nullptr ? "neither is" : "both are", " set; \"{}\" gives the defaults)"));
@@ -89,6 +94,8 @@ engine::loaded_config load(const zoe_engine_desc& d, const char* overrides) {
   const std::string origin = d.config_json != nullptr ? std::string("<config>") : std::string(d.config_path);
   return engine::parse_config_with_overrides(text, origin, overrides, "zoe_engine_desc.config_overrides");
 }
+
+namespace {
 
 // The caller's world for zoe_all_reduce_sum: the same backend, nodes and timeout as the engine's.
 engine::comm_options caller_world_options(const engine::engine_config& config) {
@@ -172,10 +179,7 @@ zoe_status zoe_engine_create(const zoe_engine_desc* desc, zoe_engine** engine) {
     std::optional<zoe::bindings::device_use> use;
     if (d.device != nullptr) use.emplace(d.device, "zoe_engine_desc.device");
     zoe_device* given = use ? &use->device() : nullptr;
-    // config_overrides only where the caller's struct has the field.
-    const char* overrides =
-        d.struct_size >= ZOE_FIELDS_END(zoe_engine_desc, config_overrides) ? d.config_overrides : nullptr;
-    const zoe::engine::loaded_config loaded = zoe::bindings::load(d, overrides);
+    const zoe::engine::loaded_config loaded = zoe::bindings::load_config(d);
     std::unique_ptr<zoe_device> owned = given == nullptr ? zoe::bindings::open_configured_device(loaded) : nullptr;
     zoe_device& on = given != nullptr ? *given : *owned;
     auto made = std::make_unique<zoe_engine>(on, std::move(owned), model, loaded.config);

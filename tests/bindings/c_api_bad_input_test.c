@@ -1145,6 +1145,116 @@ fail:
   return 0;
 }
 
+/* ---- the footprint plan ----------------------------------------------------------------------- */
+
+/* A host device of `budget` bytes and an engine of the rig's model and configuration on it: the
+ * status of zoe_engine_create; what was made is destroyed again. */
+static zoe_status engine_on_budget(const rig* r, const char* config, uint64_t budget) {
+  zoe_device_options o = ZOE_DEVICE_OPTIONS_INIT;
+  zoe_engine_desc e = ZOE_ENGINE_DESC_INIT;
+  zoe_device* device = NULL;
+  zoe_engine* engine = NULL;
+  zoe_status made;
+  o.kind = ZOE_DEVICE_HOST;
+  o.budget_bytes = budget;
+  if (zoe_device_create(&o, &device) != ZOE_SUCCESS) return ZOE_ERROR_INTERNAL;
+  e.config_json = config;
+  e.model = r->model;
+  e.device = device;
+  made = zoe_engine_create(&e, &engine);
+  if (made == ZOE_SUCCESS && zoe_engine_destroy(engine) != ZOE_SUCCESS) made = ZOE_ERROR_INTERNAL;
+  if (zoe_device_destroy(device) != ZOE_SUCCESS) made = ZOE_ERROR_INTERNAL;
+  return made;
+}
+
+/* zoe_footprint_plan gives what zoe_engine_create asks for: an engine starts on a device budget of
+ * exactly its device_bytes and is refused one byte below it; the other figures are the
+ * configuration's (states and buffers on NVMe, the activations' shares), and hpZ's secondary shards
+ * add device bytes on 2 ranks. */
+static int footprint_plan(void) {
+  rig r;
+  char config[2048];
+  zoe_engine_desc e = ZOE_ENGINE_DESC_INIT;
+  zoe_footprint one = ZOE_FOOTPRINT_INIT;
+  zoe_footprint two = ZOE_FOOTPRINT_INIT;
+  zoe_footprint hpz = ZOE_FOOTPRINT_INIT;
+  if (!rig_open(&r, 0)) goto fail;
+  if (!config_json(&r, config, sizeof config)) goto fail;
+  e.config_json = config;
+  e.model = r.model;
+  ZOE_EXPECT_OK(zoe_footprint_plan(&e, 1, &one));
+  ZOE_EXPECT_TRUE(one.device_bytes > 0 && one.pinned_bytes > 0 && one.disk_bytes > 0);
+  ZOE_EXPECT_TRUE(one.activation_host_bytes == 16384 && one.activation_nvme_bytes >= 262144 &&
+                  one.activation_prefetch_bytes == 16384);
+  /* The activations' shares are in the totals: the host share pinned, the prefetch share on the
+   * device, the NVMe share in the swap store. */
+  ZOE_EXPECT_TRUE(one.pinned_bytes >= one.activation_host_bytes && one.device_bytes >= one.activation_prefetch_bytes &&
+                  one.disk_bytes >= one.activation_nvme_bytes);
+  ZOE_EXPECT_STATUS(engine_on_budget(&r, config, one.device_bytes - 1), ZOE_ERROR_CONFIG, "device memory");
+  ZOE_EXPECT_OK(engine_on_budget(&r, config, one.device_bytes));
+
+  ZOE_EXPECT_OK(zoe_footprint_plan(&e, 2, &two));
+  e.config_overrides = "{\"zero_optimization\": {\"zero_hpz_partition_size\": 2}}";
+  ZOE_EXPECT_OK(zoe_footprint_plan(&e, 2, &hpz));
+  ZOE_EXPECT_TRUE(hpz.device_bytes > two.device_bytes);
+  ZOE_EXPECT_TRUE(hpz.disk_bytes == two.disk_bytes && hpz.pinned_bytes == two.pinned_bytes);
+  /* The same configuration from a file plans alike (config_path, and no overrides: the struct ends
+   * before the field). */
+  e.config_overrides = "not read";
+  e.struct_size = offsetof(zoe_engine_desc, config_overrides);
+  ZOE_EXPECT_OK(zoe_footprint_plan(&e, 2, &hpz));
+  ZOE_EXPECT_TRUE(hpz.device_bytes == two.device_bytes && hpz.disk_bytes == two.disk_bytes);
+  return rig_close(&r);
+fail:
+  rig_close(&r);
+  return 0;
+}
+
+/* Every bad input is refused naming it, and the footprint is left as it was. */
+static int footprint_plan_bad_input(void) {
+  rig r;
+  char config[2048];
+  zoe_engine_desc e = ZOE_ENGINE_DESC_INIT;
+  zoe_footprint f = ZOE_FOOTPRINT_INIT;
+  zoe_model* gone = NULL;
+  if (!rig_open(&r, 0)) goto fail;
+  if (!config_json(&r, config, sizeof config)) goto fail;
+  f.device_bytes = 7;
+  f.disk_bytes = 7;
+  e.config_json = config;
+  e.model = r.model;
+  ZOE_EXPECT_USAGE(zoe_footprint_plan(NULL, 1, &f), "zoe_engine_desc");
+  ZOE_EXPECT_USAGE(zoe_footprint_plan(&e, 1, NULL), "zoe_footprint");
+  f.struct_size = offsetof(zoe_footprint, activation_prefetch_bytes); /* an older, shorter struct */
+  ZOE_EXPECT_USAGE(zoe_footprint_plan(&e, 1, &f), "zoe_footprint.struct_size");
+  f.struct_size = sizeof f;
+  ZOE_EXPECT_USAGE(zoe_footprint_plan(&e, 0, &f), "world_size is 0");
+  e.model = NULL;
+  ZOE_EXPECT_USAGE(zoe_footprint_plan(&e, 1, &f), "zoe_engine_desc.model");
+  ZOE_EXPECT_OK(zoe_model_create(&gone));
+  ZOE_EXPECT_OK(zoe_model_destroy(gone));
+  e.model = gone;
+  ZOE_EXPECT_USAGE(zoe_footprint_plan(&e, 1, &f), "zoe_engine_desc.model");
+  e.model = r.model;
+  e.config_json = NULL;
+  ZOE_EXPECT_USAGE(zoe_footprint_plan(&e, 1, &f), "give exactly one of config_json and config_path");
+  e.config_json = "{\"zero_optimization\": {\"stage\": 7}}";
+  ZOE_EXPECT_STATUS(zoe_footprint_plan(&e, 1, &f), ZOE_ERROR_CONFIG, "zero_optimization.stage");
+  /* Stage 0 replicates, which zoe does not run on several ranks: refused for 2, planned for 1. */
+  e.config_json = "{\"zero_optimization\": {\"stage\": 0}}";
+  ZOE_EXPECT_STATUS(zoe_footprint_plan(&e, 2, &f), ZOE_ERROR_CONFIG, "zero_optimization.stage");
+  e.config_json = "{\"zero_optimization\": {\"stage\": 3, \"offload_param\": {\"device\": \"nvme\"}}}";
+  ZOE_EXPECT_STATUS(zoe_footprint_plan(&e, 1, &f), ZOE_ERROR_CONFIG, "nvme_path");
+  ZOE_EXPECT_TRUE(f.device_bytes == 7 && f.disk_bytes == 7);
+  e.config_json = "{\"zero_optimization\": {\"stage\": 0}}";
+  ZOE_EXPECT_OK(zoe_footprint_plan(&e, 1, &f));
+  ZOE_EXPECT_TRUE(f.disk_bytes == 0 && f.activation_host_bytes == 0 && f.activation_nvme_bytes == 0);
+  return rig_close(&r);
+fail:
+  rig_close(&r);
+  return 0;
+}
+
 /* ---- the driver ------------------------------------------------------------------------------ */
 
 typedef struct test_case {
@@ -1175,6 +1285,8 @@ static const test_case cases[] = {
     {"launcher_environment", launcher_environment},
     {"ranks_at_one_rank", ranks_at_one_rank},
     {"config_overrides", config_overrides},
+    {"footprint_plan", footprint_plan},
+    {"footprint_plan_bad_input", footprint_plan_bad_input},
 };
 
 int main(int argc, char** argv) {

@@ -148,5 +148,26 @@ TEST(TrainMlpMpi, ZeroPlusPlusCutsInterNodeBytesForTheSameLoss) {
   EXPECT_LE(std::fabs(zpp_loss - plain_loss), 0.03 * plain_loss) << zpp_loss << " vs " << plain_loss;
 }
 
+// zeropp.json with no --device-budget: the demo asks zoe's footprint plan (zoe_footprint_plan) what
+// the configuration needs on this many ranks, hpZ's secondary shards and the quantized collectives'
+// buffers included, and trains on 4 ranks as 2 nodes of 2 and on 1 rank within that budget. Layers
+// 1024 wide: ZeRO++'s buffers then exceed any fixed margin over the plain ZeRO-3 figures.
+TEST(TrainMlpMpi, ZeroPlusPlusTrainsOnTheBudgetZoesPlanGives) {
+  const std::string flags =
+      " --hidden 1024 --layers 2 --batch 8 --seed 7 --lr 0.01 --device host --steps 2 --json "
+      "--config " +
+      configs + "/zeropp.json";
+  for (const int ranks : {1, 4}) {
+    const run_result r = ranks == 1 ? run(flags) : run_ranks(ranks, flags + " --ranks-per-node 2");
+    ASSERT_EQ(r.exit_code, 0) << ranks << " rank(s): " << r.output;
+    EXPECT_NE(r.output.find("zoe's plan"), std::string::npos) << r.output;
+    EXPECT_EQ(steps_of(r.output).size(), 2U) << r.output;
+    const nlohmann::json s = summary_of(r.output);
+    ASSERT_TRUE(s.contains("peak_device_bytes")) << r.output;
+    EXPECT_LE(s["peak_device_bytes"].get<std::uint64_t>(), s["device_budget_bytes"].get<std::uint64_t>());
+    EXPECT_EQ(s["world_size"], ranks);
+  }
+}
+
 }  // namespace
 }  // namespace zoe::testing

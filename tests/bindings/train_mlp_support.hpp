@@ -2,7 +2,13 @@
 // zoe-train-mlp as its tests run it: the built program, a small model, a run's output and its
 // per-step lines. Shared by train_mlp_test.cpp (one process) and train_mlp_mpi_test.cpp (mpirun).
 
+#include <unistd.h>
+
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <string>
 
@@ -58,9 +64,20 @@ inline void expect_resumed_run_matches(const std::map<long, nlohmann::json>& res
 
 #ifdef ZOE_MPIRUN
 // The demo on `ranks` processes of this machine under mpirun (oversubscribed: the tests share the
-// cores), stdout and stderr together.
+// cores): stdout, then stderr. Not merged as run() merges them: mpirun forwards the two streams
+// apart, and a stderr line could land inside a stdout line longer than the pipe's 4 KiB writes (the
+// --json summary), cutting that JSON in two.
 inline run_result run_ranks(int ranks, const std::string& flags) {
-  return run_shell(std::string(ZOE_MPIRUN) + " -n " + std::to_string(ranks) + " " + demo + " " + flags + " 2>&1");
+  char errors[] = "/tmp/zoe-train-mlp-stderr.XXXXXX";
+  const int fd = ::mkstemp(errors);
+  if (fd < 0) return {};
+  ::close(fd);
+  run_result r =
+      run_shell(std::string(ZOE_MPIRUN) + " -n " + std::to_string(ranks) + " " + demo + " " + flags + " 2>" + errors);
+  std::ifstream in(errors);
+  r.output += std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  std::remove(errors);
+  return r;
 }
 #endif
 

@@ -1,16 +1,11 @@
 // zoe-train-mlp run as a user runs it: its flags, that offloading does not change the math (the
 // loss of every step equals --reference's), and that a run killed with SIGKILL after or during a
 // checkpoint resumes to exactly the losses of an uninterrupted run. Small models: seconds a case.
-#include <fcntl.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <regex>
 #include <sstream>
@@ -23,76 +18,11 @@
 
 #include "child_process.hpp"
 #include "io_test_support.hpp"
+#include "train_mlp_child.hpp"
 #include "train_mlp_support.hpp"
-
-extern char** environ;
 
 namespace zoe::testing {
 namespace {
-
-// The demo as a child whose stdout is read line by line, to kill it at a chosen point.
-class child {
- public:
-  explicit child(const std::vector<std::string>& args) {
-    int fds[2];
-    if (::pipe(fds) != 0) return;
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
-    posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, "/dev/null", O_WRONLY, 0);
-    posix_spawn_file_actions_addclose(&actions, fds[0]);
-    posix_spawn_file_actions_addclose(&actions, fds[1]);
-    std::vector<char*> argv;
-    argv.push_back(const_cast<char*>(demo.c_str()));
-    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    if (::posix_spawn(&pid_, demo.c_str(), &actions, nullptr, argv.data(), environ) != 0) pid_ = -1;
-    posix_spawn_file_actions_destroy(&actions);
-    ::close(fds[1]);
-    out_ = ::fdopen(fds[0], "r");
-  }
-  ~child() {
-    if (pid_ > 0) kill_now();
-    if (out_ != nullptr) std::fclose(out_);
-  }
-  child(const child&) = delete;
-  child& operator=(const child&) = delete;
-
-  [[nodiscard]] bool started() const { return pid_ > 0 && out_ != nullptr; }
-  // Reads lines until one starts with `prefix`; false at the end of the output.
-  bool wait_for_line(const std::string& prefix) {
-    char buf[8192];
-    while (std::fgets(buf, sizeof buf, out_) != nullptr) {
-      if (std::string(buf).rfind(prefix, 0) == 0) return true;
-    }
-    return false;
-  }
-  void kill_now() {
-    ::kill(pid_, SIGKILL);
-    int status = 0;
-    ::waitpid(pid_, &status, 0);
-    pid_ = -1;
-  }
-
- private:
-  pid_t pid_ = -1;
-  FILE* out_ = nullptr;
-};
-
-std::vector<std::string> split(const std::string& flags) {
-  std::vector<std::string> out;
-  std::string word;
-  for (const char c : flags) {
-    if (c == ' ') {
-      if (!word.empty()) out.push_back(word);
-      word.clear();
-    } else {
-      word += c;
-    }
-  }
-  if (!word.empty()) out.push_back(word);
-  return out;
-}
 
 // The flags --help lists (its lines "  --flag ..."), read from the binary's own text.
 std::vector<std::string> flags_in_help(const std::string& help) {
@@ -188,6 +118,43 @@ TEST(TrainMlp, LossEqualsTheReferenceAtEveryStep) {
     EXPECT_EQ(summary["inter_node_bytes_per_step"], 0);
     EXPECT_EQ(summary["intra_node_bytes_per_step"], 0);
   }
+}
+
+// A DeepSpeed user's own file: stage 3 with parameters and optimizer states on NVMe, DeepSpeed's
+// keys alone (no zoe block, so zoe.activations gives the activation store no room). The demo keeps
+// the activations itself, says so, and trains the reference's losses.
+TEST(TrainMlp, PlainDeepSpeedFileTrainsWithTheProgramKeepingActivations) {
+  const scratch_dir dir;
+  const std::string path = (dir.path() / "deepspeed.json").string();
+  const std::string swap = dir.path().string();
+  {
+    std::ofstream file(path);
+    file << R"({
+  "train_batch_size": 8,
+  "train_micro_batch_size_per_gpu": 8,
+  "gradient_accumulation_steps": 1,
+  "gradient_clipping": 1.0,
+  "optimizer": {"type": "AdamW", "params": {"lr": 0.01, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.01}},
+  "zero_optimization": {
+    "stage": 3,
+    "offload_param": {"device": "nvme", "nvme_path": ")"
+         << swap << R"(", "pin_memory": true, "buffer_count": 4, "buffer_size": 1e6},
+    "offload_optimizer": {"device": "nvme", "nvme_path": ")"
+         << swap << R"(", "pin_memory": true},
+    "stage3_param_persistence_threshold": 1e4
+  },
+  "aio": {"block_size": 1048576, "queue_depth": 8, "thread_count": 1, "single_submit": false, "overlap_events": true}
+})";
+  }
+  const std::string flags = small_model + " --steps 3 --json";
+  const run_result offloaded = run(flags + " --config " + path + " --dir " + swap);
+  const run_result reference = run(flags + " --reference");
+  ASSERT_EQ(offloaded.exit_code, 0) << offloaded.output;
+  ASSERT_EQ(reference.exit_code, 0) << reference.output;
+  EXPECT_NE(offloaded.output.find("activations kept by the program"), std::string::npos) << offloaded.output;
+  const auto a = steps_of(offloaded.output);
+  ASSERT_EQ(a.size(), 3U) << offloaded.output;
+  expect_losses_match(a, steps_of(reference.output), 1e-6);
 }
 
 // Under a launcher of several ranks (its environment, as mpirun sets it), what the ranks cannot do

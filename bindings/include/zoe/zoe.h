@@ -238,6 +238,47 @@ ZOE_API zoe_status zoe_engine_destroy(zoe_engine* engine);
 /** The device the engine runs on (borrowed: valid until zoe_engine_destroy). Thread-safe. */
 ZOE_API zoe_status zoe_engine_device(zoe_engine* engine, zoe_device** device);
 
+/* ---- the footprint plan ------------------------------------------------------------------------ */
+
+/** What an engine of a model and a configuration needs, per rank, in bytes: the totals of zoe's
+ *  footprint plan, as tools/zoe-plan prints them. zoe_engine_create refuses to start unless the
+ *  device budget holds device_bytes, RLIMIT_MEMLOCK pinned_bytes, MemAvailable the host memory and
+ *  the swap folders disk_bytes; a program asks before it picks its budget. */
+typedef struct zoe_footprint {
+  size_t struct_size;    /**< sizeof(zoe_footprint), set by the caller */
+  uint64_t device_bytes; /**< device memory: the gathered-parameter arena, the gradient buckets, the states
+                              placed on the device, ZeRO++'s secondary shards and scratch, the activations'
+                              prefetch share (not the caller's own allocations, nor a loaded activation) */
+  uint64_t pinned_bytes; /**< pinned host memory: states on pinned host, the swap and gradient staging
+                              buffers, the activations' host share and NVMe staging */
+  uint64_t host_bytes;   /**< pageable host memory: states on pageable host (pin_memory false), the
+                              optimizer's undo log, stage 1's local gradients */
+  uint64_t disk_bytes;   /**< the swap store over every nvme path (0 when nothing goes to NVMe) */
+  /** Room the configuration gives activation checkpoints (zoe.activations, counted in the totals
+   *  above): the pinned host share, the swap store bytes for those that overflow it (rounded to
+   *  aio.block_size), and the device share for prefetched ones. With activation_host_bytes and
+   *  activation_nvme_bytes both 0 (the default, as in any DeepSpeed file), zoe_activation_save has
+   *  nowhere to keep an activation and fails with ZOE_ERROR_MEMORY: keep them yourself, or give
+   *  the keys room. */
+  uint64_t activation_host_bytes;
+  uint64_t activation_nvme_bytes;
+  uint64_t activation_prefetch_bytes;
+} zoe_footprint;
+#define ZOE_FOOTPRINT_INIT \
+  { sizeof(zoe_footprint), 0, 0, 0, 0, 0, 0, 0 }
+
+/** The footprint plan of the engine zoe_engine_create would make from `desc` (config_json or
+ *  config_path, config_overrides merged over it, and the model; desc->device is not read) on each
+ *  of `world_size` ranks (> 0: a rank holds 1/world_size of every state; ZeRO++'s hpZ needs it).
+ *  Allocates, opens and checks nothing of this machine (no device, no swap file, no rank is
+ *  contacted): the figures are what the engine would ask for, whether or not this machine has it.
+ *  ZOE_ERROR_USAGE for a NULL or short struct, a dead model, world_size 0, or a model the layout
+ *  refuses (naming the parameter); ZOE_ERROR_CONFIG naming the key for a configuration the engine
+ *  would refuse (a bad value, stage 0 on several ranks, nvme without a path); *footprint is written
+ *  only on success. Not collective. Thread-safe (the model must not change meanwhile: one thread
+ *  per model). */
+ZOE_API zoe_status zoe_footprint_plan(const zoe_engine_desc* desc, uint32_t world_size, zoe_footprint* footprint);
+
 /* ---- ranks (data parallelism) ------------------------------------------------------------------ */
 
 /** Where this process stands among the ranks of a data-parallel run. Ranks fill nodes in
