@@ -8,6 +8,7 @@
 
 #include "zoe/allocators/poison.hpp"
 #include "zoe/core/check.hpp"
+#include "zoe/core/checked.hpp"
 #include "zoe/core/log.hpp"
 #include "zoe/core/units.hpp"
 
@@ -145,7 +146,14 @@ std::optional<arena_block> arena::try_allocate(std::size_t bytes, stream_view st
 
 std::optional<arena_block> arena::allocate_locked(std::size_t bytes, stream_view stream) {
   if (bytes == 0) return arena_block(this, zero_size_id, 0);
-  const std::uint64_t rounded = align_up(bytes, alignment_);
+  // A size within the alignment of 2^64 does not round up: larger than any arena, it fails as
+  // such (allocate() names it) instead of wrapping to a tiny block.
+  const std::optional<std::uint64_t> aligned = align_up_checked(bytes, alignment_);
+  if (!aligned) {
+    ++stats_.failed_allocations;
+    return std::nullopt;
+  }
+  const std::uint64_t rounded = *aligned;
   std::optional<std::uint64_t> offset = take_space(rounded, stream);
   // take_space() has settled all pending space when nothing fitted, so only holes remain.
   if (!offset && compaction_ && rounded <= holes_.free_bytes()) {

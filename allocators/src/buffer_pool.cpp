@@ -5,6 +5,7 @@
 
 #include "zoe/allocators/poison.hpp"
 #include "zoe/core/check.hpp"
+#include "zoe/core/checked.hpp"
 #include "zoe/core/log.hpp"
 #include "zoe/core/str.hpp"
 #include "zoe/core/units.hpp"
@@ -36,8 +37,11 @@ buffer_pool::buffer_pool(pinned_host_resource& resource, buffer_pool_options opt
   ZOE_EXPECTS(count_ > 0 && size_ > 0, name_, ": buffer_count and buffer_size must be positive, got ", count_,
               " buffers of ", size_, " bytes");
   ZOE_EXPECTS(is_pow2(options.alignment), name_, ": alignment ", options.alignment, " is not a power of two");
-  stride_ = align_up(size_, options.alignment);
-  ZOE_EXPECTS(stride_ <= SIZE_MAX / count_, name_, ": ", count_, " buffers of ", size_, " bytes overflow");
+  // Neither the stride (a size within the alignment of 2^64 does not round up) nor the total may
+  // wrap: either would carve the buffers from a too-small allocation.
+  const std::optional<std::uint64_t> stride = align_up_checked(size_, options.alignment);
+  ZOE_EXPECTS(stride && *stride <= SIZE_MAX / count_, name_, ": ", count_, " buffers of ", size_, " bytes overflow");
+  stride_ = *stride;
   log::info(name_, ": allocating ", count_, " pinned buffers of ", format_bytes(size_), " (",
             format_bytes(stride_ * count_), ")");
   memory_ = resource.allocate(stride_ * count_);

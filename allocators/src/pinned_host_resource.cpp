@@ -14,6 +14,7 @@
 
 #include "zoe/core/byte_accounting.hpp"
 #include "zoe/core/check.hpp"
+#include "zoe/core/checked.hpp"
 #include "zoe/core/log.hpp"
 #include "zoe/core/units.hpp"
 
@@ -205,7 +206,14 @@ int pinned_host_resource::target_node() const {
 pinned_buffer pinned_host_resource::allocate(std::size_t bytes) {
   pinned_buffer out;
   if (bytes == 0) return out;
-  const std::size_t length = align_up(bytes, page_size());
+  // Checked before anything is counted: a size within a page of 2^64 would wrap to a tiny mapping
+  // (and raise the peak to a size never held).
+  const std::optional<std::uint64_t> pages = align_up_checked(bytes, page_size());
+  if (!pages) {
+    throw memory_error(str("pinned host memory: cannot allocate ", format_bytes(bytes), " (", bytes,
+                           " bytes): no mapping that large can exist"));
+  }
+  const std::size_t length = *pages;
   const std::uint64_t limit =
       options_.limit_bytes != 0 ? options_.limit_bytes : std::numeric_limits<std::uint64_t>::max() - bytes;
   std::uint64_t now = 0;

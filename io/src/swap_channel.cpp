@@ -14,6 +14,7 @@
 #include <cstring>
 #include <deque>
 #include <limits>
+#include <optional>
 
 #include "extent_record.hpp"
 #include "notifier.hpp"
@@ -210,11 +211,10 @@ bool swap_channel::prepare(pending& p, const swap_request& request) {
   if (length == 0) return false;
   const bool checksums = store_.options().checksums;
   if (request.op == io_op::write) {
-    if (const auto busy = rec.claim_for_write(p.first_chunk, p.end_chunk, p.previous)) {
-      throw usage_error(str("write of ", length, " bytes at offset ", request.offset, " of swap extent ", rec.id,
-                            " overlaps another write still in flight there (chunk ", *busy,
-                            "): two writers of one chunk", ZOE_WHERE));
-    }
+    // The message (and so *busy) is built only when the claim failed.
+    const std::optional<std::uint64_t> busy = rec.claim_for_write(p.first_chunk, p.end_chunk, p.previous);
+    ZOE_EXPECTS(!busy, "write of ", length, " bytes at offset ", request.offset, " of swap extent ", rec.id,
+                " overlaps another write still in flight there (chunk ", *busy, "): two writers of one chunk");
     p.claimed = true;
     // Hashed once the write is on its way (see start); room now, so that cannot throw.
     if (checksums) p.hashes.reserve(p.end_chunk - p.first_chunk);

@@ -179,6 +179,33 @@ TEST(arena, WithoutCompactionTheSameRequestFails) {
   EXPECT_EQ(a.stats().failed_allocations, 2U);
 }
 
+// A size within the alignment of 2^64 does not round up: it is too large for any arena, and is
+// refused as such, naming it, with nothing taken.
+TEST(arena, ASizeWhoseRoundingWrapsIsRefusedNamingIt) {
+  const auto dev = make_host_device(2 * MiB);
+  arena a(*dev, 1 * MiB, {.name = "param arena"});
+  auto held = a.allocate(256 * KiB);
+  const arena_stats before = a.stats();
+  const std::size_t huge = SIZE_MAX - 10;
+  try {
+    (void)a.allocate(huge);
+    FAIL() << "a size that wraps when rounded must be refused";
+  } catch (const memory_error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("param arena"), std::string::npos) << what;
+    EXPECT_NE(what.find(format_bytes(huge)), std::string::npos) << what;
+  }
+  EXPECT_FALSE(a.try_allocate(huge).has_value());
+  const arena_stats after = a.stats();
+  EXPECT_EQ(after.used, before.used);
+  EXPECT_EQ(after.free, before.free);
+  EXPECT_EQ(after.largest_hole, before.largest_hole);
+  EXPECT_EQ(after.live_blocks, before.live_blocks);
+  EXPECT_EQ(after.failed_allocations, before.failed_allocations + 2);
+  auto rest = a.allocate(768 * KiB);
+  EXPECT_EQ(a.stats().free, 0U) << "the arena still holds all it held";
+}
+
 TEST(arena, PinnedBlocksNeverMoveAndCanBlockTheRequest) {
   const auto dev = make_host_device(2 * MiB);
   arena a(*dev, 1 * MiB);

@@ -3,6 +3,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
+#include <string>
 #include <thread>
 
 #include "zoe/allocators/buffer_pool.hpp"
@@ -127,6 +129,23 @@ TEST(buffer_pool, RejectsNonsenseSizes) {
   EXPECT_THROW(buffer_pool(resource, {.buffer_count = 0, .buffer_size = 4096}), usage_error);
   EXPECT_THROW(buffer_pool(resource, {.buffer_count = 2, .buffer_size = 0}), usage_error);
   EXPECT_THROW(buffer_pool(resource, {.buffer_count = 2, .buffer_size = 4096, .alignment = 3000}), usage_error);
+}
+
+// A buffer size within the alignment of 2^64 does not round up to a stride: it is refused like a
+// count and size whose product overflows, naming the size, before any memory is taken.
+TEST(buffer_pool, RefusesABufferSizeWhoseRoundingWraps) {
+  const auto dev = make_host_device(1 * MiB);
+  pinned_host_resource resource(*dev);
+  const std::size_t huge = SIZE_MAX - 10;
+  try {
+    buffer_pool pool(resource, {.buffer_count = 1, .buffer_size = huge, .name = "swap buffers"});
+    FAIL() << "a buffer size that wraps when rounded must be refused";
+  } catch (const usage_error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("swap buffers"), std::string::npos) << what;
+    EXPECT_NE(what.find(std::to_string(huge)), std::string::npos) << what;
+  }
+  EXPECT_EQ(resource.peak_bytes_in_use(), 0U);
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <string>
 
 #include "fake_device.hpp"
@@ -85,6 +86,23 @@ TEST(pinned_host_resource, TheLimitMakesExhaustionAMemoryError) {
   }
   a = pinned_buffer();
   EXPECT_NO_THROW((void)resource.allocate(1 * MiB));
+}
+
+// With a limit that does not bind, a size within a page of 2^64 reaches the page rounding, where
+// it must be refused as too large, naming it, and not counted even briefly: it was never held.
+TEST(pinned_host_resource, ASizeWhosePageRoundingWrapsIsRefusedNamingIt) {
+  const auto dev = make_host_device(1 * MiB);
+  pinned_host_resource resource(*dev, {.limit_bytes = std::numeric_limits<std::uint64_t>::max()});
+  auto held = resource.allocate(1);  // small enough that the limit admits `huge` beside it
+  const std::size_t huge = SIZE_MAX - 10;
+  try {
+    (void)resource.allocate(huge);
+    FAIL() << "a size that wraps when rounded to pages must be refused";
+  } catch (const memory_error& e) {
+    EXPECT_NE(std::string(e.what()).find(format_bytes(huge)), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(resource.bytes_in_use(), 1U);
+  EXPECT_EQ(resource.peak_bytes_in_use(), 1U);
 }
 
 TEST(pinned_host_resource, ExplicitNodeMustExist) {

@@ -78,6 +78,8 @@ TEST_F(swap_channel_contract_test, ASecondWriterOfAChunkIsRefusedNamingTheExtent
     } catch (const usage_error& err) {
       EXPECT_NE(std::string(err.what()).find("swap extent " + std::to_string(e.id)), std::string::npos) << err.what();
       EXPECT_NE(std::string(err.what()).find("chunk 1"), std::string::npos) << err.what();
+      // The caller's error: where zoe raised it goes to the debug log, not into the message.
+      EXPECT_EQ(std::string(err.what()).find("swap_channel.cpp"), std::string::npos) << err.what();
     }
   }
   EXPECT_EQ(b.outstanding(), 0u);

@@ -97,7 +97,8 @@ class buffer_pool {
  public:
   /// Allocates count * size (each rounded to the alignment) of pinned memory from `resource` at
   /// once, so the pool's size is known and paid up front. Throws usage_error for a zero count or
-  /// size, or a bad alignment, and memory_error when the memory cannot be had.
+  /// size, a count and size whose rounded total exceeds 64 bits, or a bad alignment, and
+  /// memory_error when the memory cannot be had.
   buffer_pool(pinned_host_resource& resource, buffer_pool_options options);
   /// Waits for the buffers given back with release_after whose stream work has not run yet (their
   /// streams must be able to finish it), then logs an error if leases are still out (they would
