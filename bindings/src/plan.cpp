@@ -28,7 +28,7 @@ zoe_status zoe_footprint_plan(const zoe_engine_desc* desc, uint32_t world_size, 
     // Laid out, placed and planned as the engine does it (parameter_path), with the world size the
     // engine would learn from its communicator.
     const zoe::engine::model_layout layout(zoe::bindings::module_specs(model),
-                                           zoe::engine::layout_options{.world_size = world_size});
+                                           zoe::engine::stage_layout(config, world_size));
     const zoe::engine::placement where(layout, config);
     const zoe::engine::footprint_plan plan = zoe::engine::make_footprint_plan(layout, config, where);
     footprint->device_bytes = plan.device_bytes;

@@ -1240,14 +1240,16 @@ static int footprint_plan_bad_input(void) {
   ZOE_EXPECT_USAGE(zoe_footprint_plan(&e, 1, &f), "give exactly one of config_json and config_path");
   e.config_json = "{\"zero_optimization\": {\"stage\": 7}}";
   ZOE_EXPECT_STATUS(zoe_footprint_plan(&e, 1, &f), ZOE_ERROR_CONFIG, "zero_optimization.stage");
-  /* Stage 0 replicates, which zoe does not run on several ranks: refused for 2, planned for 1. */
-  e.config_json = "{\"zero_optimization\": {\"stage\": 0}}";
-  ZOE_EXPECT_STATUS(zoe_footprint_plan(&e, 2, &f), ZOE_ERROR_CONFIG, "zero_optimization.stage");
+  /* Stage 0 replicates every state, so on several ranks nothing is gathered and an hpZ partition
+     has no meaning: refused naming the key (stage 0 itself plans on 2 ranks, below). */
+  e.config_json = "{\"zero_optimization\": {\"stage\": 0, \"zero_hpz_partition_size\": 2}}";
+  ZOE_EXPECT_STATUS(zoe_footprint_plan(&e, 2, &f), ZOE_ERROR_CONFIG, "zero_hpz_partition_size");
   e.config_json = "{\"zero_optimization\": {\"stage\": 3, \"offload_param\": {\"device\": \"nvme\"}}}";
   ZOE_EXPECT_STATUS(zoe_footprint_plan(&e, 1, &f), ZOE_ERROR_CONFIG, "nvme_path");
   ZOE_EXPECT_TRUE(f.device_bytes == 7 && f.disk_bytes == 7);
   e.config_json = "{\"zero_optimization\": {\"stage\": 0}}";
   ZOE_EXPECT_OK(zoe_footprint_plan(&e, 1, &f));
+  ZOE_EXPECT_OK(zoe_footprint_plan(&e, 2, &f));
   ZOE_EXPECT_TRUE(f.disk_bytes == 0 && f.activation_host_bytes == 0 && f.activation_nvme_bytes == 0);
   return rig_close(&r);
 fail:
