@@ -146,6 +146,24 @@ TEST(footprint_plan, TheUndoLogHoldsTheInMemoryStatesOfShardsWithAStateOnNvme) {
   EXPECT_EQ(item_named(plan, "optimizer step undo log"), nullptr);
 }
 
+// With nothing on nvme, the optimizer step still fails after it changed a shard with a state in
+// device memory (a copy, a launch, a sync): the undo log holds such shards' in-memory states, and
+// the scratch memory that stages the shards split between device and host memory is listed.
+TEST(footprint_plan, TheUndoLogHoldsTheShardsWithAStateInDeviceMemory) {
+  const auto layout = small_and_large();
+  auto config = offload_config(offload_device::cpu, offload_device::cpu);
+  config.zoe.placement[static_cast<std::size_t>(state_kind::working)] = tier_fractions{.device = 1.0};
+  const footprint_plan plan = make_footprint_plan(layout, config, placement(layout, config));
+  // working 4 + 80 KiB, master, exp_avg and exp_avg_sq 8 + 160 KiB each.
+  EXPECT_EQ(plan.optimizer_undo_bytes, (84 + 3 * 168) * KiB);
+  const plan_item* scratch = item_named(plan, "optimizer step scratch");
+  ASSERT_NE(scratch, nullptr);
+  EXPECT_EQ(scratch->memory, memory_kind::pageable);
+  // One 1 MiB piece of an fp32 state (no store: the default chunk) per state.
+  EXPECT_EQ(scratch->bytes, state_kind_count * MiB);
+  EXPECT_EQ(sum_of(plan, memory_kind::pageable), plan.pageable_bytes);
+}
+
 TEST(footprint_plan, ParameterSwapBuffersHoldAtLeastOneChunk) {
   const auto layout = small_and_large();
   auto config = everything_on_nvme(1);

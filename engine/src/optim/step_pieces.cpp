@@ -21,6 +21,26 @@ bool takes_slot(const parameter_layout& p, state_kind s, const tier_of& where) {
   return t == tier::nvme || (t == tier::device && has_nvme_state(p, where));
 }
 
+bool logs_undo(const parameter_layout& p, const tier_of& where) {
+  return std::any_of(all_states.begin(), all_states.end(),
+                     [&](state_kind s) { return state_bytes(p, s) > 0 && where(p.id, s) != tier::host; });
+}
+
+bool staged_in_memory(const parameter_layout& p, const tier_of& where) {
+  if (has_nvme_state(p, where)) return false;
+  const auto in = [&](tier t) {
+    return std::any_of(all_states.begin(), all_states.end(),
+                       [&](state_kind s) { return state_bytes(p, s) > 0 && where(p.id, s) == t; });
+  };
+  return in(tier::device) && in(tier::host);
+}
+
+std::uint64_t scratch_bytes(const model_layout& layout, const tier_of& where, const piece_geometry& geometry) {
+  const bool staged = std::any_of(layout.parameters().begin(), layout.parameters().end(),
+                                  [&](const parameter_layout& p) { return staged_in_memory(p, where); });
+  return staged ? state_kind_count * geometry.slot_bytes : 0;
+}
+
 piece_geometry make_piece_geometry(const model_layout& layout, const tier_of& where, std::uint64_t chunk) {
   std::uint64_t narrowest = kernels::dtype_size(kernels::dtype::fp32);
   std::uint64_t largest_nvme_shard = 0;

@@ -36,8 +36,21 @@ struct piece_geometry {
 /// Whether the step moves state `s` of `p` through a slot: a state with bytes on nvme, or in device
 /// memory in a shard with a state on nvme (the CPU kernel steps such pieces).
 [[nodiscard]] bool takes_slot(const parameter_layout& p, state_kind s, const tier_of& where);
+/// Whether the step copies the in-memory states of `p` it rewrites to its undo log before Adam
+/// changes them: when a state of `p` is on nvme or in device memory, for then what steps `p` can
+/// still fail after they changed (an I/O, a device copy, launch or sync). A shard all in host memory
+/// needs none: the step runs it last, once nothing can fail any more.
+[[nodiscard]] bool logs_undo(const parameter_layout& p, const tier_of& where);
+/// Whether the step stages `p` piece by piece through its host scratch memory: nothing on nvme,
+/// states in both device and host memory.
+[[nodiscard]] bool staged_in_memory(const parameter_layout& p, const tier_of& where);
 /// `chunk` is aio.block_size (default_piece_chunk without a store).
 [[nodiscard]] piece_geometry make_piece_geometry(const model_layout& layout, const tier_of& where, std::uint64_t chunk);
+
+/// Pageable bytes of the step's scratch memory, taken when the step is made: one slot per state
+/// when a shard is staged in memory, else 0 (a stage run alone takes it when first needed).
+[[nodiscard]] std::uint64_t scratch_bytes(const model_layout& layout, const tier_of& where,
+                                          const piece_geometry& geometry);
 
 struct piece {
   parameter_id param = 0;
