@@ -98,9 +98,10 @@ void add_shadow_extents(plan_builder& out, const model_layout& layout, const pla
 
 // The optimizer step's undo log (optimizer_step.hpp): pageable host memory for the states in
 // memory (device or host) that the step rewrites (working, master, exp_avg, exp_avg_sq) of every
-// parameter with any state on nvme or in device memory, copied before Adam changes them so a failed
-// read, write or device call can put them back; and the step's scratch memory, which stages the
-// shards split between device and host memory.
+// parameter with any state on nvme or in device memory (only the working copy where it alone is in
+// device memory: detail::logs_undo), copied before Adam changes them so a failed read, write or
+// device call can put them back; and the step's scratch memory, which stages the shards split
+// between device and host memory.
 void add_optimizer_undo_log(plan_builder& out, footprint_plan& plan, const model_layout& layout,
                             const placement& where) {
   const std::array rewritten = {state_kind::working, state_kind::master, state_kind::exp_avg, state_kind::exp_avg_sq};
@@ -108,9 +109,8 @@ void add_optimizer_undo_log(plan_builder& out, footprint_plan& plan, const model
   std::uint64_t bytes = 0;
   std::vector<bool> involved(state_kind_count, false);
   for (const parameter_layout& p : layout.parameters()) {
-    if (!detail::logs_undo(p, tier_of)) continue;
     for (const state_kind s : rewritten) {
-      if (where.where(p.id, s) == tier::nvme || state_bytes(p, s) == 0) continue;
+      if (!detail::logs_undo(p, s, tier_of)) continue;
       bytes += state_bytes(p, s);
       involved[static_cast<std::size_t>(s)] = true;
     }

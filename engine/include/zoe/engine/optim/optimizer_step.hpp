@@ -26,6 +26,9 @@
 //    with a state in device memory (with the device's kernel (launch_kernel) when every state is in
 //    device memory, else with the device parts staged through host scratch memory taken with the
 //    step), then, once nothing can fail any more, those all in host memory, in place with no copy.
+//    A shard whose only state in device memory is its working copy is stepped twice, so that only
+//    the working copy needs an undo copy: first on copies of its host states, writing the new
+//    working copy home, then in place with the shards all in host memory (the same bits).
 // While it runs, the step holds every state of every shard in flight (tier_manager::begin_move
 // with move_kind::rewrite; the gradient with move_kind::read), so nothing else moves one meanwhile.
 // A failed read, write or device call therefore leaves every master, moment, gradient and working
