@@ -146,6 +146,29 @@ TEST(footprint_plan, TheUndoLogHoldsTheInMemoryStatesOfShardsWithAStateOnNvme) {
   EXPECT_EQ(item_named(plan, "optimizer step undo log"), nullptr);
 }
 
+// With nothing on nvme, the optimizer step still fails after it changed a shard with a state in
+// device memory (a copy, a launch, a sync): the undo log holds such shards' in-memory states (only
+// the working copy where it alone is in device memory: those shards step twice), and the scratch
+// memory that stages the shards split between device and host memory is listed.
+TEST(footprint_plan, TheUndoLogHoldsTheShardsWithAStateInDeviceMemory) {
+  const auto layout = small_and_large();
+  auto config = offload_config(offload_device::cpu, offload_device::cpu);
+  config.zoe.placement[static_cast<std::size_t>(state_kind::working)] = tier_fractions{.device = 1.0};
+  footprint_plan plan = make_footprint_plan(layout, config, placement(layout, config));
+  EXPECT_EQ(plan.optimizer_undo_bytes, 84 * KiB) << "the working copies 4 + 80 KiB";
+  const plan_item* scratch = item_named(plan, "optimizer step scratch");
+  ASSERT_NE(scratch, nullptr);
+  EXPECT_EQ(scratch->memory, memory_kind::pageable);
+  // One staging slot per state: the large shard in fp32 (below the default 1 MiB piece).
+  EXPECT_EQ(scratch->bytes, state_kind_count * 160 * KiB);
+  EXPECT_EQ(sum_of(plan, memory_kind::pageable), plan.pageable_bytes);
+
+  // The masters in device memory too: every state the step rewrites is logged.
+  config.zoe.placement[static_cast<std::size_t>(state_kind::master)] = tier_fractions{.device = 1.0};
+  plan = make_footprint_plan(layout, config, placement(layout, config));
+  EXPECT_EQ(plan.optimizer_undo_bytes, (84 + 3 * 168) * KiB) << "working 4 + 80 KiB, three fp32 states 8 + 160";
+}
+
 TEST(footprint_plan, ParameterSwapBuffersHoldAtLeastOneChunk) {
   const auto layout = small_and_large();
   auto config = everything_on_nvme(1);

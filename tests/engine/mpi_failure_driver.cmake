@@ -3,7 +3,9 @@
 # hanging in MPI_Finalize on a dead peer would keep it running). mpirun's status need not be zero:
 # the survivors exit without MPI_Finalize, which mpirun reports as an abnormal exit.
 #   cmake -DMPIRUN=... -DFLAGS="..." -DPROBE=... -DSCENARIO=skip|kill|throw -DRANKS=4 -DVICTIM=1
-#         -DTIMEOUT_MS=2000 [-DLIMIT_S=seconds] -P mpi_failure_driver.cmake
+#         -DTIMEOUT_MS=2000 [-DLIMIT_S=seconds] [-DEVERY_RANK=ON -DEXPECT=regex] -P mpi_failure_driver.cmake
+# EVERY_RANK: the victim must report its failure too, and EXPECT replaces the check that the line
+# names the victim (a refused mismatch of settings fails alike on every rank).
 # --enable-recovery and orte_abort_on_non_zero_status 0 keep Open MPI 4.1's mpirun from killing the
 # survivors as soon as the victim dies or the first survivor exits, so each gets to report.
 foreach(var MPIRUN PROBE SCENARIO RANKS VICTIM TIMEOUT_MS)
@@ -39,7 +41,7 @@ elseif(elapsed GREATER mpirun_limit_s)
 endif()
 math(EXPR last "${RANKS} - 1")
 foreach(rank RANGE ${last})
-  if(rank EQUAL VICTIM)
+  if(rank EQUAL VICTIM AND NOT EVERY_RANK)
     continue()
   endif()
   string(REGEX MATCH "zoe-mpi-probe rank ${rank} failed after ([0-9.]+) s: [^\n]*" line "${out}")
@@ -48,7 +50,11 @@ foreach(rank RANGE ${last})
     continue()
   endif()
   set(seconds ${CMAKE_MATCH_1})
-  if(NOT line MATCHES "\\(world rank ${VICTIM}, node [0-9]+\\) (sent nothing|failed)")
+  if(DEFINED EXPECT)
+    if(NOT line MATCHES "${EXPECT}")
+      string(APPEND failed "rank ${rank} failed without the expected message (${EXPECT}): ${line}\n")
+    endif()
+  elseif(NOT line MATCHES "\\(world rank ${VICTIM}, node [0-9]+\\) (sent nothing|failed)")
     string(APPEND failed "rank ${rank} failed without naming world rank ${VICTIM}: ${line}\n")
   endif()
   if(seconds GREATER limit_s)
@@ -58,4 +64,8 @@ endforeach()
 if(failed)
   message(FATAL_ERROR "mpi_failure_driver (${SCENARIO}, victim ${VICTIM}, mpirun status ${rc}):\n${failed}stderr:\n${err}")
 endif()
-message("every survivor named world rank ${VICTIM} within ${limit_s} s")
+if(EVERY_RANK)
+  message("every rank reported the expected failure within ${limit_s} s")
+else()
+  message("every survivor named world rank ${VICTIM} within ${limit_s} s")
+endif()

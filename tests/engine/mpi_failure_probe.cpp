@@ -2,11 +2,14 @@
 // rank (the victim) fails to take part: it skips it (`skip`), dies in it (`kill`), or throws past
 // its communicator instead (`throw`: the others hear of it at once, long before the timeout); or
 // every rank but the victim makes a second world (`create`: make_communicator is collective too,
-// and must fail naming the victim within the timeout rather than hang in MPI_Comm_dup). Each
+// and must fail naming the victim within the timeout rather than hang in MPI_Comm_dup); or every
+// rank makes a second world with zoe.ranks_per_node 2 and zero_hpz_partition_size 2 but the victim
+// with 4 for one of them (`ranks_per_node`, `hpz`: the ranks would split the world differently, so
+// every rank, the victim too, must refuse the mismatch rather than hang in MPI_Comm_split). Each
 // rank that sees its collective fail prints one line
 //   zoe-mpi-probe rank <R> failed after <S> s: <message>
 // which the driver checks names the victim, within the timeout.
-//   usage: mpi_failure_probe skip|kill|throw|create VICTIM TIMEOUT_MS
+//   usage: mpi_failure_probe skip|kill|throw|create|ranks_per_node|hpz VICTIM TIMEOUT_MS
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -54,6 +57,12 @@ int probe(std::string_view scenario, std::size_t victim, std::chrono::millisecon
       } else {
         (void)engine::make_communicator(*dev, options);
       }
+    } else if (scenario == "ranks_per_node" || scenario == "hpz") {
+      engine::comm_options mine = options;
+      mine.ranks_per_node = 2;
+      mine.hpz_partition_size = 2;
+      if (rank == victim) (scenario == "hpz" ? mine.hpz_partition_size : mine.ranks_per_node) = 4;
+      (void)engine::make_communicator(*dev, mine);
     } else if (rank == victim && scenario == "skip") {
       comm->barrier();  // the others are in the all-gather: this fails once they give up
     } else {
@@ -75,7 +84,7 @@ int probe(std::string_view scenario, std::size_t victim, std::chrono::millisecon
 
 int main(int argc, char** argv) {
   if (argc != 4) {
-    std::fprintf(stderr, "usage: %s skip|kill|throw|create VICTIM TIMEOUT_MS\n", argv[0]);
+    std::fprintf(stderr, "usage: %s skip|kill|throw|create|ranks_per_node|hpz VICTIM TIMEOUT_MS\n", argv[0]);
     return 2;
   }
   try {

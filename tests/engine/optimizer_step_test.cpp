@@ -15,11 +15,14 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <ostream>
 #include <random>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
+#include "fake_device.hpp"
 #include "fault_injecting_backend.hpp"
 #include "io_test_support.hpp"
 #include "swap_store_support.hpp"
@@ -70,7 +73,8 @@ engine_config placed_config(const std::filesystem::path& dir, const fractions_pe
   return config;
 }
 
-// The stack the step runs on: a host device, pinned memory bounded by the plan, a swap store in a
+// The stack the step runs on: a host device (under the fake device, so a test can fail its
+// copies, launches and syncs), pinned memory bounded by the plan, a swap store in a
 // scratch folder (over the fault-injecting backend), and the tier manager.
 struct stack {
   stack(kernels::dtype dtype, const fractions_per_state& fractions, bool pinned = true)
@@ -79,7 +83,7 @@ struct stack {
         layout(test_layout(dtype)),
         where(layout, config),
         plan(make_footprint_plan(layout, config, where)),
-        dev(make_host_device(plan.device_bytes + 64 * MiB)),
+        dev(std::make_unique<testing::fake_device>(make_host_device(plan.device_bytes + 64 * MiB))),
         pinned_memory(*dev, allocators::pinned_options{.limit_bytes = std::max<std::uint64_t>(plan.pinned_bytes, 1)}) {
     if (plan.nvme_bytes > 0) {
       io::swap_store_options so = testing::store_options({dir.path()}, plan.nvme_bytes);
@@ -101,6 +105,7 @@ struct stack {
             .pipeline_write = true,
             .adam_threads = {2}};
   }
+  [[nodiscard]] testing::fake_device& fake() { return static_cast<testing::fake_device&>(*dev); }
   [[nodiscard]] std::unique_ptr<optimizer_step> make_step(optimizer_step_options o) {
     return std::make_unique<optimizer_step>(*tiers, *dev, pinned_memory, store.get(), o);
   }
@@ -475,6 +480,102 @@ TEST(optimizer_step, StagesAloneChangeNothingAndAllThreeAreTheStep) {
     EXPECT_TRUE(holds(st, reference_steps(st.layout, start, adam_at(1), 1)));
   }
 }
+
+// Memory only, three kinds of shard (asserted below): m0.p0 and m0.p1 all in device memory (two
+// kernels); m0.p2 its working copy and gradient in device memory, the rest in host memory; m1.p0
+// only its working copy in device memory; m1.p1 all in host memory.
+fractions_per_state device_and_host() {
+  return {
+      tier_fractions{.device = 0.76, .host = 0.24},  // working
+      tier_fractions{.device = 0.5, .host = 0.5},    // gradient
+      tier_fractions{.device = 0.47, .host = 0.53},  // master
+      tier_fractions{.device = 0.47, .host = 0.53},  // exp_avg
+      tier_fractions{.device = 0.47, .host = 0.53},  // exp_avg_sq
+  };
+}
+
+// What the fake device fails, the nth time from the step's start: a copy (refused), a host task's
+// launch (refused), or a stream's sync (its work reported failed).
+enum class device_fault { copy, launch, stream_sync };
+
+void inject(testing::fake_device& dev, device_fault fault, int nth) {
+  switch (fault) {
+    case device_fault::copy: dev.fail_copy(nth); break;
+    case device_fault::launch: dev.refuse_launch(nth); break;
+    case device_fault::stream_sync: dev.fail_stream_sync(nth); break;
+  }
+}
+
+struct device_failure_case {
+  std::string name;
+  fractions_per_state fractions;
+  device_fault fault;
+};
+
+void PrintTo(const device_failure_case& c, std::ostream* os) {  // NOLINT(readability-identifier-naming)
+  *os << c.name << ", fault " << static_cast<int>(c.fault);
+}
+
+class optimizer_step_device_failure : public ::testing::TestWithParam<device_failure_case> {};
+
+// Every fallible device call of the step in turn: each failure leaves every state as it was, and
+// the retried step gives the undisturbed bits.
+TEST_P(optimizer_step_device_failure, EachFailureLeavesEveryStateAsBeforeAndTheRetryGivesTheUndisturbedBits) {
+  const device_failure_case& c = GetParam();
+  stack st(kernels::dtype::bf16, c.fractions, false);
+  if (c.name == "device_and_host") {
+    const auto at = [&](parameter_id p, state_kind s) { return st.tiers->location(p, s).where; };
+    for (const state_kind s : all_states) {
+      ASSERT_EQ(at(0, s), tier::device) << state_kind_name(s);
+      ASSERT_EQ(at(1, s), tier::device) << state_kind_name(s);
+      ASSERT_EQ(at(4, s), tier::host) << state_kind_name(s);
+    }
+    ASSERT_EQ(at(2, state_kind::working), tier::device);
+    ASSERT_EQ(at(2, state_kind::gradient), tier::device);
+    ASSERT_EQ(at(2, state_kind::master), tier::host);
+    ASSERT_EQ(at(3, state_kind::working), tier::device);
+    ASSERT_EQ(at(3, state_kind::gradient), tier::host);
+  }
+  const states start = initial_states(st.layout, 7);
+  const states once = reference_steps(st.layout, start, adam_at(1), 1);
+  auto step = st.make_step(st.options());
+  int failures = 0;
+  for (int nth = 1;; ++nth) {
+    ASSERT_LT(nth, 1000) << "the step never ran undisturbed";
+    write_all(st, start);
+    inject(st.fake(), c.fault, nth);
+    bool failed = false;
+    try {
+      step->run(adam_at(1));
+    } catch (const device_error&) {
+      failed = true;
+    }
+    inject(st.fake(), c.fault, 0);
+    if (!failed) {
+      EXPECT_TRUE(holds(st, once)) << "the undisturbed step";
+      break;
+    }
+    ++failures;
+    EXPECT_TRUE(holds(st, start)) << "after a failure of device call " << nth;
+    step->run(adam_at(1));
+    EXPECT_TRUE(holds(st, once)) << "the step retried after a failure of device call " << nth;
+  }
+  EXPECT_GT(failures, 0) << "the step made no such device call";
+}
+
+std::string device_failure_name(const ::testing::TestParamInfo<device_failure_case>& info) {
+  constexpr std::array<std::string_view, 3> faults = {"copy", "launch", "stream_sync"};
+  return info.param.name + "_" + std::string(faults[static_cast<std::size_t>(info.param.fault)]);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    step, optimizer_step_device_failure,
+    ::testing::Values(device_failure_case{"device_and_host", device_and_host(), device_fault::copy},
+                      device_failure_case{"device_and_host", device_and_host(), device_fault::launch},
+                      device_failure_case{"device_and_host", device_and_host(), device_fault::stream_sync},
+                      device_failure_case{"split_three_ways", split_three_ways(), device_fault::copy},
+                      device_failure_case{"split_three_ways", split_three_ways(), device_fault::stream_sync}),
+    device_failure_name);
 
 // The totals add every run, failed ones too; last_step() is the last whole step, which stage runs
 // and failed runs leave as it was (the engine's statistics after measure_stages).

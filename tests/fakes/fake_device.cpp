@@ -21,6 +21,21 @@ void fake_device::fail_allocation(int nth) {
   allocations_until_failure_ = nth;
 }
 
+void fake_device::fail_copy(int nth) {
+  const std::lock_guard lock(mutex_);
+  copies_until_failure_ = nth;
+}
+
+void fake_device::refuse_launch(int nth) {
+  const std::lock_guard lock(mutex_);
+  launches_until_refusal_ = nth;
+}
+
+void fake_device::fail_stream_sync(int nth) {
+  const std::lock_guard lock(mutex_);
+  stream_syncs_until_failure_ = nth;
+}
+
 void fake_device::refuse_registration(bool refuse) {
   const std::lock_guard lock(mutex_);
   refuse_registration_ = refuse;
@@ -160,6 +175,9 @@ void fake_device::copy_async(void* dst, const void* src, std::size_t bytes, copy
   {
     const std::lock_guard lock(mutex_);
     ++calls_.copy_async;
+    if (copies_until_failure_ > 0 && --copies_until_failure_ == 0) {
+      throw device_error(str(name(), ": injected refusal to copy ", bytes, " bytes"));
+    }
   }
   inner_->copy_async(dst, src, bytes, kind, stream);
 }
@@ -173,7 +191,9 @@ void fake_device::launch_host(stream_view stream, std::function<void()> task) {
   {
     const std::lock_guard lock(mutex_);
     ++calls_.launch_host;
-    if (refuse_launches_) throw device_error(str(name(), ": injected refusal to launch a host task"));
+    if (refuse_launches_ || (launches_until_refusal_ > 0 && --launches_until_refusal_ == 0)) {
+      throw device_error(str(name(), ": injected refusal to launch a host task"));
+    }
     delay = delay_;
   }
   if (delay.count() > 0 && task) {
@@ -187,11 +207,14 @@ void fake_device::launch_host(stream_view stream, std::function<void()> task) {
 }
 
 void fake_device::synchronize(stream_view stream) {
+  bool fail = false;
   {
     const std::lock_guard lock(mutex_);
     ++calls_.synchronize;
+    fail = stream_syncs_until_failure_ > 0 && --stream_syncs_until_failure_ == 0;
   }
   inner_->synchronize(stream);
+  if (fail) throw device_error(str(name(), ": injected failure of a stream's work"));
 }
 
 void fake_device::synchronize() {

@@ -48,6 +48,14 @@ class fake_device final : public device {
   /// While set, synchronize(event) waits for the event and then throws device_error, as a CUDA
   /// event sync reports a kernel that faulted before it.
   void fail_event_syncs(bool fail);
+  /// The `nth` copy_async() from now (1 = the next; 0: none) throws device_error without queuing,
+  /// as a refused cudaMemcpyAsync.
+  void fail_copy(int nth);
+  /// The `nth` launch_host() from now (1 = the next; 0: none) throws device_error without queuing.
+  void refuse_launch(int nth);
+  /// The `nth` synchronize(stream) from now (1 = the next; 0: none) waits for the stream and then
+  /// throws device_error, as a CUDA stream sync reports work that faulted on it.
+  void fail_stream_sync(int nth);
   /// Reports `kind` from kind() from now on, while the inner device still does the work: code that
   /// branches on the kind (launch_kernel) takes its CUDA branch on a machine without a GPU.
   void report_kind(device_kind kind);
@@ -94,7 +102,10 @@ class fake_device final : public device {
   std::unique_ptr<device> inner_;
   mutable std::mutex mutex_;
   device_calls calls_;
-  int allocations_until_failure_ = 0;  // 0: none planned
+  int allocations_until_failure_ = 0;   // 0: none planned
+  int copies_until_failure_ = 0;        // 0: none planned
+  int launches_until_refusal_ = 0;      // 0: none planned
+  int stream_syncs_until_failure_ = 0;  // 0: none planned
   bool refuse_registration_ = false;
   bool refuse_launches_ = false;
   bool fail_event_syncs_ = false;

@@ -3,17 +3,21 @@
 //
 // Creation is collective, and MPI's communicator calls block until every rank makes them, so a rank
 // that never calls make_communicator would hang the others. Like a collective, creation therefore
-// waits at most comm_options::timeout: every rank first exchanges an empty message with every
-// other (polled, mpi_transfer.hpp), which fails naming the ranks that did not arrive; then the
+// waits at most comm_options::timeout: every rank first sends every other its zoe.ranks_per_node
+// and zero_hpz_partition_size (polled, mpi_transfer.hpp), which fails naming the ranks that did not
+// arrive, and refuses on every rank alike any disagreement (the splits below follow from these
+// settings, so ranks that disagree would make different blocking calls and hang); then the
 // duplicate of MPI_COMM_WORLD is made with MPI_Comm_idup, polled with the timeout and the failure
-// notices. Once that completes every rank is inside this call with the same sizes, so the splits
-// that follow (MPI has no non-blocking split) find every rank.
+// notices. Once that completes every rank is inside this call with the same settings, so the
+// splits that follow (MPI has no non-blocking split) find every rank.
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <numeric>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "backends.hpp"
@@ -72,19 +76,66 @@ mpi_comm_owner split(MPI_Comm world, std::size_t color, std::size_t world_rank) 
 
 constexpr std::string_view creation = "make_communicator on mpi (world)";
 
-// Returns once every rank of the world called make_communicator; comm_error naming the ranks that
-// did not within `timeout` (the others are told, as for a collective).
-void await_arrival(mpi_runtime& rt, std::size_t ranks_per_node, std::chrono::milliseconds timeout) {
-  std::vector<std::size_t> world_ranks(rt.world_size());
+// The settings that decide which blocking calls creation makes after the duplicate: every rank
+// must pass the same.
+struct world_settings {
+  std::uint64_t ranks_per_node = 0;
+  std::uint64_t hpz_partition_size = 0;
+};
+
+// config_error when the ranks disagree on a setting, naming each value with the world ranks that
+// passed it. Every rank holds every rank's settings, so each throws the same message.
+void refuse_disagreement(const std::vector<world_settings>& all) {
+  std::string disagreements;
+  const auto check = [&](std::string_view key, std::uint64_t world_settings::*field) {
+    // Each value in the order world ranks first pass it, with the ranks that pass it.
+    std::vector<std::pair<std::uint64_t, std::vector<std::size_t>>> values;
+    for (std::size_t w = 0; w < all.size(); ++w) {
+      const std::uint64_t v = all[w].*field;
+      const auto it = std::find_if(values.begin(), values.end(), [v](const auto& e) { return e.first == v; });
+      if (it == values.end()) {
+        values.emplace_back(v, std::vector<std::size_t>{w});
+      } else {
+        it->second.push_back(w);
+      }
+    }
+    if (values.size() == 1) return;
+    std::string text;
+    for (const auto& [value, ranks] : values) {
+      std::string list;
+      for (const std::size_t w : ranks) list += str(list.empty() ? "" : ", ", w);
+      text += str(text.empty() ? "" : "; ", value, " on world rank", ranks.size() > 1 ? "s " : " ", list);
+    }
+    disagreements += str(disagreements.empty() ? "" : "; and ", key, ": ", text);
+  };
+  check("zoe.ranks_per_node", &world_settings::ranks_per_node);
+  check("zero_optimization.zero_hpz_partition_size", &world_settings::hpz_partition_size);
+  if (!disagreements.empty()) {
+    throw config_error(str(creation, ": the ranks disagree on ", disagreements, " (every rank must pass the same)"));
+  }
+}
+
+// Returns once every rank of the world called make_communicator with the same settings; comm_error
+// naming the ranks that did not arrive within `timeout` (the others are told, as for a
+// collective), config_error (refuse_disagreement) on every rank when they disagree.
+void await_arrival(mpi_runtime& rt, const world_settings& mine, std::chrono::milliseconds timeout) {
+  const std::size_t size = rt.world_size();
+  const std::size_t me = rt.world_rank();
+  std::vector<std::size_t> world_ranks(size);
   std::iota(world_ranks.begin(), world_ranks.end(), std::size_t{0});
-  const mpi_group_view view{rt.control_comm(), rt.world_rank(), &world_ranks, ranks_per_node, timeout};
+  // Until the nodes are known, messages place every rank on one node (or as zoe.ranks_per_node says).
+  const std::size_t message_nodes = mine.ranks_per_node != 0 ? mine.ranks_per_node : size;
+  const mpi_group_view view{rt.control_comm(), me, &world_ranks, message_nodes, timeout};
   mpi_exchange x(view, rt.next_creation_tag(), std::string(creation));
-  for (std::size_t p = 0; p < rt.world_size(); ++p) {
-    if (p == rt.world_rank()) continue;
-    x.send(p, nullptr, 0);
-    x.receive(p, nullptr, 0);
+  std::vector<world_settings> all(size);
+  all[me] = mine;
+  for (std::size_t p = 0; p < size; ++p) {
+    if (p == me) continue;
+    x.send(p, &mine, sizeof mine);
+    x.receive(p, &all[p], sizeof(world_settings));
   }
   x.run();
+  refuse_disagreement(all);
 }
 
 // A duplicate of MPI_COMM_WORLD returning errors as codes, made with MPI_Comm_idup and polled: it
@@ -150,8 +201,8 @@ std::unique_ptr<communicator> make_mpi_communicator(device& dev, const comm_opti
     throw config_error(str("zoe.comm.timeout_s: ", static_cast<double>(options.timeout.count()) / 1000.0,
                            " s is not a positive time"));
   }
-  // Until the nodes are known, messages place every rank on one node (or as zoe.ranks_per_node says).
-  await_arrival(rt, options.ranks_per_node != 0 ? options.ranks_per_node : size, options.timeout);
+  await_arrival(rt, {.ranks_per_node = options.ranks_per_node, .hpz_partition_size = options.hpz_partition_size},
+                options.timeout);
   mpi_comm_owner world = duplicate_world(rt, options.timeout);
   const std::size_t per_node =
       options.ranks_per_node != 0 ? options.ranks_per_node : detect_ranks_per_node(world.get(), me, size);

@@ -1,12 +1,14 @@
 // The pipelined optimizer step (optimizer_step.hpp): the shards with a state on nvme piece by
 // piece through pinned slots (reads ahead on the I/O thread, Adam here, writes to the shadows
-// behind), then the shards in memory, then the commit.
+// behind), then the shards in memory (those with a state in device memory, then those all in host
+// memory), then the commit.
 #include "zoe/engine/optim/optimizer_step.hpp"
 
 #include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstring>
+#include <new>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -117,7 +119,13 @@ struct optimizer_step::impl {
                   const std::array<std::byte*, state_kind_count>& staging, bool in_place, bool undo,
                   const kernels::adam_config& adam);
   void run_memory_shards(const kernels::adam_config& adam, bool in_place);
-  std::array<std::byte*, state_kind_count> scratch_staging();
+  // Steps `p` piece by piece through the scratch memory (step_piece; the step proper logs undo).
+  void step_staged(const parameter_layout& p, const kernels::adam_config& adam, bool in_place);
+  // The first of the two passes of a shard whose only state in device memory is its working copy:
+  // Adam on copies, piece by piece through the scratch, and the new working copy home (logged).
+  void write_working_home(const parameter_layout& p, const kernels::adam_config& adam);
+  // One staging area of `slot` bytes per state in the scratch (grown to hold them: stage runs).
+  std::array<std::byte*, state_kind_count> scratch_staging(std::uint64_t slot);
   [[noreturn]] void raise_io(const detail::io_batch_result& r) const;
   void drain() noexcept;
   // Adds the run that just ended (stats) to the totals.
@@ -129,14 +137,22 @@ struct optimizer_step::impl {
   optimizer_step_options options;
   detail::tier_of where;
   detail::piece_geometry geometry;
-  std::vector<detail::piece> pieces;        // of the shards with a state on nvme, in sub-group order
-  std::vector<parameter_id> memory_shards;  // the others, in sub-group order
+  std::vector<detail::piece> pieces;  // of the shards with a state on nvme, in sub-group order
+  // The others, in sub-group order, by where their states are: all in host memory, all in device
+  // memory, split between the two (staged through the scratch memory), or split with only the
+  // working copy in device memory (stepped twice, detail::steps_twice).
+  enum class memory_home { host, device, split, working_on_device };
+  std::vector<std::pair<parameter_id, memory_home>> memory_shards;
   std::vector<std::pair<parameter_id, state_kind>> held;
   std::vector<piece_run> runs;
   std::size_t next_read = 0;
   std::size_t holding = 0;
   detail::undo_log undo;
-  std::vector<std::byte> scratch;  // staging for stage runs and mixed device/host shards, made when first needed
+  // Staging for the shards split between device and host memory, taken with the step (a failed
+  // allocation must come before any state changes; footprint_plan lists it), and for stage runs
+  // (made when first needed: they change nothing in place).
+  std::vector<std::byte> scratch;
+  std::uint64_t staging_slot = 0;  // bytes per state of the planned scratch (detail::staging_slot_bytes)
   device_stream stream;
   optimizer_step_stats stats;
   optimizer_step_stats last_step;  // the last whole step that completed
@@ -150,9 +166,8 @@ namespace {
 std::uint64_t undo_bytes_needed(const tier_manager& tiers, const detail::tier_of& where) {
   std::uint64_t bytes = 0;
   for (const parameter_layout& p : tiers.layout().parameters()) {
-    if (!detail::has_nvme_state(p, where)) continue;
     for (const state_kind s : rewritten) {
-      if (where(p.id, s) != tier::nvme) bytes += state_bytes(p, s);
+      if (detail::logs_undo(p, s, where)) bytes += state_bytes(p, s);
     }
   }
   return bytes;
@@ -179,8 +194,24 @@ optimizer_step::impl::impl(tier_manager& t, device& d, allocators::pinned_host_r
   const auto on_nvme = [this](const parameter_layout& p) { return detail::has_nvme_state(p, where); };
   for (const sub_group& g : sub_groups(layout(), options.sub_group_size)) {
     for (parameter_id id = g.first; id < g.last; ++id) {
-      if (!on_nvme(layout().parameter(id))) memory_shards.push_back(id);
+      const parameter_layout& p = layout().parameter(id);
+      if (on_nvme(p)) continue;
+      const bool any_on_device = std::any_of(all_states.begin(), all_states.end(), [&](state_kind k) {
+        return state_bytes(p, k) > 0 && where(id, k) == tier::device;
+      });
+      memory_shards.emplace_back(id, detail::steps_twice(p, where)        ? memory_home::working_on_device
+                                     : detail::staged_in_memory(p, where) ? memory_home::split
+                                     : any_on_device                      ? memory_home::device
+                                                                          : memory_home::host);
     }
+  }
+  staging_slot = detail::staging_slot_bytes(layout(), where, geometry);
+  try {
+    scratch.resize(static_cast<std::size_t>(detail::scratch_bytes(layout(), where, geometry)));
+  } catch (const std::bad_alloc&) {
+    throw memory_error(str("optimizer step: cannot allocate its ",
+                           format_bytes(detail::scratch_bytes(layout(), where, geometry)),
+                           " scratch memory (pageable host memory)"));
   }
   if (geometry.slots_per_piece == 0) return;
   ZOE_EXPECTS(store != nullptr, "optimizer step: states are on nvme but no swap store was given");
@@ -337,7 +368,7 @@ void optimizer_step::impl::run_nvme_pieces(const kernels::adam_config& adam, ste
       // steps copies of them in scratch memory.
       const bool whole = which.read && which.write;
       std::array<std::byte*, state_kind_count> staging{};
-      const std::array<std::byte*, state_kind_count> spare = whole ? staging : scratch_staging();
+      const std::array<std::byte*, state_kind_count> spare = whole ? staging : scratch_staging(geometry.slot_bytes);
       for (const state_kind s : all_states) {
         const std::size_t k = index_of(s);
         staging[k] = r.slots[k] ? r.slots[k].data() : spare[k];
@@ -480,10 +511,10 @@ void optimizer_step::impl::release_slots(const parameter_layout& p, piece_run& r
   }
 }
 
-std::array<std::byte*, state_kind_count> optimizer_step::impl::scratch_staging() {
-  if (scratch.empty()) scratch.resize(static_cast<std::size_t>(state_kind_count * geometry.slot_bytes));
+std::array<std::byte*, state_kind_count> optimizer_step::impl::scratch_staging(std::uint64_t slot) {
+  if (scratch.size() < state_kind_count * slot) scratch.resize(static_cast<std::size_t>(state_kind_count * slot));
   std::array<std::byte*, state_kind_count> out{};
-  for (std::size_t k = 0; k < state_kind_count; ++k) out[k] = scratch.data() + k * geometry.slot_bytes;
+  for (std::size_t k = 0; k < state_kind_count; ++k) out[k] = scratch.data() + k * slot;
   return out;
 }
 
@@ -547,53 +578,97 @@ void optimizer_step::impl::step_piece(const parameter_layout& p, std::uint64_t f
   if (copied_out) dev.synchronize(stream.view());
 }
 
+// A step that throws leaves every state as it was (optimizer_step.hpp), yet a shard with a state in
+// device memory is stepped by calls that can fail (copies, launches, the stream's sync) after its
+// states changed. Those shards therefore go first, each in-memory state they rewrite copied to the
+// undo log before it changes; the shards all in host memory go last, in place, once nothing can fail
+// any more (the CPU kernel throws nothing once the settings were checked), with no copy at all. A
+// shard whose only state in device memory is the working copy (the usual optimizer offload) is
+// stepped twice instead: first on copies, to write its new working copy home (only that is logged),
+// then in place with the host shards. This costs least memory: an undo copy (or the new bytes held
+// until a commit, as many, whose copies to the device could fail in turn) of its fp32 states would
+// be six times its working copy; the price is a second Adam over those shards.
 void optimizer_step::impl::run_memory_shards(const kernels::adam_config& adam, bool in_place) {
-  const auto started = clock::now();
-  const double adam_before = stats.adam_seconds;
-  bool launched = false;
-  for (const parameter_id id : memory_shards) {
-    const parameter_layout& p = layout().parameter(id);
-    bool all_host = true;
-    bool all_device = true;
+  const auto home_data = [this](const parameter_layout& p) {
     std::array<std::byte*, state_kind_count> data{};
     for (const state_kind s : all_states) {
       if (state_bytes(p, s) == 0) continue;
-      const state_location& home = tiers.location(id, s);
-      all_host = all_host && home.where == tier::host;
-      all_device = all_device && home.where == tier::device;
+      const state_location& home = tiers.location(p.id, s);
       data[index_of(s)] = home.where == tier::host ? home.host.data() : static_cast<std::byte*>(home.device);
     }
-    if (in_place && all_host) {
-      const auto adam_started = clock::now();
-      kernels::adam_step(adam, shard_view(p, data, p.shard_numel), options.adam_threads);
-      stats.adam_seconds += seconds_since(adam_started);
-      stats.bytes_stepped += stepped_bytes(p, p.shard_numel);
-      continue;
+    return data;
+  };
+  if (!in_place) {
+    // A stage alone steps copies of every shard: nothing changes in place.
+    for (const auto& [id, home] : memory_shards) step_staged(layout().parameter(id), adam, false);
+    return;
+  }
+  for (const auto& [id, home] : memory_shards) {
+    if (home == memory_home::split) step_staged(layout().parameter(id), adam, true);
+    if (home == memory_home::working_on_device) write_working_home(layout().parameter(id), adam);
+  }
+  const auto started = clock::now();
+  bool launched = false;
+  for (const auto& [id, home] : memory_shards) {
+    if (home != memory_home::device) continue;
+    const parameter_layout& p = layout().parameter(id);
+    // The undo copies run on the stream before the kernel, so they hold the bytes it changes.
+    for (const state_kind s : rewritten) {
+      if (state_bytes(p, s) == 0) continue;
+      undo.record_device(id, s, 0, static_cast<const std::byte*>(tiers.location(id, s).device), state_bytes(p, s), dev,
+                         stream.view());
+      stats.undo_bytes += state_bytes(p, s);
     }
-    if (in_place && all_device) {
-      // In stream order on the device: the host device runs the CPU kernel as a host task, CUDA
-      // its own; both give the same bits.
-      const kernels::adam_shard shard = shard_view(p, data, p.shard_numel);
-      const kernels::thread_budget budget = options.adam_threads;
-      launch_kernel(
-          dev, stream.view(), [adam, shard, budget] { kernels::adam_step(adam, shard, budget); },
-          [&](stream_view s) { kernels::cuda::adam_step(adam, shard, s); });
-      launched = true;
-      stats.bytes_stepped += stepped_bytes(p, p.shard_numel);
-      continue;
-    }
-    // Device and host parts together (or a stage alone, on copies): piece by piece through
-    // scratch host memory.
-    const std::array<std::byte*, state_kind_count> staging = scratch_staging();
-    const std::uint64_t piece = geometry.slot_bytes / kernels::dtype_size(kernels::dtype::fp32);
-    for (std::uint64_t first = 0; first < p.shard_numel; first += piece) {
-      step_piece(p, first, std::min(piece, p.shard_numel - first), staging, in_place, false, adam);
-    }
+    // In stream order on the device: the host device runs the CPU kernel as a host task, CUDA
+    // its own; both give the same bits.
+    const kernels::adam_shard shard = shard_view(p, home_data(p), p.shard_numel);
+    const kernels::thread_budget budget = options.adam_threads;
+    launch_kernel(
+        dev, stream.view(), [adam, shard, budget] { kernels::adam_step(adam, shard, budget); },
+        [&](stream_view s) { kernels::cuda::adam_step(adam, shard, s); });
+    launched = true;
+    stats.bytes_stepped += stepped_bytes(p, p.shard_numel);
   }
   if (launched) {
-    // The device's kernels ran beside the host's: this whole pass was Adam.
     dev.synchronize(stream.view());
-    stats.adam_seconds = adam_before + seconds_since(started);
+    stats.adam_seconds += seconds_since(started);  // the device's kernels, with their undo copies
+  }
+  for (const auto& [id, home] : memory_shards) {
+    if (home != memory_home::host && home != memory_home::working_on_device) continue;
+    const parameter_layout& p = layout().parameter(id);
+    kernels::adam_shard shard = shard_view(p, home_data(p), p.shard_numel);
+    if (home == memory_home::working_on_device) shard.working = std::nullopt;  // written home already
+    const auto adam_started = clock::now();
+    kernels::adam_step(adam, shard, options.adam_threads);
+    stats.adam_seconds += seconds_since(adam_started);
+    stats.bytes_stepped += stepped_bytes(p, p.shard_numel);
+  }
+}
+
+void optimizer_step::impl::step_staged(const parameter_layout& p, const kernels::adam_config& adam, bool in_place) {
+  // The step proper cuts pieces as the planned scratch holds them; a stage run as the slots do.
+  const std::uint64_t slot = in_place ? staging_slot : geometry.slot_bytes;
+  const std::array<std::byte*, state_kind_count> staging = scratch_staging(slot);
+  const std::uint64_t piece = slot / kernels::dtype_size(kernels::dtype::fp32);
+  for (std::uint64_t first = 0; first < p.shard_numel; first += piece) {
+    step_piece(p, first, std::min(piece, p.shard_numel - first), staging, in_place, in_place, adam);
+  }
+}
+
+void optimizer_step::impl::write_working_home(const parameter_layout& p, const kernels::adam_config& adam) {
+  const std::array<std::byte*, state_kind_count> staging = scratch_staging(staging_slot);
+  const std::uint64_t piece = staging_slot / kernels::dtype_size(kernels::dtype::fp32);
+  const std::uint64_t size = kernels::dtype_size(state_dtype(p, state_kind::working));
+  auto* home = static_cast<std::byte*>(tiers.location(p.id, state_kind::working).device);
+  for (std::uint64_t first = 0; first < p.shard_numel; first += piece) {
+    const std::uint64_t count = std::min(piece, p.shard_numel - first);
+    step_piece(p, first, count, staging, false, false, adam);  // on copies: the homes stay
+    // The old bytes reach the log before the new ones their home (one stream).
+    undo.record_device(p.id, state_kind::working, first * size, home, count * size, dev, stream.view());
+    stats.undo_bytes += count * size;
+    dev.copy_async(home + first * size, staging[index_of(state_kind::working)], static_cast<std::size_t>(count * size),
+                   copy_kind::host_to_device, stream.view());
+    dev.synchronize(stream.view());
   }
 }
 

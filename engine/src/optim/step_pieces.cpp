@@ -21,6 +21,40 @@ bool takes_slot(const parameter_layout& p, state_kind s, const tier_of& where) {
   return t == tier::nvme || (t == tier::device && has_nvme_state(p, where));
 }
 
+bool staged_in_memory(const parameter_layout& p, const tier_of& where) {
+  if (has_nvme_state(p, where)) return false;
+  const auto in = [&](tier t) {
+    return std::any_of(all_states.begin(), all_states.end(),
+                       [&](state_kind s) { return state_bytes(p, s) > 0 && where(p.id, s) == t; });
+  };
+  return in(tier::device) && in(tier::host);
+}
+
+bool steps_twice(const parameter_layout& p, const tier_of& where) {
+  return staged_in_memory(p, where) && std::all_of(all_states.begin(), all_states.end(), [&](state_kind s) {
+           return state_bytes(p, s) == 0 || s == state_kind::working || where(p.id, s) == tier::host;
+         });
+}
+
+bool logs_undo(const parameter_layout& p, state_kind s, const tier_of& where) {
+  if (s == state_kind::gradient || state_bytes(p, s) == 0 || where(p.id, s) == tier::nvme) return false;
+  if (steps_twice(p, where)) return s == state_kind::working;
+  return std::any_of(all_states.begin(), all_states.end(),
+                     [&](state_kind k) { return state_bytes(p, k) > 0 && where(p.id, k) != tier::host; });
+}
+
+std::uint64_t staging_slot_bytes(const model_layout& layout, const tier_of& where, const piece_geometry& geometry) {
+  std::uint64_t largest = 0;
+  for (const parameter_layout& p : layout.parameters()) {
+    if (staged_in_memory(p, where)) largest = std::max(largest, p.shard_numel);
+  }
+  return std::min(geometry.slot_bytes, round_up(largest * kernels::dtype_size(kernels::dtype::fp32), page));
+}
+
+std::uint64_t scratch_bytes(const model_layout& layout, const tier_of& where, const piece_geometry& geometry) {
+  return state_kind_count * staging_slot_bytes(layout, where, geometry);
+}
+
 piece_geometry make_piece_geometry(const model_layout& layout, const tier_of& where, std::uint64_t chunk) {
   std::uint64_t narrowest = kernels::dtype_size(kernels::dtype::fp32);
   std::uint64_t largest_nvme_shard = 0;

@@ -36,8 +36,31 @@ struct piece_geometry {
 /// Whether the step moves state `s` of `p` through a slot: a state with bytes on nvme, or in device
 /// memory in a shard with a state on nvme (the CPU kernel steps such pieces).
 [[nodiscard]] bool takes_slot(const parameter_layout& p, state_kind s, const tier_of& where);
+/// Whether the step stages `p` piece by piece through its host scratch memory: nothing on nvme,
+/// states in both device and host memory.
+[[nodiscard]] bool staged_in_memory(const parameter_layout& p, const tier_of& where);
+/// Whether the step runs Adam over `p` twice: staged in memory with only its working copy in device
+/// memory. The first pass steps copies and writes the new working copy home; the second, once
+/// nothing can fail any more, steps the host states in place (Adam is elementwise and
+/// deterministic, so both give the same bits).
+[[nodiscard]] bool steps_twice(const parameter_layout& p, const tier_of& where);
+/// Whether the step copies state `s` of `p` (one it rewrites, with bytes, in memory) to its undo
+/// log before changing it: every such state of a shard with a state on nvme or in device memory,
+/// for then what steps the shard can still fail after they changed (an I/O, a device copy, launch
+/// or sync); of a shard that steps twice only the working copy (its host states change last). A
+/// shard all in host memory needs none: the step runs it last, once nothing can fail any more.
+[[nodiscard]] bool logs_undo(const parameter_layout& p, state_kind s, const tier_of& where);
 /// `chunk` is aio.block_size (default_piece_chunk without a store).
 [[nodiscard]] piece_geometry make_piece_geometry(const model_layout& layout, const tier_of& where, std::uint64_t chunk);
+
+/// Bytes per state of the scratch that stages the shards staged in memory: a slot, or the largest
+/// such shard in fp32 (whole pages) when that is smaller; 0 when none is staged.
+[[nodiscard]] std::uint64_t staging_slot_bytes(const model_layout& layout, const tier_of& where,
+                                               const piece_geometry& geometry);
+/// Pageable bytes of the step's scratch memory, taken when the step is made: one staging slot per
+/// state (a stage run alone takes what it needs when first needed).
+[[nodiscard]] std::uint64_t scratch_bytes(const model_layout& layout, const tier_of& where,
+                                          const piece_geometry& geometry);
 
 struct piece {
   parameter_id param = 0;

@@ -20,13 +20,26 @@ undo_log::undo_log(std::uint64_t capacity) : capacity_(capacity) {
   }
 }
 
-void undo_log::record(parameter_id p, state_kind s, std::uint64_t offset, std::span<const std::byte> before) {
-  ZOE_EXPECTS(before.size() <= capacity_ - used_, "optimizer step: the undo log (", format_bytes(capacity_),
-              ") cannot hold ", before.size(), " more bytes of ", state_kind_name(s), " of parameter ", p,
+void undo_log::check_room(parameter_id p, state_kind s, std::uint64_t bytes) const {
+  ZOE_EXPECTS(bytes <= capacity_ - used_, "optimizer step: the undo log (", format_bytes(capacity_), ") cannot hold ",
+              bytes, " more bytes of ", state_kind_name(s), " of parameter ", p,
               ": it was sized for another placement");
+}
+
+void undo_log::record(parameter_id p, state_kind s, std::uint64_t offset, std::span<const std::byte> before) {
+  check_room(p, s, before.size());
   std::memcpy(memory_.get() + used_, before.data(), before.size());
   entries_.push_back({.param = p, .state = s, .offset = offset, .bytes = before.size(), .at = used_});
   used_ += before.size();
+}
+
+void undo_log::record_device(parameter_id p, state_kind s, std::uint64_t offset, const std::byte* device_home,
+                             std::uint64_t bytes, device& dev, stream_view stream) {
+  check_room(p, s, bytes);
+  dev.copy_async(memory_.get() + used_, device_home + offset, static_cast<std::size_t>(bytes),
+                 copy_kind::device_to_host, stream);
+  entries_.push_back({.param = p, .state = s, .offset = offset, .bytes = bytes, .at = used_});
+  used_ += bytes;
 }
 
 void undo_log::restore(const tier_manager& tiers, device& dev, stream_view stream) {

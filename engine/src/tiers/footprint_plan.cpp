@@ -98,20 +98,19 @@ void add_shadow_extents(plan_builder& out, const model_layout& layout, const pla
 
 // The optimizer step's undo log (optimizer_step.hpp): pageable host memory for the states in
 // memory (device or host) that the step rewrites (working, master, exp_avg, exp_avg_sq) of every
-// parameter with any state on nvme, copied before Adam changes them so a failed read or write can
-// put them back.
+// parameter with any state on nvme or in device memory (only the working copy where it alone is in
+// device memory: detail::logs_undo), copied before Adam changes them so a failed read, write or
+// device call can put them back; and the step's scratch memory, which stages the shards split
+// between device and host memory.
 void add_optimizer_undo_log(plan_builder& out, footprint_plan& plan, const model_layout& layout,
                             const placement& where) {
   const std::array rewritten = {state_kind::working, state_kind::master, state_kind::exp_avg, state_kind::exp_avg_sq};
+  const detail::tier_of tier_of = [&where](parameter_id p, state_kind s) { return where.where(p, s); };
   std::uint64_t bytes = 0;
   std::vector<bool> involved(state_kind_count, false);
   for (const parameter_layout& p : layout.parameters()) {
-    const bool on_nvme = std::any_of(all_states.begin(), all_states.end(), [&](state_kind s) {
-      return state_bytes(p, s) > 0 && where.where(p.id, s) == tier::nvme;
-    });
-    if (!on_nvme) continue;
     for (const state_kind s : rewritten) {
-      if (where.where(p.id, s) == tier::nvme || state_bytes(p, s) == 0) continue;
+      if (!detail::logs_undo(p, s, tier_of)) continue;
       bytes += state_bytes(p, s);
       involved[static_cast<std::size_t>(s)] = true;
     }
@@ -122,8 +121,17 @@ void add_optimizer_undo_log(plan_builder& out, footprint_plan& plan, const model
     if (!involved[static_cast<std::size_t>(s)]) continue;
     keys.insert(keys.end(), where.keys(s).begin(), where.keys(s).end());
   }
-  out.add("optimizer step undo log (in-memory states of shards with a state on nvme)", memory_kind::pageable, bytes,
-          std::move(keys));
+  out.add("optimizer step undo log (in-memory states of shards with a state on nvme or in device memory)",
+          memory_kind::pageable, bytes, std::move(keys));
+  // The step cuts its pieces as the swap store's chunk says, or by the default without a store.
+  const std::uint64_t chunk = plan.nvme_bytes > 0 ? plan.swap_block_size : detail::default_piece_chunk;
+  const std::uint64_t scratch =
+      detail::scratch_bytes(layout, tier_of, detail::make_piece_geometry(layout, tier_of, chunk));
+  std::vector<std::string> scratch_keys;
+  for (const state_kind s : all_states)
+    scratch_keys.insert(scratch_keys.end(), where.keys(s).begin(), where.keys(s).end());
+  out.add("optimizer step scratch (staging of shards split between device and host memory)", memory_kind::pageable,
+          scratch, std::move(scratch_keys));
 }
 
 // The swap store's capacity for these states and the optimizer step's shadow extents (every extent

@@ -17,18 +17,24 @@
 //  - an NVMe state the step rewrites (master, exp_avg, exp_avg_sq, and the working copy on nvme)
 //    is written to its shadow extent (tier_manager::shadow), and the shadows become the homes
 //    (tier_manager::commit_shadow) only once every write of the step is known good;
-//  - a state in memory that belongs to a piece with anything on NVMe is copied to the undo log
-//    (pageable host memory, footprint_plan::optimizer_undo_bytes) before Adam changes it (a part in
-//    device memory is staged through a slot: copied in, stepped there, copied back);
-//  - shards with nothing on NVMe cannot fail: they are stepped in place, whole, after every
-//    fallible piece is known good (on the host when every state is in host memory, with the
-//    device's kernel (launch_kernel) when every state is in device memory, else with the device
-//    parts staged through host memory).
+//  - a state in memory that belongs to a shard with anything on NVMe or in device memory is copied
+//    to the undo log (pageable host memory, footprint_plan::optimizer_undo_bytes) before Adam
+//    changes it, for the calls that step such a shard (I/O, device copies, launches, syncs) can
+//    fail after it changed (a part in device memory of a shard with anything on NVMe is staged
+//    through a slot: copied in, stepped there, copied back);
+//  - shards with nothing on NVMe are stepped after every piece with anything on NVMe: first those
+//    with a state in device memory (with the device's kernel (launch_kernel) when every state is in
+//    device memory, else with the device parts staged through host scratch memory taken with the
+//    step), then, once nothing can fail any more, those all in host memory, in place with no copy.
+//    A shard whose only state in device memory is its working copy is stepped twice, so that only
+//    the working copy needs an undo copy: first on copies of its host states, writing the new
+//    working copy home, then in place with the shards all in host memory (the same bits).
 // While it runs, the step holds every state of every shard in flight (tier_manager::begin_move
 // with move_kind::rewrite; the gradient with move_kind::read), so nothing else moves one meanwhile.
-// A failed read or write therefore leaves every state as it was before the step (resident, dirty as
-// before): the undo log is copied back, the shadows are dropped, and the error (io_error or
-// corruption_error naming the state, the parameter, the path and the offset) is rethrown. Retrying
+// A failed read, write or device call therefore leaves every master, moment, gradient and working
+// copy as it was before the step (resident, dirty as before): the undo log is copied back, the
+// shadows are dropped, and the error (io_error or corruption_error naming the state, the parameter,
+// the path and the offset; what the device throws) is rethrown. Retrying
 // the step gives the bits an undisturbed step gives. A write's source slot is not reused until its
 // completion is known good.
 //
@@ -105,7 +111,8 @@ class optimizer_step {
   /// I/O thread. Throws memory_error when the memory is refused, config_error naming
   /// offload_optimizer.buffer_count when the slots cannot hold one piece's states, usage_error when
   /// options.undo_bytes is less than the undo log needs (the plan was made for another placement).
-  /// The undo log (the pageable bytes it needs, which the plan lists) is taken here too.
+  /// The undo log and the scratch memory (the pageable bytes they need, which the plan lists) are
+  /// taken here too.
   optimizer_step(tier_manager& tiers, device& dev, allocators::pinned_host_resource& pinned, io::swap_store* store,
                  optimizer_step_options options);
   ~optimizer_step();

@@ -59,7 +59,7 @@ struct footprint_plan {
   std::uint64_t optimizer_buffer_count = 0;  ///< pinned swap buffers of the optimizer step (0 without nvme)
   std::uint64_t optimizer_buffer_bytes = 0;  ///< bytes per optimizer swap buffer (4 KiB multiple)
   /// Pageable host bytes of the optimizer step's undo log: the in-memory states the step rewrites
-  /// in shards that also have a state on nvme (optimizer_step.hpp).
+  /// in shards that also have a state on nvme or in device memory (optimizer_step.hpp).
   std::uint64_t optimizer_undo_bytes = 0;
   /// Device buckets the gradients of backward are written into (gradient_path.hpp): 2 with
   /// overlap_comm, else 1, each of reduce_bucket_size elements but never smaller than the largest
