@@ -260,12 +260,16 @@ class session {
       case 9: activation_calls(); return false;
       case 10: read_calls(); return false;
       case 11: {
+        // The figures change between two calls (times, bandwidths), so the length asked first may
+        // be short by the second: a short capacity only sets the length, as documented; ask again.
         std::size_t length = 0;
-        if (succeeded(zoe_statistics(engine_, nullptr, 0, &length), "zoe_statistics")) {
-          std::string text(length + 1, '\0');
+        if (!succeeded(zoe_statistics(engine_, nullptr, 0, &length), "zoe_statistics")) return false;
+        std::string text;
+        while (text.size() <= length) {
+          text.assign(length + 1, '\0');
           must_succeed(zoe_statistics(engine_, text.data(), text.size(), &length), "zoe_statistics");
-          if (!json::accept(text.c_str())) throw invariant_failure("zoe_statistics wrote no JSON: " + text);
         }
+        if (!json::accept(text.c_str())) throw invariant_failure("zoe_statistics wrote no JSON: " + text);
         return false;
       }
       case 12: {
