@@ -99,7 +99,7 @@ class session {
   /// Runs calls until the input ends; true when an optimizer step succeeded.
   bool run_calls() {
     bool stepped = false;
-    for (std::size_t i = 0; i < max_calls && !in_.empty(); ++i) stepped |= call(in_.below(19));
+    for (std::size_t i = 0; i < max_calls && !in_.empty(); ++i) stepped |= call(in_.below(18));
     return stepped;
   }
 
@@ -208,7 +208,7 @@ class session {
     }
   }
 
-  /// One call; true when it was a successful step.
+  /// Call `op` (0 to 17); true when it was a successful step.
   bool call(std::uint32_t op) {
     switch (op) {
       case 0: succeeded(zoe_begin_micro_batch(engine_), "zoe_begin_micro_batch"); return false;
@@ -312,8 +312,7 @@ class session {
         }
         return false;
       }
-      case 17: succeeded(zoe_stream_synchronize(stream_), "zoe_stream_synchronize"); return false;
-      default: return false;
+      default: succeeded(zoe_stream_synchronize(stream_), "zoe_stream_synchronize"); return false;  // 17
     }
   }
 
