@@ -28,6 +28,10 @@ option(ZOE_WARNINGS_AS_ERRORS "Treat compiler warnings as errors (CI)" OFF)
 # (fresh CI machines) turns it on.
 option(ZOE_TEST_PCH "Precompile the GoogleTest/GoogleMock headers once for every test binary" OFF)
 set(ZOE_SANITIZE "" CACHE STRING "Sanitizers to build with, e.g. address,undefined or thread")
+# The libFuzzer targets of fuzz/ need clang; build them with
+# ZOE_SANITIZE=fuzzer-no-link,address,undefined so the libraries they drive report coverage.
+# Their entry functions (fuzz/entries) are built whenever tests are: the regression cases use them.
+option(ZOE_BUILD_FUZZERS "Build the libFuzzer targets of fuzz/ (clang only)" OFF)
 
 if(ZOE_REQUIRE_CUDA)
   if(NOT CMAKE_CUDA_COMPILER)
