@@ -105,7 +105,11 @@ zoe_status zoe_device_destroy(zoe_device* device) {
 
 zoe_status zoe_device_get_kind(const zoe_device* device, zoe_device_kind* kind) {
   return guarded("zoe_device_get_kind", [&] {
-    const zoe_device& d = live(device, "device");
+    // Every call on a device counts as its user while it runs, so a zoe_device_destroy on another
+    // thread is refused rather than freeing the device under the call (the count is bookkeeping on
+    // the handle, not a change to the device, hence the cast of the const ones).
+    const zoe::bindings::device_use use(const_cast<zoe_device*>(device), "device");
+    const zoe_device& d = use.device();
     expect_pointer(kind, "kind (the out-parameter)");
     *kind = d.dev->kind() == zoe::device_kind::cuda ? ZOE_DEVICE_CUDA : ZOE_DEVICE_HOST;
   });
@@ -114,7 +118,8 @@ zoe_status zoe_device_get_kind(const zoe_device* device, zoe_device_kind* kind) 
 zoe_status zoe_device_memory(const zoe_device* device, uint64_t* current_bytes, uint64_t* peak_bytes,
                              uint64_t* budget_bytes) {
   return guarded("zoe_device_memory", [&] {
-    const zoe_device& d = live(device, "device");
+    const zoe::bindings::device_use use(const_cast<zoe_device*>(device), "device");
+    const zoe_device& d = use.device();
     expect_pointer(current_bytes, "current_bytes (an out-parameter)");
     expect_pointer(peak_bytes, "peak_bytes (an out-parameter)");
     expect_pointer(budget_bytes, "budget_bytes (an out-parameter)");
@@ -164,7 +169,8 @@ zoe_status zoe_stream_native(const zoe_stream* stream, void** native) {
 
 zoe_status zoe_device_allocate(zoe_device* device, size_t bytes, zoe_stream* stream, void** pointer) {
   return guarded("zoe_device_allocate", [&] {
-    zoe_device& d = live(device, "device");
+    const zoe::bindings::device_use use(device, "device");
+    zoe_device& d = use.device();
     const zoe::stream_view s = zoe::bindings::stream_on(d, stream);
     expect_pointer(pointer, "pointer (the out-parameter)");
     if (bytes == 0) throw zoe::usage_error("0 bytes asked for: give a size > 0");
@@ -182,7 +188,8 @@ zoe_status zoe_device_allocate(zoe_device* device, size_t bytes, zoe_stream* str
 
 zoe_status zoe_device_free(zoe_device* device, void* pointer, size_t bytes, zoe_stream* stream) {
   return guarded("zoe_device_free", [&] {
-    zoe_device& d = live(device, "device");
+    const zoe::bindings::device_use use(device, "device");
+    zoe_device& d = use.device();
     const zoe::stream_view s = zoe::bindings::stream_on(d, stream);
     if (pointer == nullptr) return;
     {
@@ -204,7 +211,8 @@ zoe_status zoe_device_free(zoe_device* device, void* pointer, size_t bytes, zoe_
 zoe_status zoe_copy_async(zoe_device* device, void* dst, const void* src, size_t bytes, zoe_copy_kind kind,
                           zoe_stream* stream) {
   return guarded("zoe_copy_async", [&] {
-    zoe_device& d = live(device, "device");
+    const zoe::bindings::device_use use(device, "device");
+    zoe_device& d = use.device();
     const zoe::stream_view s = zoe::bindings::stream_on(d, stream);
     const zoe::copy_kind k = zoe::bindings::copy_kind_of(zoe::bindings::enum_value(kind));
     if (bytes == 0) return;

@@ -140,6 +140,10 @@ TEST(TrainMlpSoak, SigkillAtRandomMomentsResumesBitForBit) {
       expect_resumed_run_matches(after, whole, steps);
     }
   }
+  // The moments are drawn within the fastest uninterrupted run's time after its first checkpoint,
+  // so nearly every kill lands mid-run; a soak whose runs mostly ended first tested nothing.
+  EXPECT_GE(2 * killed_mid_run, rounds) << "only " << killed_mid_run << " of " << rounds
+                                        << " rounds were killed mid-run";
   std::cout << "soak: " << rounds << " rounds passed (" << killed_mid_run << " killed mid-run, "
             << rounds - killed_mid_run << " after the run had ended), seed " << seed << "\n";
 }

@@ -269,14 +269,14 @@ typedef struct zoe_footprint {
 
 /** The footprint plan of the engine zoe_engine_create would make from `desc` (config_json or
  *  config_path, config_overrides merged over it, and the model; desc->device is not read) on each
- *  of `world_size` ranks (> 0: a rank holds 1/world_size of every state; ZeRO++'s hpZ needs it).
+ *  of `world_size` ranks (> 0: what a rank holds follows the stage, as zoe_engine_create says;
+ *  ZeRO++'s hpZ needs it).
  *  Allocates, opens and checks nothing of this machine (no device, no swap file, no rank is
  *  contacted): the figures are what the engine would ask for, whether or not this machine has it.
  *  ZOE_ERROR_USAGE for a NULL or short struct, a dead model, world_size 0, or a model the layout
  *  refuses (naming the parameter); ZOE_ERROR_CONFIG naming the key for a configuration the engine
- *  would refuse (a bad value, stage 0 on several ranks, nvme without a path); *footprint is written
- *  only on success. Not collective. Thread-safe (the model must not change meanwhile: one thread
- *  per model). */
+ *  would refuse (a bad value, stage 0 with an hpZ partition on several ranks, nvme without a path); *footprint is
+ * written only on success. Not collective. Thread-safe (the model must not change meanwhile: one thread per model). */
 ZOE_API zoe_status zoe_footprint_plan(const zoe_engine_desc* desc, uint32_t world_size, zoe_footprint* footprint);
 
 /* ---- ranks (data parallelism) ------------------------------------------------------------------ */
