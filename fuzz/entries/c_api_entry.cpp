@@ -216,12 +216,7 @@ class session {
       case 2: {
         const zoe_module_id m = module_arg();
         const std::uint32_t pass = in_.below(3);  // 2: no zoe_pass (never held in a zoe_pass object: UB in C++)
-        // A fetch while another module is held can wait for ever (fuzz/hangs/c_api: the held
-        // module's block, pinned inside the arena, leaves no gap for the next one, and only a
-        // release on another thread would end the wait); until that is fixed, one at a time.
-        const bool other_held = std::any_of(held_.begin(), held_.end(), [&](zoe_module_id h) { return h != m; });
-        if (!other_held && succeeded(zoe_fetch(engine_, m, static_cast<zoe_pass>(pass), stream_), "zoe_fetch"))
-          held_.insert(m);
+        if (succeeded(zoe_fetch(engine_, m, static_cast<zoe_pass>(pass), stream_), "zoe_fetch")) held_.insert(m);
         return false;
       }
       case 3: {

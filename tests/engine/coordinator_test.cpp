@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <functional>
+#include <future>
 #include <random>
 #include <string>
 #include <thread>
@@ -323,6 +325,91 @@ TEST(Coordinator, AFetchWaitsForAnotherCallersReleaseWhenTheArenaIsFull) {
   released.store(true);
   s.coord().release(0);
   other.join();
+  s.coord().end_step();
+}
+
+// Two modules of one 4 KiB parameter (fp16) and one of an 8 KiB one (fp32), in an arena of 12 KiB:
+// room for a held small module and the big one, as fuzz/regressions/c_api/
+// arena_fragmented_by_a_held_module found.
+std::vector<engine::module_spec> small_small_big() {
+  return {{"small0", {{"small0.w", {2048}, kernels::dtype::fp16}}},
+          {"small1", {{"small1.w", {2048}, kernels::dtype::fp16}}},
+          {"big", {{"big.w", {2048}, kernels::dtype::fp32}}}};
+}
+
+constexpr std::uint64_t small_small_big_arena = 12 * 1024;
+
+// Runs `calls` on a thread, as one caller; false when they have not returned within the deadline
+// (the old coordinator waited for ever for a release only that caller could make): `unblock` then
+// ends the wait, so that the test fails instead of blocking ctest.
+bool finishes(const std::function<void()>& calls, const std::function<void()>& unblock) {
+  std::promise<void> done;
+  std::future<void> finished = done.get_future();
+  std::jthread caller([&] {
+    try {
+      calls();
+      done.set_value();
+    } catch (...) {
+      done.set_exception(std::current_exception());
+    }
+  });
+  const bool in_time = finished.wait_for(std::chrono::seconds(20)) == std::future_status::ready;
+  if (!in_time) unblock();
+  caller.join();
+  finished.get();
+  return in_time;
+}
+
+TEST(Coordinator, AHeldModuleAboveTheFreedSpaceLeavesRoomForTheLargestModule) {
+  engine_stack s({.modules = small_small_big(), .config = test_config(), .arena_bytes = small_small_big_arena});
+  const model_data data(s);
+  s.coord().begin_step();
+  // small0 takes the bottom of the arena, small1 the space above it; small0 goes before small1 is
+  // waited for, so a held small1 left in place would sit in the middle, 4 KiB free on either side.
+  const engine::fetch_handle first = s.coord().fetch(0);
+  const engine::fetch_handle second = s.coord().fetch(1);
+  first.wait();
+  s.coord().release(0);
+  second.wait();
+  ASSERT_TRUE(finishes([&] { s.coord().fetch(2).wait(); }, [&] { s.coord().release(1); }))
+      << "the fetch of the big module waited for a release while the held module split the arena";
+  expect_gathered(s, 1, data);
+  expect_gathered(s, 2, data);
+  s.coord().release(2);
+  s.coord().release(1);
+  s.coord().end_step();
+}
+
+TEST(Coordinator, AFetchNoReleaseCanMakeRoomForIsAMemoryErrorNamingWhatIsHeld) {
+  engine_stack s({.modules = small_small_big(), .config = test_config(), .arena_bytes = small_small_big_arena});
+  const model_data data(s);
+  s.coord().begin_step();
+  // Both small modules held, then the one at the bottom released: the held small1 (pinned: its
+  // address was handed out) leaves 4 KiB on either side, and the big module needs 8 KiB in one piece.
+  std::string refusal;
+  ASSERT_TRUE(finishes(
+      [&] {
+        s.coord().fetch(0).wait();
+        s.coord().fetch(1).wait();
+        s.coord().release(0);
+        try {
+          s.coord().fetch(2).wait();
+        } catch (const memory_error& e) {
+          refusal = e.what();
+        }
+      },
+      [&] { s.coord().release(1); }))
+      << "the fetch waited for a release only its own thread could make";
+  EXPECT_NE(refusal.find("'big'"), std::string::npos) << refusal;
+  EXPECT_NE(refusal.find("'small1'"), std::string::npos) << refusal;
+  EXPECT_NE(refusal.find("12 KiB"), std::string::npos) << refusal;
+  // Nothing changed: the held module is still gathered, the refused fetch is not open, and the big
+  // module fits once small1 is released.
+  expect_gathered(s, 1, data);
+  s.coord().release(1);
+  s.coord().fetch(2).wait();
+  expect_gathered(s, 2, data);
+  s.coord().release(2);
   s.coord().end_step();
 }
 

@@ -5,6 +5,7 @@
 #include <condition_variable>
 #include <deque>
 #include <mutex>
+#include <thread>
 
 #include "zoe/core/check.hpp"
 #include "zoe/core/log.hpp"
@@ -28,6 +29,16 @@ struct gather_bucket {
   bool hpz = false;           // from the secondary shards within comm.hpz()
   bool sealed = false;
 };
+
+bool is_memory_error(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const memory_error&) {
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
 }  // namespace
 
 coordinator_options coordinator_options_of(const engine_config& config, const footprint_plan& plan) {
@@ -171,6 +182,14 @@ struct coordinator::impl {
   void wait_head(std::unique_lock<std::mutex>& lock);
   void settle(parameter_id p, std::unique_lock<std::mutex>& lock);
   allocators::arena_block allocate_waiting(parameter_id p, std::unique_lock<std::mutex>& lock);
+  // Every open fetch was opened on the calling thread: only its own releases could free space.
+  [[nodiscard]] bool only_this_thread_holds() const {
+    const std::thread::id me = std::this_thread::get_id();
+    return std::all_of(open.begin(), open.end(), [&](const auto& fetches) {
+      return std::all_of(fetches.begin(), fetches.end(), [&](const auto& f) { return f->opened_on == me; });
+    });
+  }
+  [[nodiscard]] std::string no_room(parameter_id p, std::uint64_t bytes) const;
   bool evict_one();
   bool evict_ordered(std::unique_lock<std::mutex>& lock);
   void free(parameter_id p, std::unique_lock<std::mutex>& lock);
@@ -498,6 +517,8 @@ allocators::arena_block coordinator::impl::allocate_waiting(parameter_id p, std:
       wait_head(lock);
     } else if (!writebacks.empty()) {
       wait_outside(params[writebacks.front()].out, lock);
+    } else if (only_this_thread_holds()) {
+      throw memory_error(no_room(p, bytes));
     } else {
       changed.wait_for(lock, std::chrono::seconds(1));
       if (!warned && clock::now() - since > arena_wait_warning) {
@@ -519,6 +540,30 @@ allocators::arena_block coordinator::impl::allocate_waiting(parameter_id p, std:
     }
     pump();
   }
+}
+
+// Why `p` cannot be gathered while only the caller's own releases could make room: the modules
+// it holds, and how the free space lies around their pinned blocks.
+std::string coordinator::impl::no_room(parameter_id p, std::uint64_t bytes) const {
+  const model_layout& layout = tiers.layout();
+  const allocators::arena_stats a = arena.stats();
+  std::string held;
+  for (const module_layout& m : layout.modules()) {
+    if (open[m.id].empty()) continue;
+    std::uint64_t gathered = 0;
+    for (const parameter_id q : m.parameters) {
+      if (params[q].block) gathered += align_up(full_bytes(q), arena.alignment());
+    }
+    held += str(held.empty() ? "" : ", ", "'", m.name, "' (", format_bytes(gathered), ")");
+  }
+  return str("module '", layout.module(layout.parameter(p).module).name, "' needs ", format_bytes(bytes),
+             " in one piece for parameter '", layout.parameter(p).name, "' in the ", format_bytes(a.capacity),
+             " gathered-parameter arena, which has ", format_bytes(a.free), " free in pieces of at most ",
+             format_bytes(a.largest_hole), " around the blocks of the modules this thread holds (",
+             held.empty() ? std::string("none") : held,
+             "); only their release can make room, and no other thread holds a fetch that could: release a "
+             "module first, or raise the device budget (zoe.device.budget_bytes) or stage3_max_live_parameters, "
+             "which size the arena");
 }
 
 // Frees one parameter gathered ahead that no open fetch holds. False when there is none.
@@ -674,6 +719,7 @@ fetch_handle coordinator::fetch(module_id module, fetch_pass pass) {
   auto state = std::make_shared<detail::fetch_state>();
   state->owner = this;
   state->module = module;
+  state->opened_on = std::this_thread::get_id();
   impl_->open[module].push_back(state);
   for (const parameter_id p : m.parameters) ++impl_->params[p].holders;
   try {
@@ -689,6 +735,16 @@ fetch_handle coordinator::fetch(module_id module, fetch_pass pass) {
       if (!impl_->params[p].live && impl_->policy.status(p) != gather_status::released) impl_->policy.on_freed(p);
     }
     for (const parameter_id p : decision.prefetch) impl_->policy.on_freed(p);
+    // No room and none to come (allocate_waiting): the caller is told so and may release a module
+    // and fetch again, so the fetch is closed, as a release would, rather than left open.
+    if (is_memory_error(std::current_exception())) {
+      // release() ends the oldest fetch of the module: make it this one.
+      auto& fetches = impl_->open[module];
+      std::erase(fetches, state);
+      fetches.push_front(state);
+      lock.unlock();
+      release(module);
+    }
     throw;
   }
   // Ahead of need, in trace order: the first that does not fit, or whose read cannot start now
@@ -750,6 +806,10 @@ void coordinator::wait_fetch(detail::fetch_state& state, const stream_view* stre
     }
   }
   if (!state.pinned) {
+    // Pinned above free space, the module would split the arena until its release (coordinator.hpp,
+    // Held blocks): compaction slides it down first when the free space lies in pieces.
+    const allocators::arena_stats a = impl_->arena.stats();
+    if (a.largest_hole < a.free) impl_->arena.compact();
     for (const parameter_id p : members) impl_->params[p].block.pin();
     state.pinned = true;
   }

@@ -58,7 +58,16 @@
 // Back-pressure: when the arena is full, a prefetch backs off (the parameter is gathered at its
 // own fetch instead), and a demand fetch waits: it frees parameters gathered ahead that no open
 // fetch holds, waits for reads and write-backs in flight, and then for other callers' releases.
-// A module larger than the whole arena is a memory_error naming the sizes and the keys to change.
+// When every open fetch was opened on the calling thread, no other caller's release can come, and
+// that wait would be for ever: it is a memory_error naming the module, the arena and what holds
+// it (the fetch is closed again). A module larger than the whole arena is a memory_error naming
+// the sizes and the keys to change.
+//
+// Held blocks: a wait pins its module's blocks, and the arena's compaction never moves a pinned
+// block, so a held block with free space below it would split the arena (4 KiB free on either side
+// of it leave no room for 8 KiB). A wait that finds the free space in pieces compacts first, so the
+// module is pinned as low as the blocks pinned before it allow. Holds released out of order can
+// still split it: that is the memory_error above at a single caller.
 //
 // Thread-safety: every member may be called from any thread; one lock guards the state, and no
 // call waits on a read, a write or the device while holding it.
@@ -66,6 +75,7 @@
 #include <cstdint>
 #include <exception>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "zoe/allocators/arena.hpp"
@@ -127,8 +137,9 @@ namespace detail {
 struct fetch_state {
   coordinator* owner = nullptr;
   module_id module = 0;
-  bool pinned = false;    ///< its wait pinned the module's blocks (its release unpins them)
-  bool released = false;  ///< the release that ends this fetch came
+  std::thread::id opened_on;  ///< the thread that called fetch()
+  bool pinned = false;        ///< its wait pinned the module's blocks (its release unpins them)
+  bool released = false;      ///< the release that ends this fetch came
 };
 }  // namespace detail
 
@@ -169,7 +180,8 @@ class coordinator {
   /// at once unless the arena is full (see back-pressure). usage_error naming the module when no
   /// step is open or it is unknown; memory_error when the module cannot fit the arena at all
   /// (nothing is started then). If a read cannot even start (the swapper refuses it), the fetch
-  /// is open all the same and needs its release. `pass`: see Passes and hpZ above.
+  /// is open all the same and needs its release; a memory_error leaves no fetch open (see
+  /// Back-pressure). `pass`: see Passes and hpZ above.
   [[nodiscard]] fetch_handle fetch(module_id module, fetch_pass pass = fetch_pass::forward);
   /// The module is done with: frees what the policy says (dirty parameters are written back
   /// first). The work queued on `stream` so far may still use it: its memory is reused after that
