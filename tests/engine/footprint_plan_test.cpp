@@ -150,12 +150,14 @@ TEST(footprint_plan, TheUndoLogHoldsTheInMemoryStatesOfShardsWithAStateOnNvme) {
 // device memory (a copy, a launch, a sync): the undo log holds such shards' in-memory states (only
 // the working copy where it alone is in device memory: those shards step twice), and the scratch
 // memory that stages the shards split between device and host memory is listed.
-TEST(footprint_plan, TheUndoLogHoldsTheShardsWithAStateInDeviceMemory) {
+TEST(footprint_plan, TheUndoLogHoldsTheShardsSplitBetweenDeviceAndHost) {
   const auto layout = small_and_large();
   auto config = offload_config(offload_device::cpu, offload_device::cpu);
+  // ZeRO-Offload's layout, the working copies alone in device memory: Adam runs in place on the
+  // host states and the new working copies are copied to the device, with nothing logged.
   config.zoe.placement[static_cast<std::size_t>(state_kind::working)] = tier_fractions{.device = 1.0};
   footprint_plan plan = make_footprint_plan(layout, config, placement(layout, config));
-  EXPECT_EQ(plan.optimizer_undo_bytes, 84 * KiB) << "the working copies 4 + 80 KiB";
+  EXPECT_EQ(plan.optimizer_undo_bytes, 0U);
   const plan_item* scratch = item_named(plan, "optimizer step scratch");
   ASSERT_NE(scratch, nullptr);
   EXPECT_EQ(scratch->memory, memory_kind::pageable);
@@ -163,10 +165,17 @@ TEST(footprint_plan, TheUndoLogHoldsTheShardsWithAStateInDeviceMemory) {
   EXPECT_EQ(scratch->bytes, state_kind_count * 160 * KiB);
   EXPECT_EQ(sum_of(plan, memory_kind::pageable), plan.pageable_bytes);
 
-  // The masters in device memory too: every state the step rewrites is logged.
+  // The masters in device memory too: split otherwise, so every state the step rewrites is logged.
   config.zoe.placement[static_cast<std::size_t>(state_kind::master)] = tier_fractions{.device = 1.0};
   plan = make_footprint_plan(layout, config, placement(layout, config));
   EXPECT_EQ(plan.optimizer_undo_bytes, (84 + 3 * 168) * KiB) << "working 4 + 80 KiB, three fp32 states 8 + 160";
+
+  // Every state in device memory: stepped in place by the device's kernel, nothing logged.
+  for (const state_kind s : all_states) {
+    config.zoe.placement[static_cast<std::size_t>(s)] = tier_fractions{.device = 1.0};
+  }
+  plan = make_footprint_plan(layout, config, placement(layout, config));
+  EXPECT_EQ(plan.optimizer_undo_bytes, 0U);
 }
 
 TEST(footprint_plan, ParameterSwapBuffersHoldAtLeastOneChunk) {

@@ -119,11 +119,8 @@ struct optimizer_step::impl {
                   const std::array<std::byte*, state_kind_count>& staging, bool in_place, bool undo,
                   const kernels::adam_config& adam);
   void run_memory_shards(const kernels::adam_config& adam, bool in_place);
-  // Steps `p` piece by piece through the scratch memory (step_piece; the step proper logs undo).
-  void step_staged(const parameter_layout& p, const kernels::adam_config& adam, bool in_place);
-  // The first of the two passes of a shard whose only state in device memory is its working copy:
-  // Adam on copies, piece by piece through the scratch, and the new working copy home (logged).
-  void write_working_home(const parameter_layout& p, const kernels::adam_config& adam);
+  // Steps `p` piece by piece through the scratch memory (step_piece), logging undo if asked.
+  void step_staged(const parameter_layout& p, const kernels::adam_config& adam, bool in_place, bool log_undo);
   // One staging area of `slot` bytes per state in the scratch (grown to hold them: stage runs).
   std::array<std::byte*, state_kind_count> scratch_staging(std::uint64_t slot);
   [[noreturn]] void raise_io(const detail::io_batch_result& r) const;
@@ -140,8 +137,12 @@ struct optimizer_step::impl {
   std::vector<detail::piece> pieces;  // of the shards with a state on nvme, in sub-group order
   // The others, in sub-group order, by where their states are: all in host memory, all in device
   // memory, split between the two (staged through the scratch memory), or split with only the
-  // working copy in device memory (stepped twice, detail::steps_twice).
+  // working copy in device memory (detail::working_alone_on_device).
   enum class memory_home { host, device, split, working_on_device };
+  // Set while a whole step writes device-resident states in place with nothing to undo them; a
+  // failure then leaves `broken` naming it, and every later run is refused (optimizer_step.hpp).
+  bool past_undo = false;
+  std::string broken;
   std::vector<std::pair<parameter_id, memory_home>> memory_shards;
   std::vector<std::pair<parameter_id, state_kind>> held;
   std::vector<piece_run> runs;
@@ -199,10 +200,10 @@ optimizer_step::impl::impl(tier_manager& t, device& d, allocators::pinned_host_r
       const bool any_on_device = std::any_of(all_states.begin(), all_states.end(), [&](state_kind k) {
         return state_bytes(p, k) > 0 && where(id, k) == tier::device;
       });
-      memory_shards.emplace_back(id, detail::steps_twice(p, where)        ? memory_home::working_on_device
-                                     : detail::staged_in_memory(p, where) ? memory_home::split
-                                     : any_on_device                      ? memory_home::device
-                                                                          : memory_home::host);
+      memory_shards.emplace_back(id, detail::working_alone_on_device(p, where) ? memory_home::working_on_device
+                                     : detail::staged_in_memory(p, where)      ? memory_home::split
+                                     : any_on_device                           ? memory_home::device
+                                                                               : memory_home::host);
     }
   }
   staging_slot = detail::staging_slot_bytes(layout(), where, geometry);
@@ -245,12 +246,30 @@ void optimizer_step::impl::execute(const kernels::adam_config& adam, step_stages
   stats = {};
   stats.pinned_bytes = pinned_bytes;
   const bool whole = which.read && which.adam && which.write;
+  if (!broken.empty()) {
+    throw device_error(
+        str("optimizer step: refused: an earlier step failed while it wrote states that live on the "
+            "device in place (",
+            broken,
+            "); they cannot be put back, so no later step would be exact: make a new engine and load "
+            "a checkpoint"));
+  }
   kernels::adam_step(adam, {});  // checks the settings before anything moves
   hold_states();
+  past_undo = false;
   try {
     run_nvme_pieces(adam, which);
     if (which.adam) run_memory_shards(adam, whole);
   } catch (...) {
+    if (past_undo) {
+      try {
+        throw;
+      } catch (const std::exception& e) {
+        broken = e.what();
+      } catch (...) {
+        broken = "an unknown error";
+      }
+    }
     drain();
     try {
       undo.restore(tiers, dev, stream.view());
@@ -578,16 +597,16 @@ void optimizer_step::impl::step_piece(const parameter_layout& p, std::uint64_t f
   if (copied_out) dev.synchronize(stream.view());
 }
 
-// A step that throws leaves every state as it was (optimizer_step.hpp), yet a shard with a state in
-// device memory is stepped by calls that can fail (copies, launches, the stream's sync) after its
-// states changed. Those shards therefore go first, each in-memory state they rewrite copied to the
-// undo log before it changes; the shards all in host memory go last, in place, once nothing can fail
-// any more (the CPU kernel throws nothing once the settings were checked), with no copy at all. A
-// shard whose only state in device memory is the working copy (the usual optimizer offload) is
-// stepped twice instead: first on copies, to write its new working copy home (only that is logged),
-// then in place with the host shards. This costs least memory: an undo copy (or the new bytes held
-// until a commit, as many, whose copies to the device could fail in turn) of its fp32 states would
-// be six times its working copy; the price is a second Adam over those shards.
+// A step that throws leaves every state as it was (optimizer_step.hpp), yet a shard split between
+// device and host memory is stepped by calls that can fail (copies, the stream's sync) after its
+// states changed: those shards go first, each in-memory state they rewrite copied to the undo log
+// before it changes. Then the shards whose rewritten device states are written in place on the
+// device, with nothing logged: all in device memory (the device's kernel), or with only the working
+// copy there (Adam in place on the host states, the new working copy copied to the device). An
+// undo copy of them would cost host memory and a device-to-host copy of every such state every
+// step, or a second Adam over the offloaded ones, to guard against a device failure that loses
+// what lives on the device anyway: such a failure instead refuses every later step (`broken`). The
+// shards all in host memory go last, in place, once nothing can fail any more.
 void optimizer_step::impl::run_memory_shards(const kernels::adam_config& adam, bool in_place) {
   const auto home_data = [this](const parameter_layout& p) {
     std::array<std::byte*, state_kind_count> data{};
@@ -600,25 +619,21 @@ void optimizer_step::impl::run_memory_shards(const kernels::adam_config& adam, b
   };
   if (!in_place) {
     // A stage alone steps copies of every shard: nothing changes in place.
-    for (const auto& [id, home] : memory_shards) step_staged(layout().parameter(id), adam, false);
+    for (const auto& [id, home] : memory_shards) step_staged(layout().parameter(id), adam, false, false);
     return;
   }
   for (const auto& [id, home] : memory_shards) {
-    if (home == memory_home::split) step_staged(layout().parameter(id), adam, true);
-    if (home == memory_home::working_on_device) write_working_home(layout().parameter(id), adam);
+    if (home == memory_home::split) step_staged(layout().parameter(id), adam, true, true);
+  }
+  past_undo = true;
+  for (const auto& [id, home] : memory_shards) {
+    if (home == memory_home::working_on_device) step_staged(layout().parameter(id), adam, true, false);
   }
   const auto started = clock::now();
   bool launched = false;
   for (const auto& [id, home] : memory_shards) {
     if (home != memory_home::device) continue;
     const parameter_layout& p = layout().parameter(id);
-    // The undo copies run on the stream before the kernel, so they hold the bytes it changes.
-    for (const state_kind s : rewritten) {
-      if (state_bytes(p, s) == 0) continue;
-      undo.record_device(id, s, 0, static_cast<const std::byte*>(tiers.location(id, s).device), state_bytes(p, s), dev,
-                         stream.view());
-      stats.undo_bytes += state_bytes(p, s);
-    }
     // In stream order on the device: the host device runs the CPU kernel as a host task, CUDA
     // its own; both give the same bits.
     const kernels::adam_shard shard = shard_view(p, home_data(p), p.shard_numel);
@@ -631,13 +646,12 @@ void optimizer_step::impl::run_memory_shards(const kernels::adam_config& adam, b
   }
   if (launched) {
     dev.synchronize(stream.view());
-    stats.adam_seconds += seconds_since(started);  // the device's kernels, with their undo copies
+    stats.adam_seconds += seconds_since(started);  // the device's kernels
   }
   for (const auto& [id, home] : memory_shards) {
-    if (home != memory_home::host && home != memory_home::working_on_device) continue;
+    if (home != memory_home::host) continue;
     const parameter_layout& p = layout().parameter(id);
-    kernels::adam_shard shard = shard_view(p, home_data(p), p.shard_numel);
-    if (home == memory_home::working_on_device) shard.working = std::nullopt;  // written home already
+    const kernels::adam_shard shard = shard_view(p, home_data(p), p.shard_numel);
     const auto adam_started = clock::now();
     kernels::adam_step(adam, shard, options.adam_threads);
     stats.adam_seconds += seconds_since(adam_started);
@@ -645,30 +659,14 @@ void optimizer_step::impl::run_memory_shards(const kernels::adam_config& adam, b
   }
 }
 
-void optimizer_step::impl::step_staged(const parameter_layout& p, const kernels::adam_config& adam, bool in_place) {
+void optimizer_step::impl::step_staged(const parameter_layout& p, const kernels::adam_config& adam, bool in_place,
+                                       bool log_undo) {
   // The step proper cuts pieces as the planned scratch holds them; a stage run as the slots do.
   const std::uint64_t slot = in_place ? staging_slot : geometry.slot_bytes;
   const std::array<std::byte*, state_kind_count> staging = scratch_staging(slot);
   const std::uint64_t piece = slot / kernels::dtype_size(kernels::dtype::fp32);
   for (std::uint64_t first = 0; first < p.shard_numel; first += piece) {
-    step_piece(p, first, std::min(piece, p.shard_numel - first), staging, in_place, in_place, adam);
-  }
-}
-
-void optimizer_step::impl::write_working_home(const parameter_layout& p, const kernels::adam_config& adam) {
-  const std::array<std::byte*, state_kind_count> staging = scratch_staging(staging_slot);
-  const std::uint64_t piece = staging_slot / kernels::dtype_size(kernels::dtype::fp32);
-  const std::uint64_t size = kernels::dtype_size(state_dtype(p, state_kind::working));
-  auto* home = static_cast<std::byte*>(tiers.location(p.id, state_kind::working).device);
-  for (std::uint64_t first = 0; first < p.shard_numel; first += piece) {
-    const std::uint64_t count = std::min(piece, p.shard_numel - first);
-    step_piece(p, first, count, staging, false, false, adam);  // on copies: the homes stay
-    // The old bytes reach the log before the new ones their home (one stream).
-    undo.record_device(p.id, state_kind::working, first * size, home, count * size, dev, stream.view());
-    stats.undo_bytes += count * size;
-    dev.copy_async(home + first * size, staging[index_of(state_kind::working)], static_cast<std::size_t>(count * size),
-                   copy_kind::host_to_device, stream.view());
-    dev.synchronize(stream.view());
+    step_piece(p, first, std::min(piece, p.shard_numel - first), staging, in_place, log_undo, adam);
   }
 }
 

@@ -30,7 +30,7 @@ bool staged_in_memory(const parameter_layout& p, const tier_of& where) {
   return in(tier::device) && in(tier::host);
 }
 
-bool steps_twice(const parameter_layout& p, const tier_of& where) {
+bool working_alone_on_device(const parameter_layout& p, const tier_of& where) {
   return staged_in_memory(p, where) && std::all_of(all_states.begin(), all_states.end(), [&](state_kind s) {
            return state_bytes(p, s) == 0 || s == state_kind::working || where(p.id, s) == tier::host;
          });
@@ -38,9 +38,8 @@ bool steps_twice(const parameter_layout& p, const tier_of& where) {
 
 bool logs_undo(const parameter_layout& p, state_kind s, const tier_of& where) {
   if (s == state_kind::gradient || state_bytes(p, s) == 0 || where(p.id, s) == tier::nvme) return false;
-  if (steps_twice(p, where)) return s == state_kind::working;
-  return std::any_of(all_states.begin(), all_states.end(),
-                     [&](state_kind k) { return state_bytes(p, k) > 0 && where(p.id, k) != tier::host; });
+  if (has_nvme_state(p, where)) return true;
+  return staged_in_memory(p, where) && !working_alone_on_device(p, where);
 }
 
 std::uint64_t staging_slot_bytes(const model_layout& layout, const tier_of& where, const piece_geometry& geometry) {

@@ -39,16 +39,16 @@ struct piece_geometry {
 /// Whether the step stages `p` piece by piece through its host scratch memory: nothing on nvme,
 /// states in both device and host memory.
 [[nodiscard]] bool staged_in_memory(const parameter_layout& p, const tier_of& where);
-/// Whether the step runs Adam over `p` twice: staged in memory with only its working copy in device
-/// memory. The first pass steps copies and writes the new working copy home; the second, once
-/// nothing can fail any more, steps the host states in place (Adam is elementwise and
-/// deterministic, so both give the same bits).
-[[nodiscard]] bool steps_twice(const parameter_layout& p, const tier_of& where);
+/// Whether `p` is staged in memory with only its working copy in device memory (ZeRO-Offload's
+/// layout): the step runs Adam in place on its host states and copies the new working copy to the
+/// device, logging nothing (optimizer_step.hpp: what a device failure then means).
+[[nodiscard]] bool working_alone_on_device(const parameter_layout& p, const tier_of& where);
 /// Whether the step copies state `s` of `p` (one it rewrites, with bytes, in memory) to its undo
-/// log before changing it: every such state of a shard with a state on nvme or in device memory,
-/// for then what steps the shard can still fail after they changed (an I/O, a device copy, launch
-/// or sync); of a shard that steps twice only the working copy (its host states change last). A
-/// shard all in host memory needs none: the step runs it last, once nothing can fail any more.
+/// log before changing it: every such state of a shard with a state on nvme (its I/O can fail after
+/// they changed), and of a shard split between device and host memory other than one whose working
+/// copy alone is on the device (a device copy or sync can fail after they changed). Shards all in
+/// host memory need none (stepped last, once nothing can fail), nor do shards whose rewritten
+/// device states are written in place on the device: a device that fails there loses them with it.
 [[nodiscard]] bool logs_undo(const parameter_layout& p, state_kind s, const tier_of& where);
 /// `chunk` is aio.block_size (default_piece_chunk without a store).
 [[nodiscard]] piece_geometry make_piece_geometry(const model_layout& layout, const tier_of& where, std::uint64_t chunk);

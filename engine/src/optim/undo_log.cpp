@@ -33,15 +33,6 @@ void undo_log::record(parameter_id p, state_kind s, std::uint64_t offset, std::s
   used_ += before.size();
 }
 
-void undo_log::record_device(parameter_id p, state_kind s, std::uint64_t offset, const std::byte* device_home,
-                             std::uint64_t bytes, device& dev, stream_view stream) {
-  check_room(p, s, bytes);
-  dev.copy_async(memory_.get() + used_, device_home + offset, static_cast<std::size_t>(bytes),
-                 copy_kind::device_to_host, stream);
-  entries_.push_back({.param = p, .state = s, .offset = offset, .bytes = bytes, .at = used_});
-  used_ += bytes;
-}
-
 void undo_log::restore(const tier_manager& tiers, device& dev, stream_view stream) {
   bool copied = false;
   for (const entry& e : entries_) {

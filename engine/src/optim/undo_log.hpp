@@ -24,12 +24,6 @@ class undo_log {
   /// home itself, or a copy of a device home). usage_error when the log is full (the capacity was
   /// sized for another placement).
   void record(parameter_id p, state_kind s, std::uint64_t offset, std::span<const std::byte> before);
-  /// Queues on `stream` a copy of the `bytes` at `device_home` (state `s` of `p`, from `offset`)
-  /// into the log: the log holds them once the stream has run the copy, before whatever is queued
-  /// on `stream` after it (restore() copies back on the same stream). usage_error when the log is
-  /// full; what copy_async throws (then nothing is kept).
-  void record_device(parameter_id p, state_kind s, std::uint64_t offset, const std::byte* device_home,
-                     std::uint64_t bytes, device& dev, stream_view stream);
   /// Copies every record back to its home (host: memcpy; device: a copy on `stream`, waited for),
   /// then clears the log. Throws what the device throws.
   void restore(const tier_manager& tiers, device& dev, stream_view stream);

@@ -98,10 +98,9 @@ void add_shadow_extents(plan_builder& out, const model_layout& layout, const pla
 
 // The optimizer step's undo log (optimizer_step.hpp): pageable host memory for the states in
 // memory (device or host) that the step rewrites (working, master, exp_avg, exp_avg_sq) of every
-// parameter with any state on nvme or in device memory (only the working copy where it alone is in
-// device memory: detail::logs_undo), copied before Adam changes them so a failed read, write or
-// device call can put them back; and the step's scratch memory, which stages the shards split
-// between device and host memory.
+// parameter with a state on nvme or split between device and host memory (detail::logs_undo),
+// copied before Adam changes them so a failed read, write or device call can put them back; and the
+// step's scratch memory, which stages the shards split between device and host memory.
 void add_optimizer_undo_log(plan_builder& out, footprint_plan& plan, const model_layout& layout,
                             const placement& where) {
   const std::array rewritten = {state_kind::working, state_kind::master, state_kind::exp_avg, state_kind::exp_avg_sq};
@@ -121,7 +120,7 @@ void add_optimizer_undo_log(plan_builder& out, footprint_plan& plan, const model
     if (!involved[static_cast<std::size_t>(s)]) continue;
     keys.insert(keys.end(), where.keys(s).begin(), where.keys(s).end());
   }
-  out.add("optimizer step undo log (in-memory states of shards with a state on nvme or in device memory)",
+  out.add("optimizer step undo log (in-memory states of shards with a state on nvme or split between device and host)",
           memory_kind::pageable, bytes, std::move(keys));
   // The step cuts its pieces as the swap store's chunk says, or by the default without a store.
   const std::uint64_t chunk = plan.nvme_bytes > 0 ? plan.swap_block_size : detail::default_piece_chunk;

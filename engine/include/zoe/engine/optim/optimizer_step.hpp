@@ -17,21 +17,27 @@
 //  - an NVMe state the step rewrites (master, exp_avg, exp_avg_sq, and the working copy on nvme)
 //    is written to its shadow extent (tier_manager::shadow), and the shadows become the homes
 //    (tier_manager::commit_shadow) only once every write of the step is known good;
-//  - a state in memory that belongs to a shard with anything on NVMe or in device memory is copied
-//    to the undo log (pageable host memory, footprint_plan::optimizer_undo_bytes) before Adam
-//    changes it, for the calls that step such a shard (I/O, device copies, launches, syncs) can
-//    fail after it changed (a part in device memory of a shard with anything on NVMe is staged
-//    through a slot: copied in, stepped there, copied back);
-//  - shards with nothing on NVMe are stepped after every piece with anything on NVMe: first those
-//    with a state in device memory (with the device's kernel (launch_kernel) when every state is in
-//    device memory, else with the device parts staged through host scratch memory taken with the
-//    step), then, once nothing can fail any more, those all in host memory, in place with no copy.
-//    A shard whose only state in device memory is its working copy is stepped twice, so that only
-//    the working copy needs an undo copy: first on copies of its host states, writing the new
-//    working copy home, then in place with the shards all in host memory (the same bits).
+//  - a state in memory that belongs to a shard with anything on NVMe, or split between device and
+//    host memory (other than ZeRO-Offload's layout, below), is copied to the undo log (pageable
+//    host memory, footprint_plan::optimizer_undo_bytes) before Adam changes it, for the calls that
+//    step such a shard (I/O, device copies, syncs) can fail after it changed (a part in device
+//    memory of such a shard is staged through a slot or the scratch: copied in, stepped there,
+//    copied back);
+//  - shards with nothing on NVMe are stepped after every piece with anything on NVMe: first the
+//    split ones (logged), then those whose rewritten device states are written in place on the
+//    device, unlogged: every state in device memory (the device's kernel, launch_kernel), or only
+//    the working copy there (Adam in place on the host states, the new working copy copied to the
+//    device through the scratch); then, once nothing can fail any more, those all in host memory,
+//    in place with no copy.
+// The one exception to all-or-nothing: a device failure (a refused launch, copy or sync) while the
+// step writes those unlogged shards. Undoing them would cost host memory and a device-to-host copy
+// of every device-resident state each step (or a second Adam over the offloaded ones), against a
+// failure that loses what lives on the device anyway (CUDA's errors there are sticky). Such a
+// failure is rethrown, and every later run of this step is refused with a device_error naming it
+// (make a new engine and load a checkpoint), so nothing is ever stepped twice.
 // While it runs, the step holds every state of every shard in flight (tier_manager::begin_move
 // with move_kind::rewrite; the gradient with move_kind::read), so nothing else moves one meanwhile.
-// A failed read, write or device call therefore leaves every master, moment, gradient and working
+// Any other failed read, write or device call therefore leaves every master, moment, gradient and working
 // copy as it was before the step (resident, dirty as before): the undo log is copied back, the
 // shadows are dropped, and the error (io_error or corruption_error naming the state, the parameter,
 // the path and the offset; what the device throws) is rethrown. Retrying
