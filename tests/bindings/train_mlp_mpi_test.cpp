@@ -55,6 +55,21 @@ TEST(TrainMlpMpi, FourRanksAsTwoNodesMatchOneRank) {
   }
 }
 
+// 2 and 4 ranks (nodes of 2) with `flags` train 4 steps with one rank's losses and gradient norms
+// `one`, bit for bit.
+void expect_two_and_four_ranks_equal(const std::string& flags, const std::map<long, nlohmann::json>& one) {
+  for (const int ranks : {2, 4}) {
+    const run_result many = run_ranks(ranks, flags + " --ranks-per-node 2");
+    ASSERT_EQ(many.exit_code, 0) << many.output;
+    const auto a = steps_of(many.output);
+    ASSERT_EQ(a.size(), 4U) << many.output;
+    for (const auto& [step, line] : a) {
+      EXPECT_EQ(line["loss_hex"], one.at(step)["loss_hex"]) << ranks << " ranks, step " << step;
+      EXPECT_EQ(line["grad_norm"], one.at(step)["grad_norm"]) << ranks << " ranks, step " << step;
+    }
+  }
+}
+
 // Data parallelism adds no rounding at all: the demo sums every gradient and the loss over leaves
 // of 128 rows in a pairwise tree (bindings/demo/leaf_tree.h) and zoe's reductions add the ranks in
 // the same tree, so 2 and 4 ranks reproduce one rank's run bit for bit with the same global batch
@@ -69,16 +84,7 @@ TEST(TrainMlpMpi, TwoAndFourRanksEqualOneRankBitForBit) {
   ASSERT_EQ(one.exit_code, 0) << one.output;
   const auto b = steps_of(one.output);
   ASSERT_EQ(b.size(), 4U) << one.output;
-  for (const int ranks : {2, 4}) {
-    const run_result many = run_ranks(ranks, flags + " --ranks-per-node 2");
-    ASSERT_EQ(many.exit_code, 0) << many.output;
-    const auto a = steps_of(many.output);
-    ASSERT_EQ(a.size(), 4U) << many.output;
-    for (const auto& [step, line] : a) {
-      EXPECT_EQ(line["loss_hex"], b.at(step)["loss_hex"]) << ranks << " ranks, step " << step;
-      EXPECT_EQ(line["grad_norm"], b.at(step)["grad_norm"]) << ranks << " ranks, step " << step;
-    }
-  }
+  expect_two_and_four_ranks_equal(flags, b);
 }
 
 // Stage 0 (plain data parallelism, DeepSpeed's default: every rank holds every state whole, the
@@ -104,16 +110,7 @@ TEST(TrainMlpMpi, StageZeroOnTwoAndFourRanksEqualsOneRankBitForBit) {
   for (const auto& [step, line] : b) {
     EXPECT_EQ(line["loss_hex"], z.at(step)["loss_hex"]) << "stage 0 against ZeRO-3, step " << step;
   }
-  for (const int ranks : {2, 4}) {
-    const run_result many = run_ranks(ranks, flags + " --ranks-per-node 2 --config " + config.string());
-    ASSERT_EQ(many.exit_code, 0) << many.output;
-    const auto a = steps_of(many.output);
-    ASSERT_EQ(a.size(), 4U) << many.output;
-    for (const auto& [step, line] : a) {
-      EXPECT_EQ(line["loss_hex"], b.at(step)["loss_hex"]) << ranks << " ranks, step " << step;
-      EXPECT_EQ(line["grad_norm"], b.at(step)["grad_norm"]) << ranks << " ranks, step " << step;
-    }
-  }
+  expect_two_and_four_ranks_equal(flags + " --config " + config.string(), b);
 }
 
 TEST(TrainMlpMpi, FourRanksOnOneNodeSendNothingAcrossNodes) {
