@@ -432,8 +432,11 @@ typedef struct zoe_step_result {
  *  (averaged, unscaled, clipped to gradient_clipping). ZOE_ERROR_USAGE naming lr unless it is in
  *  [0, FLT_MAX] (the optimizer computes in float; NaN is refused too); ZOE_ERROR_USAGE unless all
  *  gradient_accumulation_steps micro-batches are done and at least one module's gradients were
- *  reduced in them ("no gradient was reduced in this step"); on an I/O failure every state is as it
- *  was and the step may be retried. One thread. */
+ *  reduced in them ("no gradient was reduced in this step"); on an I/O or memory failure every state
+ *  is as it was and the step may be retried. ZOE_ERROR_DEVICE when the device fails while the step
+ *  writes states that live on it in place: those cannot be put back, and every later zoe_step
+ *  returns ZOE_ERROR_DEVICE naming the first failure (make a new engine and load a checkpoint).
+ *  One thread. */
 ZOE_API zoe_status zoe_step(zoe_engine* engine, double lr, zoe_step_result* result);
 
 /* ---- reading states (debugging) --------------------------------------------------------------- */
