@@ -11,7 +11,6 @@
 #include "zoe/engine/tiers/footprint_plan.hpp"
 #include "zoe/engine/tiers/placement.hpp"
 
-using zoe::bindings::expect_pointer;
 using zoe::bindings::guarded;
 using zoe::bindings::live;
 
