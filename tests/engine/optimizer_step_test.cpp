@@ -5,6 +5,7 @@
 // undisturbed bits; a state not resident is refused; stages alone change nothing.
 #include "zoe/engine/optim/optimizer_step.hpp"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <array>
