@@ -65,8 +65,9 @@
 //
 // Held blocks: a wait pins its module's blocks, and the arena's compaction never moves a pinned
 // block, so a held block with free space below it would split the arena (4 KiB free on either side
-// of it leave no room for 8 KiB). A wait that finds the free space in pieces compacts first, so the
-// module is pinned as low as the blocks pinned before it allow. Holds released out of order can
+// of it leave no room for 8 KiB). A wait that finds the free space in pieces none of which holds the
+// largest parameter compacts first, so the module is pinned as low as the blocks pinned before it
+// allow. Holds released out of order can
 // still split it: that is the memory_error above at a single caller.
 //
 // Thread-safety: every member may be called from any thread; one lock guards the state, and no
