@@ -7,6 +7,12 @@
 #include "zoe/core/str.hpp"
 
 namespace zoe::testing {
+namespace {
+
+// An injected failure armed for the nth call: counts this call and says whether it is the one.
+bool counts_down_to_this_call(int& calls_left) { return calls_left > 0 && --calls_left == 0; }
+
+}  // namespace
 
 fake_device::fake_device(std::unique_ptr<device> inner) : inner_(std::move(inner)) {}
 
@@ -77,7 +83,7 @@ void* fake_device::allocate(std::size_t bytes, stream_view stream) {
   {
     const std::lock_guard lock(mutex_);
     ++calls_.allocate;
-    if (allocations_until_failure_ > 0 && --allocations_until_failure_ == 0) {
+    if (counts_down_to_this_call(allocations_until_failure_)) {
       throw memory_error(str(name(), ": injected out of memory allocating ", bytes, " bytes"));
     }
   }
@@ -175,7 +181,7 @@ void fake_device::copy_async(void* dst, const void* src, std::size_t bytes, copy
   {
     const std::lock_guard lock(mutex_);
     ++calls_.copy_async;
-    if (copies_until_failure_ > 0 && --copies_until_failure_ == 0) {
+    if (counts_down_to_this_call(copies_until_failure_)) {
       throw device_error(str(name(), ": injected refusal to copy ", bytes, " bytes"));
     }
   }
@@ -191,7 +197,7 @@ void fake_device::launch_host(stream_view stream, std::function<void()> task) {
   {
     const std::lock_guard lock(mutex_);
     ++calls_.launch_host;
-    if (refuse_launches_ || (launches_until_refusal_ > 0 && --launches_until_refusal_ == 0)) {
+    if (refuse_launches_ || counts_down_to_this_call(launches_until_refusal_)) {
       throw device_error(str(name(), ": injected refusal to launch a host task"));
     }
     delay = delay_;
@@ -211,7 +217,7 @@ void fake_device::synchronize(stream_view stream) {
   {
     const std::lock_guard lock(mutex_);
     ++calls_.synchronize;
-    fail = stream_syncs_until_failure_ > 0 && --stream_syncs_until_failure_ == 0;
+    fail = counts_down_to_this_call(stream_syncs_until_failure_);
   }
   inner_->synchronize(stream);
   if (fail) throw device_error(str(name(), ": injected failure of a stream's work"));
