@@ -94,8 +94,9 @@ zoe_status zoe_device_destroy(zoe_device* device) {
                                         " (zoe_engine_device); zoe_engine_destroy closes it"));
       }
       if (const std::size_t users = device->users.load(); users > 0) {
-        throw zoe::usage_error(zoe::str("device ", static_cast<const void*>(device), " is still used by ", users,
-                                        " streams and engines (made, or being made): destroy them first"));
+        throw zoe::usage_error(
+            zoe::str("device ", static_cast<const void*>(device), " is still used by ", users,
+                     " streams and engines (made, or being made) or calls in progress: destroy them first"));
       }
     });
     if (!was_live) zoe::bindings::throw_not_live(device, "device", "zoe_device");

@@ -207,7 +207,8 @@ zoe_status zoe_engine_destroy(zoe_engine* engine) {
       (void)zoe::bindings::device_handles().remove_checked(owned, [owned] {
         if (const std::size_t users = owned->users.load(); users > 0) {
           throw zoe::usage_error(zoe::str("the engine's device ", static_cast<const void*>(owned),
-                                          " (zoe_engine_device) still has ", users, " streams: destroy them first"));
+                                          " (zoe_engine_device) still has ", users,
+                                          " streams or calls in progress: destroy them first"));
         }
       });
     }

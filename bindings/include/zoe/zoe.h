@@ -106,7 +106,8 @@ typedef struct zoe_device_options {
 ZOE_API zoe_status zoe_device_create(const zoe_device_options* options, zoe_device** device);
 /** Closes a device made by zoe_device_create. Every engine and stream using it must be destroyed
  *  first (ZOE_ERROR_USAGE naming their count otherwise, and the device stays open); one still being
- *  made by zoe_engine_create or zoe_stream_create on another thread counts as using it. Thread-safe. */
+ *  made by zoe_engine_create or zoe_stream_create on another thread counts as using it, as does a
+ *  call on the device (allocate, free, copy, memory, kind) in progress there. Thread-safe. */
 ZOE_API zoe_status zoe_device_destroy(zoe_device* device);
 /** The device's kind (ZOE_DEVICE_HOST or ZOE_DEVICE_CUDA). Thread-safe. */
 ZOE_API zoe_status zoe_device_get_kind(const zoe_device* device, zoe_device_kind* kind);
@@ -275,8 +276,9 @@ typedef struct zoe_footprint {
  *  contacted): the figures are what the engine would ask for, whether or not this machine has it.
  *  ZOE_ERROR_USAGE for a NULL or short struct, a dead model, world_size 0, or a model the layout
  *  refuses (naming the parameter); ZOE_ERROR_CONFIG naming the key for a configuration the engine
- *  would refuse (a bad value, stage 0 with an hpZ partition on several ranks, nvme without a path); *footprint is
- * written only on success. Not collective. Thread-safe (the model must not change meanwhile: one thread per model). */
+ *  would refuse (a bad value, stage 0 with qgZ or an hpZ partition on several ranks, nvme without a path); *footprint
+ * is written only on success. Not collective. Thread-safe (the model must not change meanwhile: one thread per model).
+ */
 ZOE_API zoe_status zoe_footprint_plan(const zoe_engine_desc* desc, uint32_t world_size, zoe_footprint* footprint);
 
 /* ---- ranks (data parallelism) ------------------------------------------------------------------ */

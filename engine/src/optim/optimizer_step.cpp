@@ -274,7 +274,9 @@ void optimizer_step::impl::execute(const kernels::adam_config& adam, step_stages
     try {
       undo.restore(tiers, dev, stream.view());
     } catch (const std::exception& e) {
+      // The log may be partly back: a later run would step the rest twice, so none may run.
       log::error("optimizer step: putting the undo log back failed: ", e.what());
+      if (broken.empty()) broken = str("putting the undo log back failed: ", e.what());
     }
     abort_states();
     stats.seconds = seconds_since(started);

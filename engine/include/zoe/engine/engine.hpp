@@ -143,7 +143,8 @@ class offload_engine {
   /// One optimizer step with learning rate `lr` over the gradients of the step's micro-batches.
   /// usage_error unless all gradient_accumulation_steps micro-batches are done; loss_scale_error
   /// when fp16's scale would go below fp16.min_loss_scale; the I/O errors of the optimizer step,
-  /// with every state as it was.
+  /// with every state as it was; device_error when the device fails while the step writes states
+  /// that live on it in place, after which every later step is refused (optimizer_step.hpp).
   step_result step(double lr);
 
   // ---- checkpoints -----------------------------------------------------------------------------

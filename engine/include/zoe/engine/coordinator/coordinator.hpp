@@ -67,8 +67,11 @@
 // block, so a held block with free space below it would split the arena (4 KiB free on either side
 // of it leave no room for 8 KiB). A wait that finds the free space in pieces none of which holds the
 // largest parameter compacts first, so the module is pinned as low as the blocks pinned before it
-// allow. Holds released out of order can
-// still split it: that is the memory_error above at a single caller.
+// allow (compacting whenever the free space is in pieces, as prefetching leaves it, or whenever no
+// piece holds the largest module, stalled every fetch behind the arena's copies). Two cases remain
+// where a single caller gets the memory_error above instead of room: holds released out of order,
+// and a module of several parameters whose pieces each hold its largest parameter but not all of
+// them; with other callers, their releases end the wait.
 //
 // Thread-safety: every member may be called from any thread; one lock guards the state, and no
 // call waits on a read, a write or the device while holding it.

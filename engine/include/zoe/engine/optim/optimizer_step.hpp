@@ -129,8 +129,10 @@ class optimizer_step {
   /// inverse times the clipping factor times 1/accumulation steps, folded by the caller) over every
   /// shard: master, exp_avg, exp_avg_sq and the working copy updated from the gradient. Every state
   /// must be resident (the gradient too: it is read, not changed). Throws (above) with every state
-  /// as before; usage_error naming the parameter and state when one is not resident or in flight,
-  /// or when `adam`'s settings are invalid (checked before anything moves).
+  /// as before, except after a device failure while unlogged shards were written in place, or a
+  /// failure to put the undo log back: then this run and every later one throw device_error; usage_error naming the
+  /// parameter and state when one is not resident or in flight, or when `adam`'s settings are invalid (checked before
+  /// anything moves).
   void run(const kernels::adam_config& adam);
   /// The step with only some of its stages, to time each alone over the same data (zoe-bench
   /// optimizer). All three: exactly run(). Otherwise nothing is committed and every state is as it
