@@ -401,10 +401,10 @@ ZOE_API zoe_status zoe_parameter_address(zoe_engine* engine, zoe_parameter_id pa
 
 /** zoe-owned device buffers for module `module`'s gradients, one per parameter in the order they
  *  were added, each numel elements of the parameter's working dtype, zero-filled in order with
- *  `stream`; NULL in a frozen parameter's slot (it takes no gradient). `count` must equal the module's parameter count.
- * Write d(loss * loss_scale)/d(param) into them on `stream`, then hand them in with zoe_reduce_gradients.
- * ZOE_ERROR_USAGE when the module is not fetched for backward, or its gradients were already acquired in this
- * micro-batch. Thread-safe for different modules. */
+ *  `stream`; NULL in a frozen parameter's slot (it takes no gradient). `count` must equal the
+ *  module's parameter count. Write d(loss * loss_scale)/d(param) into them on `stream`, then hand
+ *  them in with zoe_reduce_gradients. ZOE_ERROR_USAGE when the module is not fetched for backward,
+ *  or its gradients were already acquired in this micro-batch. Thread-safe for different modules. */
 ZOE_API zoe_status zoe_module_gradients(zoe_engine* engine, zoe_module_id module, zoe_stream* stream, void** buffers,
                                         size_t count);
 /** Hands in the module's gradients once the work queued on `stream` is done: they are reduced
