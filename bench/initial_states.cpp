@@ -29,7 +29,7 @@ value_range range_of(engine::state_kind s) {
 
 }  // namespace
 
-std::uint64_t write_initial_states(engine::parameter_path& path, device& dev) {
+std::uint64_t write_initial_states(engine::engine_resources& path, device& dev) {
   const engine::model_layout& layout = path.layout();
   std::uint64_t largest = 0;
   for (const auto& p : layout.parameters()) {

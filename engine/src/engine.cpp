@@ -20,21 +20,21 @@
 namespace zoe::engine {
 namespace {
 
-parameter_path_options path_options(engine_options& o) {
+engine_resources_options resources_options(engine_options& o) {
   return {.arena_bytes = o.arena_bytes,
           .wrap_backend = std::move(o.wrap_backend),
           .comm = o.comm,
           .gradient_comm = o.gradient_comm};
 }
 
-gradient_path_options gradient_options(parameter_path& path, const engine_config& config) {
-  const footprint_plan& plan = path.plan();
+gradient_path_options gradient_options(engine_resources& resources, const engine_config& config) {
+  const footprint_plan& plan = resources.plan();
   return {.bucket_bytes = plan.gradient_bucket_bytes,
           .bucket_count = static_cast<std::size_t>(plan.gradient_bucket_count),
           .staging_buffer_count = static_cast<std::size_t>(plan.gradient_buffer_count),
           .staging_buffer_bytes = static_cast<std::size_t>(plan.gradient_buffer_bytes),
           .quantized_scratch_bytes = static_cast<std::size_t>(plan.qgz_scratch_bytes),
-          .accumulate_locally = accumulates_gradients_locally(config, path.comm().size())};
+          .accumulate_locally = accumulates_gradients_locally(config, resources.comm().size())};
 }
 
 activation_store_options activation_options(const footprint_plan& plan, const io::swap_store* store) {
@@ -62,18 +62,19 @@ offload_engine::offload_engine(std::vector<module_spec> modules, const engine_co
                                engine_options options)
     : config_(config),
       adam_settings_(config.optimizer.value_or(optimizer_config{})),
-      path_(std::make_unique<parameter_path>(std::move(modules), config, dev, path_options(options))),
-      io_(std::make_unique<state_io>(path_->tiers(), dev, path_->store())),
-      gradients_(std::make_unique<gradient_path>(path_->tiers(), path_->gradient_comm(), dev, path_->pinned(),
-                                                 path_->store(), gradient_options(*path_, config))),
-      optimizer_(std::make_unique<optimizer_step>(path_->tiers(), dev, path_->pinned(), path_->store(),
-                                                  step_options(path_->plan(), config))),
-      activations_(std::make_unique<activation_store>(dev, path_->pinned(), path_->store(),
-                                                      activation_options(path_->plan(), path_->store()))),
+      resources_(std::make_unique<engine_resources>(std::move(modules), config, dev, resources_options(options))),
+      io_(std::make_unique<state_io>(resources_->tiers(), dev, resources_->store())),
+      gradients_(std::make_unique<gradient_path>(resources_->tiers(), resources_->gradient_comm(), dev,
+                                                 resources_->pinned(), resources_->store(),
+                                                 gradient_options(*resources_, config))),
+      optimizer_(std::make_unique<optimizer_step>(resources_->tiers(), dev, resources_->pinned(), resources_->store(),
+                                                  step_options(resources_->plan(), config))),
+      activations_(std::make_unique<activation_store>(dev, resources_->pinned(), resources_->store(),
+                                                      activation_options(resources_->plan(), resources_->store()))),
       files_(options.checkpoint_files != nullptr ? options.checkpoint_files : &checkpoint_fs::posix()),
       scaler_(config.fp16),
       lr_(adam_settings_.lr),
-      groups_(path_->layout().group_count(),
+      groups_(resources_->layout().group_count(),
               group_hyper{.lr = adam_settings_.lr, .weight_decay = adam_settings_.weight_decay}),
       device_(&dev) {}
 
@@ -94,7 +95,7 @@ void offload_engine::expect_between_steps(const char* what) const {
 std::vector<float> offload_engine::own_shard(const parameter_layout& param, std::span<const float> values) const {
   // Elements [shard * shard_numel, (shard + 1) * shard_numel) of the padded parameter, the padding
   // zero. Every rank passes the same values and keeps its own part (at stage 0 the whole).
-  const std::size_t rank = layout().shard_of(path_->comm().rank());
+  const std::size_t rank = layout().shard_of(resources_->comm().rank());
   std::vector<float> shard(param.shard_numel, 0.0F);
   const std::uint64_t real = param.real_numel(rank);
   if (real > 0) std::memcpy(shard.data(), values.data() + rank * param.shard_numel, real * sizeof(float));
@@ -108,7 +109,7 @@ void offload_engine::set_parameter(parameter_id p, std::span<const float> values
               " elements, not ", values.size());
   const std::vector<float> master = own_shard(param, values);
   // Gathered copies would go stale as the homes change: drop them, so the next fetch reads the new value.
-  path_->coord().drop_gathered();
+  resources_->coord().drop_gathered();
   // A frozen 16-bit parameter keeps no master (nor moments): its working copy alone holds its value.
   if (state_bytes(param, state_kind::master) > 0) io_->write(p, state_kind::master, std::as_bytes(std::span(master)));
   if (state_bytes(param, state_kind::working) > 0) {
@@ -153,8 +154,8 @@ void offload_engine::write_state(parameter_id p, state_kind s, std::span<const f
   }
   // Gathered copies would go stale (and a dirty one would be written home over the new value later):
   // changes made to them go home first, then they are dropped.
-  if (s == state_kind::master) path_->coord().drop_gathered();
-  detail::write_states_together(path_->tiers(), *io_, p, writes);
+  if (s == state_kind::master) resources_->coord().drop_gathered();
+  detail::write_states_together(resources_->tiers(), *io_, p, writes);
 }
 
 std::vector<float> offload_engine::read_state(parameter_id p, state_kind s) {
@@ -172,7 +173,7 @@ std::vector<float> offload_engine::read_state(parameter_id p, state_kind s) {
   // a layout of one shard (stage 0) has it whole on every rank.
   const std::vector<std::byte> full = layout().options().world_size == 1
                                           ? std::move(raw)
-                                          : detail::gather_shards(path_->gradient_comm(), *device_, raw);
+                                          : detail::gather_shards(resources_->gradient_comm(), *device_, raw);
   std::vector<float> out(param.numel);
   kernels::cast({state_dtype(param, held), full.data(), param.numel}, {kernels::dtype::fp32, out.data(), out.size()});
   return out;
@@ -183,21 +184,21 @@ void offload_engine::begin_micro_batch() {
   const std::size_t k = config_.gradient_accumulation_steps;
   ZOE_EXPECTS(micro_batches_done_ < k, "begin_micro_batch: the step's ", k,
               " micro-batches (gradient_accumulation_steps) are done; call step() first");
-  path_->coord().begin_step();
+  resources_->coord().begin_step();
   try {
     gradients_->begin_micro_batch(micro_batches_done_, k);
   } catch (...) {
-    path_->coord().end_step();
+    resources_->coord().end_step();
     throw;
   }
   micro_batch_open_ = true;
 }
 
-fetch_handle offload_engine::fetch(module_id m, fetch_pass pass) { return path_->coord().fetch(m, pass); }
+fetch_handle offload_engine::fetch(module_id m, fetch_pass pass) { return resources_->coord().fetch(m, pass); }
 
-void offload_engine::release(module_id m, stream_view stream) { path_->coord().release(m, stream); }
+void offload_engine::release(module_id m, stream_view stream) { resources_->coord().release(m, stream); }
 
-void* offload_engine::address(parameter_id p) const { return path_->coord().address(p); }
+void* offload_engine::address(parameter_id p) const { return resources_->coord().address(p); }
 
 std::vector<void*> offload_engine::gradient_buffers(module_id m, stream_view stream) {
   return gradients_->acquire(m, stream);
@@ -216,7 +217,7 @@ void offload_engine::end_micro_batch() {
   std::exception_ptr writeback_failure;
   if (!coordinator_step_ended_) {
     try {
-      path_->coord().end_step();
+      resources_->coord().end_step();
     } catch (const usage_error&) {
       throw;
     } catch (...) {
@@ -289,7 +290,7 @@ step_result offload_engine::step(std::span<const group_hyper> groups) {
   // each: adding the replicas would count it once per rank.
   const gradient_summary g = layout().options().world_size == 1
                                  ? gradients_->summary()
-                                 : detail::global_summary(path_->gradient_comm(), *device_, gradients_->summary());
+                                 : detail::global_summary(resources_->gradient_comm(), *device_, gradients_->summary());
   const double scale = scaler_.scale();
   const loss_scaler_state before = scaler_.state();
 
@@ -312,7 +313,7 @@ step_result offload_engine::step(std::span<const group_hyper> groups) {
   }
   try {
     // The gathered copies are about to be stale; changes made to them on the device go home first.
-    path_->coord().drop_gathered();
+    resources_->coord().drop_gathered();
     optimizer_->run(std::span<const kernels::adam_config>(adam));
   } catch (...) {
     scaler_.restore(before);
@@ -332,13 +333,13 @@ std::string offload_engine::save_checkpoint(const std::filesystem::path& root, c
   ZOE_EXPECTS(micro_batches_done_ == 0, "save_checkpoint: ", micro_batches_done_,
               " micro-batches of a step have gradients that are not stepped yet; save after step()");
   // Changes made to gathered parameters on the device belong in the checkpoint.
-  path_->coord().flush();
+  resources_->coord().flush();
   const std::string name = tag.empty() ? str("step-", scaler_.state().cur_iter) : tag;
   // Collective on the gradient world, which carries the engine's collectives between steps.
   zoe::engine::save_checkpoint(
-      root, name, path_->tiers(), *io_,
+      root, name, resources_->tiers(), *io_,
       checkpoint_meta{.scaler = scaler_.state(), .optimizer = adam_settings_, .lr = lr_, .groups = groups_},
-      checkpoint_ranks{.comm = path_->gradient_comm(), .dev = *device_}, *files_);
+      checkpoint_ranks{.comm = resources_->gradient_comm(), .dev = *device_}, *files_);
   return name;
 }
 
@@ -352,13 +353,13 @@ void offload_engine::load_checkpoint(const std::filesystem::path& root, const st
               " of the step's ", k,
               " micro-batches (gradient_accumulation_steps) are done; load between steps (finish the step's "
               "micro-batches and step() first)");
-  path_->coord().drop_gathered();
+  resources_->coord().drop_gathered();
   // The saved scaler state must suit this configuration (fp16.hysteresis, min_loss_scale) before
   // any state is overwritten: refused afterwards, the states would be the checkpoint's and the
   // scaler, the step count and the learning rate not.
   const checkpoint_meta meta = zoe::engine::load_checkpoint(
-      root, tag, path_->tiers(), *io_, checkpoint_ranks{.comm = path_->gradient_comm(), .dev = *device_}, *files_,
-      [this](const checkpoint_meta& m) {
+      root, tag, resources_->tiers(), *io_, checkpoint_ranks{.comm = resources_->gradient_comm(), .dev = *device_},
+      *files_, [this](const checkpoint_meta& m) {
         loss_scaler probe(config_.fp16);
         probe.restore(m.scaler);
       });

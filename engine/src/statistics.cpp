@@ -128,9 +128,9 @@ json activation_figures(const activation_stats& s, const footprint_plan& plan) {
 }
 
 json footprint_figures(offload_engine& engine) {
-  parameter_path& path = engine.parameters();
-  const footprint_plan& plan = path.plan();
-  const device_usage dev = path.pinned().owner_device().usage();
+  engine_resources& resources = engine.resources();
+  const footprint_plan& plan = resources.plan();
+  const device_usage dev = resources.pinned().owner_device().usage();
   const auto state = [&](memory_kind m) { return plan.state_bytes.at(static_cast<std::size_t>(m)); };
   json j;
   j["device"] = {{"planned_bytes", plan.device_bytes},
@@ -139,13 +139,13 @@ json footprint_figures(offload_engine& engine) {
                  {"budget_bytes", dev.budget_bytes},
                  {"state_bytes", state(memory_kind::device)}};
   j["pinned_host"] = {{"planned_bytes", plan.pinned_bytes},
-                      {"peak_bytes", path.pinned().peak_bytes_in_use()},
-                      {"current_bytes", path.pinned().bytes_in_use()},
+                      {"peak_bytes", resources.pinned().peak_bytes_in_use()},
+                      {"current_bytes", resources.pinned().bytes_in_use()},
                       {"state_bytes", state(memory_kind::pinned)}};
   // Pageable host memory is not counted as it is used: the plan alone.
   j["pageable_host"] = {{"planned_bytes", plan.pageable_bytes}, {"state_bytes", state(memory_kind::pageable)}};
   json nvme = {{"planned_bytes", plan.nvme_bytes}, {"state_bytes", state(memory_kind::nvme)}};
-  if (const io::swap_store* store = path.store()) {
+  if (const io::swap_store* store = resources.store()) {
     nvme["capacity_bytes"] = store->capacity();
     nvme["used_bytes"] = store->capacity() - store->free_bytes();
     nvme["direct_io"] = store->direct();
@@ -186,9 +186,9 @@ json group_figures(const comm_stats& s) {
 // The bytes this rank handed the transport, per group. A sub-group that is its world itself (world
 // size 1, one node, no hpZ) is listed with "same_as" and the world's counters; the totals count
 // every group once.
-json comm_figures(parameter_path& path) {
-  communicator& world = path.comm();
-  communicator& gradients = path.gradient_comm();
+json comm_figures(engine_resources& resources) {
+  communicator& world = resources.comm();
+  communicator& gradients = resources.gradient_comm();
   json j;
   j["world_size"] = world.size();
   j["rank"] = world.rank();
@@ -204,7 +204,7 @@ json comm_figures(parameter_path& path) {
   sub("hpz", world.hpz());
   groups["gradient_world"] = group_figures(total_stats(gradients));
   j["groups"] = std::move(groups);
-  const json totals = group_figures(comm_traffic(path));
+  const json totals = group_figures(comm_traffic(resources));
   for (const auto& [key, value] : totals.items()) j[key] = value;
   return j;
 }
@@ -212,8 +212,8 @@ json comm_figures(parameter_path& path) {
 }  // namespace
 
 std::string statistics_json(offload_engine& engine) {
-  const parameter_swapper_stats params = engine.parameters().swapper().stats();
-  const coordinator_stats fetches = engine.parameters().coord().stats();
+  const parameter_swapper_stats params = engine.resources().swapper().stats();
+  const coordinator_stats fetches = engine.resources().coord().stats();
   const gradient_path_stats grads = engine.gradients().stats();
   const optimizer_step_totals& optim = engine.optimizer().totals();
   const activation_stats acts = engine.activations().stats();
@@ -233,13 +233,13 @@ std::string statistics_json(offload_engine& engine) {
   j["optimizer"] = optimizer_figures(engine.optimizer());
   j["activations"] = activation_figures(acts, engine.plan());
   j["footprint"] = footprint_figures(engine);
-  j["comm"] = comm_figures(engine.parameters());
+  j["comm"] = comm_figures(engine.resources());
   return j.dump();
 }
 
-comm_stats comm_traffic(parameter_path& path) {
-  comm_stats all = total_stats(path.comm());
-  all += total_stats(path.gradient_comm());
+comm_stats comm_traffic(engine_resources& resources) {
+  comm_stats all = total_stats(resources.comm());
+  all += total_stats(resources.gradient_comm());
   return all;
 }
 

@@ -365,7 +365,7 @@ TEST(activation_engine, EndMicroBatchClearsTheActivations) {
   c.zoe.activations = {.host_bytes = 1 * MiB, .nvme_bytes = 1 * MiB, .prefetch_bytes = 64 * KiB};
   c.zoe.extra_swap_paths = {dir.path()};
   engine::offload_engine e({{"m", {{"m.w", {64, 64}, kernels::dtype::fp32}}}}, c, *dev);
-  ASSERT_NE(e.parameters().store(), nullptr) << "a store for the activations alone";
+  ASSERT_NE(e.resources().store(), nullptr) << "a store for the activations alone";
   e.set_parameter(0, std::vector<float>(64 * 64, 0.5F));
   const device_stream s = dev->create_stream();
   std::vector<std::byte> data = random_bytes(300 * KiB, 11);
@@ -381,7 +381,7 @@ TEST(activation_engine, EndMicroBatchClearsTheActivations) {
   e.release(0, s.view());
   e.end_micro_batch();
   EXPECT_EQ(e.activations().size(), 0U);
-  EXPECT_EQ(e.parameters().store()->free_bytes(), e.parameters().store()->capacity())
+  EXPECT_EQ(e.resources().store()->free_bytes(), e.resources().store()->capacity())
       << "the activations' extents went back";
   dev->deallocate(p, data.size(), s.view());
   dev->synchronize(s.view());

@@ -21,7 +21,7 @@
 #include "zoe/core/device.hpp"
 #include "zoe/engine/comm/communicator.hpp"
 #include "zoe/engine/comm/quantized_collectives.hpp"
-#include "zoe/engine/coordinator/parameter_path.hpp"
+#include "zoe/engine/engine_resources.hpp"
 #include "zoe/engine/optim/gradient_path.hpp"
 #include "zoe/kernels/cast.hpp"
 
@@ -75,11 +75,11 @@ std::vector<std::byte> in_type(std::span<const float> v, kernels::dtype type) {
 
 struct ranked_path {
   std::unique_ptr<device> dev = make_host_device(std::uint64_t{256} << 20);
-  std::unique_ptr<parameter_path> path;
+  std::unique_ptr<engine_resources> path;
   std::vector<std::vector<float>> full;  // per parameter
 
   explicit ranked_path(const engine_config& config)
-      : path(std::make_unique<parameter_path>(ranked_model(), config, *dev)) {
+      : path(std::make_unique<engine_resources>(ranked_model(), config, *dev)) {
     const std::size_t world = path->comm().size();
     const std::size_t rank = path->comm().rank();
     for (const parameter_layout& p : path->layout().parameters()) {
@@ -258,7 +258,7 @@ TEST(GradientRanks, QuantizedReductionGivesTheMeanWithinTheQuantizersBound) {
   const std::size_t launched = w == nullptr ? 1 : static_cast<std::size_t>(std::stoul(w));
   if (launched % 2 == 0) config.zoe.ranks_per_node = 2;  // 2 x 2 on 4 ranks, 1 x 2 on 2
   ranked_path r(config);
-  parameter_path& path = *r.path;
+  engine_resources& path = *r.path;
   communicator& comm = path.gradient_comm();
   const std::size_t world = comm.size();
   const std::size_t rank = comm.rank();

@@ -92,8 +92,8 @@ struct engine_on_rank {
     e = std::make_unique<offload_engine>(testing::small_model(working), c, *dev, o);
     for (const parameter_layout& p : e->layout().parameters()) e->set_parameter(p.id, initial(p));
   }
-  [[nodiscard]] std::size_t rank() { return e->parameters().comm().rank(); }
-  [[nodiscard]] std::size_t size() { return e->parameters().comm().size(); }
+  [[nodiscard]] std::size_t rank() { return e->resources().comm().rank(); }
+  [[nodiscard]] std::size_t size() { return e->resources().comm().size(); }
   [[nodiscard]] grads_t masters() {
     grads_t out;
     for (const parameter_layout& p : e->layout().parameters()) out.push_back(e->read_state(p.id, state_kind::master));
@@ -260,7 +260,7 @@ TEST(engine_ranks, EachStageReducesAsDeepSpeedDefinesIt) {
     std::uint64_t one_reduction = 0;  // every parameter's reduce-scatter once
     const compared got = train_both(c, reference, exact ? 4 : 12, 2, exact, kernels::dtype::fp32,
                                     [&](engine_on_rank& e, int, std::uint64_t) {
-                                      communicator& g = e.e->parameters().gradient_comm();
+                                      communicator& g = e.e->resources().gradient_comm();
                                       const comm_stats now = g.stats();
                                       const std::uint64_t total = now.of(collective::reduce_scatter).total();
                                       bytes_per_micro_batch.push_back(total - seen);
@@ -355,11 +355,11 @@ TEST(engine_ranks, StageZeroAllReducesWholeGradientsAndEqualsOneRankBitForBit) {
           const model_layout& layout = e.e->layout();
           EXPECT_EQ(layout.options().world_size, 1U) << "one shard";
           EXPECT_EQ(layout.ranks(), e.size()) << "held by every rank";
-          communicator& g = e.e->parameters().gradient_comm();
+          communicator& g = e.e->resources().gradient_comm();
           const comm_stats now = g.stats();
           EXPECT_EQ(now.of(collective::reduce_scatter).total(), 0U);
           EXPECT_EQ(now.total_bytes(), now.of(collective::all_reduce).total()) << "nothing but the all-reduces";
-          EXPECT_EQ(total_stats(e.e->parameters().comm()).total_bytes(), 0U) << "the coordinator gathers nothing";
+          EXPECT_EQ(total_stats(e.e->resources().comm()).total_bytes(), 0U) << "the coordinator gathers nothing";
           all_reduced.push_back(now.of(collective::all_reduce).total() - seen);
           seen = now.of(collective::all_reduce).total();
           if (one_reduction > 0 || g.size() == 1) return;
@@ -389,7 +389,7 @@ TEST(engine_ranks, StageZeroSavesRankZerosReplicaAndLoadsOnEveryRank) {
                            mean_gradient(trained.e->layout(), 0, trained.rank(), 1, /*exact=*/true));
   (void)trained.e->step(1e-2);
   const grads_t want = trained.masters();
-  communicator& g = trained.e->parameters().gradient_comm();
+  communicator& g = trained.e->resources().gradient_comm();
   const std::uint64_t sent_before = g.stats().of(collective::point_to_point).total();
   const std::string tag = trained.e->save_checkpoint(root);
   EXPECT_EQ(g.stats().of(collective::point_to_point).total(), sent_before) << "no rank sends its replica";
@@ -464,7 +464,7 @@ TEST(engine_ranks, StatisticsCountTheTrafficOfEveryGroup) {
 
 TEST(engine_ranks, EachRankSwapsIntoItsOwnFolderUnderTheSharedPath) {
   engine_on_rank ranked(ranked_config("nvme"));
-  const io::swap_store* store = ranked.e->parameters().store();
+  const io::swap_store* store = ranked.e->resources().store();
   ASSERT_NE(store, nullptr);
   const std::filesystem::path folder = store->folders().at(0);
   EXPECT_EQ(folder.parent_path(), shared_swap_path());

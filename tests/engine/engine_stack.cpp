@@ -51,13 +51,13 @@ engine_stack::engine_stack(stack_options options) {
     fake_ = fake.get();
     dev_ = std::move(fake);
   }
-  engine::parameter_path_options po{.arena_bytes = options.arena_bytes, .wrap_backend = {}};
+  engine::engine_resources_options po{.arena_bytes = options.arena_bytes, .wrap_backend = {}};
   if (options.faults) {
     po.wrap_backend = [faults = options.faults](std::unique_ptr<io::io_backend> inner) {
       return std::unique_ptr<io::io_backend>(std::make_unique<fault_injecting_backend>(std::move(inner), faults));
     };
   }
-  path_ = std::make_unique<engine::parameter_path>(std::move(options.modules), config, *dev_, std::move(po));
+  path_ = std::make_unique<engine::engine_resources>(std::move(options.modules), config, *dev_, std::move(po));
 }
 
 engine_stack::~engine_stack() = default;

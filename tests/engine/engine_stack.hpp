@@ -1,5 +1,5 @@
 #pragma once
-// The parameter path (engine::parameter_path) on the host device, with its swap store in a
+// The engine's shared resources (engine::engine_resources) on the host device, with its swap store in a
 // scratch folder on a real disk (optionally over the fault-injecting backend), for the swapper and
 // coordinator tests. Helpers write a shard's home and read it back, byte for byte.
 
@@ -15,7 +15,7 @@
 #include "io_test_support.hpp"
 #include "zoe/allocators/pinned_host_resource.hpp"
 #include "zoe/core/device.hpp"
-#include "zoe/engine/coordinator/parameter_path.hpp"
+#include "zoe/engine/engine_resources.hpp"
 
 namespace zoe::testing {
 
@@ -75,7 +75,7 @@ class engine_stack {
   scratch_dir dir_;
   std::unique_ptr<device> dev_;
   fake_device* fake_ = nullptr;
-  std::unique_ptr<engine::parameter_path> path_;
+  std::unique_ptr<engine::engine_resources> path_;
 };
 
 }  // namespace zoe::testing

@@ -100,7 +100,7 @@ TEST_P(write_state_faults, AFailedNvmeWriteLeavesMasterAndWorkingCopyAsTheyWere)
   const auto values = gradients(r.e->layout(), 13, 1.0F);
   const auto master = r.state(state_kind::master);
   const auto working = r.state(state_kind::working);
-  const engine::tier_manager& tiers = r.e->parameters().tiers();
+  const engine::tier_manager& tiers = r.e->resources().tiers();
   int on_nvme = 0;
   for (const engine::parameter_layout& p : r.e->layout().parameters()) {
     if (tiers.location(p.id, state_kind::master).where != engine::tier::nvme &&

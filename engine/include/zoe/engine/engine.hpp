@@ -26,7 +26,7 @@
 // inf/NaN check cover every rank's shards, so all ranks clip and skip alike), fetch and
 // reduce_gradients are collective. A rank that fails or vanishes makes the others' calls fail
 // with a comm_error naming it within zoe.comm.timeout_s. Below stage 3 the parameters are
-// replicated (parameter_path.hpp): a module's first fetch after a step gathers it, later fetches
+// replicated (engine_resources.hpp): a module's first fetch after a step gathers it, later fetches
 // find it on the device.
 //
 // Thread-safety: fetch, release, address, gradient_buffers and reduce_gradients may be called from
@@ -46,7 +46,7 @@
 #include "zoe/engine/checkpoint/checkpoint_fs.hpp"
 #include "zoe/engine/config/config.hpp"
 #include "zoe/engine/coordinator/coordinator.hpp"
-#include "zoe/engine/coordinator/parameter_path.hpp"
+#include "zoe/engine/engine_resources.hpp"
 #include "zoe/engine/model/layout.hpp"
 #include "zoe/engine/optim/gradient_path.hpp"
 #include "zoe/engine/optim/loss_scaler.hpp"
@@ -56,12 +56,12 @@
 namespace zoe::engine {
 
 struct engine_options {
-  /// Passed to parameter_path_options (tests: a smaller arena, fault injection under the store).
+  /// Passed to engine_resources_options (tests: a smaller arena, fault injection under the store).
   std::optional<std::uint64_t> arena_bytes;
   std::function<std::unique_ptr<io::io_backend>(std::unique_ptr<io::io_backend>)> wrap_backend;
   /// The file system checkpoints go through (tests: a fault-injecting one); null: the real one.
   checkpoint_fs* checkpoint_files = nullptr;
-  /// The two worlds (parameter_path_options::comm / gradient_comm): both or neither; null: made
+  /// The two worlds (engine_resources_options::comm / gradient_comm): both or neither; null: made
   /// from the configuration's zoe.comm.* keys (make_communicator, collective).
   communicator* comm = nullptr;
   communicator* gradient_comm = nullptr;
@@ -89,7 +89,7 @@ struct step_result {
 
 class offload_engine {
  public:
-  /// Lays the model out, plans its footprint and builds every stage (see parameter_path: the plan
+  /// Lays the model out, plans its footprint and builds every stage (see engine_resources: the plan
   /// is checked against this machine before anything is allocated, naming the keys to change).
   /// Every state starts released: set_parameter() (or load_checkpoint()) gives each parameter its
   /// value. Throws config_error naming the key for a configuration the engine cannot run, and what
@@ -101,8 +101,8 @@ class offload_engine {
   offload_engine& operator=(const offload_engine&) = delete;
 
   [[nodiscard]] const engine_config& config() const noexcept { return config_; }
-  [[nodiscard]] const model_layout& layout() const noexcept { return path_->layout(); }
-  [[nodiscard]] const footprint_plan& plan() const noexcept { return path_->plan(); }
+  [[nodiscard]] const model_layout& layout() const noexcept { return resources_->layout(); }
+  [[nodiscard]] const footprint_plan& plan() const noexcept { return resources_->plan(); }
 
   // ---- values --------------------------------------------------------------------------------
   /// Gives `p` its value: `values` holds its numel elements (fp32, row-major). Every rank passes
@@ -200,7 +200,7 @@ class offload_engine {
   stage_times measure_stages();
 
   // ---- the stages, for statistics and benchmarks -----------------------------------------------
-  [[nodiscard]] parameter_path& parameters() noexcept { return *path_; }
+  [[nodiscard]] engine_resources& resources() noexcept { return *resources_; }
   [[nodiscard]] gradient_path& gradients() noexcept { return *gradients_; }
   [[nodiscard]] optimizer_step& optimizer() noexcept { return *optimizer_; }
   [[nodiscard]] const loss_scaler& scaler() const noexcept { return scaler_; }
@@ -213,7 +213,7 @@ class offload_engine {
 
   engine_config config_;
   optimizer_config adam_settings_;
-  std::unique_ptr<parameter_path> path_;
+  std::unique_ptr<engine_resources> resources_;
   std::unique_ptr<state_io> io_;
   std::unique_ptr<gradient_path> gradients_;
   std::unique_ptr<optimizer_step> optimizer_;
