@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "step_io.hpp"
-#include "step_pieces.hpp"
+#include "tiers/step_pieces.hpp"
 #include "undo_log.hpp"
 #include "zoe/allocators/buffer_pool.hpp"
 #include "zoe/core/check.hpp"

@@ -7,7 +7,7 @@
 #include <numeric>
 #include <string>
 
-#include "../optim/step_pieces.hpp"
+#include "step_pieces.hpp"
 #include "zoe/core/check.hpp"
 #include "zoe/engine/comm/quantized_collectives.hpp"
 #include "zoe/core/str.hpp"
@@ -213,7 +213,7 @@ void add_param_buffers(plan_builder& out, footprint_plan& plan, const model_layo
 // gradient where zoe.placement sends it there) through buffer_count pinned buffers of the largest
 // sub-group in fp32, as DeepSpeed's optimizer swapper sizes them; the gradient is fp32
 // too. The step cuts that memory into slots of one piece of an fp32 state
-// (optim/step_pieces.hpp), one per state on nvme (or in device memory) of a piece: the buffers are
+// (tiers/step_pieces.hpp), one per state on nvme (or in device memory) of a piece: the buffers are
 // made large enough for one piece's slots whatever the sub-group size.
 void add_optimizer_buffers(plan_builder& out, footprint_plan& plan, const model_layout& layout,
                            const engine_config& config, const placement& where) {

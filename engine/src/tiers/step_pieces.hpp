@@ -1,8 +1,10 @@
 #pragma once
-// The optimizer step's pieces (optimizer_step.hpp): how many elements one piece holds, how large a
-// pinned slot is, which states of a shard go through a slot, and the pieces of the shards with a
-// state on nvme in sub-group order. The footprint plan sizes the optimizer's pinned buffers with
-// the same geometry, so the step can always cut them into enough slots.
+// The optimizer step's pieces (optim/optimizer_step.hpp): how many elements one piece holds, how
+// large a pinned slot is, which states of a shard go through a slot, and the pieces of the shards
+// with a state on nvme in sub-group order. The footprint plan sizes the optimizer's pinned buffers
+// with the same geometry, so the step can always cut them into enough slots. It lives in tiers/,
+// below optim/, because the plan is its lowest user; it knows layouts and placements, nothing of
+// optim/.
 
 #include <cstddef>
 #include <cstdint>
