@@ -9,9 +9,13 @@ parameter, a parent and its child) is fetched once and released when its last us
 Backward: a hook on the module's outputs fires when their gradient is ready, before any of the
 module's backward runs; it fetches the module again and lends zoe's zero-filled gradient buffers
 as param.grad, which autograd accumulates into. Each trainable parameter's post-accumulate-grad
-hook counts it done; after the module's last one (a tied parameter's and a repeated module's
-gradient accumulate once, after all their uses) the gradients go to zoe (zoe_reduce_gradients)
-and the module is released. A zoe module without trainable parameters is fetched for its values
+hook counts it done; after the module's last one (a repeated module's gradient accumulates once,
+after all its uses) the gradients go to zoe (zoe_reduce_gradients) and the module is released.
+A tied parameter's gradient accumulates only after its last use in backward (the token embedding,
+long after the head): zoe's buffer lent all that while would hold a gradient bucket that zoe
+cannot reduce until then, and a single caller would wait on itself for bucket room. So a tied
+module is fetched for its values only, autograd sums the uses into a tensor of its own, and at
+its accumulation the module is fetched for backward and the sum copied into zoe's buffer. A zoe module without trainable parameters is fetched for its values
 only and released when the next module is fetched for backward; if a later node needs it after
 all, saved_tensors.py's unpack fetches it again (ensure_bound). After autograd returns,
 finish_backward hands in what never completed (a parameter the loss did not reach has a zero
@@ -206,10 +210,13 @@ class Runtime:
         if unit in self._backward or self._forward_users[unit]:
             return
         self._release_values()
-        if unit in self._handed_in or not unit.trainable:
+        if unit.tied or unit in self._handed_in or not unit.trainable:
             self._fetch(unit, "forward")
             self._backward[unit] = _VALUES
             return
+        self._lend(unit)
+
+    def _lend(self, unit):
         self._fetch(unit, "backward")
         buffers = self._zoe.module_gradients(unit.id, self._stream)
         self._synchronize()
@@ -243,9 +250,11 @@ class Runtime:
                         f"the gradient of parameter {slot.name!r} arrived while its module {unit.name!r} runs "
                         "forward: backward inside a forward is not supported"
                     )
-                # No hook of a module using it ran first (the parameter was used outside its modules'
-                # calls): autograd made a tensor of its own. Lend zoe's buffer now and copy it in.
-                self.ensure_bound(unit)
+                # A tied parameter, or one used outside its modules' calls: autograd made a gradient
+                # tensor of its own. Lend zoe's buffer now and copy it in.
+                if self._backward.pop(unit, None) is _VALUES:
+                    self._release(unit)
+                self._lend(unit)
             lent = self._lent[slot]
             if grad is not lent:
                 lent.add_(grad)

@@ -30,11 +30,12 @@ class Slot:
 class Unit:
     """One zoe module: the parameters fetched and released together."""
 
-    __slots__ = ("id", "name", "slots")
+    __slots__ = ("id", "name", "slots", "tied")
 
-    def __init__(self, name):
+    def __init__(self, name, tied):
         self.name = name
         self.slots = []
+        self.tied = tied  # a parameter registered in several torch modules
         self.id = None
 
     @property
@@ -86,13 +87,13 @@ class Layout:
             for _, p in own:
                 if len(users[p]) > 1:
                     if p not in tied:
-                        tied[p] = self._add_unit(first_name[p])
+                        tied[p] = self._add_unit(first_name[p], tied=True)
                         self._add_slot(tied[p], p, first_name[p], group_of)
                     if tied[p] not in needs:
                         needs.append(tied[p])
                     continue
                 if unit is None:
-                    unit = self._add_unit(module_name or "<root>")
+                    unit = self._add_unit(module_name or "<root>", tied=False)
                     needs.insert(0, unit)
                 self._add_slot(unit, p, first_name[p], group_of)
             self.units_of[module] = needs
@@ -100,8 +101,8 @@ class Layout:
             self.module_name[module] = module_name or "<root>"
         self.slots = [s for u in self.units for s in u.slots]
 
-    def _add_unit(self, name):
-        unit = Unit(name)
+    def _add_unit(self, name, tied):
+        unit = Unit(name, tied)
         self.units.append(unit)
         return unit
 
