@@ -14,6 +14,7 @@
 #include "zoe/engine/checkpoint/checkpoint.hpp"
 #include "zoe/kernels/cast.hpp"
 #include "rank_collectives.hpp"
+#include "state_writes.hpp"
 #include "step_arithmetic.hpp"
 
 namespace zoe::engine {
@@ -72,6 +73,8 @@ offload_engine::offload_engine(std::vector<module_spec> modules, const engine_co
       files_(options.checkpoint_files != nullptr ? options.checkpoint_files : &checkpoint_fs::posix()),
       scaler_(config.fp16),
       lr_(adam_settings_.lr),
+      groups_(path_->layout().group_count(),
+              group_hyper{.lr = adam_settings_.lr, .weight_decay = adam_settings_.weight_decay}),
       device_(&dev) {}
 
 offload_engine::~offload_engine() {
@@ -88,36 +91,81 @@ void offload_engine::expect_between_steps(const char* what) const {
   ZOE_EXPECTS(!micro_batch_open_, what, " while a micro-batch is open: end it first");
 }
 
+std::vector<float> offload_engine::own_shard(const parameter_layout& param, std::span<const float> values) const {
+  // Elements [shard * shard_numel, (shard + 1) * shard_numel) of the padded parameter, the padding
+  // zero. Every rank passes the same values and keeps its own part (at stage 0 the whole).
+  const std::size_t rank = layout().shard_of(path_->comm().rank());
+  std::vector<float> shard(param.shard_numel, 0.0F);
+  const std::uint64_t real = param.real_numel(rank);
+  if (real > 0) std::memcpy(shard.data(), values.data() + rank * param.shard_numel, real * sizeof(float));
+  return shard;
+}
+
 void offload_engine::set_parameter(parameter_id p, std::span<const float> values) {
   expect_between_steps("set_parameter");
   const parameter_layout& param = layout().parameter(p);
   ZOE_EXPECTS(values.size() == param.numel, "set_parameter: parameter '", param.name, "' has ", param.numel,
               " elements, not ", values.size());
-  // This rank's shard: elements [shard * shard_numel, (shard + 1) * shard_numel) of the padded
-  // parameter, the padding zero. Every rank passes the same values and keeps its own part (at
-  // stage 0 the whole).
-  const std::size_t rank = layout().shard_of(path_->comm().rank());
-  std::vector<float> master(param.shard_numel, 0.0F);
-  const std::uint64_t real = param.real_numel(rank);
-  if (real > 0) std::memcpy(master.data(), values.data() + rank * param.shard_numel, real * sizeof(float));
+  const std::vector<float> master = own_shard(param, values);
   // Gathered copies would go stale as the homes change: drop them, so the next fetch reads the new value.
   path_->coord().drop_gathered();
-  io_->write(p, state_kind::master, std::as_bytes(std::span(master)));
+  // A frozen 16-bit parameter keeps no master (nor moments): its working copy alone holds its value.
+  if (state_bytes(param, state_kind::master) > 0) io_->write(p, state_kind::master, std::as_bytes(std::span(master)));
   if (state_bytes(param, state_kind::working) > 0) {
     std::vector<std::byte> working(state_bytes(param, state_kind::working));
     kernels::cast({kernels::dtype::fp32, master.data(), master.size()}, {param.dtype, working.data(), master.size()});
     io_->write(p, state_kind::working, working);
   }
-  const std::vector<std::byte> zeros(state_bytes(param, state_kind::exp_avg), std::byte{0});
-  io_->write(p, state_kind::exp_avg, zeros);
-  io_->write(p, state_kind::exp_avg_sq, zeros);
+  if (!param.frozen) {
+    const std::vector<std::byte> zeros(state_bytes(param, state_kind::exp_avg), std::byte{0});
+    io_->write(p, state_kind::exp_avg, zeros);
+    io_->write(p, state_kind::exp_avg_sq, zeros);
+  }
+}
+
+void offload_engine::write_state(parameter_id p, state_kind s, std::span<const float> values) {
+  expect_between_steps("write_state");
+  const parameter_layout& param = layout().parameter(p);
+  ZOE_EXPECTS(s == state_kind::master || s == state_kind::exp_avg || s == state_kind::exp_avg_sq, "write_state: the ",
+              state_kind_name(s), " state of parameter '", param.name,
+              "' cannot be written (its value, master, or an Adam moment can)");
+  ZOE_EXPECTS(values.size() == param.numel, "write_state: parameter '", param.name, "' has ", param.numel,
+              " elements, not ", values.size());
+  ZOE_EXPECTS(!param.frozen || s == state_kind::master, "write_state: parameter '", param.name,
+              "' is frozen: it has no ", state_kind_name(s), " state (only its value)");
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    if (!std::isfinite(values[i])) {
+      throw usage_error(str("write_state: the ", state_kind_name(s), " of parameter '", param.name, "' at index ", i,
+                            " is ", values[i], "; give finite values"));
+    }
+  }
+  const std::vector<float> shard = own_shard(param, values);
+  std::vector<detail::state_write> writes;
+  if (state_bytes(param, s) > 0) {  // not the master of a frozen 16-bit parameter: its working copy is its value
+    writes.push_back({s, std::vector<std::byte>(state_bytes(param, s))});
+    std::memcpy(writes.back().bytes.data(), shard.data(), writes.back().bytes.size());
+  }
+  if (s == state_kind::master && state_bytes(param, state_kind::working) > 0) {
+    // The working copy follows its master, rounded as the step rounds it.
+    writes.push_back({state_kind::working, std::vector<std::byte>(state_bytes(param, state_kind::working))});
+    kernels::cast({kernels::dtype::fp32, shard.data(), shard.size()},
+                  {param.dtype, writes.back().bytes.data(), shard.size()});
+  }
+  // Gathered copies would go stale (and a dirty one would be written home over the new value later):
+  // changes made to them go home first, then they are dropped.
+  if (s == state_kind::master) path_->coord().drop_gathered();
+  detail::write_states_together(path_->tiers(), *io_, p, writes);
 }
 
 std::vector<float> offload_engine::read_state(parameter_id p, state_kind s) {
   expect_between_steps("read_state");
   const parameter_layout& param = layout().parameter(p);
-  // An fp32 parameter's working copy is its master.
-  const state_kind held = s == state_kind::working && state_bytes(param, s) == 0 ? state_kind::master : s;
+  ZOE_EXPECTS(!param.frozen || s == state_kind::master || s == state_kind::working, "read_state: parameter '",
+              param.name, "' is frozen: it has no ", state_kind_name(s), " state (only its value)");
+  // An fp32 parameter's working copy is its master; a frozen 16-bit one's master is its working copy.
+  const state_kind held = state_bytes(param, s) > 0  ? s
+                          : s == state_kind::working ? state_kind::master
+                                                     : state_kind::working;
   std::vector<std::byte> raw(state_bytes(param, held));
   io_->read(p, held, raw);
   // The shards of every rank in rank order are the padded parameter (collective at world size > 1);
@@ -207,17 +255,34 @@ void offload_engine::end_micro_batch() {
 }
 
 step_result offload_engine::step(double lr) {
+  const std::vector<group_hyper> every(layout().group_count(),
+                                       group_hyper{.lr = lr, .weight_decay = adam_settings_.weight_decay});
+  return step(every);
+}
+
+step_result offload_engine::step(std::span<const group_hyper> groups) {
   expect_between_steps("step");
   const std::size_t k = config_.gradient_accumulation_steps;
   ZOE_EXPECTS(micro_batches_done_ == k, "step: ", micro_batches_done_, " of the step's ", k,
               " micro-batches (gradient_accumulation_steps) have handed in their gradients");
+  ZOE_EXPECTS(groups.size() == layout().group_count(), "step: ", groups.size(),
+              " parameter groups' settings given; the model has ", layout().group_count(),
+              " groups (the largest parameter group + 1)");
   // The Adam kernel computes in float: a rate beyond float's range would reach it as inf and fail
   // the step there, naming no argument. Written so that NaN fails the comparison.
-  constexpr double largest_lr = std::numeric_limits<float>::max();
-  if (!(lr >= 0 && lr <= largest_lr)) {
-    throw usage_error(str("step: lr ", lr,
-                          " is not a learning rate the optimizer can use: give a finite number in [0, ", largest_lr,
-                          "] (the Adam kernel computes in float)"));
+  constexpr double largest = std::numeric_limits<float>::max();
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    const std::string which = groups.size() == 1 ? std::string() : str(" of parameter group ", g);
+    if (!(groups[g].lr >= 0 && groups[g].lr <= largest)) {
+      throw usage_error(str("step: lr ", groups[g].lr, which,
+                            " is not a learning rate the optimizer can use: give a finite number in [0, ", largest,
+                            "] (the Adam kernel computes in float)"));
+    }
+    if (!(groups[g].weight_decay >= 0 && groups[g].weight_decay <= largest)) {
+      throw usage_error(str("step: weight_decay ", groups[g].weight_decay, which,
+                            " is not a weight decay the optimizer can use: give a finite number in [0, ", largest,
+                            "]"));
+    }
   }
   // Every rank's shards together: each rank takes the same clip and skip decision. With one shard
   // (stage 0) every rank's summary is already the whole all-reduced gradient's, the same bits on
@@ -239,18 +304,23 @@ step_result offload_engine::step(double lr) {
     return out;
   }
   const detail::prepared_step prepared =
-      detail::prepare_step(config_, adam_settings_, g, scale, lr, scaler_.optimizer_steps());
-  const kernels::adam_config& adam = prepared.adam;
+      detail::prepare_step(config_, adam_settings_, g, scale, groups.front().lr, scaler_.optimizer_steps());
+  std::vector<kernels::adam_config> adam(layout().parameters().size(), prepared.adam);
+  for (const parameter_layout& p : layout().parameters()) {
+    adam[p.id].lr = static_cast<float>(groups[p.group].lr);
+    adam[p.id].weight_decay = static_cast<float>(groups[p.group].weight_decay);
+  }
   try {
     // The gathered copies are about to be stale; changes made to them on the device go home first.
     path_->coord().drop_gathered();
-    optimizer_->run(adam);
+    optimizer_->run(std::span<const kernels::adam_config>(adam));
   } catch (...) {
     scaler_.restore(before);
     throw;
   }
   micro_batches_done_ = 0;
-  lr_ = lr;
+  lr_ = groups.front().lr;
+  groups_.assign(groups.begin(), groups.end());
   out.clip_coefficient = prepared.clip;
   out.loss_scale = scaler_.scale();
   out.optimizer_steps = scaler_.optimizer_steps();
@@ -265,9 +335,10 @@ std::string offload_engine::save_checkpoint(const std::filesystem::path& root, c
   path_->coord().flush();
   const std::string name = tag.empty() ? str("step-", scaler_.state().cur_iter) : tag;
   // Collective on the gradient world, which carries the engine's collectives between steps.
-  zoe::engine::save_checkpoint(root, name, path_->tiers(), *io_,
-                               checkpoint_meta{.scaler = scaler_.state(), .optimizer = adam_settings_, .lr = lr_},
-                               checkpoint_ranks{.comm = path_->gradient_comm(), .dev = *device_}, *files_);
+  zoe::engine::save_checkpoint(
+      root, name, path_->tiers(), *io_,
+      checkpoint_meta{.scaler = scaler_.state(), .optimizer = adam_settings_, .lr = lr_, .groups = groups_},
+      checkpoint_ranks{.comm = path_->gradient_comm(), .dev = *device_}, *files_);
   return name;
 }
 
@@ -293,6 +364,17 @@ void offload_engine::load_checkpoint(const std::filesystem::path& root, const st
       });
   scaler_.restore(meta.scaler);
   lr_ = meta.lr;
+  if (meta.groups.size() == groups_.size()) {
+    groups_ = meta.groups;
+  } else {
+    // Saved before groups were kept (every group stepped with lr and the configured decay), or by
+    // a model of other groups: every group takes the saved rate.
+    if (!meta.groups.empty()) {
+      log::warn("the checkpoint under ", root.string(), " has ", meta.groups.size(), " parameter groups, this model ",
+                groups_.size(), "; every group takes its learning rate ", meta.lr);
+    }
+    groups_.assign(groups_.size(), group_hyper{.lr = meta.lr, .weight_decay = adam_settings_.weight_decay});
+  }
   micro_batches_done_ = 0;
   if (meta.optimizer.betas != adam_settings_.betas || meta.optimizer.eps != adam_settings_.eps ||
       meta.optimizer.weight_decay != adam_settings_.weight_decay ||

@@ -48,6 +48,8 @@ class ParameterDesc(_Sized):
         ("data", POINTER(c_float)),
         ("scale", c_float),
         ("seed", c_uint64),
+        ("frozen", c_int),
+        ("group", c_uint32),
     ]
 
 
@@ -59,6 +61,7 @@ class EngineDesc(_Sized):
         ("model", c_void_p),
         ("device", c_void_p),
         ("config_overrides", c_char_p),
+        ("host_comm", c_void_p),  # const zoe_host_comm* (its struct: zoe/_host_comm.py)
     ]
 
 
@@ -105,6 +108,10 @@ class StepResult(_Sized):
         ("clip_coefficient", c_double),
         ("optimizer_steps", c_int64),
     ]
+
+
+class GroupHyper(_Sized):
+    _fields_ = [("struct_size", c_size_t), ("lr", c_double), ("weight_decay", c_double)]
 
 
 class StageTimes(_Sized):
@@ -162,7 +169,9 @@ PROTOTYPES = {
     "zoe_activation_free": (_status, [_handle, c_uint64, _handle]),
     "zoe_loss_scale": (_status, [_handle, POINTER(c_double)]),
     "zoe_step": (_status, [_handle, c_double, POINTER(StepResult)]),
+    "zoe_step_groups": (_status, [_handle, POINTER(GroupHyper), c_size_t, POINTER(StepResult)]),
     "zoe_read_state": (_status, [_handle, c_uint32, c_int, POINTER(c_float), c_size_t]),
+    "zoe_write_state": (_status, [_handle, c_uint32, c_int, POINTER(c_float), c_size_t]),
     "zoe_parameter_numel": (_status, [_handle, c_uint32, POINTER(c_uint64)]),
     "zoe_checkpoint_save": (_status, [_handle, c_char_p, c_char_p]),
     "zoe_checkpoint_load": (_status, [_handle, c_char_p, c_char_p]),
@@ -171,14 +180,22 @@ PROTOTYPES = {
 }
 
 
+def exports(name):
+    """Whether the loaded library exports function `name` (one older than this package may not)."""
+    return not isinstance(getattr(lib(), name), _Missing)
+
+
 class _Missing:
-    """Stands for a function the loaded library does not export."""
+    """Stands for a function the loaded library does not export, or one this package has no
+    prototype for (never called without one: ctypes would guess its argument types)."""
 
     def __init__(self, name, path):
         self._name = name
         self._path = path
 
     def __call__(self, *args):
+        if self._name not in PROTOTYPES:
+            raise UsageError(f"{self._name}: this zoe package's zoe.h does not declare this function yet")
         raise UsageError(
             f"{self._name}: the loaded libzoe_c ({self._path}) does not export this function; "
             "it is older than this zoe package: rebuild it, or point ZOE_LIBRARY at a newer one"
@@ -199,6 +216,10 @@ class _Library:
             fn.restype = restype
             fn.argtypes = argtypes
             setattr(self, name, fn)
+
+    def __getattr__(self, name):
+        # Only names without a prototype get here.
+        return _Missing(name, self.path)
 
 
 _lib = None

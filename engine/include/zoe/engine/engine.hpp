@@ -110,6 +110,15 @@ class offload_engine {
   /// takes them (padding zero), the working copy their cast to its dtype, both moments zero.
   /// usage_error naming the parameter for another count, or while a micro-batch is open.
   void set_parameter(parameter_id p, std::span<const float> values);
+  /// Sets state `s` of `p` to `values` (its numel elements, fp32, row-major; every rank passes the
+  /// whole value and writes its own shard): master sets the fp32 master and the working copy its
+  /// cast (round to nearest even, as the step writes it); exp_avg / exp_avg_sq an Adam moment. Not
+  /// collective. Either every state it writes takes the new value or none does: states on NVMe are
+  /// written to their shadow extents and committed once all are written, memory homes keep an undo
+  /// copy until then. usage_error naming the parameter for another state, another count, a value
+  /// that is NaN or infinite (naming its index), or while a micro-batch is open; the I/O errors of
+  /// the writes, with every state as it was.
+  void write_state(parameter_id p, state_kind s, std::span<const float> values);
   /// The numel real elements of state `s` of `p`, as fp32 (the gradient: as accumulated so far,
   /// summed and still loss-scaled, averaged over the ranks), whole at any world size: at world size
   /// > 1 it is collective (every rank calls it, in the same order, for the same p and s) and
@@ -146,6 +155,15 @@ class offload_engine {
   /// with every state as it was; device_error when the device fails while the step writes states
   /// that live on it in place, after which every later step is refused (optimizer_step.hpp).
   step_result step(double lr);
+  /// step() with each parameter group's own learning rate and weight decay: groups[g] for the
+  /// parameters of group g (parameter_spec::group); step(lr) is this with every group at lr and the
+  /// configuration's optimizer.weight_decay. usage_error, before anything changes, unless there is
+  /// one entry per group (layout().group_count()), each lr in [0, FLT_MAX] and each weight_decay
+  /// finite and >= 0 (naming the group).
+  step_result step(std::span<const group_hyper> groups);
+  /// Each group's settings at the last step taken (or as loaded from a checkpoint; before any
+  /// step, the configuration's lr and weight_decay).
+  [[nodiscard]] std::span<const group_hyper> groups() const noexcept { return groups_; }
 
   // ---- checkpoints -----------------------------------------------------------------------------
   /// Saves every state (but the gradient), the loss scaler and the optimizer settings under
@@ -190,6 +208,8 @@ class offload_engine {
 
  private:
   void expect_between_steps(const char* what) const;
+  /// This rank's shard of `values` (a whole parameter's), padding zero.
+  [[nodiscard]] std::vector<float> own_shard(const parameter_layout& param, std::span<const float> values) const;
 
   engine_config config_;
   optimizer_config adam_settings_;
@@ -201,6 +221,7 @@ class offload_engine {
   checkpoint_fs* files_;
   loss_scaler scaler_;
   double lr_ = 0;
+  std::vector<group_hyper> groups_;
   device* device_;
   std::size_t micro_batches_done_ = 0;  ///< of the current step
   bool micro_batch_open_ = false;
