@@ -199,6 +199,9 @@ _PEAK_SCRIPT = textwrap.dedent(
             super().__init__()
             # 16 layers of 1024 x 1024 floats: 64 MiB of parameters, 4 MiB per module
             self.layers = torch.nn.ModuleList(torch.nn.Linear(1024, 1024) for _ in range(16))
+            # and a parent that re-initialises them all once built, as GPT-2 implementations do
+            for p in self.parameters():
+                torch.nn.init.normal_(p, std=0.02)
 
     before = status("VmRSS")
     try:

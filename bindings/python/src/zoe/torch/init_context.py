@@ -95,6 +95,7 @@ class Init:
         self._spool = None
         self._wrapped = {}  # class -> its own __init__ before wrapping
         self._init_subclass = None  # what torch.nn.Module held before the patch, to put back
+        self._init_functions = {}  # name -> torch.nn.init's function before wrapping
         if module is not None and self._enabled:
             spool = _Spool(self._spool_dir)
             try:
@@ -115,6 +116,7 @@ class Init:
             for cls in _module_classes():
                 self._wrap(cls)
             self._patch_init_subclass()
+            self._wrap_init_functions()
         except BaseException:
             self._restore()
             raise
@@ -139,6 +141,9 @@ class Init:
             else:
                 del torch.nn.Module.__init_subclass__
             self._init_subclass = None
+        for name, original in self._init_functions.items():
+            setattr(torch.nn.init, name, original)
+        self._init_functions.clear()
         if self._spool is not None:
             self._spool.close()  # the maps keep what was spooled
             self._spool = None
@@ -183,6 +188,29 @@ class Init:
             wrap(cls)
 
         torch.nn.Module.__init_subclass__ = classmethod(__init_subclass__)
+
+
+    def _wrap_init_functions(self):
+        """torch.nn.init's in-place initialisers drop the pages they wrote of a spooled parameter
+        at once, so a parent that re-initialises its whole tree (GPT-2's
+        `nn.init.normal_(p, std=0.02)` over named_parameters()) touches one parameter at a time
+        instead of the model. (Tensor methods such as `p.data.normal_()` are not seen: their
+        pages go when the module's __init__ finishes.)"""
+        for name in dir(torch.nn.init):
+            original = getattr(torch.nn.init, name)
+            if name.startswith("_") or not name.endswith("_") or not callable(original):
+                continue
+
+            def initialiser(tensor, *args, _original=original, **kwargs):
+                result = _original(tensor, *args, **kwargs)
+                record = getattr(tensor, _RECORD, None)
+                if record is not None:
+                    record.drop_pages()
+                return result
+
+            functools.update_wrapper(initialiser, original)
+            self._init_functions[name] = original
+            setattr(torch.nn.init, name, initialiser)
 
 
 class _Spool:
