@@ -14,6 +14,7 @@
 #include "zoe/engine/checkpoint/checkpoint.hpp"
 #include "zoe/kernels/cast.hpp"
 #include "rank_collectives.hpp"
+#include "state_writes.hpp"
 #include "step_arithmetic.hpp"
 
 namespace zoe::engine {
@@ -88,18 +89,22 @@ void offload_engine::expect_between_steps(const char* what) const {
   ZOE_EXPECTS(!micro_batch_open_, what, " while a micro-batch is open: end it first");
 }
 
+std::vector<float> offload_engine::own_shard(const parameter_layout& param, std::span<const float> values) const {
+  // Elements [shard * shard_numel, (shard + 1) * shard_numel) of the padded parameter, the padding
+  // zero. Every rank passes the same values and keeps its own part (at stage 0 the whole).
+  const std::size_t rank = layout().shard_of(path_->comm().rank());
+  std::vector<float> shard(param.shard_numel, 0.0F);
+  const std::uint64_t real = param.real_numel(rank);
+  if (real > 0) std::memcpy(shard.data(), values.data() + rank * param.shard_numel, real * sizeof(float));
+  return shard;
+}
+
 void offload_engine::set_parameter(parameter_id p, std::span<const float> values) {
   expect_between_steps("set_parameter");
   const parameter_layout& param = layout().parameter(p);
   ZOE_EXPECTS(values.size() == param.numel, "set_parameter: parameter '", param.name, "' has ", param.numel,
               " elements, not ", values.size());
-  // This rank's shard: elements [shard * shard_numel, (shard + 1) * shard_numel) of the padded
-  // parameter, the padding zero. Every rank passes the same values and keeps its own part (at
-  // stage 0 the whole).
-  const std::size_t rank = layout().shard_of(path_->comm().rank());
-  std::vector<float> master(param.shard_numel, 0.0F);
-  const std::uint64_t real = param.real_numel(rank);
-  if (real > 0) std::memcpy(master.data(), values.data() + rank * param.shard_numel, real * sizeof(float));
+  const std::vector<float> master = own_shard(param, values);
   // Gathered copies would go stale as the homes change: drop them, so the next fetch reads the new value.
   path_->coord().drop_gathered();
   io_->write(p, state_kind::master, std::as_bytes(std::span(master)));
@@ -111,6 +116,36 @@ void offload_engine::set_parameter(parameter_id p, std::span<const float> values
   const std::vector<std::byte> zeros(state_bytes(param, state_kind::exp_avg), std::byte{0});
   io_->write(p, state_kind::exp_avg, zeros);
   io_->write(p, state_kind::exp_avg_sq, zeros);
+}
+
+void offload_engine::write_state(parameter_id p, state_kind s, std::span<const float> values) {
+  expect_between_steps("write_state");
+  const parameter_layout& param = layout().parameter(p);
+  ZOE_EXPECTS(s == state_kind::master || s == state_kind::exp_avg || s == state_kind::exp_avg_sq, "write_state: the ",
+              state_kind_name(s), " state of parameter '", param.name,
+              "' cannot be written (its value, master, or an Adam moment can)");
+  ZOE_EXPECTS(values.size() == param.numel, "write_state: parameter '", param.name, "' has ", param.numel,
+              " elements, not ", values.size());
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    if (!std::isfinite(values[i])) {
+      throw usage_error(str("write_state: the ", state_kind_name(s), " of parameter '", param.name, "' at index ", i,
+                            " is ", values[i], "; give finite values"));
+    }
+  }
+  const std::vector<float> shard = own_shard(param, values);
+  std::vector<detail::state_write> writes;
+  writes.push_back({s, std::vector<std::byte>(state_bytes(param, s))});
+  std::memcpy(writes.back().bytes.data(), shard.data(), writes.back().bytes.size());
+  if (s == state_kind::master && state_bytes(param, state_kind::working) > 0) {
+    // The working copy follows its master, rounded as the step rounds it.
+    writes.push_back({state_kind::working, std::vector<std::byte>(state_bytes(param, state_kind::working))});
+    kernels::cast({kernels::dtype::fp32, shard.data(), shard.size()},
+                  {param.dtype, writes.back().bytes.data(), shard.size()});
+  }
+  // Gathered copies would go stale (and a dirty one would be written home over the new value later):
+  // changes made to them go home first, then they are dropped.
+  if (s == state_kind::master) path_->coord().drop_gathered();
+  detail::write_states_together(path_->tiers(), *io_, p, writes);
 }
 
 std::vector<float> offload_engine::read_state(parameter_id p, state_kind s) {

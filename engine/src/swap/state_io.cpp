@@ -136,6 +136,22 @@ void state_io::write(parameter_id p, state_kind s, std::span<const std::byte> da
   write(p, s, 0, data);
 }
 
+void state_io::write_shadow(parameter_id p, state_kind s, std::span<const std::byte> data) {
+  const parameter_layout& param = impl_->tiers.layout().parameter(p);
+  const io::swap_extent shadow = impl_->tiers.shadow(p, s);
+  ZOE_EXPECTS(shadow.bytes > 0, "state_io: ", describe(param, s), " has no shadow extent (only NVMe states do)");
+  ZOE_EXPECTS(data.size() == impl_->tiers.location(p, s).bytes, "state_io: writing ", data.size(),
+              " bytes to the shadow of ", describe(param, s), "; it has ", impl_->tiers.location(p, s).bytes);
+  // Taken as for a read: the home is left as it is, so a failed write needs no undo.
+  ZOE_EXPECTS(impl_->tiers.begin_move(p, s, move_kind::read), "state_io: cannot access ", describe(param, s),
+              ": it is being moved by another part of the engine");
+  impl_->run(p, s, [&] {
+    // The channel only reads a write's buffer; swap_request holds a mutable span for both directions.
+    impl_->nvme(io::io_op::write, shadow, 0,
+                {const_cast<std::byte*>(data.data()), data.size()});  // NOLINT(cppcoreguidelines-pro-type-const-cast)
+  });
+}
+
 std::uint64_t state_io::write_granule() const noexcept {
   return impl_->store != nullptr ? impl_->store->options().io.block_size : 4096;
 }

@@ -110,6 +110,15 @@ class offload_engine {
   /// takes them (padding zero), the working copy their cast to its dtype, both moments zero.
   /// usage_error naming the parameter for another count, or while a micro-batch is open.
   void set_parameter(parameter_id p, std::span<const float> values);
+  /// Sets state `s` of `p` to `values` (its numel elements, fp32, row-major; every rank passes the
+  /// whole value and writes its own shard): master sets the fp32 master and the working copy its
+  /// cast (round to nearest even, as the step writes it); exp_avg / exp_avg_sq an Adam moment. Not
+  /// collective. Either every state it writes takes the new value or none does: states on NVMe are
+  /// written to their shadow extents and committed once all are written, memory homes keep an undo
+  /// copy until then. usage_error naming the parameter for another state, another count, a value
+  /// that is NaN or infinite (naming its index), or while a micro-batch is open; the I/O errors of
+  /// the writes, with every state as it was.
+  void write_state(parameter_id p, state_kind s, std::span<const float> values);
   /// The numel real elements of state `s` of `p`, as fp32 (the gradient: as accumulated so far,
   /// summed and still loss-scaled, averaged over the ranks), whole at any world size: at world size
   /// > 1 it is collective (every rank calls it, in the same order, for the same p and s) and
@@ -190,6 +199,8 @@ class offload_engine {
 
  private:
   void expect_between_steps(const char* what) const;
+  /// This rank's shard of `values` (a whole parameter's), padding zero.
+  [[nodiscard]] std::vector<float> own_shard(const parameter_layout& param, std::span<const float> values) const;
 
   engine_config config_;
   optimizer_config adam_settings_;

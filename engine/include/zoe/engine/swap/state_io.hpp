@@ -47,6 +47,13 @@ class state_io {
   void write(parameter_id p, state_kind s, std::uint64_t offset, std::span<const std::byte> data);
   /// write() of the whole state: `data` must have exactly state_bytes(p, s) bytes.
   void write(parameter_id p, state_kind s, std::span<const std::byte> data);
+  /// Writes `data` (exactly state_bytes(p, s) bytes) to the shadow extent of an NVMe state
+  /// (tier_manager::shadow), leaving its home as it was; tier_manager::commit_shadow then makes it
+  /// the home. The state is held (in flight) meanwhile and resident afterwards, as before. Throws
+  /// usage_error naming the parameter and state when it has no shadow, is not resident or another
+  /// mover has it, or `data` has another size; io_error naming the path when the write fails (the
+  /// home still holds the old value).
+  void write_shadow(parameter_id p, state_kind s, std::span<const std::byte> data);
   /// The alignment of an NVMe write range (the store's aio.block_size); 4096 without a store.
   [[nodiscard]] std::uint64_t write_granule() const noexcept;
 
