@@ -1,0 +1,116 @@
+"""What the zoe.torch tests share: an NVMe-offload configuration on a device budget picked from
+zoe's footprint plan, and the same training loop run with zoe and with plain torch."""
+
+import copy
+
+import torch
+import torch.nn.functional as F
+
+import zoe.torch
+
+BETAS = (0.9, 0.999)
+EPS = 1e-8
+
+
+def largest_module(model):
+    """Elements of the largest set of parameters one torch module registers itself."""
+    return max(sum(p.numel() for p in m.parameters(recurse=False)) for m in model.modules())
+
+
+def offload_config(swap_dir, model, lr=1e-3, weight_decay=0.01, gas=1, clip=0.0, **extra):
+    """Parameters and optimizer states on NVMe under swap_dir, on the host device, with buffers,
+    buckets and the gathered-parameter limit sized for `model`'s largest module (zoe's defaults are
+    sized for billions of parameters); `extra` merged at the top (fp16 / bf16 blocks, scheduler,
+    zoe.activations, ...)."""
+    largest = largest_module(model)
+    config = {
+        "train_micro_batch_size_per_gpu": 4,
+        "gradient_accumulation_steps": gas,
+        "gradient_clipping": clip,
+        "optimizer": {"type": "AdamW", "params": {"lr": lr, "betas": list(BETAS), "eps": EPS, "weight_decay": weight_decay}},
+        "zero_optimization": {
+            "stage": 3,
+            "offload_param": {
+                "device": "nvme",
+                "nvme_path": str(swap_dir),
+                "buffer_count": 4,
+                "buffer_size": largest,
+                "max_in_cpu": 0,
+            },
+            "offload_optimizer": {"device": "nvme", "nvme_path": str(swap_dir), "buffer_count": 2},
+            "overlap_comm": False,
+            "sub_group_size": largest,
+            "reduce_bucket_size": largest,
+            "allgather_bucket_size": largest,
+            "stage3_max_live_parameters": 2 * largest,
+            "stage3_prefetch_bucket_size": largest,
+            "stage3_param_persistence_threshold": 0,
+            "stage3_max_reuse_distance": 0,
+        },
+        "aio": {"block_size": 65536, "queue_depth": 4},
+        "zoe": {"device": {"kind": "host"}},
+    }
+    for key, value in extra.items():
+        if key == "zoe":
+            config["zoe"].update(value)
+        else:
+            config[key] = value
+    return config
+
+
+def model_state_bytes(model):
+    """Bytes of the model states zoe keeps for training in fp32: parameter, gradient, two moments."""
+    return 16 * sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+def with_budget(model, config, **plan_args):
+    """config with zoe.device.budget_bytes set to what zoe's plan asks for the device, plus a margin
+    for the host device's rounding of each allocation."""
+    plan = zoe.torch.footprint_plan(model, config, **plan_args)
+    out = copy.deepcopy(config)
+    out["zoe"]["device"]["budget_bytes"] = plan["device_bytes"] + (16 << 10)
+    return out
+
+
+def mse(out, y):
+    return F.mse_loss(out.float(), y)
+
+
+def train_torch(model, batches, loss_fn, steps, lr=1e-3, weight_decay=0.01, gas=1, clip=0.0, optimizer=None,
+                scheduler=None):
+    """The reference: torch.optim.AdamW in ordinary memory; the loss of every micro-batch."""
+    if optimizer is None:
+        optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=BETAS, eps=EPS, weight_decay=weight_decay)
+    losses = []
+    for step in range(steps):
+        for k in range(gas):
+            inputs, target = batches[step * gas + k]
+            loss = loss_fn(model(inputs), target)
+            (loss / gas).backward()
+            losses.append(loss.item())
+        if clip:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        optimizer.step()
+        optimizer.zero_grad()
+        if scheduler is not None:
+            scheduler.step()
+    return losses
+
+
+def train_zoe(engine, batches, loss_fn, steps, gas=1):
+    """The same loop through zoe.torch, DeepSpeed's way: engine.step() after every backward."""
+    losses = []
+    for step in range(steps):
+        for k in range(gas):
+            inputs, target = batches[step * gas + k]
+            loss = loss_fn(engine(inputs), target)
+            engine.backward(loss)
+            engine.step()
+            losses.append(loss.item())
+    return losses
+
+
+def assert_losses_close(got, want, rtol):
+    assert len(got) == len(want)
+    for i, (a, b) in enumerate(zip(got, want)):
+        assert abs(a - b) <= rtol * abs(b), f"micro-batch {i}: zoe {a!r}, torch {b!r} (relative {abs(a - b) / abs(b):.3g})"
