@@ -235,3 +235,26 @@ def test_construction_peak_rss_stays_below_half_the_parameters():
     # The same measurement without Init sees the whole model, so the check above can fail.
     plain_grown, _ = _construction_peak("plain")
     assert plain_grown >= params * 0.9, f"plain construction grew RSS by {plain_grown} for {params}"
+
+
+def test_initialize_takes_the_values_of_a_model_built_under_init(tmp_path):
+    import zoe.torch
+    from models import GPT2
+    from torch_training import offload_config, with_budget
+
+    torch.manual_seed(7)
+    plain = GPT2()
+    config = offload_config(tmp_path, plain)
+    torch.manual_seed(7)
+    with Init(config=config):
+        spooled = GPT2()
+    engine, _, _, _ = zoe.torch.initialize(model=spooled, config=with_budget(spooled, config))
+    try:
+        assert not any(is_spooled(p) for p in spooled.parameters())
+        state = engine.state_dict()
+        expected = plain.state_dict()
+        assert set(state) == set(expected)
+        for name, value in expected.items():
+            assert torch.equal(state[name], value), name
+    finally:
+        engine.close()
