@@ -34,7 +34,11 @@ std::vector<engine::module_spec> module_specs(const zoe_model& model) {
     engine::module_spec& spec = specs.emplace_back(engine::module_spec{.name = m.name, .parameters = {}});
     for (const zoe_parameter_id p : m.parameters) {
       const zoe_model::parameter& param = model.parameters[p];
-      spec.parameters.push_back({.name = param.name, .shape = param.shape, .dtype = param.dtype});
+      spec.parameters.push_back({.name = param.name,
+                                 .shape = param.shape,
+                                 .dtype = param.dtype,
+                                 .frozen = param.frozen,
+                                 .group = param.group});
     }
   }
   return specs;
@@ -50,6 +54,16 @@ std::vector<engine::parameter_id> layout_ids_of(const zoe_model& model) {
     for (const zoe_parameter_id p : m.parameters) ids[p] = next++;
   }
   return ids;
+}
+
+// The modules with parameters, every one frozen: a backward fetch of one hands in no gradients.
+std::vector<bool> frozen_modules(const zoe_model& model) {
+  std::vector<bool> out;
+  for (const zoe_model::module& m : model.modules) {
+    out.push_back(!m.parameters.empty() && std::all_of(m.parameters.begin(), m.parameters.end(),
+                                                       [&](zoe_parameter_id p) { return model.parameters[p].frozen; }));
+  }
+  return out;
 }
 
 std::vector<std::string> module_names(const zoe_model& model) {
@@ -160,7 +174,8 @@ zoe_engine::zoe_engine(zoe_device& on, std::unique_ptr<zoe_device> owned, const 
       caller_stream(on.dev->create_stream()),
       engine(std::make_unique<zoe::engine::offload_engine>(zoe::bindings::module_specs(model), config, *on.dev)),
       layout_ids(zoe::bindings::layout_ids_of(model)),
-      tracker(zoe::bindings::module_names(model), zoe::bindings::parameter_counts(model)) {}
+      tracker(zoe::bindings::module_names(model), zoe::bindings::parameter_counts(model),
+              zoe::bindings::frozen_modules(model)) {}
 
 using zoe::bindings::expect_pointer;
 using zoe::bindings::guarded;

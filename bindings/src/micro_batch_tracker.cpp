@@ -8,11 +8,13 @@
 
 namespace zoe::bindings {
 
-micro_batch_tracker::micro_batch_tracker(std::vector<std::string> names, std::vector<std::size_t> parameter_counts) {
+micro_batch_tracker::micro_batch_tracker(std::vector<std::string> names, std::vector<std::size_t> parameter_counts,
+                                         std::vector<bool> frozen) {
   modules_.resize(names.size());
   for (std::size_t i = 0; i < names.size(); ++i) {
     modules_[i].name = std::move(names[i]);
     modules_[i].parameters = parameter_counts.at(i);
+    modules_[i].frozen = i < frozen.size() && frozen[i];
   }
 }
 
@@ -153,7 +155,7 @@ void micro_batch_tracker::finish(std::uint32_t module, module_op op, bool succee
     case module_op::fetch_forward: m.fetch = fetched::forward; break;
     case module_op::fetch_backward:
       m.fetch = fetched::backward;
-      m.backward_pending = true;
+      m.backward_pending = !m.frozen;
       break;
     case module_op::release: m.fetch = fetched::no; break;
     case module_op::acquire_gradients: m.grads = gradients::acquired; break;

@@ -26,8 +26,11 @@ enum class module_op : std::uint8_t { fetch_forward, fetch_backward, release, ac
 
 class micro_batch_tracker {
  public:
-  /// One entry per module, by id: its name and its parameter count.
-  micro_batch_tracker(std::vector<std::string> names, std::vector<std::size_t> parameter_counts);
+  /// One entry per module, by id: its name and its parameter count; `frozen` (empty: none) marks
+  /// the modules whose parameters are all frozen, which a backward fetch leaves with no gradients
+  /// to hand in.
+  micro_batch_tracker(std::vector<std::string> names, std::vector<std::size_t> parameter_counts,
+                      std::vector<bool> frozen = {});
 
   /// usage_error when a micro-batch is open.
   void expect_closed() const;
@@ -70,6 +73,7 @@ class micro_batch_tracker {
     fetched fetch = fetched::no;
     gradients grads = gradients::none;  ///< in this micro-batch
     bool backward_pending = false;      ///< fetched for backward and its gradients not reduced yet
+    bool frozen = false;                ///< every parameter frozen: backward takes no gradient
     bool busy = false;
   };
 

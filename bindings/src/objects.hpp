@@ -27,6 +27,8 @@ struct zoe_model {
     std::uint64_t seed = 0;
     zoe_module_id module = 0;
     std::uint64_t numel = 1;
+    bool frozen = false;      ///< zoe_parameter_desc.frozen
+    std::uint32_t group = 0;  ///< zoe_parameter_desc.group
   };
   struct module {
     std::string name;

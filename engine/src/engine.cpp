@@ -107,15 +107,18 @@ void offload_engine::set_parameter(parameter_id p, std::span<const float> values
   const std::vector<float> master = own_shard(param, values);
   // Gathered copies would go stale as the homes change: drop them, so the next fetch reads the new value.
   path_->coord().drop_gathered();
-  io_->write(p, state_kind::master, std::as_bytes(std::span(master)));
+  // A frozen 16-bit parameter keeps no master (nor moments): its working copy alone holds its value.
+  if (state_bytes(param, state_kind::master) > 0) io_->write(p, state_kind::master, std::as_bytes(std::span(master)));
   if (state_bytes(param, state_kind::working) > 0) {
     std::vector<std::byte> working(state_bytes(param, state_kind::working));
     kernels::cast({kernels::dtype::fp32, master.data(), master.size()}, {param.dtype, working.data(), master.size()});
     io_->write(p, state_kind::working, working);
   }
-  const std::vector<std::byte> zeros(state_bytes(param, state_kind::exp_avg), std::byte{0});
-  io_->write(p, state_kind::exp_avg, zeros);
-  io_->write(p, state_kind::exp_avg_sq, zeros);
+  if (!param.frozen) {
+    const std::vector<std::byte> zeros(state_bytes(param, state_kind::exp_avg), std::byte{0});
+    io_->write(p, state_kind::exp_avg, zeros);
+    io_->write(p, state_kind::exp_avg_sq, zeros);
+  }
 }
 
 void offload_engine::write_state(parameter_id p, state_kind s, std::span<const float> values) {
@@ -126,6 +129,8 @@ void offload_engine::write_state(parameter_id p, state_kind s, std::span<const f
               "' cannot be written (its value, master, or an Adam moment can)");
   ZOE_EXPECTS(values.size() == param.numel, "write_state: parameter '", param.name, "' has ", param.numel,
               " elements, not ", values.size());
+  ZOE_EXPECTS(!param.frozen || s == state_kind::master, "write_state: parameter '", param.name,
+              "' is frozen: it has no ", state_kind_name(s), " state (only its value)");
   for (std::size_t i = 0; i < values.size(); ++i) {
     if (!std::isfinite(values[i])) {
       throw usage_error(str("write_state: the ", state_kind_name(s), " of parameter '", param.name, "' at index ", i,
@@ -134,8 +139,10 @@ void offload_engine::write_state(parameter_id p, state_kind s, std::span<const f
   }
   const std::vector<float> shard = own_shard(param, values);
   std::vector<detail::state_write> writes;
-  writes.push_back({s, std::vector<std::byte>(state_bytes(param, s))});
-  std::memcpy(writes.back().bytes.data(), shard.data(), writes.back().bytes.size());
+  if (state_bytes(param, s) > 0) {  // not the master of a frozen 16-bit parameter: its working copy is its value
+    writes.push_back({s, std::vector<std::byte>(state_bytes(param, s))});
+    std::memcpy(writes.back().bytes.data(), shard.data(), writes.back().bytes.size());
+  }
   if (s == state_kind::master && state_bytes(param, state_kind::working) > 0) {
     // The working copy follows its master, rounded as the step rounds it.
     writes.push_back({state_kind::working, std::vector<std::byte>(state_bytes(param, state_kind::working))});
@@ -151,8 +158,12 @@ void offload_engine::write_state(parameter_id p, state_kind s, std::span<const f
 std::vector<float> offload_engine::read_state(parameter_id p, state_kind s) {
   expect_between_steps("read_state");
   const parameter_layout& param = layout().parameter(p);
-  // An fp32 parameter's working copy is its master.
-  const state_kind held = s == state_kind::working && state_bytes(param, s) == 0 ? state_kind::master : s;
+  ZOE_EXPECTS(!param.frozen || s == state_kind::master || s == state_kind::working, "read_state: parameter '",
+              param.name, "' is frozen: it has no ", state_kind_name(s), " state (only its value)");
+  // An fp32 parameter's working copy is its master; a frozen 16-bit one's master is its working copy.
+  const state_kind held = state_bytes(param, s) > 0  ? s
+                          : s == state_kind::working ? state_kind::master
+                                                     : state_kind::working;
   std::vector<std::byte> raw(state_bytes(param, held));
   io_->read(p, held, raw);
   // The shards of every rank in rank order are the padded parameter (collective at world size > 1);

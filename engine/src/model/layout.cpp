@@ -90,9 +90,13 @@ model_layout::model_layout(std::vector<module_spec> modules, layout_options opti
       pl.name = std::move(p.name);
       pl.shape = std::move(p.shape);
       pl.dtype = p.dtype;
+      pl.frozen = p.frozen;
+      pl.group = p.group;
+      group_count_ = std::max<std::size_t>(group_count_, std::size_t{p.group} + 1);
       pl.numel = numel;
       pl.shard_numel = shard;
       m.parameters.push_back(pl.id);
+      if (!pl.frozen) m.trainable.push_back(pl.id);
       m.numel = checked_add(m.numel, numel, what);
       m.shard_numel = checked_add(m.shard_numel, shard, what);
       total_numel_ = checked_add(total_numel_, numel, what);

@@ -214,7 +214,7 @@ gradient_path::impl::impl(tier_manager& t, communicator& c, device& d, allocator
   }
   for (const parameter_layout& prm : layout.parameters()) {
     const state_location& h = home(prm.id);
-    if (h.where == tier::device) continue;
+    if (prm.frozen || h.where == tier::device) continue;
     any_off_device = true;
     largest_off_device = std::max(largest_off_device, h.bytes);
     if (h.where == tier::nvme) {
@@ -268,7 +268,7 @@ gradient_path::impl::impl(tier_manager& t, communicator& c, device& d, allocator
       // Device homes' summaries stay on the device until the last micro-batch ends.
       slots.resize(n);
       for (const parameter_layout& prm : layout.parameters()) {
-        if (home(prm.id).where != tier::device) continue;
+        if (prm.frozen || home(prm.id).where != tier::device) continue;
         // The workspace, then the result and the flag in the last 16 bytes (as the plan counts it).
         const std::uint64_t end = scratch_bytes + gradient_norm_scratch_bytes(prm.shard_numel);
         slots[prm.id].workspace = scratch_bytes;
@@ -369,7 +369,7 @@ void gradient_path::impl::reduce_bucket(std::span<const reduce_part> parts, stre
 
 std::uint64_t gradient_path::impl::module_bytes(module_id m) const {
   std::uint64_t bytes = 0;
-  for (const parameter_id id : tiers.layout().module(m).parameters) {
+  for (const parameter_id id : tiers.layout().module(m).trainable) {
     const parameter_layout& p = param(id);
     bytes += round_up(p.padded_numel(shards()) * kernels::dtype_size(p.dtype), bucket_alignment);
   }
@@ -469,14 +469,14 @@ void gradient_path::impl::issue(const detail::gradient_buckets::batch& b) {
   std::vector<reduce_part> parts;
   std::vector<parameter_id> device_homes;  // their write moves were begun by reduce()
   for (const std::size_t m : b.modules) {
-    for (const parameter_id id : tiers.layout().module(static_cast<module_id>(m)).parameters) {
+    for (const parameter_id id : tiers.layout().module(static_cast<module_id>(m)).trainable) {
       if (home(id).where == tier::device) device_homes.push_back(id);
     }
   }
   try {
     for (const std::size_t m : b.modules) {
       const module_slot& slot = modules[m];
-      const std::vector<parameter_id>& params = tiers.layout().module(static_cast<module_id>(m)).parameters;
+      const std::vector<parameter_id>& params = tiers.layout().module(static_cast<module_id>(m)).trainable;
       for (std::size_t i = 0; i < params.size(); ++i) {
         const parameter_layout& p = param(params[i]);
         std::byte* const shard = static_cast<std::byte*>(slot.memory[i]) +
@@ -963,12 +963,17 @@ std::vector<void*> gradient_path::acquire(module_id m, stream_view stream) {
   slot.bucket = lease->bucket;
   slot.memory.clear();
   std::byte* at = lease->memory;
+  std::vector<void*> out;  // one per parameter of the module, null for a frozen one
   for (const parameter_id id : s.tiers.layout().module(m).parameters) {
     const parameter_layout& p = s.param(id);
+    if (p.frozen) {
+      out.push_back(nullptr);
+      continue;
+    }
     slot.memory.push_back(at);
+    out.push_back(at);
     at += round_up(p.padded_numel(s.shards()) * kernels::dtype_size(p.dtype), bucket_alignment);
   }
-  std::vector<void*> out = slot.memory;
   // The bucket this module moved on from, if any, is reduced while backward fills this one.
   const bool sealed = s.buckets->sealed_pending();
   lock.unlock();
@@ -992,7 +997,7 @@ void gradient_path::reduce(module_id m, stream_view stream) {
                 s.index);
     slot.stage = impl::module_stage::reduced;
     bucket = slot.bucket;
-    for (const parameter_id id : s.tiers.layout().module(m).parameters) {
+    for (const parameter_id id : s.tiers.layout().module(m).trainable) {
       const parameter_layout& p = s.param(id);
       s.touched[p.id] = 1;
       s.counters.bytes_reduced += p.padded_numel(s.shards()) * kernels::dtype_size(p.dtype);
@@ -1003,7 +1008,7 @@ void gradient_path::reduce(module_id m, stream_view stream) {
   // is done; the device homes' moves begin now, so a home in flight elsewhere fails this call.
   std::vector<parameter_id> begun;  // device homes whose write move this call began
   try {
-    for (const parameter_id id : s.tiers.layout().module(m).parameters) {
+    for (const parameter_id id : s.tiers.layout().module(m).trainable) {
       if (s.home(id).where != tier::device) continue;
       ZOE_EXPECTS(s.tiers.begin_move(id, state_kind::gradient, move_kind::write),
                   "gradient_path::reduce: the gradient of '", s.param(id).name, "' is in flight elsewhere");
@@ -1060,7 +1065,7 @@ void gradient_path::end_micro_batch() {
     rest.first = first;
     rest.last = last;
     for (const parameter_layout& p : s.tiers.layout().parameters()) {
-      if (s.touched[p.id] == 0) rest.params.push_back(p.id);
+      if (!p.frozen && s.touched[p.id] == 0) rest.params.push_back(p.id);
     }
     if (!rest.params.empty()) {
       s.jobs.push_back(std::move(rest));
@@ -1083,7 +1088,7 @@ void gradient_path::end_micro_batch() {
     s.dev.copy_async(host.data(), s.scratch, s.scratch_bytes, copy_kind::device_to_host, s.stream.view());
     s.dev.synchronize(s.stream.view());
     for (const parameter_layout& p : s.tiers.layout().parameters()) {
-      if (s.home(p.id).where != tier::device) continue;
+      if (p.frozen || s.home(p.id).where != tier::device) continue;
       std::uint32_t flag = 0;
       std::memcpy(&s.sums[p.id], host.data() + s.slots[p.id].result, sizeof(double));
       std::memcpy(&flag, host.data() + s.slots[p.id].flag, sizeof(flag));

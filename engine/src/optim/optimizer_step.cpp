@@ -196,7 +196,7 @@ optimizer_step::impl::impl(tier_manager& t, device& d, allocators::pinned_host_r
   for (const sub_group& g : sub_groups(layout(), options.sub_group_size)) {
     for (parameter_id id = g.first; id < g.last; ++id) {
       const parameter_layout& p = layout().parameter(id);
-      if (on_nvme(p)) continue;
+      if (p.frozen || on_nvme(p)) continue;  // frozen: never stepped
       const bool any_on_device = std::any_of(all_states.begin(), all_states.end(), [&](state_kind k) {
         return state_bytes(p, k) > 0 && where(id, k) == tier::device;
       });
@@ -312,6 +312,7 @@ void optimizer_step::impl::hold_states() {
   held.clear();
   try {
     for (const parameter_layout& p : layout().parameters()) {
+      if (p.frozen) continue;  // not stepped: its value may be read (a fetch) meanwhile
       for (const state_kind s : all_states) {
         if (state_bytes(p, s) == 0) continue;
         const state_status status = tiers.status(p.id, s);

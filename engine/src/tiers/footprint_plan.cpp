@@ -266,7 +266,7 @@ void add_arena(plan_builder& out, footprint_plan& plan, const model_layout& layo
   std::uint64_t element = 0;
   for (const module_layout& m : layout.modules()) {
     std::uint64_t bytes = 0;
-    for (const parameter_id id : m.parameters) {
+    for (const parameter_id id : m.trainable) {  // a frozen parameter is lent no gradient memory
       const parameter_layout& p = layout.parameter(id);
       element = std::max<std::uint64_t>(element, kernels::dtype_size(p.dtype));
       if (persistent[id]) continue;
@@ -315,7 +315,7 @@ void add_gradient_buckets(plan_builder& out, footprint_plan& plan, const model_l
   std::uint64_t model = 0;
   for (const module_layout& m : layout.modules()) {
     std::uint64_t bytes = 0;
-    for (const parameter_id id : m.parameters) {
+    for (const parameter_id id : m.trainable) {  // a frozen parameter is lent no gradient memory
       const parameter_layout& p = layout.parameter(id);
       element = std::max<std::uint64_t>(element, kernels::dtype_size(p.dtype));
       bytes = saturating_add(bytes, saturating_mul(p.padded_numel(ranks), kernels::dtype_size(p.dtype)));
@@ -364,7 +364,9 @@ void add_gradient_buffers(plan_builder& out, footprint_plan& plan, const model_l
 void add_gradient_norm_scratch(plan_builder& out, const model_layout& layout, const placement& where) {
   std::uint64_t bytes = 0;
   for (const parameter_layout& p : layout.parameters()) {
-    if (where.where(p.id, state_kind::gradient) == tier::device) bytes += gradient_norm_scratch_bytes(p.shard_numel);
+    if (!p.frozen && where.where(p.id, state_kind::gradient) == tier::device) {
+      bytes += gradient_norm_scratch_bytes(p.shard_numel);
+    }
   }
   out.add("gradient norm scratch (the device homes' sums of squares, on a GPU)", memory_kind::device,
           round_up(bytes, arena_alignment), {"zoe.placement.gradient"});
@@ -381,6 +383,7 @@ void add_local_gradient_accumulation(plan_builder& out, footprint_plan& plan, co
   if (!accumulates_gradients_locally(config, layout.ranks())) return;
   const std::size_t world = layout.options().world_size;
   for (const parameter_layout& p : layout.parameters()) {
+    if (p.frozen) continue;  // takes no gradient
     const std::uint64_t bytes = p.padded_numel(world) * kernels::dtype_size(kernels::dtype::fp32);
     if (where.where(p.id, state_kind::gradient) == tier::device) {
       plan.local_gradient_device_bytes += align_up(bytes, arena_alignment);

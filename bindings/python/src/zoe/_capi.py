@@ -48,6 +48,8 @@ class ParameterDesc(_Sized):
         ("data", POINTER(c_float)),
         ("scale", c_float),
         ("seed", c_uint64),
+        ("frozen", c_int),
+        ("group", c_uint32),
     ]
 
 
@@ -59,6 +61,7 @@ class EngineDesc(_Sized):
         ("model", c_void_p),
         ("device", c_void_p),
         ("config_overrides", c_char_p),
+        ("host_comm", c_void_p),  # const zoe_host_comm* (its struct: zoe/_host_comm.py)
     ]
 
 
@@ -105,6 +108,10 @@ class StepResult(_Sized):
         ("clip_coefficient", c_double),
         ("optimizer_steps", c_int64),
     ]
+
+
+class GroupHyper(_Sized):
+    _fields_ = [("struct_size", c_size_t), ("lr", c_double), ("weight_decay", c_double)]
 
 
 class StageTimes(_Sized):
@@ -162,13 +169,22 @@ PROTOTYPES = {
     "zoe_activation_free": (_status, [_handle, c_uint64, _handle]),
     "zoe_loss_scale": (_status, [_handle, POINTER(c_double)]),
     "zoe_step": (_status, [_handle, c_double, POINTER(StepResult)]),
+    "zoe_step_groups": (_status, [_handle, POINTER(GroupHyper), c_size_t, POINTER(StepResult)]),
     "zoe_read_state": (_status, [_handle, c_uint32, c_int, POINTER(c_float), c_size_t]),
+    "zoe_write_state": (_status, [_handle, c_uint32, c_int, POINTER(c_float), c_size_t]),
     "zoe_parameter_numel": (_status, [_handle, c_uint32, POINTER(c_uint64)]),
     "zoe_checkpoint_save": (_status, [_handle, c_char_p, c_char_p]),
     "zoe_checkpoint_load": (_status, [_handle, c_char_p, c_char_p]),
+    "zoe_checkpoint_save_client": (_status, [_handle, c_char_p, c_char_p, c_void_p, c_size_t]),
+    "zoe_checkpoint_client": (_status, [_handle, c_void_p, c_size_t, POINTER(c_size_t)]),
     "zoe_statistics": (_status, [_handle, c_char_p, c_size_t, POINTER(c_size_t)]),
     "zoe_measure_stages": (_status, [_handle, POINTER(StageTimes)]),
 }
+
+
+def exports(name):
+    """Whether the loaded library exports function `name` (one older than this package may not)."""
+    return not isinstance(getattr(lib(), name), _Missing)
 
 
 class _Missing:

@@ -26,6 +26,27 @@ def _float_pointer(array):
     return array.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
 
 
+def _host_comm_address(host_comm):
+    """The address of a zoe_host_comm: a ctypes structure (zoe._host_comm's), or an object whose
+    ctypes `_as_parameter_` is one (or a pointer to one)."""
+    if host_comm is None:
+        return None
+    target = getattr(host_comm, "_as_parameter_", host_comm)
+    if isinstance(target, ctypes.Structure):
+        return ctypes.addressof(target)
+    if isinstance(target, ctypes._Pointer):
+        return ctypes.cast(target, ctypes.c_void_p).value
+    raise UsageError(
+        f"Engine host_comm must be a zoe_host_comm ctypes structure (zoe._host_comm), not {type(host_comm).__name__}"
+    )
+
+
+def _step_result(result):
+    return StepResult(
+        bool(result.skipped), result.loss_scale, result.grad_norm, result.clip_coefficient, result.optimizer_steps
+    )
+
+
 class Engine:
     """An engine (zoe_engine_create) over `model` with `config`: a dict, a path (str or PathLike)
     or JSON text (a str starting with '{'), with `config_overrides` (a dict or JSON text) merged
@@ -39,15 +60,19 @@ class Engine:
             raise UsageError(f"Engine needs a zoe.Model, not {type(model).__name__}")
         if device is not None and not isinstance(device, Device):
             raise UsageError(f"Engine device must be a zoe.Device or None, not {type(device).__name__}")
-        if host_comm is not None:
-            raise UsageError("Engine host_comm needs zoe_engine_desc.host_comm, which this zoe package does not bind yet")
         self._config = Config(config, config_overrides)
-        desc = _capi.EngineDesc(model=model._require_open(), device=None if device is None else device._require_open())
+        desc = _capi.EngineDesc(
+            model=model._require_open(),
+            device=None if device is None else device._require_open(),
+            host_comm=_host_comm_address(host_comm),
+        )
         keep = self._config.fill(desc)
         handle = ctypes.c_void_p()
         _capi.call("zoe_engine_create", ctypes.byref(desc), ctypes.byref(handle))
         del keep
         self._handle = handle.value
+        # zoe keeps host_comm's `user` (and the callbacks behind it) until zoe_engine_destroy.
+        self._host_comm = host_comm
         # What the model says of its parameters, kept: the model may be closed after this.
         self.parameters = list(model.parameters)
         self.modules = list(model.modules)
@@ -162,18 +187,32 @@ class Engine:
 
     def step(self, lr=None, groups=None):
         """One optimizer step over the step's gradients; returns a StepResult. lr None: the
-        configuration's optimizer.params.lr."""
+        configuration's optimizer.params.lr. groups: a (lr, weight_decay) pair per parameter group
+        (zoe_step_groups; the model's group count of them), instead of lr."""
         if groups is not None:
-            raise UsageError("step groups need zoe_step_groups, which this zoe package does not bind yet")
+            if lr is not None:
+                raise UsageError("step: give lr or groups, not both (each group carries its lr)")
+            return self._step_groups(groups)
         if lr is None:
             lr = self._default_lr
             if lr is None:
                 raise UsageError("step: lr is not given and the configuration's optimizer.params.lr cannot be read here")
         result = _capi.StepResult()
         _capi.call("zoe_step", self._require_open(), float(lr), ctypes.byref(result))
-        return StepResult(
-            bool(result.skipped), result.loss_scale, result.grad_norm, result.clip_coefficient, result.optimizer_steps
-        )
+        return _step_result(result)
+
+    def _step_groups(self, groups):
+        hypers = []
+        for g, group in enumerate(groups):
+            try:
+                lr, weight_decay = group
+                hypers.append(_capi.GroupHyper(lr=float(lr), weight_decay=float(weight_decay)))
+            except (TypeError, ValueError):
+                raise UsageError(f"step: groups[{g}] is {group!r}, not an (lr, weight_decay) pair") from None
+        array = (_capi.GroupHyper * max(len(hypers), 1))(*hypers)
+        result = _capi.StepResult()
+        _capi.call("zoe_step_groups", self._require_open(), array, len(hypers), ctypes.byref(result))
+        return _step_result(result)
 
     # ---- states -----------------------------------------------------------------------------------
 
@@ -194,12 +233,35 @@ class Engine:
         )
         return values
 
+    def write_state(self, parameter, values, state="parameter"):
+        """Sets state `state` ("parameter", "exp_avg" or "exp_avg_sq") of the parameter to `values`
+        (anything numpy makes its numel float32 values of, row-major), between steps. Every rank
+        passes the whole value."""
+        info = self._parameter(parameter)
+        if state not in _capi.STATES:
+            raise UsageError(f"write_state of {info.name!r}: state {state!r} is not one of {sorted(_capi.STATES)}")
+        array = np.ascontiguousarray(np.asarray(values, dtype=np.float32).reshape(-1))
+        _capi.call(
+            "zoe_write_state", self._require_open(), int(parameter), _capi.STATES[state], _float_pointer(array), array.size
+        )
+
     # ---- checkpoints ------------------------------------------------------------------------------
 
     def checkpoint_save(self, directory, tag=None, client=None):
-        """Saves every state but the gradients under directory/tag (None: "step-<n>")."""
+        """Saves every state but the gradients under directory/tag (None: "step-<n>"), with `client`
+        (bytes, or None) stored beside them (zoe_checkpoint_save_client; checkpoint_client() gives
+        it back after a load)."""
         if client is not None:
-            raise UsageError("checkpoint client data needs zoe_checkpoint_save_client, which this zoe package does not bind yet")
+            blob = bytes(client)
+            _capi.call(
+                "zoe_checkpoint_save_client",
+                self._require_open(),
+                _capi.encode(str(directory), "checkpoint directory"),
+                _capi.encode(tag, "checkpoint tag"),
+                blob,
+                len(blob),
+            )
+            return
         _capi.call(
             "zoe_checkpoint_save",
             self._require_open(),
@@ -215,6 +277,18 @@ class Engine:
             _capi.encode(str(directory), "checkpoint directory"),
             _capi.encode(tag, "checkpoint tag"),
         )
+
+    def checkpoint_client(self):
+        """The client bytes of the checkpoint last loaded into this engine; None when none was
+        loaded or it holds none."""
+        handle = self._require_open()
+        length = ctypes.c_size_t()
+        _capi.call("zoe_checkpoint_client", handle, None, 0, ctypes.byref(length))
+        if length.value == 0:
+            return None
+        buffer = ctypes.create_string_buffer(length.value)
+        _capi.call("zoe_checkpoint_client", handle, buffer, length.value, ctypes.byref(length))
+        return buffer.raw[: length.value]
 
     # ---- statistics -------------------------------------------------------------------------------
 
@@ -263,6 +337,7 @@ class Engine:
             return
         _capi.call("zoe_engine_destroy", self._handle)
         self._handle = None
+        self._host_comm = None
         _handles.unregister(self)
 
     def __enter__(self):

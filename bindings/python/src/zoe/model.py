@@ -94,6 +94,8 @@ class Model:
             data=None if values is None else values.ctypes.data_as(ctypes.POINTER(ctypes.c_float)),
             scale=float(scale),
             seed=int(seed),
+            frozen=int(frozen),
+            group=group,
         )
         parameter = ctypes.c_uint32()
         _capi.call(
@@ -107,13 +109,10 @@ class Model:
 
     @staticmethod
     def _extension_fields(name, frozen, group):
-        # zoe.h's zoe_parameter_desc has no frozen / group fields yet (capi-model adds them).
-        if frozen or group:
-            raise UsageError(
-                f"parameter {name!r}: frozen and group need zoe_parameter_desc's frozen and group fields, "
-                "which this zoe package does not bind yet"
-            )
-        return bool(frozen), int(group)
+        group = operator.index(group)
+        if group < 0 or group > 0xFFFFFFFF:
+            raise UsageError(f"parameter {name!r}: group {group} is not in [0, 2^32)")
+        return bool(frozen), group
 
     def module_parameters(self, module):
         """The ids of module `module`'s parameters, in the order added."""
