@@ -1,5 +1,6 @@
 // Between micro-batches: the optimizer step, the loss scale, and checkpoints.
 #include <string>
+#include <vector>
 
 #include "objects.hpp"
 #include "status.hpp"
@@ -14,6 +15,25 @@ namespace {
 
 // NULL and "" both mean the engine's default (a tag of the step count, or the latest).
 std::string tag_of(const char* tag) { return tag == nullptr ? std::string() : std::string(tag); }
+
+// zoe_step and zoe_step_groups: the checks they share, `step` on the engine, and the result.
+template <typename Step>
+void run_step(zoe_engine& e, zoe_step_result* result, Step&& step) {
+  zoe::bindings::expect_struct(result, ZOE_FIELDS_END(zoe_step_result, optimizer_steps), "zoe_step_result");
+  e.tracker.expect_closed();
+  if (!e.tracker.any_reduced_in_step()) {
+    throw zoe::usage_error(
+        "no gradient was reduced in this step: hand in each module's gradients during backward "
+        "(zoe_fetch with ZOE_PASS_BACKWARD, zoe_module_gradients, zoe_reduce_gradients) before stepping");
+  }
+  const zoe::engine::step_result r = step();
+  e.tracker.step_done();
+  result->skipped = r.skipped ? 1 : 0;
+  result->loss_scale = r.loss_scale;
+  result->grad_norm = r.grad_norm;
+  result->clip_coefficient = r.clip_coefficient;
+  result->optimizer_steps = r.optimizer_steps;
+}
 
 }  // namespace
 
@@ -30,20 +50,27 @@ zoe_status zoe_loss_scale(const zoe_engine* engine, double* scale) {
 zoe_status zoe_step(zoe_engine* engine, double lr, zoe_step_result* result) {
   return guarded("zoe_step", [&] {
     zoe_engine& e = live(engine, "engine");
-    zoe::bindings::expect_struct(result, ZOE_FIELDS_END(zoe_step_result, optimizer_steps), "zoe_step_result");
-    e.tracker.expect_closed();
-    if (!e.tracker.any_reduced_in_step()) {
-      throw zoe::usage_error(
-          "no gradient was reduced in this step: hand in each module's gradients during backward "
-          "(zoe_fetch with ZOE_PASS_BACKWARD, zoe_module_gradients, zoe_reduce_gradients) before stepping");
+    run_step(e, result, [&] { return e.engine->step(lr); });
+  });
+}
+
+zoe_status zoe_step_groups(zoe_engine* engine, const zoe_group_hyper* groups, size_t count, zoe_step_result* result) {
+  return guarded("zoe_step_groups", [&] {
+    zoe_engine& e = live(engine, "engine");
+    const std::size_t expected = e.engine->layout().group_count();
+    if (count != expected) {
+      throw zoe::usage_error(zoe::str("count is ", count, ", but the model has ", expected,
+                                      " parameter groups (the largest zoe_parameter_desc.group + 1)"));
     }
-    const zoe::engine::step_result r = e.engine->step(lr);
-    e.tracker.step_done();
-    result->skipped = r.skipped ? 1 : 0;
-    result->loss_scale = r.loss_scale;
-    result->grad_norm = r.grad_norm;
-    result->clip_coefficient = r.clip_coefficient;
-    result->optimizer_steps = r.optimizer_steps;
+    expect_pointer(groups, "groups");
+    std::vector<zoe::engine::group_hyper> settings;
+    for (std::size_t g = 0; g < count; ++g) {
+      const std::string what = zoe::str("zoe_group_hyper (groups[", g, "])");
+      const zoe_group_hyper& h =
+          zoe::bindings::expect_struct(&groups[g], ZOE_FIELDS_END(zoe_group_hyper, weight_decay), what.c_str());
+      settings.push_back({.lr = h.lr, .weight_decay = h.weight_decay});
+    }
+    run_step(e, result, [&] { return e.engine->step(settings); });
   });
 }
 

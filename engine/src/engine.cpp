@@ -73,6 +73,8 @@ offload_engine::offload_engine(std::vector<module_spec> modules, const engine_co
       files_(options.checkpoint_files != nullptr ? options.checkpoint_files : &checkpoint_fs::posix()),
       scaler_(config.fp16),
       lr_(adam_settings_.lr),
+      groups_(path_->layout().group_count(),
+              group_hyper{.lr = adam_settings_.lr, .weight_decay = adam_settings_.weight_decay}),
       device_(&dev) {}
 
 offload_engine::~offload_engine() {
@@ -253,17 +255,34 @@ void offload_engine::end_micro_batch() {
 }
 
 step_result offload_engine::step(double lr) {
+  const std::vector<group_hyper> every(layout().group_count(),
+                                       group_hyper{.lr = lr, .weight_decay = adam_settings_.weight_decay});
+  return step(every);
+}
+
+step_result offload_engine::step(std::span<const group_hyper> groups) {
   expect_between_steps("step");
   const std::size_t k = config_.gradient_accumulation_steps;
   ZOE_EXPECTS(micro_batches_done_ == k, "step: ", micro_batches_done_, " of the step's ", k,
               " micro-batches (gradient_accumulation_steps) have handed in their gradients");
+  ZOE_EXPECTS(groups.size() == layout().group_count(), "step: ", groups.size(),
+              " parameter groups' settings given; the model has ", layout().group_count(),
+              " groups (the largest parameter group + 1)");
   // The Adam kernel computes in float: a rate beyond float's range would reach it as inf and fail
   // the step there, naming no argument. Written so that NaN fails the comparison.
-  constexpr double largest_lr = std::numeric_limits<float>::max();
-  if (!(lr >= 0 && lr <= largest_lr)) {
-    throw usage_error(str("step: lr ", lr,
-                          " is not a learning rate the optimizer can use: give a finite number in [0, ", largest_lr,
-                          "] (the Adam kernel computes in float)"));
+  constexpr double largest = std::numeric_limits<float>::max();
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    const std::string which = groups.size() == 1 ? std::string() : str(" of parameter group ", g);
+    if (!(groups[g].lr >= 0 && groups[g].lr <= largest)) {
+      throw usage_error(str("step: lr ", groups[g].lr, which,
+                            " is not a learning rate the optimizer can use: give a finite number in [0, ", largest,
+                            "] (the Adam kernel computes in float)"));
+    }
+    if (!(groups[g].weight_decay >= 0 && groups[g].weight_decay <= largest)) {
+      throw usage_error(str("step: weight_decay ", groups[g].weight_decay, which,
+                            " is not a weight decay the optimizer can use: give a finite number in [0, ", largest,
+                            "]"));
+    }
   }
   // Every rank's shards together: each rank takes the same clip and skip decision. With one shard
   // (stage 0) every rank's summary is already the whole all-reduced gradient's, the same bits on
@@ -285,18 +304,23 @@ step_result offload_engine::step(double lr) {
     return out;
   }
   const detail::prepared_step prepared =
-      detail::prepare_step(config_, adam_settings_, g, scale, lr, scaler_.optimizer_steps());
-  const kernels::adam_config& adam = prepared.adam;
+      detail::prepare_step(config_, adam_settings_, g, scale, groups.front().lr, scaler_.optimizer_steps());
+  std::vector<kernels::adam_config> adam(layout().parameters().size(), prepared.adam);
+  for (const parameter_layout& p : layout().parameters()) {
+    adam[p.id].lr = static_cast<float>(groups[p.group].lr);
+    adam[p.id].weight_decay = static_cast<float>(groups[p.group].weight_decay);
+  }
   try {
     // The gathered copies are about to be stale; changes made to them on the device go home first.
     path_->coord().drop_gathered();
-    optimizer_->run(adam);
+    optimizer_->run(std::span<const kernels::adam_config>(adam));
   } catch (...) {
     scaler_.restore(before);
     throw;
   }
   micro_batches_done_ = 0;
-  lr_ = lr;
+  lr_ = groups.front().lr;
+  groups_.assign(groups.begin(), groups.end());
   out.clip_coefficient = prepared.clip;
   out.loss_scale = scaler_.scale();
   out.optimizer_steps = scaler_.optimizer_steps();
@@ -311,9 +335,10 @@ std::string offload_engine::save_checkpoint(const std::filesystem::path& root, c
   path_->coord().flush();
   const std::string name = tag.empty() ? str("step-", scaler_.state().cur_iter) : tag;
   // Collective on the gradient world, which carries the engine's collectives between steps.
-  zoe::engine::save_checkpoint(root, name, path_->tiers(), *io_,
-                               checkpoint_meta{.scaler = scaler_.state(), .optimizer = adam_settings_, .lr = lr_},
-                               checkpoint_ranks{.comm = path_->gradient_comm(), .dev = *device_}, *files_);
+  zoe::engine::save_checkpoint(
+      root, name, path_->tiers(), *io_,
+      checkpoint_meta{.scaler = scaler_.state(), .optimizer = adam_settings_, .lr = lr_, .groups = groups_},
+      checkpoint_ranks{.comm = path_->gradient_comm(), .dev = *device_}, *files_);
   return name;
 }
 
@@ -339,6 +364,17 @@ void offload_engine::load_checkpoint(const std::filesystem::path& root, const st
       });
   scaler_.restore(meta.scaler);
   lr_ = meta.lr;
+  if (meta.groups.size() == groups_.size()) {
+    groups_ = meta.groups;
+  } else {
+    // Saved before groups were kept (every group stepped with lr and the configured decay), or by
+    // a model of other groups: every group takes the saved rate.
+    if (!meta.groups.empty()) {
+      log::warn("the checkpoint under ", root.string(), " has ", meta.groups.size(), " parameter groups, this model ",
+                groups_.size(), "; every group takes its learning rate ", meta.lr);
+    }
+    groups_.assign(groups_.size(), group_hyper{.lr = meta.lr, .weight_decay = adam_settings_.weight_decay});
+  }
   micro_batches_done_ = 0;
   if (meta.optimizer.betas != adam_settings_.betas || meta.optimizer.eps != adam_settings_.eps ||
       meta.optimizer.weight_decay != adam_settings_.weight_decay ||

@@ -134,6 +134,11 @@ std::string to_json(const manifest& m) {
                     {"adam_w_mode", o.adam_w_mode},
                     {"bias_correction", o.bias_correction}};
   j["lr"] = m.meta.lr;
+  if (!m.meta.groups.empty()) {
+    json groups = json::array();
+    for (const group_hyper& g : m.meta.groups) groups.push_back({{"lr", g.lr}, {"weight_decay", g.weight_decay}});
+    j["groups"] = std::move(groups);
+  }
   // nlohmann writes doubles in the shortest form that reads back to the same bits, and keys in
   // order, so the text parsed back and written again is this text: the checksum covers it.
   j[self_checksum_key] = hash_hex(text_hash(j.dump(1)));
@@ -220,6 +225,15 @@ manifest parse_manifest(std::string_view text, const std::filesystem::path& wher
   opt.adam_w_mode = value<bool>(o, "adam_w_mode", "optimizer", where);
   opt.bias_correction = value<bool>(o, "bias_correction", "optimizer", where);
   m.meta.lr = value<double>(j, "lr", "manifest", where);
+  // Optional: a checkpoint saved before parameter groups has none.
+  if (j.contains("groups")) {
+    const json& groups = array_member(j, "groups", "manifest", where);
+    for (std::size_t i = 0; i < groups.size(); ++i) {
+      const std::string field = str("groups[", i, "]");
+      m.meta.groups.push_back({.lr = value<double>(groups[i], "lr", field, where),
+                               .weight_decay = value<double>(groups[i], "weight_decay", field, where)});
+    }
+  }
   return m;
 }
 

@@ -55,6 +55,10 @@ void check_finite(const checkpoint_meta& meta) {
   expect_finite(meta.optimizer.eps, "optimizer.eps");
   expect_finite(meta.optimizer.weight_decay, "optimizer.weight_decay");
   expect_finite(meta.lr, "lr");
+  for (const group_hyper& g : meta.groups) {
+    expect_finite(g.lr, "groups.lr");
+    expect_finite(g.weight_decay, "groups.weight_decay");
+  }
 }
 
 void check_resident(const tier_manager& tiers, const std::vector<state_kind>& states) {

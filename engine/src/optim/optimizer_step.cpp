@@ -96,7 +96,7 @@ struct optimizer_step::impl {
   };
 
   const model_layout& layout() const noexcept { return tiers.layout(); }
-  void execute(const kernels::adam_config& adam, step_stages which);
+  void execute(std::span<const kernels::adam_config> adam, step_stages which);
   // Every state of every shard -> in flight (rewrite; the gradient read). usage_error, with
   // nothing held, when one is not resident.
   void hold_states();
@@ -104,7 +104,7 @@ struct optimizer_step::impl {
   // become their homes.
   void release_states(bool commit) noexcept;
   void abort_states() noexcept;
-  void run_nvme_pieces(const kernels::adam_config& adam, step_stages which);
+  void run_nvme_pieces(std::span<const kernels::adam_config> adam, step_stages which);
   void start_reads(std::size_t i, bool read);
   void start_writes(std::size_t i);
   // Waits for the next I/O batch; throws (io_error / corruption_error naming the state, the
@@ -117,10 +117,10 @@ struct optimizer_step::impl {
   // in-memory parts change; with `undo`, logged first); otherwise a stage alone (copies only).
   void step_piece(const parameter_layout& p, std::uint64_t first, std::uint64_t count,
                   const std::array<std::byte*, state_kind_count>& staging, bool in_place, bool undo,
-                  const kernels::adam_config& adam);
-  void run_memory_shards(const kernels::adam_config& adam, bool in_place);
+                  std::span<const kernels::adam_config> adam);
+  void run_memory_shards(std::span<const kernels::adam_config> adam, bool in_place);
   // Steps `p` piece by piece through the scratch memory (step_piece), logging undo if asked.
-  void step_staged(const parameter_layout& p, const kernels::adam_config& adam, bool in_place, bool log_undo);
+  void step_staged(const parameter_layout& p, std::span<const kernels::adam_config> adam, bool in_place, bool log_undo);
   // One staging area of `slot` bytes per state in the scratch (grown to hold them: stage runs).
   std::array<std::byte*, state_kind_count> scratch_staging(std::uint64_t slot);
   [[noreturn]] void raise_io(const detail::io_batch_result& r) const;
@@ -240,7 +240,7 @@ optimizer_step::impl::impl(tier_manager& t, device& d, allocators::pinned_host_r
                            static_cast<std::size_t>(slots.back().data() + slots.back().size() - slots.front().data())));
 }
 
-void optimizer_step::impl::execute(const kernels::adam_config& adam, step_stages which) {
+void optimizer_step::impl::execute(std::span<const kernels::adam_config> adam, step_stages which) {
   const auto started = clock::now();
   const std::uint64_t pinned_bytes = stats.pinned_bytes;
   stats = {};
@@ -254,7 +254,9 @@ void optimizer_step::impl::execute(const kernels::adam_config& adam, step_stages
             "); they cannot be put back, so no later step would be exact: make a new engine and load "
             "a checkpoint"));
   }
-  kernels::adam_step(adam, {});  // checks the settings before anything moves
+  ZOE_EXPECTS(adam.size() == layout().parameters().size(), "optimizer step: ", adam.size(), " Adam settings for ",
+              layout().parameters().size(), " parameters");
+  for (const kernels::adam_config& a : adam) kernels::adam_step(a, {});  // checks the settings before anything moves
   hold_states();
   past_undo = false;
   try {
@@ -370,7 +372,7 @@ void optimizer_step::impl::drain() noexcept {
   holding = 0;
 }
 
-void optimizer_step::impl::run_nvme_pieces(const kernels::adam_config& adam, step_stages which) {
+void optimizer_step::impl::run_nvme_pieces(std::span<const kernels::adam_config> adam, step_stages which) {
   runs.clear();
   runs.resize(pieces.size());
   next_read = 0;
@@ -542,7 +544,7 @@ std::array<std::byte*, state_kind_count> optimizer_step::impl::scratch_staging(s
 
 void optimizer_step::impl::step_piece(const parameter_layout& p, std::uint64_t first, std::uint64_t count,
                                       const std::array<std::byte*, state_kind_count>& staging, bool in_place,
-                                      bool log_undo, const kernels::adam_config& adam) {
+                                      bool log_undo, std::span<const kernels::adam_config> adam) {
   std::array<std::byte*, state_kind_count> data{};
   bool copied_in = false;
   for (const state_kind s : all_states) {
@@ -584,7 +586,7 @@ void optimizer_step::impl::step_piece(const parameter_layout& p, std::uint64_t f
     }
   }
   const auto adam_started = clock::now();
-  kernels::adam_step(adam, shard_view(p, data, count), options.adam_threads);
+  kernels::adam_step(adam[p.id], shard_view(p, data, count), options.adam_threads);
   stats.adam_seconds += seconds_since(adam_started);
   stats.bytes_stepped += stepped_bytes(p, count);
   if (!in_place) return;
@@ -610,7 +612,7 @@ void optimizer_step::impl::step_piece(const parameter_layout& p, std::uint64_t f
 // step, or a second Adam over the offloaded ones, to guard against a device failure that loses
 // what lives on the device anyway: such a failure instead refuses every later step (`broken`). The
 // shards all in host memory go last, in place, once nothing can fail any more.
-void optimizer_step::impl::run_memory_shards(const kernels::adam_config& adam, bool in_place) {
+void optimizer_step::impl::run_memory_shards(std::span<const kernels::adam_config> adam, bool in_place) {
   const auto home_data = [this](const parameter_layout& p) {
     std::array<std::byte*, state_kind_count> data{};
     for (const state_kind s : all_states) {
@@ -642,8 +644,8 @@ void optimizer_step::impl::run_memory_shards(const kernels::adam_config& adam, b
     const kernels::adam_shard shard = shard_view(p, home_data(p), p.shard_numel);
     const kernels::thread_budget budget = options.adam_threads;
     launch_kernel(
-        dev, stream.view(), [adam, shard, budget] { kernels::adam_step(adam, shard, budget); },
-        [&](stream_view s) { kernels::cuda::adam_step(adam, shard, s); });
+        dev, stream.view(), [a = adam[p.id], shard, budget] { kernels::adam_step(a, shard, budget); },
+        [&](stream_view s) { kernels::cuda::adam_step(adam[p.id], shard, s); });
     launched = true;
     stats.bytes_stepped += stepped_bytes(p, p.shard_numel);
   }
@@ -656,14 +658,14 @@ void optimizer_step::impl::run_memory_shards(const kernels::adam_config& adam, b
     const parameter_layout& p = layout().parameter(id);
     const kernels::adam_shard shard = shard_view(p, home_data(p), p.shard_numel);
     const auto adam_started = clock::now();
-    kernels::adam_step(adam, shard, options.adam_threads);
+    kernels::adam_step(adam[p.id], shard, options.adam_threads);
     stats.adam_seconds += seconds_since(adam_started);
     stats.bytes_stepped += stepped_bytes(p, p.shard_numel);
   }
 }
 
-void optimizer_step::impl::step_staged(const parameter_layout& p, const kernels::adam_config& adam, bool in_place,
-                                       bool log_undo) {
+void optimizer_step::impl::step_staged(const parameter_layout& p, std::span<const kernels::adam_config> adam,
+                                       bool in_place, bool log_undo) {
   // The step proper cuts pieces as the planned scratch holds them; a stage run as the slots do.
   const std::uint64_t slot = in_place ? staging_slot : geometry.slot_bytes;
   const std::array<std::byte*, state_kind_count> staging = scratch_staging(slot);
@@ -679,9 +681,17 @@ optimizer_step::optimizer_step(tier_manager& tiers, device& dev, allocators::pin
 
 optimizer_step::~optimizer_step() = default;
 
-void optimizer_step::run(const kernels::adam_config& adam) { impl_->execute(adam, step_stages{}); }
+void optimizer_step::run(std::span<const kernels::adam_config> adam) { impl_->execute(adam, step_stages{}); }
 
-void optimizer_step::run_stages(const kernels::adam_config& adam, step_stages which) { impl_->execute(adam, which); }
+void optimizer_step::run(const kernels::adam_config& adam) {
+  const std::vector<kernels::adam_config> each(impl_->layout().parameters().size(), adam);
+  run(each);
+}
+
+void optimizer_step::run_stages(const kernels::adam_config& adam, step_stages which) {
+  const std::vector<kernels::adam_config> each(impl_->layout().parameters().size(), adam);
+  impl_->execute(each, which);
+}
 
 const optimizer_step_stats& optimizer_step::last() const noexcept { return impl_->stats; }
 

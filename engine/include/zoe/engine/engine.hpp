@@ -155,6 +155,15 @@ class offload_engine {
   /// with every state as it was; device_error when the device fails while the step writes states
   /// that live on it in place, after which every later step is refused (optimizer_step.hpp).
   step_result step(double lr);
+  /// step() with each parameter group's own learning rate and weight decay: groups[g] for the
+  /// parameters of group g (parameter_spec::group); step(lr) is this with every group at lr and the
+  /// configuration's optimizer.weight_decay. usage_error, before anything changes, unless there is
+  /// one entry per group (layout().group_count()), each lr in [0, FLT_MAX] and each weight_decay
+  /// finite and >= 0 (naming the group).
+  step_result step(std::span<const group_hyper> groups);
+  /// Each group's settings at the last step taken (or as loaded from a checkpoint; before any
+  /// step, the configuration's lr and weight_decay).
+  [[nodiscard]] std::span<const group_hyper> groups() const noexcept { return groups_; }
 
   // ---- checkpoints -----------------------------------------------------------------------------
   /// Saves every state (but the gradient), the loss scaler and the optimizer settings under
@@ -212,6 +221,7 @@ class offload_engine {
   checkpoint_fs* files_;
   loss_scaler scaler_;
   double lr_ = 0;
+  std::vector<group_hyper> groups_;
   device* device_;
   std::size_t micro_batches_done_ = 0;  ///< of the current step
   bool micro_batch_open_ = false;

@@ -72,6 +72,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "zoe/core/device.hpp"
 #include "zoe/engine/checkpoint/checkpoint_fs.hpp"
@@ -94,7 +95,10 @@ class checkpoint_error : public error {
 struct checkpoint_meta {
   loss_scaler_state scaler;    ///< the scale and the step count bias correction uses
   optimizer_config optimizer;  ///< the settings the states were stepped with
-  double lr = 0;               ///< the learning rate of the last step taken
+  double lr = 0;               ///< the learning rate of the last step taken (group 0's)
+  /// Each parameter group's settings at the last step taken; empty in a checkpoint saved before
+  /// groups were kept (every group then had `lr` and optimizer.weight_decay).
+  std::vector<group_hyper> groups;
 };
 
 /// The ranks that save or load a checkpoint together: every rank of `comm` (a world whose size is

@@ -108,6 +108,14 @@ struct optimizer_config {
   bool bias_correction = true;
 };
 
+/// One parameter group's settings at a step (PyTorch's param_groups: lr and weight_decay), as
+/// the step applies them to the parameters of that group (parameter_spec::group).
+struct group_hyper {
+  double lr = 0;
+  double weight_decay = 0;
+  friend bool operator==(const group_hyper&, const group_hyper&) = default;
+};
+
 /// The five states of a shard, in the order the tiers list them.
 enum class state_kind : std::uint8_t { working = 0, gradient = 1, master = 2, exp_avg = 3, exp_avg_sq = 4 };
 inline constexpr std::size_t state_kind_count = 5;

@@ -50,6 +50,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 
 #include "zoe/allocators/pinned_host_resource.hpp"
 #include "zoe/core/device.hpp"
@@ -134,6 +135,9 @@ class optimizer_step {
   /// parameter and state when one is not resident or in flight, or when `adam`'s settings are invalid (checked before
   /// anything moves).
   void run(const kernels::adam_config& adam);
+  /// run() with Adam settings of its own for each parameter (`adam[p]` for parameter p: the
+  /// learning rate and weight decay of its group); usage_error unless there is one per parameter.
+  void run(std::span<const kernels::adam_config> adam);
   /// The step with only some of its stages, to time each alone over the same data (zoe-bench
   /// optimizer). All three: exactly run(). Otherwise nothing is committed and every state is as it
   /// was before the call: the reads bring the NVMe parts into the slots; Adam runs on the slots
