@@ -340,8 +340,9 @@ typedef struct zoe_engine_desc {
  *  footprint (checked against this machine before anything is allocated), builds every stage and
  *  gives each parameter its initial value. ZOE_ERROR_CONFIG naming the key, ZOE_ERROR_MEMORY naming
  *  the plan item, ZOE_ERROR_IO naming the swap path. Config warnings (unknown keys) go to zoe's log.
- *  Several ranks (a launch by mpirun; zoe.comm.backend): collective, every rank calls it with the
- *  same model and configuration. What each rank holds follows zero_optimization.stage, as in
+ *  Several ranks (a launch by mpirun, zoe.comm.backend; or desc->host_comm, whose create_group it
+ *  calls for each group on this thread): collective, every rank calls it with the same model and
+ *  configuration. What each rank holds follows zero_optimization.stage, as in
  *  DeepSpeed: stage 3 1/world_size of every state; stages 1 and 2 the 16-bit parameters whole,
  *  1/world_size of the optimizer states, and the gradients whole through the step (stage 1) or
  *  1/world_size (stage 2); stage 0 a whole replica of every state, its gradients all-reduced.
