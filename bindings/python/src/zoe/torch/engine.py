@@ -19,6 +19,8 @@ from ..plan import footprint_plan as zoe_footprint_plan
 from . import config as config_module
 from . import state
 from .hooks import Runtime
+from .init_context import release_spool
+from .launch import engine_comm
 from .layout import Layout
 from .optimizer import ZoeOptimizer, param_groups
 from .saved_tensors import SavedTensors
@@ -69,7 +71,8 @@ class Engine:
         self._layout = layout
         self.optimizer = ZoeOptimizer(groups, dict(settings.optimizer_defaults))
         with layout.zoe_model(settings.dtype, values=_initial_values) as zoe_model:
-            self._zoe = ZoeEngine(zoe_model, document, device=device, config_overrides=patch)
+            # The ranks of the launch: mpirun's (zoe's own backend) or torchrun's (its process group).
+            self._zoe = ZoeEngine(zoe_model, document, device=device, config_overrides=patch, **engine_comm(document))
         try:
             self._device = _torch_device(self._zoe.device)
             self._stream = Stream(self._zoe.device)
@@ -78,6 +81,7 @@ class Engine:
             raise
         # zoe holds the values now: torch's copies go (the model runs on zoe's while fetched).
         for slot in layout.slots:
+            release_spool(slot.param)  # built under zoe.torch.Init: its spool file's share goes too
             slot.param.data = placeholder(settings.dtype, self._device)
         for sub in model.modules():
             for name, buffer in sub._buffers.items():
