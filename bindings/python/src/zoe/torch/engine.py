@@ -17,7 +17,7 @@ from ..engine import Engine as ZoeEngine
 from ..errors import ConfigError, UsageError
 from ..plan import footprint_plan as zoe_footprint_plan
 from . import config as config_module
-from . import state
+from . import schedulers, state
 from .hooks import Runtime
 from .init_context import release_spool
 from .launch import engine_comm
@@ -70,6 +70,8 @@ class Engine:
         self._settings = settings
         self._layout = layout
         self.optimizer = ZoeOptimizer(groups, dict(settings.optimizer_defaults))
+        # Before zoe's engine exists: a scheduler that cannot be built leaves nothing to undo.
+        self.lr_scheduler = self._scheduler(lr_scheduler, settings)
         with layout.zoe_model(settings.dtype, values=_initial_values) as zoe_model:
             # The ranks of the launch: mpirun's (zoe's own backend) or torchrun's (its process group).
             self._zoe = ZoeEngine(zoe_model, document, device=device, config_overrides=patch, **engine_comm(document))
@@ -94,7 +96,6 @@ class Engine:
             self._runtime, self._zoe, self._stream, self._device, settings.activations, activation_min_bytes
         )
         self.optimizer._apply = self._optimizer_step
-        self.lr_scheduler = self._scheduler(lr_scheduler, settings)
         self.global_steps = 0
         self.skipped_steps = 0
         self.micro_steps = 0
@@ -109,10 +110,9 @@ class Engine:
         if settings.scheduler is None:
             return None
         try:
-            from . import schedulers
-        except ImportError:
-            raise ConfigError("the configuration's scheduler block needs zoe.torch.schedulers, not installed") from None
-        return schedulers.build(settings.scheduler, self.optimizer)
+            return schedulers.build(settings.scheduler, self.optimizer)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
 
     # ---- running the model ------------------------------------------------------------------------
 
@@ -167,17 +167,15 @@ class Engine:
                 f"{self._settings.gradient_accumulation_steps}: call engine.backward(loss) once before each engine.step()"
             )
         if self.is_gradient_accumulation_boundary():
-            self.optimizer.step()
-            if self.lr_scheduler is not None:
+            result = self.optimizer.step()
+            # As DeepSpeed: a step skipped for an fp16 overflow does not advance the schedule.
+            if self.lr_scheduler is not None and not result.skipped:
                 self.lr_scheduler.step(**(lr_kwargs or {}))
         self.micro_steps += 1
 
     def _optimizer_step(self):
         groups = [(float(g["lr"]), float(g["weight_decay"])) for g in self.optimizer.param_groups]
-        if len(groups) == 1 and groups[0][1] == self._settings.optimizer_defaults["weight_decay"]:
-            result = self._zoe.step(lr=groups[0][0])
-        else:
-            result = self._zoe.step(groups=groups)
+        result = self._zoe.step(groups=groups)
         self._last_step = result
         self._backwards = 0
         self.global_steps += 1
