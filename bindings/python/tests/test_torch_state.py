@@ -1,0 +1,35 @@
+"""engine.state_dict(): torch's keys and values after the same training; checkpoints."""
+
+import copy
+
+import torch
+
+import zoe.torch
+from models import GPT2, token_batches
+from torch_training import offload_config, train_torch, train_zoe, with_budget
+
+torch.set_num_threads(1)
+
+STEPS = 5
+
+
+def cross_entropy(logits, targets):
+    return torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
+
+
+def test_state_dict_equals_torch_after_the_same_steps(tmp_path):
+    torch.manual_seed(0)
+    model = GPT2(vocab=64, context=16, width=32, heads=2, layers=2)
+    reference = copy.deepcopy(model)
+    batches = token_batches(STEPS)
+    train_torch(reference, batches, cross_entropy, STEPS)
+    engine, _, _, _ = zoe.torch.initialize(model=model, config=with_budget(model, offload_config(tmp_path, model)))
+    with engine:
+        train_zoe(engine, batches, cross_entropy, STEPS)
+        state = engine.state_dict()
+    want = reference.state_dict()
+    assert list(state) == list(want)  # the tied names both, the mask buffers too
+    assert state["wte.weight"] is state["lm_head.weight"]
+    for key, value in want.items():
+        assert state[key].dtype == value.dtype and state[key].device.type == "cpu", key
+        torch.testing.assert_close(state[key], value, rtol=1e-5, atol=1e-6, msg=key)
