@@ -86,6 +86,19 @@ class LoRAMLP(nn.Module):
         return self.fc2(torch.tanh(self.fc1(x)))
 
 
+def counting_batches(count, batch=4, context=16, vocab=64, seed=0):
+    """Like token_batches, but learnable: each row counts up from a random start by a random stride
+    (mod vocab), so the next token follows from the two before it and the loss falls fast."""
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(count):
+        start = torch.randint(0, vocab, (batch, 1), generator=g)
+        stride = torch.randint(1, 4, (batch, 1), generator=g)
+        seq = (start + stride * torch.arange(context + 1)) % vocab
+        out.append((seq[:, :-1], seq[:, 1:]))
+    return out
+
+
 def regression_batches(count, batch=8, inputs=16, outputs=8, seed=0):
     """``count`` (x, y) pairs: y a fixed random smooth function of x plus noise."""
     g = torch.Generator().manual_seed(seed)
