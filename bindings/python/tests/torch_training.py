@@ -70,12 +70,13 @@ def model_state_bytes(model):
     return 16 * sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
-def with_budget(model, config, **plan_args):
+def with_budget(model, config, extra_bytes=0, **plan_args):
     """config with zoe.device.budget_bytes set to what zoe's plan asks for the device, plus a margin
-    for the host device's rounding of each allocation."""
+    for the host device's rounding of each allocation, plus extra_bytes (what the plan does not
+    count: an activation being loaded)."""
     plan = zoe.torch.footprint_plan(model, config, **plan_args)
     out = copy.deepcopy(config)
-    out["zoe"]["device"]["budget_bytes"] = plan["device_bytes"] + (16 << 10)
+    out["zoe"]["device"]["budget_bytes"] = plan["device_bytes"] + (16 << 10) + extra_bytes
     return out
 
 
