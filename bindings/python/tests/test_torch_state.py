@@ -1,9 +1,12 @@
 """engine.state_dict(): torch's keys and values after the same training; checkpoints."""
 
 import copy
+import ctypes
 
+import pytest
 import torch
 
+import zoe
 import zoe.torch
 from models import GPT2, token_batches
 from torch_training import offload_config, train_torch, train_zoe, with_budget
@@ -33,3 +36,39 @@ def test_state_dict_equals_torch_after_the_same_steps(tmp_path):
     for key, value in want.items():
         assert state[key].dtype == value.dtype and state[key].device.type == "cpu", key
         torch.testing.assert_close(state[key], value, rtol=1e-5, atol=1e-6, msg=key)
+
+
+def _library_has(name):
+    return hasattr(ctypes.CDLL(zoe.library_path()), name)
+
+
+@pytest.mark.skipif(
+    not _library_has("zoe_checkpoint_save_client"),
+    reason="the loaded libzoe_c lacks zoe_checkpoint_save_client (capi-model's checkpoint client data)",
+)
+def test_checkpoint_resumes_training_exactly(tmp_path):
+    batches = token_batches(2 * STEPS)
+
+    def build():
+        torch.manual_seed(0)
+        model = GPT2(vocab=64, context=16, width=32, heads=2, layers=2)
+        config = with_budget(model, offload_config(tmp_path / "swap", model))
+        return zoe.torch.initialize(
+            model=model, config=config,
+            lr_scheduler=lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0 / (1 + s)),
+        )[0]
+
+    (tmp_path / "swap").mkdir()
+    with build() as engine:
+        train_zoe(engine, batches[:STEPS], cross_entropy, STEPS)
+        assert engine.save_checkpoint(tmp_path / "ckpt", client_state={"epoch": 7})
+        want = train_zoe(engine, batches[STEPS:], cross_entropy, STEPS)
+        want_lr = engine.get_lr()
+    with build() as engine:
+        path, client_state = engine.load_checkpoint(tmp_path / "ckpt")
+        assert path == str(tmp_path / "ckpt" / f"step-{STEPS}")
+        assert client_state == {"epoch": 7}
+        assert engine.global_steps == STEPS and engine.lr_scheduler.last_epoch == STEPS
+        got = train_zoe(engine, batches[STEPS:], cross_entropy, STEPS)
+        assert engine.get_lr() == want_lr
+    assert got == want  # bit for bit
