@@ -19,7 +19,7 @@ from ..plan import footprint_plan as zoe_footprint_plan
 from . import config as config_module
 from . import schedulers, state
 from .hooks import Runtime
-from .init_context import release_spool
+from .init_context import initial_values, release_spool
 from .launch import engine_comm
 from .layout import Layout
 from .optimizer import ZoeOptimizer, param_groups
@@ -32,7 +32,11 @@ DEFAULT_ACTIVATION_MIN_BYTES = 1 << 20
 
 
 def _initial_values(slot):
-    # A CPU float32 contiguous parameter is handed over as it is (no copy); others are converted.
+    # Built under zoe.torch.Init: its spool's values. Else a CPU float32 contiguous parameter is
+    # handed over as it is (no copy); others are converted.
+    spooled = initial_values(slot.param)
+    if spooled is not None:
+        return spooled
     return slot.param.detach().to("cpu", torch.float32).contiguous().numpy().reshape(-1)
 
 
