@@ -72,3 +72,27 @@ def test_checkpoint_resumes_training_exactly(tmp_path):
         got = train_zoe(engine, batches[STEPS:], cross_entropy, STEPS)
         assert engine.get_lr() == want_lr
     assert got == want  # bit for bit
+
+
+def test_load_state_dict_writes_zoe_and_names_a_bad_key(tmp_path):
+    torch.manual_seed(0)
+    trained = GPT2(vocab=64, context=16, width=32, heads=2, layers=2)
+    train_torch(trained, token_batches(2), cross_entropy, 2)
+    want = trained.state_dict()
+    torch.manual_seed(1)
+    model = GPT2(vocab=64, context=16, width=32, heads=2, layers=2)
+    engine, _, _, _ = zoe.torch.initialize(model=model, config=with_budget(model, offload_config(tmp_path, model)))
+    with engine:
+        before = engine.state_dict()
+        bad = dict(want, **{"h.1.ln_2.bias": torch.zeros(3)})
+        with pytest.raises(zoe.UsageError, match=r"'h\.1\.ln_2\.bias' has shape \(3,\)"):
+            engine.load_state_dict(bad)
+        for key, value in engine.state_dict().items():
+            assert torch.equal(value, before[key]), key  # nothing was written
+        engine.load_state_dict(want)
+        for key, value in engine.state_dict().items():
+            assert torch.equal(value, want[key]), key
+        (idx, targets), = token_batches(1, seed=3)
+        loss = cross_entropy(engine(idx), targets)
+        engine.backward(loss)
+        assert loss.item() == pytest.approx(cross_entropy(trained(idx), targets).item(), rel=1e-6)

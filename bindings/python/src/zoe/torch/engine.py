@@ -235,6 +235,12 @@ class Engine:
         self._require_open()
         return state.state_dict(self.module, self._layout, self._zoe)
 
+    def load_state_dict(self, state_dict, strict=True):
+        """Sets the parameters (zoe's masters and working copies, not the Adam moments) and buffers
+        from a state_dict keyed as the model's. Between steps only."""
+        self._require_open()
+        state.load_state_dict(self.module, self._layout, self._zoe, state_dict, strict=strict)
+
     def save_checkpoint(self, save_dir, tag=None, client_state=None, save_latest=True):
         """Saves every state under save_dir/tag (None: "step-<n>") and points save_dir/latest at
         it, crash-safe; client_state comes back from load_checkpoint. Between steps only."""

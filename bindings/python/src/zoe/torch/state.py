@@ -11,7 +11,7 @@ import os
 
 import torch
 
-from ..errors import CorruptError
+from ..errors import CorruptError, UsageError
 
 
 def state_dict(module, layout, zoe_engine):
@@ -28,6 +28,38 @@ def state_dict(module, layout, zoe_engine):
             read[slot] = torch.from_numpy(zoe_engine.read_state(slot.id))
         out[key] = read[slot]
     return out
+
+
+def load_state_dict(module, layout, zoe_engine, values, strict=True):
+    """Writes `values` (keyed as module.state_dict()) into zoe's parameters (zoe_write_state: the
+    master and the working copy) and torch's buffers. Every key, shape and value is checked before
+    anything is written: zoe.UsageError naming the key otherwise, nothing changed."""
+    own = module.state_dict(keep_vars=True)
+    if strict:
+        missing = [k for k in own if k not in values]
+        unexpected = [k for k in values if k not in own]
+        if missing or unexpected:
+            raise UsageError(f"load_state_dict: missing keys {missing}, unexpected keys {unexpected}")
+    writes = []
+    for key, target in own.items():
+        if key not in values:
+            continue
+        value = torch.as_tensor(values[key])
+        slot = layout.slot_of.get(target) if isinstance(target, torch.nn.Parameter) else None
+        shape = slot.shape if slot is not None else target.shape
+        if value.shape != shape:
+            raise UsageError(f"load_state_dict: {key!r} has shape {tuple(value.shape)}, the model's is {tuple(shape)}")
+        if value.is_floating_point() and not torch.isfinite(value).all():
+            raise UsageError(f"load_state_dict: {key!r} holds an inf or NaN")
+        writes.append((slot, target, value))
+    written = set()
+    for slot, target, value in writes:
+        if slot is None:
+            with torch.no_grad():
+                target.copy_(value)
+        elif slot not in written:  # a tied parameter's names all hold its one value
+            zoe_engine.write_state(slot.id, value.detach().to("cpu", torch.float32).numpy())
+            written.add(slot)
 
 
 def client_blob(client_state, optimizer, lr_scheduler, counters):
