@@ -47,17 +47,20 @@ class MLP(nn.Module):
 
 
 class SharedLayerMLP(nn.Module):
-    """One hidden layer applied twice per forward: a module called several times per step."""
+    """One hidden layer applied twice per forward, another layer between its uses (as weight
+    sharing across layers does): a module called several times per step."""
 
     def __init__(self, inputs=16, hidden=32, outputs=8):
         super().__init__()
         self.inp = Dense(inputs, hidden)
         self.shared = Dense(hidden, hidden)
+        self.mid = Dense(hidden, hidden)
         self.out = Dense(hidden, outputs)
 
     def forward(self, x):
         x = torch.tanh(self.inp(x))
         x = torch.tanh(self.shared(x))
+        x = torch.tanh(self.mid(x))
         x = torch.tanh(self.shared(x))
         return self.out(x)
 

@@ -11,11 +11,14 @@ module's backward runs; it fetches the module again and lends zoe's zero-filled 
 as param.grad, which autograd accumulates into. Each trainable parameter's post-accumulate-grad
 hook counts it done; after the module's last one (a repeated module's gradient accumulates once,
 after all its uses) the gradients go to zoe (zoe_reduce_gradients) and the module is released.
-A tied parameter's gradient accumulates only after its last use in backward (the token embedding,
-long after the head): zoe's buffer lent all that while would hold a gradient bucket that zoe
-cannot reduce until then, and a single caller would wait on itself for bucket room. So a tied
-module is fetched for its values only, autograd sums the uses into a tensor of its own, and at
-its accumulation the module is fetched for backward and the sum copied into zoe's buffer. A zoe module without trainable parameters is fetched for its values
+A module used more than once in the micro-batch's forward (a tied parameter's, a layer shared
+across depths) accumulates its gradient only after its first use's backward, long after its last
+use's: fetched for backward and its buffers lent all that while, it would hold its share of the
+gathered-parameter arena and a gradient bucket that zoe cannot reduce until then, and a single
+caller would wait on itself. So such a module is fetched for its values only (released when the
+next module is fetched, fetched again by an unpack that needs it), autograd sums the uses into a
+tensor of its own, and at its accumulation the module is fetched for backward and the sum copied
+into zoe's buffer. A zoe module without trainable parameters is fetched for its values
 only and released when the next module is fetched for backward; if a later node needs it after
 all, saved_tensors.py's unpack fetches it again (ensure_bound). After autograd returns,
 finish_backward hands in what never completed (a parameter the loss did not reach has a zero
@@ -68,6 +71,7 @@ class Runtime:
         self._lent = {}  # Slot -> the gradient tensor lent to it
         self._pending = {}  # Unit -> its trainable Slots whose gradient has not accumulated yet
         self._handed_in = set()  # Units whose gradients zoe has for this micro-batch
+        self._uses = {u: 0 for u in layout.units}  # forward uses in this micro-batch
         self.micro_batch_open = False
         self.active = False  # inside engine(...) or engine.backward(...)
         self._hooks = []
@@ -168,6 +172,8 @@ class Runtime:
                 )
 
     def _acquire_forward(self, unit):
+        if torch.is_grad_enabled():
+            self._uses[unit] += 1
         users = self._forward_users[unit]
         if users == 0 and unit not in self._backward:
             self._fetch(unit, "forward")
@@ -210,7 +216,7 @@ class Runtime:
         if unit in self._backward or self._forward_users[unit]:
             return
         self._release_values()
-        if unit.tied or unit in self._handed_in or not unit.trainable:
+        if self._uses[unit] > 1 or unit in self._handed_in or not unit.trainable:
             self._fetch(unit, "forward")
             self._backward[unit] = _VALUES
             return
@@ -250,8 +256,8 @@ class Runtime:
                         f"the gradient of parameter {slot.name!r} arrived while its module {unit.name!r} runs "
                         "forward: backward inside a forward is not supported"
                     )
-                # A tied parameter, or one used outside its modules' calls: autograd made a gradient
-                # tensor of its own. Lend zoe's buffer now and copy it in.
+                # A module used several times, or a parameter used outside its modules' calls:
+                # autograd made a gradient tensor of its own. Lend zoe's buffer now and copy it in.
                 if self._backward.pop(unit, None) is _VALUES:
                     self._release(unit)
                 self._lend(unit)
@@ -285,5 +291,6 @@ class Runtime:
                 self._hand_in(unit)
         self._release_values()
         self._handed_in.clear()
+        self._uses = dict.fromkeys(self._uses, 0)
         self._zoe.end_micro_batch()
         self.micro_batch_open = False

@@ -30,12 +30,11 @@ class Slot:
 class Unit:
     """One zoe module: the parameters fetched and released together."""
 
-    __slots__ = ("id", "name", "slots", "tied")
+    __slots__ = ("id", "name", "slots")
 
-    def __init__(self, name, tied):
+    def __init__(self, name):
         self.name = name
         self.slots = []
-        self.tied = tied  # a parameter registered in several torch modules
         self.id = None
 
     @property
@@ -87,13 +86,13 @@ class Layout:
             for _, p in own:
                 if len(users[p]) > 1:
                     if p not in tied:
-                        tied[p] = self._add_unit(first_name[p], tied=True)
+                        tied[p] = self._add_unit(first_name[p])
                         self._add_slot(tied[p], p, first_name[p], group_of)
                     if tied[p] not in needs:
                         needs.append(tied[p])
                     continue
                 if unit is None:
-                    unit = self._add_unit(module_name or "<root>", tied=False)
+                    unit = self._add_unit(module_name or "<root>")
                     needs.insert(0, unit)
                 self._add_slot(unit, p, first_name[p], group_of)
             self.units_of[module] = needs
@@ -101,8 +100,8 @@ class Layout:
             self.module_name[module] = module_name or "<root>"
         self.slots = [s for u in self.units for s in u.slots]
 
-    def _add_unit(self, name, tied):
-        unit = Unit(name, tied)
+    def _add_unit(self, name):
+        unit = Unit(name)
         self.units.append(unit)
         return unit
 
