@@ -18,7 +18,7 @@ import pytest
 import torch
 
 import zoe.torch
-from models import GPT2, counting_batches
+from models import GPT2, LoRAMLP, counting_batches, regression_batches
 from torch_training import BETAS, EPS, assert_losses_close, offload_config, train_torch, train_zoe, with_budget
 
 torch.set_num_threads(1)
@@ -74,3 +74,22 @@ def test_16_bit_training_tracks_torch(tmp_path, name):
     assert got != fp32
     assert_losses_close(got, mixed, rtol=1e-4)
     assert_losses_close(got, fp32, rtol=1e-3)
+
+
+def test_model_already_in_bf16_is_taken_exactly(tmp_path):
+    # Its values need converting to fp32: written one parameter at a time after the engine is made.
+    torch.manual_seed(0)
+    model = LoRAMLP(inputs=16, hidden=64, outputs=8).to(torch.bfloat16)
+    want = {k: v.float() for k, v in model.state_dict().items()}
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    config = with_budget(model, offload_config(tmp_path, model, bf16={"enabled": True}), model_parameters=trainable)
+    engine, _, _, _ = zoe.torch.initialize(model=model, model_parameters=trainable, config=config)
+    with engine:
+        state = engine.state_dict()
+        assert all(torch.equal(state[k], want[k]) for k in want)
+        (x, y), = regression_batches(1)
+        engine.backward(torch.nn.functional.mse_loss(engine(x.bfloat16()).float(), y))
+        engine.step()
+        after = engine.state_dict()
+    assert torch.equal(after["fc1.base.weight"], want["fc1.base.weight"])  # frozen
+    assert not torch.equal(after["fc1.lora_b"], want["fc1.lora_b"])

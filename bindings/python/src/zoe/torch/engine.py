@@ -31,13 +31,18 @@ from .tensors import placeholder
 DEFAULT_ACTIVATION_MIN_BYTES = 1 << 20
 
 
-def _initial_values(slot):
-    # Built under zoe.torch.Init: its spool's values. Else a CPU float32 contiguous parameter is
-    # handed over as it is (no copy); others are converted.
+def _shared_values(slot):
+    """A parameter's values as zoe_engine_create can read them without a copy (a zoe.torch.Init
+    spool's, or a CPU float32 contiguous tensor's own memory); None for one that needs converting,
+    which initialize writes after the engine is made, one at a time (zoe_write_state), so the
+    converted copies of the whole model never exist at once."""
     spooled = initial_values(slot.param)
     if spooled is not None:
         return spooled
-    return slot.param.detach().to("cpu", torch.float32).contiguous().numpy().reshape(-1)
+    values = slot.param.detach()
+    if values.dtype == torch.float32 and values.device.type == "cpu" and values.is_contiguous():
+        return values.numpy().reshape(-1)
+    return None
 
 
 def _torch_device(zoe_device):
@@ -76,14 +81,17 @@ class Engine:
         self.optimizer = ZoeOptimizer(groups, dict(settings.optimizer_defaults))
         # Before zoe's engine exists: a scheduler that cannot be built leaves nothing to undo.
         self.lr_scheduler = self._scheduler(lr_scheduler, settings)
-        with layout.zoe_model(settings.dtype, values=_initial_values) as zoe_model:
+        with layout.zoe_model(settings.dtype, values=_shared_values) as zoe_model:
             # The ranks of the launch: mpirun's (zoe's own backend) or torchrun's (its process group).
             self._zoe = ZoeEngine(zoe_model, document, device=device, config_overrides=patch, **engine_comm(document))
         try:
+            for slot in layout.slots:
+                if _shared_values(slot) is None:
+                    self._zoe.write_state(slot.id, slot.param.detach().to("cpu", torch.float32).numpy())
             self._device = _torch_device(self._zoe.device)
             self._stream = Stream(self._zoe.device)
         except BaseException:
-            self._zoe.close()
+            self._zoe.close()  # the model keeps its values: torch's copies are freed only below
             raise
         # zoe holds the values now: torch's copies go (the model runs on zoe's while fetched).
         for slot in layout.slots:
