@@ -65,7 +65,8 @@ def test_step_before_backward_names_the_call(engine):
 
 def test_step_without_backward_at_the_accumulation_boundary(tmp_path):
     model = mlp()
-    engine, _, _, _ = zoe.torch.initialize(model=model, config=with_budget(model, offload_config(tmp_path, model, gas=2)))
+    config = with_budget(model, offload_config(tmp_path, model, gas=2))
+    engine, _, _, _ = zoe.torch.initialize(model=model, config=config)
     with engine:
         (x, y), = regression_batches(1)
         engine.backward(mse(engine(x), y))

@@ -71,7 +71,8 @@ def test_lr_set_by_hand_between_steps_equals_torch(tmp_path):
             g["lr"] = lrs[i]
         want += train_torch(reference, [(x, y)], cross_entropy, 1, optimizer=ref_opt)
 
-    engine, optimizer, _, _ = zoe.torch.initialize(model=model, config=with_budget(model, offload_config(tmp_path, model)))
+    config = with_budget(model, offload_config(tmp_path, model))
+    engine, optimizer, _, _ = zoe.torch.initialize(model=model, config=config)
     got = []
     with engine:
         for i, batch in enumerate(batches):

@@ -39,7 +39,8 @@ def test_engine_never_closed_is_torn_down_at_exit(tmp_path):
         from models import MLP, regression_batches
         from torch_training import mse, offload_config, with_budget
         model = MLP(inputs=16, hidden=32, outputs=8, layers=3)
-        engine, _, _, _ = zoe.torch.initialize(model=model, config=with_budget(model, offload_config({str(tmp_path)!r}, model)))
+        config = with_budget(model, offload_config({str(tmp_path)!r}, model))
+        engine, _, _, _ = zoe.torch.initialize(model=model, config=config)
         (x, y), = regression_batches(1)
         engine.backward(mse(engine(x), y))
         engine.step()

@@ -7,7 +7,15 @@ import torch
 
 import zoe.torch
 from models import MLP, regression_batches
-from torch_training import assert_losses_close, model_state_bytes, mse, offload_config, train_torch, train_zoe, with_budget
+from torch_training import (
+    assert_losses_close,
+    model_state_bytes,
+    mse,
+    offload_config,
+    train_torch,
+    train_zoe,
+    with_budget,
+)
 
 torch.set_num_threads(1)
 

@@ -150,7 +150,9 @@ class Engine:
         gradient_accumulation_steps: the loss is not divided here. Returns loss."""
         self._require_open()
         if not self._runtime.micro_batch_open:
-            raise UsageError("engine.backward(loss): no training forward ran through engine(...) since the last backward")
+            raise UsageError(
+                "engine.backward(loss): no training forward ran through engine(...) since the last backward"
+            )
         scale = self._zoe.loss_scale()
         with self._runtime.compute():
             try:
@@ -176,7 +178,8 @@ class Engine:
             raise UsageError(
                 f"engine.step() after {self._backwards} engine.backward() calls since the last optimizer step; "
                 f"this is micro-step {expected} of gradient_accumulation_steps "
-                f"{self._settings.gradient_accumulation_steps}: call engine.backward(loss) once before each engine.step()"
+                f"{self._settings.gradient_accumulation_steps}: call engine.backward(loss) once before each "
+                "engine.step()"
             )
         if self.is_gradient_accumulation_boundary():
             result = self.optimizer.step()
@@ -255,7 +258,11 @@ class Engine:
         self._require_open()
         if not save_latest:
             raise UsageError("save_checkpoint(save_latest=False): zoe always points `latest` at the new checkpoint")
-        counters = {"global_steps": self.global_steps, "skipped_steps": self.skipped_steps, "micro_steps": self.micro_steps}
+        counters = {
+            "global_steps": self.global_steps,
+            "skipped_steps": self.skipped_steps,
+            "micro_steps": self.micro_steps,
+        }
         blob = state.client_blob(client_state or {}, self.optimizer, self.lr_scheduler, counters)
         os.makedirs(save_dir, exist_ok=True)
         self._zoe.checkpoint_save(save_dir, tag, client=blob)

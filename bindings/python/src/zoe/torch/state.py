@@ -78,7 +78,9 @@ def client_blob(client_state, optimizer, lr_scheduler, counters):
 def read_client_blob(blob, where):
     """The dict client_blob wrote; zoe.CorruptError naming `where` when it is not one."""
     if blob is None:
-        raise CorruptError(f"checkpoint {where} has no zoe.torch client data: it was not saved by engine.save_checkpoint")
+        raise CorruptError(
+            f"checkpoint {where} has no zoe.torch client data: it was not saved by engine.save_checkpoint"
+        )
     try:
         state = torch.load(io.BytesIO(blob), weights_only=False)
     except Exception as e:  # noqa: BLE001 (whatever unpickling raises, the blob is not ours)
