@@ -12,24 +12,33 @@ BETAS = (0.9, 0.999)
 EPS = 1e-8
 
 
+def _own_elements(module):
+    # Each parameter rounded up to the 4 KiB zoe aligns it to.
+    return sum(-(-p.numel() // 1024) * 1024 for p in module.parameters(recurse=False))
+
+
+def largest_module(model):
+    """Elements of the largest set of parameters one module registers itself."""
+    return max(_own_elements(m) for m in model.modules())
+
+
 def largest_fetch(model):
     """Elements zoe.torch holds fetched at once at most in a forward: a module's own parameters
-    with those of its ancestors (a parent's stay fetched while its children run), each rounded up
-    to the 4 KiB zoe aligns it to."""
+    with those of its ancestors (a parent's stay fetched while its children run)."""
 
     def held(module, above):
-        here = above + sum(-(-p.numel() // 1024) * 1024 for p in module.parameters(recurse=False))
+        here = above + _own_elements(module)
         return max([here] + [held(child, here) for child in module.children()])
 
     return held(model, 0)
 
 
 def offload_config(swap_dir, model, lr=1e-3, weight_decay=0.01, gas=1, clip=0.0, **extra):
-    """Parameters and optimizer states on NVMe under swap_dir, on the host device, with buffers,
-    buckets and the gathered-parameter limit sized for what `model` holds at once (zoe's defaults are
-    sized for billions of parameters); `extra` merged at the top (fp16 / bf16 blocks, scheduler,
+    """Parameters and optimizer states on NVMe under swap_dir, on the host device, with buffers and
+    one gradient bucket sized for `model`'s largest module and the gathered-parameter limit for what
+    it holds at once (zoe's defaults are sized for billions of parameters); `extra` merged at the top (fp16 / bf16 blocks, scheduler,
     zoe.activations, ...)."""
-    largest = largest_fetch(model)
+    largest = largest_module(model)
     config = {
         "train_micro_batch_size_per_gpu": 4,
         "gradient_accumulation_steps": gas,
@@ -52,7 +61,7 @@ def offload_config(swap_dir, model, lr=1e-3, weight_decay=0.01, gas=1, clip=0.0,
             "sub_group_size": largest,
             "reduce_bucket_size": largest,
             "allgather_bucket_size": largest,
-            "stage3_max_live_parameters": 2 * largest,
+            "stage3_max_live_parameters": 2 * largest_fetch(model),
             "stage3_prefetch_bucket_size": largest,
             "stage3_param_persistence_threshold": 0,
             "stage3_max_reuse_distance": 0,

@@ -16,9 +16,8 @@ What a DeepSpeed script meets that differs:
 - A parameter is fetched only while a module registering it runs: one used in another module's
   forward without calling its own module (x @ self.emb.weight.t() in a parent) is an empty tensor
   there; tie it through modules (head.weight = emb.weight) instead.
-- A parent's own parameters stay fetched while its children run, and a module's gradient buffers
-  are held from its backward until its gradients accumulate: size stage3_max_live_parameters and
-  reduce_bucket_size for the largest such chain (zoe's defaults are far larger).
+- A parent's own parameters stay fetched while its children run: size stage3_max_live_parameters
+  for the largest such chain (zoe's default is far larger).
 - betas and eps are one pair for every param group (zoe's Adam takes them from the configuration);
   Adam and AdamW only; gradient_accumulation_steps is read as given (not derived from the batch
   sizes).

@@ -13,12 +13,13 @@ hook counts it done; after the module's last one (a repeated module's gradient a
 after all its uses) the gradients go to zoe (zoe_reduce_gradients) and the module is released.
 A module used more than once in the micro-batch's forward (a tied parameter's, a layer shared
 across depths) accumulates its gradient only after its first use's backward, long after its last
-use's: fetched for backward and its buffers lent all that while, it would hold its share of the
-gathered-parameter arena and a gradient bucket that zoe cannot reduce until then, and a single
-caller would wait on itself. So such a module is fetched for its values only (released when the
-next module is fetched, fetched again by an unpack that needs it), autograd sums the uses into a
-tensor of its own, and at its accumulation the module is fetched for backward and the sum copied
-into zoe's buffer. A zoe module without trainable parameters is fetched for its values
+use's, and a parent's own parameters may accumulate only after all its children's backward:
+fetched for backward and its buffers lent all that while, such a module would hold its share of
+the gathered-parameter arena and a gradient bucket that zoe cannot reduce until then, and a
+single caller would wait on itself. So it is fetched for its values only (released when the next
+module is fetched, fetched again by an unpack that needs it), autograd sums its gradients into
+tensors of its own, and at their accumulation the module is fetched for backward and they are
+copied into zoe's buffers. A zoe module without trainable parameters is fetched for its values
 only and released when the next module is fetched for backward; if a later node needs it after
 all, saved_tensors.py's unpack fetches it again (ensure_bound). After autograd returns,
 finish_backward hands in what never completed (a parameter the loss did not reach has a zero
@@ -216,7 +217,7 @@ class Runtime:
         if unit in self._backward or self._forward_users[unit]:
             return
         self._release_values()
-        if self._uses[unit] > 1 or unit in self._handed_in or not unit.trainable:
+        if unit.parent or self._uses[unit] > 1 or unit in self._handed_in or not unit.trainable:
             self._fetch(unit, "forward")
             self._backward[unit] = _VALUES
             return
@@ -256,8 +257,8 @@ class Runtime:
                         f"the gradient of parameter {slot.name!r} arrived while its module {unit.name!r} runs "
                         "forward: backward inside a forward is not supported"
                     )
-                # A module used several times, or a parameter used outside its modules' calls:
-                # autograd made a gradient tensor of its own. Lend zoe's buffer now and copy it in.
+                # A module used several times, a parent, or a parameter used outside its modules'
+                # calls: autograd made a gradient tensor of its own. Lend zoe's buffer now, copy it in.
                 if self._backward.pop(unit, None) is _VALUES:
                     self._release(unit)
                 self._lend(unit)
