@@ -144,11 +144,17 @@ class Engine:
 
     forward = __call__
 
-    def backward(self, loss, retain_graph=False):
+    def backward(self, loss, allreduce_gradients=True, release_loss=False, retain_graph=False, scale_wrt_gas=True):
         """Autograd from loss (times zoe's loss scale): the gradients go into zoe's buffers and are
         reduced module by module; closes the micro-batch. zoe averages the gradients over
-        gradient_accumulation_steps: the loss is not divided here. Returns loss."""
+        gradient_accumulation_steps (DeepSpeed's scale_wrt_gas): the loss is not divided here.
+        Returns loss. allreduce_gradients and release_loss are DeepSpeed's, accepted and unused."""
+        del allreduce_gradients, release_loss
         self._require_open()
+        if not scale_wrt_gas:
+            raise UsageError(
+                "engine.backward(scale_wrt_gas=False): zoe always averages over gradient_accumulation_steps"
+            )
         if not self._runtime.micro_batch_open:
             raise UsageError(
                 "engine.backward(loss): no training forward ran through engine(...) since the last backward"
