@@ -26,7 +26,7 @@ finish_backward hands in what never completed (a parameter the loss did not reac
 gradient) and closes the micro-batch.
 
 The micro-batch opens lazily at the first fetch with grad enabled; a forward under
-torch.no_grad() with no micro-batch open fetches for inference.
+torch.no_grad() with no micro-batch open is an inference (_read_for_inference).
 """
 
 import contextlib
@@ -73,6 +73,7 @@ class Runtime:
         self._pending = {}  # Unit -> its trainable Slots whose gradient has not accumulated yet
         self._handed_in = set()  # Units whose gradients zoe has for this micro-batch
         self._uses = {u: 0 for u in layout.units}  # forward uses in this micro-batch
+        self._read = set()  # Units bound to copies of their masters for an inference forward
         self.micro_batch_open = False
         self.active = False  # inside engine(...) or engine.backward(...)
         self._hooks = []
@@ -131,13 +132,28 @@ class Runtime:
     def _fetch(self, unit, pass_):
         if torch.is_grad_enabled():
             self.open_micro_batch()
+        elif not self.micro_batch_open:
+            self._read_for_inference(unit)
+            return
         self._zoe.fetch(unit.id, pass_, self._stream)
         self._synchronize()
         self._bind(unit)
 
+    def _read_for_inference(self, unit):
+        # zoe.h has no inference fetch yet (zoe_fetch needs a micro-batch, and opening one would
+        # count towards the step): an evaluation between steps reads the module's masters
+        # (zoe_read_state) into torch memory of the working dtype while it runs.
+        for slot in unit.slots:
+            values = torch.from_numpy(self._zoe.read_state(slot.id))
+            slot.param.data = values.to(self._device, self._dtype)
+        self._read.add(unit)
+
     def _release(self, unit):
         self._unbind(unit)
-        self._zoe.release(unit.id, self._stream)
+        if unit in self._read:
+            self._read.discard(unit)
+        else:
+            self._zoe.release(unit.id, self._stream)
 
     # ---- forward ------------------------------------------------------------------------------------
 
