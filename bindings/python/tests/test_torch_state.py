@@ -1,7 +1,6 @@
 """engine.state_dict(): torch's keys and values after the same training; checkpoints."""
 
 import copy
-import ctypes
 
 import pytest
 import torch
@@ -38,14 +37,6 @@ def test_state_dict_equals_torch_after_the_same_steps(tmp_path):
         torch.testing.assert_close(state[key], value, rtol=1e-5, atol=1e-6, msg=key)
 
 
-def _library_has(name):
-    return hasattr(ctypes.CDLL(zoe.library_path()), name)
-
-
-@pytest.mark.skipif(
-    not _library_has("zoe_checkpoint_save_client"),
-    reason="the loaded libzoe_c lacks zoe_checkpoint_save_client (capi-model's checkpoint client data)",
-)
 def test_checkpoint_resumes_training_exactly(tmp_path):
     batches = token_batches(2 * STEPS)
 

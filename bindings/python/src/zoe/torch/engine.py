@@ -271,7 +271,9 @@ class Engine:
         }
         blob = state.client_blob(client_state or {}, self.optimizer, self.lr_scheduler, counters)
         os.makedirs(save_dir, exist_ok=True)
-        self._zoe.checkpoint_save(save_dir, tag, client=blob)
+        if tag is None:  # zoe's own default, named here so the client blob can be found by it
+            tag = f"step-{0 if self._last_step is None else self._last_step.optimizer_steps}"
+        state.save_checkpoint(self._zoe, os.fspath(save_dir), str(tag), blob)
         return True
 
     def load_checkpoint(self, load_dir, tag=None, load_optimizer_states=True, load_lr_scheduler_states=True):
@@ -279,9 +281,10 @@ class Engine:
         self._require_open()
         if not load_optimizer_states:
             raise UsageError("load_checkpoint(load_optimizer_states=False): zoe loads every state of its checkpoint")
-        path = state.checkpoint_path(load_dir, tag)
-        self._zoe.checkpoint_load(load_dir, tag)
-        saved = state.read_client_blob(self._zoe.checkpoint_client(), path)
+        load_dir = os.fspath(load_dir)
+        tag = state.latest_tag(load_dir) if tag is None else str(tag)
+        path = os.path.join(load_dir, tag)
+        saved = state.read_client_blob(state.load_checkpoint(self._zoe, load_dir, tag), path)
         state.restore_groups(self.optimizer, saved["param_groups"], path)
         if load_lr_scheduler_states and self.lr_scheduler is not None and saved["lr_scheduler"] is not None:
             self.lr_scheduler.load_state_dict(saved["lr_scheduler"])
