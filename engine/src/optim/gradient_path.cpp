@@ -103,6 +103,32 @@ struct gradient_path::impl {
   void flush();
   void issue(const detail::gradient_buckets::batch& b);
   void wait_idle(std::unique_lock<std::mutex>& lock);
+  /// Under `mutex`, after try_take failed: whether no bucket can ever drain for thread `me`. Buckets
+  /// drain through jobs (`pending`), through the reduce() and flush() calls under way (`draining`)
+  /// and through reduce() of the modules acquired and not reduced; when none of the first two is
+  /// under way and every such module was acquired by `me` or by a thread itself waiting in
+  /// acquire(), nobody is left to reduce one.
+  [[nodiscard]] bool no_bucket_can_drain(std::thread::id me) const;
+  /// Counts a reduce() or flush() as under way for its scope, and wakes the waiters in acquire()
+  /// at its end (the bucket it handed on may have drained, or may be the one to wait for).
+  struct draining {
+    impl& s;
+    explicit draining(impl& path) : s(path) {
+      const std::lock_guard lock(s.mutex);
+      ++s.calls_draining;
+    }
+    ~draining() {
+      {
+        const std::lock_guard lock(s.mutex);
+        --s.calls_draining;
+      }
+      s.changed.notify_all();
+    }
+    draining(const draining&) = delete;
+    draining& operator=(const draining&) = delete;
+  };
+  /// acquire()'s usage_error when no_bucket_can_drain: the modules holding the buckets and the keys.
+  [[nodiscard]] std::string no_bucket(module_id m, std::uint64_t need) const;
 
   // ---- worker side ----
   void run() noexcept;
@@ -166,6 +192,8 @@ struct gradient_path::impl {
   bool stopping = false;
   std::optional<carried_error> failure;
   gradient_path_stats counters;
+  std::vector<std::thread::id> waiting;  ///< threads waiting in acquire() for a bucket (one entry per wait)
+  std::size_t calls_draining = 0;        ///< reduce() and flush() calls under way (draining)
 
   // The micro-batch, touched by the thread that begins and ends it (and acquire/reduce, under mutex).
   enum class module_stage : std::uint8_t { idle, acquired, reduced };
@@ -173,7 +201,8 @@ struct gradient_path::impl {
     module_stage stage = module_stage::idle;
     std::size_t bucket = 0;
     std::vector<void*> memory;
-    device_event ready;  ///< recorded by reduce() on backward's stream: the gradients are complete
+    device_event ready;           ///< recorded by reduce() on backward's stream: the gradients are complete
+    std::thread::id acquired_on;  ///< the thread that acquired it, counted on to reduce it
   };
   std::vector<module_slot> modules;
   std::vector<std::uint8_t> touched;  ///< parameters reduced in this micro-batch
@@ -449,6 +478,7 @@ void gradient_path::impl::abandon(const std::vector<parameter_id>& begun, stream
 }
 
 void gradient_path::impl::flush() {
+  const draining busy(*this);
   const std::lock_guard issuing(issue_mutex);
   std::vector<detail::gradient_buckets::batch> ready;
   {
@@ -568,6 +598,31 @@ void gradient_path::impl::enqueue(job j) {
 
 void gradient_path::impl::wait_idle(std::unique_lock<std::mutex>& lock) {
   changed.wait(lock, [this] { return pending == 0; });
+}
+
+bool gradient_path::impl::no_bucket_can_drain(std::thread::id me) const {
+  if (pending != 0 || calls_draining != 0) return false;
+  return std::all_of(modules.begin(), modules.end(), [&](const module_slot& x) {
+    return x.stage != module_stage::acquired || x.acquired_on == me ||
+           std::find(waiting.begin(), waiting.end(), x.acquired_on) != waiting.end();
+  });
+}
+
+std::string gradient_path::impl::no_bucket(module_id m, std::uint64_t need) const {
+  std::string held;
+  for (std::size_t k = 0; k < modules.size(); ++k) {
+    if (modules[k].stage != module_stage::acquired) continue;
+    held += str(held.empty() ? "" : ", ", "'", module_name(static_cast<module_id>(k)), "' (",
+                format_bytes(module_bytes(static_cast<module_id>(k))), ")");
+  }
+  return str("gradient_path::acquire: module '", module_name(m), "' needs ", format_bytes(need),
+             " of gradient memory, and no gradient bucket (", buckets->count(), " of ",
+             format_bytes(buckets->bucket_bytes()),
+             ") can drain before these modules, whose gradients were acquired and not reduced, are reduced: ", held,
+             " (buckets are reduced whole, in the order backward filled them); no other thread will reduce them, "
+             "so the wait would never end: reduce them first (zoe_reduce_gradients), or raise "
+             "zero_optimization.reduce_bucket_size so that they fit beside the modules acquired before their "
+             "reduction");
 }
 
 // ---- worker side ---------------------------------------------------------------------------------
@@ -941,6 +996,7 @@ std::vector<void*> gradient_path::acquire(module_id m, stream_view stream) {
   std::optional<detail::gradient_buckets::lease> lease;
   bool waited = false;
   bool flushed = false;
+  const std::thread::id me = std::this_thread::get_id();
   while (!(lease = s.buckets->try_take(need))) {
     // A bucket sealed (now or before) whose modules are all reduced must be issued before waiting
     // for a bucket to drain: it may be the one to drain.
@@ -951,15 +1007,20 @@ std::vector<void*> gradient_path::acquire(module_id m, stream_view stream) {
       flushed = true;
       continue;
     }
-    // Back-pressure: every bucket is busy until a module in it is reduced and accumulated.
+    // Back-pressure: every bucket is busy until a module in it is reduced and accumulated, unless
+    // only this thread (or threads waiting here too) could reduce one: then nothing ever would.
+    if (s.no_bucket_can_drain(me)) throw usage_error(s.no_bucket(m, need));
     if (!waited) ++s.counters.bucket_waits;
     waited = true;
     flushed = false;
+    s.waiting.push_back(me);
     s.changed.wait(lock);
+    s.waiting.erase(std::find(s.waiting.begin(), s.waiting.end(), me));
     ZOE_EXPECTS(s.open, "gradient_path::acquire: the micro-batch ended while module '", s.module_name(m),
                 "' waited for a bucket");
   }
   slot.stage = impl::module_stage::acquired;
+  slot.acquired_on = me;
   slot.bucket = lease->bucket;
   slot.memory.clear();
   std::byte* at = lease->memory;
@@ -984,6 +1045,7 @@ std::vector<void*> gradient_path::acquire(module_id m, stream_view stream) {
 
 void gradient_path::reduce(module_id m, stream_view stream) {
   impl& s = *impl_;
+  const impl::draining busy(s);  // the module's bucket may drain once this call has handed it on
   if (s.hold_locally(m, stream)) return;
   std::size_t bucket = 0;
   {
