@@ -479,15 +479,7 @@ ZOE_API zoe_status zoe_end_micro_batch(zoe_engine* engine);
 
 /** Brings module `module`'s parameters to the device for `pass`; work queued on `stream` after
  *  this call sees them (the call blocks only until the gathers are queued). ZOE_ERROR_USAGE for an
- *  unknown module, for ZOE_PASS_BACKWARD outside a micro-batch, or when the module is fetched and
- *  not yet released;
- *  Inference: a ZOE_PASS_FORWARD fetch while no micro-batch is open is an inference fetch. It reads
- *  the parameters as the last step left them, takes no gradient, neither opens nor counts a
- *  micro-batch, records nothing in the prefetch trace (and prefetches nothing), and ends with
- *  zoe_release. The rule is per engine: while any inference fetch is held, zoe_begin_micro_batch,
- *  zoe_step, zoe_step_groups, zoe_write_state, zoe_read_state, zoe_checkpoint_save* and
- *  zoe_checkpoint_load are refused (ZOE_ERROR_USAGE naming the module still fetched); release
- *  every inference fetch first. Several ranks: collective as below, every rank fetches alike.
+ *  unknown module, outside a micro-batch, or when the module is fetched and not yet released;
  *  ZOE_ERROR_IO / ZOE_ERROR_CORRUPT naming the path and offset when its shard cannot be read.
  *  Thread-safe for different modules on one rank. With several ranks a fetch is collective (it
  *  gathers the module's shards from every rank): each rank must fetch the same modules in the same
@@ -611,10 +603,10 @@ typedef enum zoe_state {
 /** Copies state `state` of parameter `parameter` into `values` (`count` must be its numel) as
  *  fp32: the whole value on every rank, whatever the stage and world size. Several ranks: when the
  *  states are partitioned (stages 1-3 at world size > 1) it is collective: every rank calls it in
- *  the same order with the same parameter and state, and the shards are gathered (stage 0's ranks
- *  each hold the whole value; the call is collective all the same, so write it the same way at
- *  every stage). A frozen parameter's ZOE_STATE_PARAMETER is its value (its 16-bit value widened);
- *  its other states are ZOE_ERROR_USAGE naming it. ZOE_ERROR_USAGE for a wrong count, an unknown
+ *  the same order with the same parameter and state, and the shards are gathered; at stage 0 each
+ *  rank reads its own whole replica and waits for no other (call it alike on every rank all the
+ *  same, so the program does not depend on the stage). A frozen parameter's ZOE_STATE_PARAMETER is its value (its
+ * 16-bit value widened); its other states are ZOE_ERROR_USAGE naming it. ZOE_ERROR_USAGE for a wrong count, an unknown
  *  parameter or state, inside a micro-batch, or a gradient before any was reduced. One thread. */
 ZOE_API zoe_status zoe_read_state(zoe_engine* engine, zoe_parameter_id parameter, zoe_state state, float* values,
                                   size_t count);
@@ -626,7 +618,7 @@ ZOE_API zoe_status zoe_read_state(zoe_engine* engine, zoe_parameter_id parameter
  *  rank passes the whole value and writes its own part of it; it is not collective (no rank waits
  *  for another), but every rank must make the same writes before the next collective call for the
  *  ranks to agree. ZOE_ERROR_USAGE for ZOE_STATE_GRADIENT, an unknown parameter or state, a wrong
- *  count, NULL values, inside a micro-batch or while an inference fetch is held, a moment of a
+ *  count, NULL values, inside a micro-batch, a moment of a
  *  frozen parameter, or a value that is NaN or infinite (naming the parameter and the index).
  *  A failure leaves the states as they were: everything is checked first, and states on NVMe are
  *  written to their shadow extents and committed once all are written, as the step does. One
@@ -650,18 +642,6 @@ ZOE_API zoe_status zoe_checkpoint_save(zoe_engine* engine, const char* directory
  *  missing, torn, corrupt or of another model, with nothing changed. Between steps only; the next
  *  micro-batch starts a new step. One thread. */
 ZOE_API zoe_status zoe_checkpoint_load(zoe_engine* engine, const char* directory, const char* tag);
-/** zoe_checkpoint_save with an opaque blob of the caller's (`bytes` of `client`; NULL with 0 bytes:
- *  none) stored in the checkpoint as a file of its own, covered by the manifest's sizes and
- *  checksums like every state: a torn or corrupt blob fails zoe_checkpoint_load with
- *  ZOE_ERROR_CORRUPT naming the file. Several ranks: every rank passes a blob (rank 0's is
- *  stored). Otherwise as zoe_checkpoint_save. One thread. */
-ZOE_API zoe_status zoe_checkpoint_save_client(zoe_engine* engine, const char* directory, const char* tag,
-                                              const void* client, size_t bytes);
-/** The client blob of the checkpoint zoe_checkpoint_load last loaded into this engine: *length is
- *  its size (0 when none was loaded, or the checkpoint had none). Writes at most `capacity` bytes
- *  into `buffer`; a NULL buffer or a capacity below *length only sets *length (zoe_statistics'
- *  convention; no NUL is added). Not collective. One thread. */
-ZOE_API zoe_status zoe_checkpoint_client(zoe_engine* engine, void* buffer, size_t capacity, size_t* length);
 
 /* ---- statistics and timing --------------------------------------------------------------------- */
 

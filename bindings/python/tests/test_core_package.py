@@ -25,7 +25,8 @@ def clean_env(**extra):
 
 def test_pip_install_into_a_fresh_venv_gives_a_working_package(tmp_path):
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
+    # Without its own pip (ensurepip takes seconds): this session's pip installs into it (--python).
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True)
     python = venv / "bin" / "python"
     site = subprocess.run(
         [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
@@ -38,7 +39,7 @@ def test_pip_install_into_a_fresh_venv_gives_a_working_package(tmp_path):
     else:
         library = {"ZOE_LIBRARY": zoe.library_path()}
     install = subprocess.run(
-        [str(python), "-m", "pip", "install", "--no-index", "--no-deps", "-v", str(PACKAGE)],
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "--no-index", "--no-deps", "-v", str(PACKAGE)],
         capture_output=True, text=True, env=clean_env(**library), check=False,
     )
     assert install.returncode == 0, install.stdout + install.stderr

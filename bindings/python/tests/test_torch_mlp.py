@@ -7,7 +7,15 @@ import torch
 
 import zoe.torch
 from models import MLP, regression_batches
-from torch_training import assert_losses_close, model_state_bytes, mse, offload_config, train_torch, train_zoe, with_budget
+from torch_training import (
+    assert_losses_close,
+    model_state_bytes,
+    mse,
+    offload_config,
+    train_torch,
+    train_zoe,
+    with_budget,
+)
 
 torch.set_num_threads(1)
 
@@ -29,6 +37,8 @@ def test_mlp_equals_torch_adamw(tmp_path, gas, clip):
     want = train_torch(reference, batches, mse, STEPS, gas=gas, clip=clip)
     engine, _, _, _ = zoe.torch.initialize(model=model, config=config)
     with engine:
+        assert not engine.was_step_applied() and engine.get_global_grad_norm() is None
         got = train_zoe(engine, batches, mse, STEPS, gas=gas)
-        assert engine.global_steps == STEPS
+        assert engine.global_steps == STEPS and engine.micro_steps == STEPS * gas
+        assert engine.was_step_applied() and engine.get_global_grad_norm() > 0
     assert_losses_close(got, want, rtol=1e-5)

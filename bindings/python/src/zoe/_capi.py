@@ -175,8 +175,6 @@ PROTOTYPES = {
     "zoe_parameter_numel": (_status, [_handle, c_uint32, POINTER(c_uint64)]),
     "zoe_checkpoint_save": (_status, [_handle, c_char_p, c_char_p]),
     "zoe_checkpoint_load": (_status, [_handle, c_char_p, c_char_p]),
-    "zoe_checkpoint_save_client": (_status, [_handle, c_char_p, c_char_p, c_void_p, c_size_t]),
-    "zoe_checkpoint_client": (_status, [_handle, c_void_p, c_size_t, POINTER(c_size_t)]),
     "zoe_statistics": (_status, [_handle, c_char_p, c_size_t, POINTER(c_size_t)]),
     "zoe_measure_stages": (_status, [_handle, POINTER(StageTimes)]),
 }
@@ -188,13 +186,16 @@ def exports(name):
 
 
 class _Missing:
-    """Stands for a function the loaded library does not export."""
+    """Stands for a function the loaded library does not export, or one this package has no
+    prototype for (never called without one: ctypes would guess its argument types)."""
 
     def __init__(self, name, path):
         self._name = name
         self._path = path
 
     def __call__(self, *args):
+        if self._name not in PROTOTYPES:
+            raise UsageError(f"{self._name}: this zoe package's zoe.h does not declare this function yet")
         raise UsageError(
             f"{self._name}: the loaded libzoe_c ({self._path}) does not export this function; "
             "it is older than this zoe package: rebuild it, or point ZOE_LIBRARY at a newer one"
@@ -215,6 +216,10 @@ class _Library:
             fn.restype = restype
             fn.argtypes = argtypes
             setattr(self, name, fn)
+
+    def __getattr__(self, name):
+        # Only names without a prototype get here.
+        return _Missing(name, self.path)
 
 
 _lib = None

@@ -6,10 +6,11 @@ still open are closed in dependency order: streams (an engine refuses to close w
 the device it opened are alive), then engines (before the devices they run on), then devices, then
 models. Objects are kept alive by the registry until they close, so garbage collection never
 destroys a handle at a moment the program did not choose (engine destruction is collective across
-ranks and must not depend on when each rank's collector runs).
+ranks and must not depend on when each rank's collector runs). A forked child starts with none.
 """
 
 import atexit
+import os
 import sys
 import threading
 
@@ -44,4 +45,13 @@ def close_all():
             print(f"zoe: at exit, closing {obj!r} failed: {e}", file=sys.stderr)
 
 
+def _forget_in_child():
+    # A forked child shares the parent's handles only by copy: closing them at the child's exit
+    # would remove the swap files the parent is still using.
+    global _lock
+    _lock = threading.Lock()
+    _open.clear()
+
+
 atexit.register(close_all)
+os.register_at_fork(after_in_child=_forget_in_child)

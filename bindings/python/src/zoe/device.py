@@ -58,7 +58,7 @@ class Device:
 
     @property
     def closed(self):
-        return self._handle is None
+        return self._handle is None or (self._owner is not None and self._owner._handle is None)
 
     @property
     def kind(self):

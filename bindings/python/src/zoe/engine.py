@@ -80,7 +80,12 @@ class Engine:
         self._default_lr = self._config.learning_rate()
         if device is None:
             own = ctypes.c_void_p()
-            _capi.call("zoe_engine_device", self._handle, ctypes.byref(own))
+            try:
+                _capi.call("zoe_engine_device", self._handle, ctypes.byref(own))
+            except BaseException:
+                # A failed constructor leaves nothing open behind it.
+                _capi.lib().zoe_engine_destroy(self._handle)
+                raise
             device = Device._borrowed(own.value, self)
         self.device = device
         _handles.register(self, _handles.ENGINE)

@@ -88,7 +88,6 @@ class Settings:
             "betas": tuple(params.get("betas", _DEFAULT_BETAS)),
             "eps": float(_number(params, "eps", _DEFAULT_EPS, where)),
         }
-        self.has_optimizer_block = "optimizer" in document
         self.scheduler = document.get("scheduler")
         activations = (document.get("zoe") or {}).get("activations") or {}
         # Without room in zoe's store every save would fail: autograd keeps the tensors then.

@@ -17,9 +17,9 @@ from ..engine import Engine as ZoeEngine
 from ..errors import ConfigError, UsageError
 from ..plan import footprint_plan as zoe_footprint_plan
 from . import config as config_module
-from . import state
+from . import schedulers, state
 from .hooks import Runtime
-from .init_context import release_spool
+from .init_context import initial_values, release_spool
 from .launch import engine_comm
 from .layout import Layout
 from .optimizer import ZoeOptimizer, param_groups
@@ -31,9 +31,18 @@ from .tensors import placeholder
 DEFAULT_ACTIVATION_MIN_BYTES = 1 << 20
 
 
-def _initial_values(slot):
-    # A CPU float32 contiguous parameter is handed over as it is (no copy); others are converted.
-    return slot.param.detach().to("cpu", torch.float32).contiguous().numpy().reshape(-1)
+def _shared_values(slot):
+    """A parameter's values as zoe_engine_create can read them without a copy (a zoe.torch.Init
+    spool's, or a CPU float32 contiguous tensor's own memory); None for one that needs converting,
+    which initialize writes after the engine is made, one at a time (zoe_write_state), so the
+    converted copies of the whole model never exist at once."""
+    spooled = initial_values(slot.param)
+    if spooled is not None:
+        return spooled
+    values = slot.param.detach()
+    if values.dtype == torch.float32 and values.device.type == "cpu" and values.is_contiguous():
+        return values.numpy().reshape(-1)
+    return None
 
 
 def _torch_device(zoe_device):
@@ -70,14 +79,19 @@ class Engine:
         self._settings = settings
         self._layout = layout
         self.optimizer = ZoeOptimizer(groups, dict(settings.optimizer_defaults))
-        with layout.zoe_model(settings.dtype, values=_initial_values) as zoe_model:
+        # Before zoe's engine exists: a scheduler that cannot be built leaves nothing to undo.
+        self.lr_scheduler = self._scheduler(lr_scheduler, settings)
+        with layout.zoe_model(settings.dtype, values=_shared_values) as zoe_model:
             # The ranks of the launch: mpirun's (zoe's own backend) or torchrun's (its process group).
             self._zoe = ZoeEngine(zoe_model, document, device=device, config_overrides=patch, **engine_comm(document))
         try:
+            for slot in layout.slots:
+                if _shared_values(slot) is None:
+                    self._zoe.write_state(slot.id, slot.param.detach().to("cpu", torch.float32).numpy())
             self._device = _torch_device(self._zoe.device)
             self._stream = Stream(self._zoe.device)
         except BaseException:
-            self._zoe.close()
+            self._zoe.close()  # the model keeps its values: torch's copies are freed only below
             raise
         # zoe holds the values now: torch's copies go (the model runs on zoe's while fetched).
         for slot in layout.slots:
@@ -94,7 +108,6 @@ class Engine:
             self._runtime, self._zoe, self._stream, self._device, settings.activations, activation_min_bytes
         )
         self.optimizer._apply = self._optimizer_step
-        self.lr_scheduler = self._scheduler(lr_scheduler, settings)
         self.global_steps = 0
         self.skipped_steps = 0
         self.micro_steps = 0
@@ -109,10 +122,9 @@ class Engine:
         if settings.scheduler is None:
             return None
         try:
-            from . import schedulers
-        except ImportError:
-            raise ConfigError("the configuration's scheduler block needs zoe.torch.schedulers, not installed") from None
-        return schedulers.build(settings.scheduler, self.optimizer)
+            return schedulers.build(settings.scheduler, self.optimizer)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
 
     # ---- running the model ------------------------------------------------------------------------
 
@@ -132,13 +144,21 @@ class Engine:
 
     forward = __call__
 
-    def backward(self, loss, retain_graph=False):
+    def backward(self, loss, allreduce_gradients=True, release_loss=False, retain_graph=False, scale_wrt_gas=True):
         """Autograd from loss (times zoe's loss scale): the gradients go into zoe's buffers and are
         reduced module by module; closes the micro-batch. zoe averages the gradients over
-        gradient_accumulation_steps: the loss is not divided here. Returns loss."""
+        gradient_accumulation_steps (DeepSpeed's scale_wrt_gas): the loss is not divided here.
+        Returns loss. allreduce_gradients and release_loss are DeepSpeed's, accepted and unused."""
+        del allreduce_gradients, release_loss
         self._require_open()
+        if not scale_wrt_gas:
+            raise UsageError(
+                "engine.backward(scale_wrt_gas=False): zoe always averages over gradient_accumulation_steps"
+            )
         if not self._runtime.micro_batch_open:
-            raise UsageError("engine.backward(loss): no training forward ran through engine(...) since the last backward")
+            raise UsageError(
+                "engine.backward(loss): no training forward ran through engine(...) since the last backward"
+            )
         scale = self._zoe.loss_scale()
         with self._runtime.compute():
             try:
@@ -164,20 +184,19 @@ class Engine:
             raise UsageError(
                 f"engine.step() after {self._backwards} engine.backward() calls since the last optimizer step; "
                 f"this is micro-step {expected} of gradient_accumulation_steps "
-                f"{self._settings.gradient_accumulation_steps}: call engine.backward(loss) once before each engine.step()"
+                f"{self._settings.gradient_accumulation_steps}: call engine.backward(loss) once before each "
+                "engine.step()"
             )
         if self.is_gradient_accumulation_boundary():
-            self.optimizer.step()
-            if self.lr_scheduler is not None:
+            result = self.optimizer.step()
+            # As DeepSpeed: a step skipped for an fp16 overflow does not advance the schedule.
+            if self.lr_scheduler is not None and not result.skipped:
                 self.lr_scheduler.step(**(lr_kwargs or {}))
         self.micro_steps += 1
 
     def _optimizer_step(self):
         groups = [(float(g["lr"]), float(g["weight_decay"])) for g in self.optimizer.param_groups]
-        if len(groups) == 1 and groups[0][1] == self._settings.optimizer_defaults["weight_decay"]:
-            result = self._zoe.step(lr=groups[0][0])
-        else:
-            result = self._zoe.step(groups=groups)
+        result = self._zoe.step(groups=groups)
         self._last_step = result
         self._backwards = 0
         self.global_steps += 1
@@ -233,16 +252,28 @@ class Engine:
         self._require_open()
         return state.state_dict(self.module, self._layout, self._zoe)
 
+    def load_state_dict(self, state_dict, strict=True):
+        """Sets the parameters (zoe's masters and working copies, not the Adam moments) and buffers
+        from a state_dict keyed as the model's. Between steps only."""
+        self._require_open()
+        state.load_state_dict(self.module, self._layout, self._zoe, state_dict, strict=strict)
+
     def save_checkpoint(self, save_dir, tag=None, client_state=None, save_latest=True):
         """Saves every state under save_dir/tag (None: "step-<n>") and points save_dir/latest at
         it, crash-safe; client_state comes back from load_checkpoint. Between steps only."""
         self._require_open()
         if not save_latest:
             raise UsageError("save_checkpoint(save_latest=False): zoe always points `latest` at the new checkpoint")
-        counters = {"global_steps": self.global_steps, "skipped_steps": self.skipped_steps, "micro_steps": self.micro_steps}
+        counters = {
+            "global_steps": self.global_steps,
+            "skipped_steps": self.skipped_steps,
+            "micro_steps": self.micro_steps,
+        }
         blob = state.client_blob(client_state or {}, self.optimizer, self.lr_scheduler, counters)
         os.makedirs(save_dir, exist_ok=True)
-        self._zoe.checkpoint_save(save_dir, tag, client=blob)
+        if tag is None:  # zoe's own default, named here so the client blob can be found by it
+            tag = f"step-{0 if self._last_step is None else self._last_step.optimizer_steps}"
+        state.save_checkpoint(self._zoe, os.fspath(save_dir), str(tag), blob)
         return True
 
     def load_checkpoint(self, load_dir, tag=None, load_optimizer_states=True, load_lr_scheduler_states=True):
@@ -250,9 +281,10 @@ class Engine:
         self._require_open()
         if not load_optimizer_states:
             raise UsageError("load_checkpoint(load_optimizer_states=False): zoe loads every state of its checkpoint")
-        path = state.checkpoint_path(load_dir, tag)
-        self._zoe.checkpoint_load(load_dir, tag)
-        saved = state.read_client_blob(self._zoe.checkpoint_client(), path)
+        load_dir = os.fspath(load_dir)
+        tag = state.latest_tag(load_dir) if tag is None else str(tag)
+        path = os.path.join(load_dir, tag)
+        saved = state.read_client_blob(state.load_checkpoint(self._zoe, load_dir, tag), path)
         state.restore_groups(self.optimizer, saved["param_groups"], path)
         if load_lr_scheduler_states and self.lr_scheduler is not None and saved["lr_scheduler"] is not None:
             self.lr_scheduler.load_state_dict(saved["lr_scheduler"])

@@ -9,16 +9,24 @@ parameter, a parent and its child) is fetched once and released when its last us
 Backward: a hook on the module's outputs fires when their gradient is ready, before any of the
 module's backward runs; it fetches the module again and lends zoe's zero-filled gradient buffers
 as param.grad, which autograd accumulates into. Each trainable parameter's post-accumulate-grad
-hook counts it done; after the module's last one (a tied parameter's and a repeated module's
-gradient accumulate once, after all their uses) the gradients go to zoe (zoe_reduce_gradients)
-and the module is released. A zoe module without trainable parameters is fetched for its values
+hook counts it done; after the module's last one (a repeated module's gradient accumulates once,
+after all its uses) the gradients go to zoe (zoe_reduce_gradients) and the module is released.
+A module used more than once in the micro-batch's forward (a tied parameter's, a layer shared
+across depths) accumulates its gradient only after its first use's backward, long after its last
+use's, and a parent's own parameters may accumulate only after all its children's backward:
+fetched for backward and its buffers lent all that while, such a module would hold its share of
+the gathered-parameter arena and a gradient bucket that zoe cannot reduce until then, and a
+single caller would wait on itself. So it is fetched for its values only (released when the next
+module is fetched, fetched again by an unpack that needs it), autograd sums its gradients into
+tensors of its own, and at their accumulation the module is fetched for backward and they are
+copied into zoe's buffers. A zoe module without trainable parameters is fetched for its values
 only and released when the next module is fetched for backward; if a later node needs it after
 all, saved_tensors.py's unpack fetches it again (ensure_bound). After autograd returns,
 finish_backward hands in what never completed (a parameter the loss did not reach has a zero
 gradient) and closes the micro-batch.
 
 The micro-batch opens lazily at the first fetch with grad enabled; a forward under
-torch.no_grad() with no micro-batch open fetches for inference.
+torch.no_grad() with no micro-batch open is an inference (_read_for_inference).
 """
 
 import contextlib
@@ -64,6 +72,8 @@ class Runtime:
         self._lent = {}  # Slot -> the gradient tensor lent to it
         self._pending = {}  # Unit -> its trainable Slots whose gradient has not accumulated yet
         self._handed_in = set()  # Units whose gradients zoe has for this micro-batch
+        self._uses = {u: 0 for u in layout.units}  # forward uses in this micro-batch
+        self._read = set()  # Units bound to copies of their masters for an inference forward
         self.micro_batch_open = False
         self.active = False  # inside engine(...) or engine.backward(...)
         self._hooks = []
@@ -122,13 +132,28 @@ class Runtime:
     def _fetch(self, unit, pass_):
         if torch.is_grad_enabled():
             self.open_micro_batch()
+        elif not self.micro_batch_open:
+            self._read_for_inference(unit)
+            return
         self._zoe.fetch(unit.id, pass_, self._stream)
         self._synchronize()
         self._bind(unit)
 
+    def _read_for_inference(self, unit):
+        # zoe.h has no inference fetch yet (zoe_fetch needs a micro-batch, and opening one would
+        # count towards the step): an evaluation between steps reads the module's masters
+        # (zoe_read_state) into torch memory of the working dtype while it runs.
+        for slot in unit.slots:
+            values = torch.from_numpy(self._zoe.read_state(slot.id))
+            slot.param.data = values.to(self._device, self._dtype)
+        self._read.add(unit)
+
     def _release(self, unit):
         self._unbind(unit)
-        self._zoe.release(unit.id, self._stream)
+        if unit in self._read:
+            self._read.discard(unit)
+        else:
+            self._zoe.release(unit.id, self._stream)
 
     # ---- forward ------------------------------------------------------------------------------------
 
@@ -164,6 +189,8 @@ class Runtime:
                 )
 
     def _acquire_forward(self, unit):
+        if torch.is_grad_enabled():
+            self._uses[unit] += 1
         users = self._forward_users[unit]
         if users == 0 and unit not in self._backward:
             self._fetch(unit, "forward")
@@ -206,10 +233,13 @@ class Runtime:
         if unit in self._backward or self._forward_users[unit]:
             return
         self._release_values()
-        if unit in self._handed_in or not unit.trainable:
+        if unit.parent or self._uses[unit] > 1 or unit in self._handed_in or not unit.trainable:
             self._fetch(unit, "forward")
             self._backward[unit] = _VALUES
             return
+        self._lend(unit)
+
+    def _lend(self, unit):
         self._fetch(unit, "backward")
         buffers = self._zoe.module_gradients(unit.id, self._stream)
         self._synchronize()
@@ -243,9 +273,11 @@ class Runtime:
                         f"the gradient of parameter {slot.name!r} arrived while its module {unit.name!r} runs "
                         "forward: backward inside a forward is not supported"
                     )
-                # No hook of a module using it ran first (the parameter was used outside its modules'
-                # calls): autograd made a tensor of its own. Lend zoe's buffer now and copy it in.
-                self.ensure_bound(unit)
+                # A module used several times, a parent, or a parameter used outside its modules'
+                # calls: autograd made a gradient tensor of its own. Lend zoe's buffer now, copy it in.
+                if self._backward.pop(unit, None) is _VALUES:
+                    self._release(unit)
+                self._lend(unit)
             lent = self._lent[slot]
             if grad is not lent:
                 lent.add_(grad)
@@ -276,5 +308,6 @@ class Runtime:
                 self._hand_in(unit)
         self._release_values()
         self._handed_in.clear()
+        self._uses = dict.fromkeys(self._uses, 0)
         self._zoe.end_micro_batch()
         self.micro_batch_open = False

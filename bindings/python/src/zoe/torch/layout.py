@@ -30,11 +30,12 @@ class Slot:
 class Unit:
     """One zoe module: the parameters fetched and released together."""
 
-    __slots__ = ("id", "name", "slots")
+    __slots__ = ("id", "name", "slots", "parent")
 
     def __init__(self, name):
         self.name = name
         self.slots = []
+        self.parent = False  # used by a torch module whose submodules have parameters too
         self.id = None
 
     @property
@@ -96,6 +97,9 @@ class Layout:
                     needs.insert(0, unit)
                 self._add_slot(unit, p, first_name[p], group_of)
             self.units_of[module] = needs
+            if any(m._parameters for m in module.modules() if m is not module):
+                for u in needs:
+                    u.parent = True
             self.params_of[module] = [(n, self.slot_of[p]) for n, p in own]
             self.module_name[module] = module_name or "<root>"
         self.slots = [s for u in self.units for s in u.slots]

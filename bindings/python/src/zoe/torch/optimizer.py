@@ -60,8 +60,13 @@ def _torch_groups(optimizer, names):
                 )
         if g.get("decoupled_weight_decay", decoupled) != decoupled:
             raise UsageError(f"{where}['decoupled_weight_decay'] differs from param_groups[0]'s")
-        groups.append({"params": _parameters(g["params"], names, where), "lr": float(g["lr"]),
-                       "weight_decay": float(g["weight_decay"])})
+        groups.append(
+            {
+                "params": _parameters(g["params"], names, where),
+                "lr": float(g["lr"]),
+                "weight_decay": float(g["weight_decay"]),
+            }
+        )
     patch = {
         "optimizer": {
             "type": "AdamW" if decoupled else "Adam",
@@ -117,14 +122,16 @@ def param_groups(model, optimizer, model_parameters, settings):
                             f"{where}[{key!r}] is {g[key]} but the configuration's optimizer.params.{key} is "
                             f"{defaults[key]}: zoe applies one {key} to every group"
                         )
-                groups.append({
-                    "params": _parameters(g["params"], names, where),
-                    "lr": float(g.get("lr", defaults["lr"])),
-                    "weight_decay": float(g.get("weight_decay", defaults["weight_decay"])),
-                })
+                groups.append(
+                    {
+                        "params": _parameters(g["params"], names, where),
+                        "lr": float(g.get("lr", defaults["lr"])),
+                        "weight_decay": float(g.get("weight_decay", defaults["weight_decay"])),
+                    }
+                )
         else:
-            groups = [{"params": _parameters(items, names, "model_parameters"), "lr": defaults["lr"],
-                       "weight_decay": defaults["weight_decay"]}]
+            params = _parameters(items, names, "model_parameters")
+            groups = [{"params": params, "lr": defaults["lr"], "weight_decay": defaults["weight_decay"]}]
     else:
         groups = [{"params": list(names), "lr": defaults["lr"], "weight_decay": defaults["weight_decay"]}]
     seen = {}

@@ -3,7 +3,10 @@
 zoe keeps every parameter state (masters, moments) and saves them in its checkpoint itself; what
 only the Python side knows (the client state, the param groups' lr and weight decay as schedulers
 left them, the scheduler's own state, the step counters) travels in the checkpoint's client blob
-(zoe_checkpoint_save_client), so one crash-safe checkpoint holds all of it.
+(zoe_checkpoint_save_client), so one crash-safe checkpoint holds all of it. A libzoe_c without
+that call gets the blob in `directory/<tag>.zoe-torch`, written and fsynced under a temporary name
+and renamed before zoe's checkpoint is saved: a crash between the two leaves `latest` at the
+previous checkpoint, whose blob is intact.
 """
 
 import io
@@ -11,7 +14,40 @@ import os
 
 import torch
 
-from ..errors import CorruptError
+from .. import _capi
+from ..errors import CorruptError, UsageError
+
+_SIDE_SUFFIX = ".zoe-torch"
+
+
+def _zoe_keeps_client():
+    return not isinstance(getattr(_capi.lib(), "zoe_checkpoint_save_client"), _capi._Missing)
+
+
+def save_checkpoint(zoe_engine, directory, tag, blob):
+    """zoe's checkpoint directory/tag with the client blob."""
+    if _zoe_keeps_client():
+        zoe_engine.checkpoint_save(directory, tag, client=blob)
+        return
+    side = os.path.join(directory, tag + _SIDE_SUFFIX)
+    with open(side + ".tmp", "wb") as f:
+        f.write(blob)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(side + ".tmp", side)
+    zoe_engine.checkpoint_save(directory, tag)
+
+
+def load_checkpoint(zoe_engine, directory, tag):
+    """Loads zoe's checkpoint directory/tag; returns its client blob (None when it has none)."""
+    zoe_engine.checkpoint_load(directory, tag)
+    if _zoe_keeps_client():
+        return zoe_engine.checkpoint_client()
+    try:
+        with open(os.path.join(directory, tag + _SIDE_SUFFIX), "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        return None
 
 
 def state_dict(module, layout, zoe_engine):
@@ -30,6 +66,38 @@ def state_dict(module, layout, zoe_engine):
     return out
 
 
+def load_state_dict(module, layout, zoe_engine, values, strict=True):
+    """Writes `values` (keyed as module.state_dict()) into zoe's parameters (zoe_write_state: the
+    master and the working copy) and torch's buffers. Every key, shape and value is checked before
+    anything is written: zoe.UsageError naming the key otherwise, nothing changed."""
+    own = module.state_dict(keep_vars=True)
+    if strict:
+        missing = [k for k in own if k not in values]
+        unexpected = [k for k in values if k not in own]
+        if missing or unexpected:
+            raise UsageError(f"load_state_dict: missing keys {missing}, unexpected keys {unexpected}")
+    writes = []
+    for key, target in own.items():
+        if key not in values:
+            continue
+        value = torch.as_tensor(values[key])
+        slot = layout.slot_of.get(target) if isinstance(target, torch.nn.Parameter) else None
+        shape = slot.shape if slot is not None else target.shape
+        if value.shape != shape:
+            raise UsageError(f"load_state_dict: {key!r} has shape {tuple(value.shape)}, the model's is {tuple(shape)}")
+        if value.is_floating_point() and not torch.isfinite(value).all():
+            raise UsageError(f"load_state_dict: {key!r} holds an inf or NaN")
+        writes.append((slot, target, value))
+    written = set()
+    for slot, target, value in writes:
+        if slot is None:
+            with torch.no_grad():
+                target.copy_(value)
+        elif slot not in written:  # a tied parameter's names all hold its one value
+            zoe_engine.write_state(slot.id, value.detach().to("cpu", torch.float32).numpy())
+            written.add(slot)
+
+
 def client_blob(client_state, optimizer, lr_scheduler, counters):
     """The bytes of what a checkpoint keeps for the Python side."""
     state = {
@@ -46,7 +114,9 @@ def client_blob(client_state, optimizer, lr_scheduler, counters):
 def read_client_blob(blob, where):
     """The dict client_blob wrote; zoe.CorruptError naming `where` when it is not one."""
     if blob is None:
-        raise CorruptError(f"checkpoint {where} has no zoe.torch client data: it was not saved by engine.save_checkpoint")
+        raise CorruptError(
+            f"checkpoint {where} has no zoe.torch client data: it was not saved by engine.save_checkpoint"
+        )
     try:
         state = torch.load(io.BytesIO(blob), weights_only=False)
     except Exception as e:  # noqa: BLE001 (whatever unpickling raises, the blob is not ours)
@@ -65,9 +135,11 @@ def restore_groups(optimizer, saved_groups, where):
         group.update(saved)
 
 
-def checkpoint_path(directory, tag):
-    """directory/tag, the tag being the one `latest` names when None."""
-    if tag is None:
-        with open(os.path.join(directory, "latest"), encoding="utf-8") as f:
-            tag = f.read().strip()
-    return os.path.join(directory, str(tag))
+def latest_tag(directory):
+    """The tag `directory/latest` names (zoe.CorruptError naming it when it cannot be read)."""
+    path = os.path.join(directory, "latest")
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read().strip()
+    except OSError as e:
+        raise CorruptError(f"no checkpoint to load in {str(directory)!r}: {path!r}: {e.strerror}") from None
