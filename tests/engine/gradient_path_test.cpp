@@ -481,6 +481,19 @@ TEST(gradient_path, OneReduceScatterPerBucketPerMicroBatch) {
   }
 }
 
+// fn() throws a usage_error whose message holds every one of `mentions`.
+template <class Fn, class... Text>
+void expect_usage_error(Fn&& fn, const Text&... mentions) {
+  try {
+    fn();
+    FAIL() << "no usage_error; expected one mentioning " << (std::string(mentions) + ...);
+  } catch (const usage_error& e) {
+    for (const std::string& m : {std::string(mentions)...}) {
+      EXPECT_NE(std::string(e.what()).find(m), std::string::npos) << m << " in: " << e.what();
+    }
+  }
+}
+
 // One bucket that holds one module: a second acquire waits until the first module is reduced and
 // accumulated, then completes.
 TEST(gradient_path, AModuleWaitsWhileTheOnlyBucketIsBusy) {
@@ -507,6 +520,70 @@ TEST(gradient_path, AModuleWaitsWhileTheOnlyBucketIsBusy) {
   b.expect_gradients_match("one bucket");
 }
 
+// One bucket that holds one module, and one thread that acquires a second module before reducing
+// the first: only that thread could free the bucket, so the acquire is refused naming the module
+// that holds it (it waited for ever before), and nothing changed: once the first is reduced, the
+// second is acquired and the micro-batch sums as usual.
+TEST(gradient_path, AnAcquireOnlyItsOwnThreadCouldUnblockIsRefusedNamingTheModule) {
+  bench b(home_kind::split, false, 1);
+  ASSERT_EQ(b.s.plan().gradient_bucket_count, 1U);
+  b.path.begin_micro_batch(0, 1);
+  const std::vector<void*> m0 = b.path.acquire(0, b.stream.view());
+  const std::string held = "'" + b.s.layout().module(0).name + "'";
+  expect_usage_error([&] { (void)b.path.acquire(1, b.stream.view()); }, held, "acquired and not reduced",
+                     "reduce_bucket_size");
+  b.fill(0, m0, 9, true);
+  b.path.reduce(0, b.stream.view());
+  b.backward(1, 9, true);
+  b.path.end_micro_batch();
+  b.expect_gradients_match("refused, then reduced in order");
+}
+
+// Two threads each hold a bucket (two buckets of one module each) and each acquires another: the
+// first waits (the other thread may still reduce), the second finds every holder waiting and is
+// refused; once it reduces its module, the first finds only its own module in the way and is
+// refused too. Nothing waits for ever, and after both reduce, the micro-batch completes.
+TEST(gradient_path, ThreadsWaitingOnEachOthersBucketsAreRefusedNotLeftWaiting) {
+  bench b(home_kind::pinned, true, 1, nullptr, false, false, layered_model(4, 1, 150'000, {kernels::dtype::fp32}));
+  ASSERT_EQ(b.s.plan().gradient_bucket_count, 2U);
+  const std::string name0 = "'" + b.s.layout().module(0).name + "'";
+  const std::string name1 = "'" + b.s.layout().module(1).name + "'";
+  b.path.begin_micro_batch(0, 1);
+  std::vector<void*> m0;
+  std::vector<void*> m1;
+  std::atomic<int> held{0};  // modules acquired by the two threads so far
+  std::exception_ptr refused;
+  std::thread first([&] {
+    m0 = b.path.acquire(0, b.stream.view());
+    held = 1;
+    while (held.load() != 2) std::this_thread::yield();
+    try {
+      (void)b.path.acquire(2, b.stream.view());
+    } catch (...) {
+      refused = std::current_exception();
+    }
+  });
+  while (held.load() != 1) std::this_thread::yield();
+  std::thread second([&] {
+    m1 = b.path.acquire(1, b.stream.view());
+    held = 2;
+    while (b.path.stats().bucket_waits == 0) std::this_thread::yield();  // `first` waits now
+    expect_usage_error([&] { (void)b.path.acquire(3, b.stream.view()); }, name0, name1, "no other thread");
+    b.fill(1, m1, 9, true);
+    b.path.reduce(1, b.stream.view());
+  });
+  second.join();
+  first.join();
+  ASSERT_TRUE(refused) << "module 2's acquire returned while module 0 held the first bucket";
+  expect_usage_error([&] { std::rethrow_exception(refused); }, name0);
+  b.fill(0, m0, 9, true);
+  b.path.reduce(0, b.stream.view());
+  b.backward(2, 9, true);
+  b.backward(3, 9, true);
+  b.path.end_micro_batch();
+  b.expect_gradients_match("two threads refused, then reduced");
+}
+
 // A module never acquired adds nothing; in micro-batch 0 its gradient is zeroed, whatever its
 // home held before (here: a whole earlier step).
 TEST(gradient_path, AModuleNeverAcquiredEndsZero) {
@@ -524,16 +601,6 @@ TEST(gradient_path, AModuleNeverAcquiredEndsZero) {
       for (const float x : b.gradient(p)) ASSERT_EQ(x, 0.0f) << name_of(h);
     }
     EXPECT_EQ(bits(b.path.summary().sum_of_squares), bits(b.reference_sum())) << name_of(h);
-  }
-}
-
-template <class Fn>
-void expect_usage_error(Fn&& fn, const std::string& mentions) {
-  try {
-    fn();
-    FAIL() << "no usage_error; expected one mentioning " << mentions;
-  } catch (const usage_error& e) {
-    EXPECT_NE(std::string(e.what()).find(mentions), std::string::npos) << e.what();
   }
 }
 

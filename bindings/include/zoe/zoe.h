@@ -500,8 +500,15 @@ ZOE_API zoe_status zoe_parameter_address(zoe_engine* engine, zoe_parameter_id pa
  *  were added, each numel elements of the parameter's working dtype, zero-filled in order with
  *  `stream`; NULL in a frozen parameter's slot (it takes no gradient). `count` must equal the
  *  module's parameter count. Write d(loss * loss_scale)/d(param) into them on `stream`, then hand
- *  them in with zoe_reduce_gradients. ZOE_ERROR_USAGE when the module is not fetched for backward,
- *  or its gradients were already acquired in this micro-batch. Thread-safe for different modules. */
+ *  them in with zoe_reduce_gradients. The buffers come from zero_optimization.reduce_bucket_size
+ *  buckets (two with overlap_comm), each reduced whole once every module in it was handed in, in
+ *  the order backward filled them; when none has room the call waits for one to drain. Hand each
+ *  module's gradients in before acquiring many more: a bucket holding gradients not handed in
+ *  drains only after they are. ZOE_ERROR_USAGE when the module is not fetched for backward, its
+ *  gradients were already acquired in this micro-batch, or no bucket can drain until gradients
+ *  acquired by this thread (or by threads themselves waiting here) are handed in: the wait would
+ *  never end, so the call fails naming those modules (the thread that acquires a module's
+ *  gradients is the one counted on to hand them in). Thread-safe for different modules. */
 ZOE_API zoe_status zoe_module_gradients(zoe_engine* engine, zoe_module_id module, zoe_stream* stream, void** buffers,
                                         size_t count);
 /** Hands in the module's gradients once the work queued on `stream` is done: they are reduced

@@ -1,7 +1,7 @@
 """Train a GPT-2-shaped PyTorch model with zoe, its states on NVMe, on a device budget a fraction
 of their size.
 
-    python bindings/python/examples/torch_gpt.py            # a small model, a few seconds a step
+    python bindings/python/examples/torch_gpt.py            # a small model, seconds on a CPU
     python bindings/python/examples/torch_gpt.py --layers 12 --hidden 768 --vocab 50257   # GPT-2 small
 
 The model is plain torch.nn (zoe.torch._gpt: embeddings, LayerNorm, causal self-attention, MLP,
@@ -29,10 +29,10 @@ def arguments():
     parser.add_argument("--layers", type=int, default=4, help="transformer blocks (default 4)")
     parser.add_argument("--hidden", type=int, default=256, help="model width (default 256)")
     parser.add_argument("--heads", type=int, default=4, help="attention heads (default 4)")
-    parser.add_argument("--vocab", type=int, default=512, help="vocabulary size (default 512)")
+    parser.add_argument("--vocab", type=int, default=128, help="vocabulary size (default 128)")
     parser.add_argument("--seq", type=int, default=64, help="tokens per sequence (default 64)")
     parser.add_argument("--batch", type=int, default=4, help="sequences per step (default 4)")
-    parser.add_argument("--steps", type=int, default=20, help="optimizer steps (default 20)")
+    parser.add_argument("--steps", type=int, default=30, help="optimizer steps (default 30)")
     parser.add_argument("--lr", type=float, default=3e-3, help="AdamW's peak lr, warmed up over 5 steps (default 3e-3)")
     parser.add_argument("--folder", help="where the swap files go (default: a new temporary folder)")
     parser.add_argument("--device", default="auto", choices=("auto", "host", "cuda"), help="zoe's device")
@@ -67,6 +67,25 @@ def config_for(args, folder):
     }
 
 
+def size_to_model(config, model):
+    """zoe's defaults, as DeepSpeed's, are sized for billions of parameters: a model this small would
+    sit whole in the gather and bucket memory they ask for. Sized to the largest set of parameters
+    one module registers (fetched together), only a module or two is on the device at once."""
+    largest = max(sum(p.numel() for p in m.parameters(recurse=False)) for m in model.modules())
+    zero = config["zero_optimization"]
+    zero["offload_param"]["buffer_size"] = largest  # each swap buffer holds the largest module
+    zero.update(
+        {
+            "sub_group_size": largest,  # the optimizer steps this many elements at a time
+            "reduce_bucket_size": largest,  # gradient buckets
+            "allgather_bucket_size": largest,
+            "stage3_prefetch_bucket_size": largest,
+            "stage3_max_live_parameters": 2 * largest,  # gathered parameters on the device at once
+            "stage3_param_persistence_threshold": 0,  # none stays gathered between uses
+        }
+    )
+
+
 def main():
     args = arguments()
     folder = args.folder or tempfile.mkdtemp(prefix="zoe-example-")
@@ -76,19 +95,16 @@ def main():
         with zoe.torch.Init(config=config):
             model = GPT2(vocab=args.vocab, context=args.seq, width=args.hidden, heads=args.heads, layers=args.layers)
         count = sum(p.numel() for p in model.parameters())
-        # Elements of the largest set of parameters one module registers (fetched together).
-        largest = max(sum(p.numel() for p in m.parameters(recurse=False)) for m in model.modules())
-        # zoe's defaults, as DeepSpeed's, are sized for billions of parameters: each swap buffer
-        # holds this model's largest module.
-        config["zero_optimization"]["offload_param"]["buffer_size"] = largest
-        # The device budget: what zoe's plan asks for this model (one module's worth at a time).
+        size_to_model(config, model)
+        # The device budget: what zoe's plan asks for this model (a module or two at a time), plus
+        # a little for the device's rounding of each allocation.
         plan = zoe.torch.footprint_plan(model, config)
-        budget = plan["device_bytes"] + 16 * MIB
+        budget = plan["device_bytes"] + MIB // 4
         config["zoe"]["device"]["budget_bytes"] = budget
         states = 16 * count  # fp32 parameter, gradient and Adam's two moments
         print(
             f"GPT-2-shaped model: {args.layers} layers x {args.hidden}, {count / 1e6:.1f}M parameters, "
-            f"{states / MIB:.0f} MiB of model states; device budget {budget / MIB:.0f} MiB "
+            f"{states / MIB:.1f} MiB of model states; device budget {budget / MIB:.1f} MiB "
             f"({states / budget:.1f}x smaller); swap files in {folder}"
         )
 
@@ -107,7 +123,7 @@ def main():
             print(
                 f"moved: NVMe read {stats['nvme_read_bytes'] / MIB:.0f} MiB, written "
                 f"{stats['nvme_write_bytes'] / MIB:.0f} MiB, host<->device {stats['host_device_copy_bytes'] / MIB:.0f} MiB; "
-                f"device peak {memory['peak_bytes'] / MIB:.0f} MiB of the {memory['budget_bytes'] / MIB:.0f} MiB budget"
+                f"device peak {memory['peak_bytes'] / MIB:.1f} MiB of the {memory['budget_bytes'] / MIB:.1f} MiB budget"
             )
     finally:
         if args.folder is None:

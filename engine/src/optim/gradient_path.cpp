@@ -62,6 +62,7 @@ std::vector<void*> gradient_path::acquire(module_id m, stream_view stream) {
   const std::uint64_t need = s.module_bytes(m);
   std::optional<detail::gradient_buckets::lease> lease;
   bool waited = false;
+  const std::thread::id me = std::this_thread::get_id();
   bool flushed = false;
   while (!(lease = s.buckets->try_take(need))) {
     // A bucket sealed (now or before) whose modules are all reduced must be issued before waiting
@@ -73,15 +74,20 @@ std::vector<void*> gradient_path::acquire(module_id m, stream_view stream) {
       flushed = true;
       continue;
     }
-    // Back-pressure: every bucket is busy until a module in it is reduced and accumulated.
+    // Back-pressure: every bucket is busy until a module in it is reduced and accumulated, unless
+    // only this thread (or threads waiting here too) could reduce one: then nothing ever would.
+    if (s.no_bucket_can_drain(me)) throw usage_error(s.no_bucket(m, need));
     if (!waited) ++s.counters.bucket_waits;
     waited = true;
     flushed = false;
+    s.waiting.push_back(me);
     s.changed.wait(lock);
+    s.waiting.erase(std::find(s.waiting.begin(), s.waiting.end(), me));
     ZOE_EXPECTS(s.open, "gradient_path::acquire: the micro-batch ended while module '", s.module_name(m),
                 "' waited for a bucket");
   }
   slot.stage = impl::module_stage::acquired;
+  slot.acquired_on = me;
   slot.bucket = lease->bucket;
   slot.memory.clear();
   std::byte* at = lease->memory;
@@ -106,6 +112,7 @@ std::vector<void*> gradient_path::acquire(module_id m, stream_view stream) {
 
 void gradient_path::reduce(module_id m, stream_view stream) {
   impl& s = *impl_;
+  const impl::draining busy(s);  // the module's bucket may drain once this call has handed it on
   if (s.hold_locally(m, stream)) return;
   std::size_t bucket = 0;
   {

@@ -96,6 +96,32 @@ struct gradient_path::impl {
   void flush();
   void issue(const detail::gradient_buckets::batch& b);
   void wait_idle(std::unique_lock<std::mutex>& lock);
+  /// Under `mutex`, after try_take failed: whether no bucket can ever drain for thread `me`. Buckets
+  /// drain through jobs (`pending`), through the reduce() and flush() calls under way (`draining`)
+  /// and through reduce() of the modules acquired and not reduced; when none of the first two is
+  /// under way and every such module was acquired by `me` or by a thread itself waiting in
+  /// acquire(), nobody is left to reduce one.
+  [[nodiscard]] bool no_bucket_can_drain(std::thread::id me) const;
+  /// Counts a reduce() or flush() as under way for its scope, and wakes the waiters in acquire()
+  /// at its end (the bucket it handed on may have drained, or may be the one to wait for).
+  struct draining {
+    impl& s;
+    explicit draining(impl& path) : s(path) {
+      const std::lock_guard lock(s.mutex);
+      ++s.calls_draining;
+    }
+    ~draining() {
+      {
+        const std::lock_guard lock(s.mutex);
+        --s.calls_draining;
+      }
+      s.changed.notify_all();
+    }
+    draining(const draining&) = delete;
+    draining& operator=(const draining&) = delete;
+  };
+  /// acquire()'s usage_error when no_bucket_can_drain: the modules holding the buckets and the keys.
+  [[nodiscard]] std::string no_bucket(module_id m, std::uint64_t need) const;
 
   /// After the last micro-batch's accumulations: the device homes' sums and flags copied off the
   /// device, and the parameters' values added in layout order from 0 (the fixed order of gradient_path.hpp).
@@ -163,6 +189,8 @@ struct gradient_path::impl {
   bool stopping = false;
   std::optional<carried_error> failure;
   gradient_path_stats counters;
+  std::vector<std::thread::id> waiting;  ///< threads waiting in acquire() for a bucket (one entry per wait)
+  std::size_t calls_draining = 0;        ///< reduce() and flush() calls under way (draining)
 
   // The micro-batch, touched by the thread that begins and ends it (and acquire/reduce, under mutex).
   enum class module_stage : std::uint8_t { idle, acquired, reduced };
@@ -170,7 +198,8 @@ struct gradient_path::impl {
     module_stage stage = module_stage::idle;
     std::size_t bucket = 0;
     std::vector<void*> memory;
-    device_event ready;  ///< recorded by reduce() on backward's stream: the gradients are complete
+    device_event ready;           ///< recorded by reduce() on backward's stream: the gradients are complete
+    std::thread::id acquired_on;  ///< the thread that acquired it, counted on to reduce it
   };
   std::vector<module_slot> modules;
   std::vector<std::uint8_t> touched;  ///< parameters reduced in this micro-batch

@@ -4,11 +4,13 @@
 // reduction fails.
 #include "gradient_path_impl.hpp"
 
+#include <algorithm>
 #include <exception>
 #include <mutex>
 #include <utility>
 
 #include "zoe/core/log.hpp"
+#include "zoe/core/str.hpp"
 #include "zoe/core/units.hpp"
 #include "zoe/engine/comm/quantized_collectives.hpp"
 #include "zoe/kernels/cast.hpp"
@@ -74,6 +76,7 @@ void gradient_path::impl::abandon(const std::vector<parameter_id>& begun, stream
 }
 
 void gradient_path::impl::flush() {
+  const draining busy(*this);
   const std::lock_guard issuing(issue_mutex);
   std::vector<detail::gradient_buckets::batch> ready;
   {
@@ -193,6 +196,31 @@ void gradient_path::impl::enqueue(job j) {
 
 void gradient_path::impl::wait_idle(std::unique_lock<std::mutex>& lock) {
   changed.wait(lock, [this] { return pending == 0; });
+}
+
+bool gradient_path::impl::no_bucket_can_drain(std::thread::id me) const {
+  if (pending != 0 || calls_draining != 0) return false;
+  return std::all_of(modules.begin(), modules.end(), [&](const module_slot& x) {
+    return x.stage != module_stage::acquired || x.acquired_on == me ||
+           std::find(waiting.begin(), waiting.end(), x.acquired_on) != waiting.end();
+  });
+}
+
+std::string gradient_path::impl::no_bucket(module_id m, std::uint64_t need) const {
+  std::string held;
+  for (std::size_t k = 0; k < modules.size(); ++k) {
+    if (modules[k].stage != module_stage::acquired) continue;
+    held += str(held.empty() ? "" : ", ", "'", module_name(static_cast<module_id>(k)), "' (",
+                format_bytes(module_bytes(static_cast<module_id>(k))), ")");
+  }
+  return str("gradient_path::acquire: module '", module_name(m), "' needs ", format_bytes(need),
+             " of gradient memory, and no gradient bucket (", buckets->count(), " of ",
+             format_bytes(buckets->bucket_bytes()),
+             ") can drain before these modules, whose gradients were acquired and not reduced, are reduced: ", held,
+             " (buckets are reduced whole, in the order backward filled them); no other thread will reduce them, "
+             "so the wait would never end: reduce them first (zoe_reduce_gradients), or raise "
+             "zero_optimization.reduce_bucket_size so that they fit beside the modules acquired before their "
+             "reduction");
 }
 
 }  // namespace zoe::engine

@@ -111,9 +111,12 @@ class gradient_path {
   /// Device memory for module `m`'s gradients in the current micro-batch: one pointer per parameter
   /// of the module (in module order), each padded_numel elements of the parameter's working dtype,
   /// zero-filled in stream order on `stream`. Valid until reduce(m). Blocks while no bucket has room
-  /// (until modules already acquired are reduced and accumulated: a thread that holds every bucket
-  /// with modules it has not reduced would wait for itself). usage_error naming the module when no
-  /// micro-batch is open, the module is unknown, or it was already acquired in this micro-batch.
+  /// (until modules already acquired are reduced and accumulated). usage_error naming the module when
+  /// no micro-batch is open, the module is unknown, or it was already acquired in this micro-batch;
+  /// usage_error naming the modules acquired and not reduced when no bucket can drain until they are
+  /// and no thread but this one and threads waiting here too acquired them: the wait would never
+  /// end (the thread that acquires a module is counted on to reduce it). Nothing changes then but
+  /// the sealing of the bucket being filled.
   [[nodiscard]] std::vector<void*> acquire(module_id m, stream_view stream);
   /// The gradients in acquire(m)'s memory are complete once the work queued on `stream` so far is:
   /// reduces them with their bucket and adds them to the shards' gradient states (asynchronously;
