@@ -327,7 +327,8 @@ step_result offload_engine::step(std::span<const group_hyper> groups) {
   return out;
 }
 
-std::string offload_engine::save_checkpoint(const std::filesystem::path& root, const std::string& tag) {
+std::string offload_engine::save_checkpoint(const std::filesystem::path& root, const std::string& tag,
+                                            std::string_view client) {
   expect_between_steps("save_checkpoint");
   ZOE_EXPECTS(micro_batches_done_ == 0, "save_checkpoint: ", micro_batches_done_,
               " micro-batches of a step have gradients that are not stepped yet; save after step()");
@@ -335,10 +336,13 @@ std::string offload_engine::save_checkpoint(const std::filesystem::path& root, c
   path_->coord().flush();
   const std::string name = tag.empty() ? str("step-", scaler_.state().cur_iter) : tag;
   // Collective on the gradient world, which carries the engine's collectives between steps.
-  zoe::engine::save_checkpoint(
-      root, name, path_->tiers(), *io_,
-      checkpoint_meta{.scaler = scaler_.state(), .optimizer = adam_settings_, .lr = lr_, .groups = groups_},
-      checkpoint_ranks{.comm = path_->gradient_comm(), .dev = *device_}, *files_);
+  zoe::engine::save_checkpoint(root, name, path_->tiers(), *io_,
+                               checkpoint_meta{.scaler = scaler_.state(),
+                                               .optimizer = adam_settings_,
+                                               .lr = lr_,
+                                               .groups = groups_,
+                                               .client = std::string(client)},
+                               checkpoint_ranks{.comm = path_->gradient_comm(), .dev = *device_}, *files_);
   return name;
 }
 
@@ -356,12 +360,12 @@ void offload_engine::load_checkpoint(const std::filesystem::path& root, const st
   // The saved scaler state must suit this configuration (fp16.hysteresis, min_loss_scale) before
   // any state is overwritten: refused afterwards, the states would be the checkpoint's and the
   // scaler, the step count and the learning rate not.
-  const checkpoint_meta meta = zoe::engine::load_checkpoint(
-      root, tag, path_->tiers(), *io_, checkpoint_ranks{.comm = path_->gradient_comm(), .dev = *device_}, *files_,
-      [this](const checkpoint_meta& m) {
-        loss_scaler probe(config_.fp16);
-        probe.restore(m.scaler);
-      });
+  checkpoint_meta meta = zoe::engine::load_checkpoint(root, tag, path_->tiers(), *io_,
+                                                      checkpoint_ranks{.comm = path_->gradient_comm(), .dev = *device_},
+                                                      *files_, [this](const checkpoint_meta& m) {
+                                                        loss_scaler probe(config_.fp16);
+                                                        probe.restore(m.scaler);
+                                                      });
   scaler_.restore(meta.scaler);
   lr_ = meta.lr;
   if (meta.groups.size() == groups_.size()) {
@@ -375,6 +379,7 @@ void offload_engine::load_checkpoint(const std::filesystem::path& root, const st
     }
     groups_.assign(groups_.size(), group_hyper{.lr = meta.lr, .weight_decay = adam_settings_.weight_decay});
   }
+  loaded_ = loaded_checkpoint{.client = std::move(meta.client), .groups = groups_};
   micro_batches_done_ = 0;
   if (meta.optimizer.betas != adam_settings_.betas || meta.optimizer.eps != adam_settings_.eps ||
       meta.optimizer.weight_decay != adam_settings_.weight_decay ||

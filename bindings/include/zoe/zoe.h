@@ -531,6 +531,35 @@ ZOE_API zoe_status zoe_checkpoint_save(zoe_engine* engine, const char* directory
  *  micro-batch starts a new step. One thread. */
 ZOE_API zoe_status zoe_checkpoint_load(zoe_engine* engine, const char* directory, const char* tag);
 
+/** zoe_checkpoint_save that also keeps `bytes` opaque bytes of the caller's with the checkpoint (a
+ *  framework's scheduler state, data position, random number generators): they go to
+ *  `directory`/`tag`/client.bin within the same crash-safe save, and its size and XXH3-64 to the
+ *  manifest, under the manifest's own checksum, so a blob that is torn or changed makes
+ *  zoe_checkpoint_load fail with ZOE_ERROR_CORRUPT naming client.bin, nothing changed. `client` may
+ *  be NULL when `bytes` is 0, and an empty blob is no blob (as zoe_checkpoint_save: no file, and
+ *  zoe_checkpoint_client gives length 0 after its load); ZOE_ERROR_USAGE for NULL with bytes > 0.
+ *  The blob is held whole in memory at save and load (meant for kilobytes to megabytes, not for
+ *  tensors: those belong in the engine's states). Several ranks: collective as
+ *  zoe_checkpoint_save; rank 0's blob is stored (the other ranks' `client` is not read), and the
+ *  load gives it to every rank. Otherwise as zoe_checkpoint_save. One thread. */
+ZOE_API zoe_status zoe_checkpoint_save_client(zoe_engine* engine, const char* directory, const char* tag,
+                                              const void* client, size_t bytes);
+/** The client blob (zoe_checkpoint_save_client) of the checkpoint this engine last loaded (the last
+ *  zoe_checkpoint_load that succeeded; a failed load changes nothing): zoe_statistics' convention
+ *  for binary bytes, with no NUL: when `capacity` holds the blob it is copied into `buffer`; a NULL
+ *  buffer or a short capacity copies nothing; *length is the blob's size either way (call again
+ *  with a buffer of *length bytes). *length is 0 when that checkpoint had no blob, or none was
+ *  loaded. Every rank gets the same bytes. Not collective. One thread. */
+ZOE_API zoe_status zoe_checkpoint_client(zoe_engine* engine, void* buffer, size_t capacity, size_t* length);
+/** Each parameter group's learning rate and weight decay as the checkpoint this engine last loaded
+ *  stored them (the last step's before its save; zoe_step_groups' order), so that a framework that
+ *  resumes can set its param_groups back: groups[g] for group g, `count` the model's group count
+ *  (ZOE_ERROR_USAGE naming both otherwise, and naming the group for a short struct_size). A
+ *  checkpoint that kept no per-group values (saved before they were kept, or by a model of another
+ *  group count) gives every group its single lr and this configuration's weight decay, as the load
+ *  takes them. ZOE_ERROR_USAGE when no checkpoint was loaded. Not collective. One thread. */
+ZOE_API zoe_status zoe_checkpoint_groups(zoe_engine* engine, zoe_group_hyper* groups, size_t count);
+
 /* ---- statistics and timing --------------------------------------------------------------------- */
 
 /** The engine's statistics as one JSON object: bytes and bandwidth per tier and direction, the time

@@ -39,6 +39,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "zoe/core/device.hpp"
@@ -172,7 +173,10 @@ class offload_engine {
   /// step() has not run). Returns the tag. At world size > 1 it is collective (every rank calls it,
   /// with the same root and tag; root on a file system every rank sees) and fails on every rank
   /// when it fails on one (checkpoint/checkpoint.hpp). The files do not depend on the world size.
-  std::string save_checkpoint(const std::filesystem::path& root, const std::string& tag = "");
+  /// `client`: opaque bytes kept with the checkpoint (checkpoint_meta::client; empty: none); at
+  /// several ranks rank 0's are saved.
+  std::string save_checkpoint(const std::filesystem::path& root, const std::string& tag = "",
+                              std::string_view client = {});
   /// Loads root/tag (root/latest when empty) into every state, the loss scaler and the learning
   /// rate; checkpoint_error naming the file when it is missing, torn, corrupt, of another model, or
   /// holds a scaler state this configuration refuses (nothing changed then). Between steps only
@@ -181,6 +185,13 @@ class offload_engine {
   /// world size > 1 it is collective, and a refusal on one rank is every rank's (no state changed
   /// on any rank).
   void load_checkpoint(const std::filesystem::path& root, const std::string& tag = "");
+  /// What the checkpoint last loaded keeps for the caller.
+  struct loaded_checkpoint {
+    std::string client;               ///< its client bytes (empty: it has none)
+    std::vector<group_hyper> groups;  ///< groups() as the load set them
+  };
+  /// The checkpoint last loaded (by this engine, successfully); nullopt before any load.
+  [[nodiscard]] const std::optional<loaded_checkpoint>& loaded() const noexcept { return loaded_; }
 
   // ---- activation checkpoints -------------------------------------------------------------------
   /// The store activations are saved in during a micro-batch (sized by zoe.activations.*);
@@ -222,6 +233,7 @@ class offload_engine {
   loss_scaler scaler_;
   double lr_ = 0;
   std::vector<group_hyper> groups_;
+  std::optional<loaded_checkpoint> loaded_;
   device* device_;
   std::size_t micro_batches_done_ = 0;  ///< of the current step
   bool micro_batch_open_ = false;
