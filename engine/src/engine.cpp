@@ -89,6 +89,9 @@ offload_engine::~offload_engine() {
 
 void offload_engine::expect_between_steps(const char* what) const {
   ZOE_EXPECTS(!micro_batch_open_, what, " while a micro-batch is open: end it first");
+  const std::lock_guard lock(inference_mutex_);
+  ZOE_EXPECTS(inference_fetches_ == 0, what, " while ", inference_fetches_,
+              " inference fetch(es) (forward fetches outside a micro-batch) are not released: release them first");
 }
 
 std::vector<float> offload_engine::own_shard(const parameter_layout& param, std::span<const float> values) const {
@@ -193,9 +196,35 @@ void offload_engine::begin_micro_batch() {
   micro_batch_open_ = true;
 }
 
-fetch_handle offload_engine::fetch(module_id m, fetch_pass pass) { return path_->coord().fetch(m, pass); }
+fetch_handle offload_engine::fetch(module_id m, fetch_pass pass) {
+  if (micro_batch_open_) return path_->coord().fetch(m, pass);
+  ZOE_EXPECTS(pass == fetch_pass::forward, "fetch of module '", layout().module(m).name,
+              "' for backward outside a micro-batch: open one first (only a forward fetch may come outside one, "
+              "for inference)");
+  {
+    const std::lock_guard lock(inference_mutex_);
+    if (inference_fetches_ == 0) path_->coord().begin_step(step_kind::inference);
+    ++inference_fetches_;
+  }
+  try {
+    return path_->coord().fetch(m, pass);
+  } catch (...) {
+    // No fetch was opened (coordinator::fetch throws only then).
+    end_inference_fetch();
+    throw;
+  }
+}
 
-void offload_engine::release(module_id m, stream_view stream) { path_->coord().release(m, stream); }
+void offload_engine::release(module_id m, stream_view stream) {
+  path_->coord().release(m, stream);
+  if (!micro_batch_open_) end_inference_fetch();
+}
+
+void offload_engine::end_inference_fetch() {
+  const std::lock_guard lock(inference_mutex_);
+  ZOE_ASSERT(inference_fetches_ > 0);
+  if (--inference_fetches_ == 0) path_->coord().end_step();
+}
 
 void* offload_engine::address(parameter_id p) const { return path_->coord().address(p); }
 

@@ -362,8 +362,9 @@ ZOE_API zoe_status zoe_engine_traffic(zoe_engine* engine, zoe_comm_traffic* traf
 
 typedef enum zoe_pass { ZOE_PASS_FORWARD = 0, ZOE_PASS_BACKWARD = 1 } zoe_pass;
 
-/** Opens the next micro-batch. ZOE_ERROR_USAGE when one is open or the step's micro-batches are
- *  all done and zoe_step has not run. One thread. */
+/** Opens the next micro-batch. ZOE_ERROR_USAGE when one is open, the step's micro-batches are all
+ *  done and zoe_step has not run, or an inference fetch (below) is not released yet (naming its
+ *  module). One thread. */
 ZOE_API zoe_status zoe_begin_micro_batch(zoe_engine* engine);
 /** Closes it: every fetch released and every fetched-for-backward module's gradients reduced
  *  (ZOE_ERROR_USAGE naming the module otherwise; the micro-batch stays open). A module whose
@@ -374,16 +375,28 @@ ZOE_API zoe_status zoe_end_micro_batch(zoe_engine* engine);
 
 /** Brings module `module`'s parameters to the device for `pass`; work queued on `stream` after
  *  this call sees them (the call blocks only until the gathers are queued). ZOE_ERROR_USAGE for an
- *  unknown module, outside a micro-batch, or when the module is fetched and not yet released;
- *  ZOE_ERROR_IO / ZOE_ERROR_CORRUPT naming the path and offset when its shard cannot be read.
+ *  unknown module, ZOE_PASS_BACKWARD outside a micro-batch, or when the module is fetched and not
+ *  yet released; ZOE_ERROR_IO / ZOE_ERROR_CORRUPT naming the path and offset when its shard cannot
+ *  be read.
+ *  Inference: ZOE_PASS_FORWARD outside a micro-batch is an inference fetch (evaluation, generation
+ *  between training steps): the same parameters, but no gradients (zoe_module_gradients refuses
+ *  it), no micro-batch is opened or counted, and the training steps' prefetch trace neither learns
+ *  its order nor is disturbed by it, so training around it runs as without it. zoe_release ends
+ *  it. The rule is one: while any inference fetch is not released, every call that needs the
+ *  engine between steps (zoe_begin_micro_batch, zoe_step, zoe_step_groups, zoe_read_state,
+ *  zoe_write_state, the checkpoint calls, zoe_measure_stages) is ZOE_ERROR_USAGE naming its module.
+ *  Inference fetches may come at any point outside a micro-batch (between two of one step, too);
+ *  several may be open at once, of different modules. Several ranks: an inference fetch is
+ *  collective like any fetch (every rank fetches the same modules in the same order).
  *  Thread-safe for different modules on one rank. With several ranks a fetch is collective (it
  *  gathers the module's shards from every rank): each rank must fetch the same modules in the same
  *  order, so drive fetches from one thread per rank (or order them yourself), or the ranks' gathers
  *  pair up wrongly and wait until zoe.comm.timeout_s. */
 ZOE_API zoe_status zoe_fetch(zoe_engine* engine, zoe_module_id module, zoe_pass pass, zoe_stream* stream);
-/** Ends the module's fetch once the work queued on `stream` so far is done (an event recorded on
- *  it); its parameter pointers are invalid after this call. ZOE_ERROR_USAGE when it is not fetched,
- *  or fetched for backward with gradients acquired and not reduced. Thread-safe for different
+/** Ends the module's fetch (an inference fetch too) once the work queued on `stream` so far is
+ *  done (an event recorded on it); its parameter pointers are invalid after this call.
+ *  ZOE_ERROR_USAGE when it is not fetched, or fetched for backward with gradients acquired and not
+ *  reduced. Thread-safe for different
  *  modules. */
 ZOE_API zoe_status zoe_release(zoe_engine* engine, zoe_module_id module, zoe_stream* stream);
 /** The device address of parameter `parameter`'s full value (its working dtype, row-major),

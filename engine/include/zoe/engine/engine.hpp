@@ -36,6 +36,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -129,10 +130,17 @@ class offload_engine {
   [[nodiscard]] std::vector<float> read_state(parameter_id p, state_kind s);
 
   // ---- a micro-batch ---------------------------------------------------------------------------
-  /// Opens the next micro-batch of the step. usage_error when one is open, or when the step's
-  /// micro-batches are all done and step() has not run.
+  /// Opens the next micro-batch of the step. usage_error when one is open, when the step's
+  /// micro-batches are all done and step() has not run, or while an inference fetch is open.
   void begin_micro_batch();
-  /// Forward and backward fetches: coordinator::fetch / release / address.
+  /// Forward and backward fetches: coordinator::fetch / release / address. Outside a micro-batch a
+  /// forward fetch is an inference fetch (a backward one is usage_error naming the module): it
+  /// takes no gradient and counts as no micro-batch; the first one opens an inference step of the
+  /// coordinator (step_kind::inference: the prefetch trace neither learns nor follows its order)
+  /// and the release of the last one open ends it. Inference fetches are collective at world
+  /// size > 1 as any fetch, and may come between any two micro-batches or steps; while one is open
+  /// the calls that need the engine between steps (begin_micro_batch, step, read_state,
+  /// write_state, the checkpoints, measure_stages) are usage_error.
   [[nodiscard]] fetch_handle fetch(module_id m, fetch_pass pass = fetch_pass::forward);
   void release(module_id m, stream_view stream = {});
   [[nodiscard]] void* address(parameter_id p) const;
@@ -219,6 +227,9 @@ class offload_engine {
 
  private:
   void expect_between_steps(const char* what) const;
+  /// An inference fetch is over (released, or its fetch failed): the last one ends the
+  /// coordinator's inference step.
+  void end_inference_fetch();
   /// This rank's shard of `values` (a whole parameter's), padding zero.
   [[nodiscard]] std::vector<float> own_shard(const parameter_layout& param, std::span<const float> values) const;
 
@@ -237,6 +248,9 @@ class offload_engine {
   device* device_;
   std::size_t micro_batches_done_ = 0;  ///< of the current step
   bool micro_batch_open_ = false;
+  /// Inference fetches not yet released (fetch() and release() run on several threads).
+  mutable std::mutex inference_mutex_;
+  std::size_t inference_fetches_ = 0;
   /// end_micro_batch ended the coordinator's step, then the gradient path refused to end its
   /// micro-batch (a module acquired and not reduced): ending the micro-batch again skips the
   /// coordinator.
