@@ -1,13 +1,19 @@
 // Checkpoint client data through the C API: the caller's opaque blob saved with the checkpoint
 // (zoe_checkpoint_save_client) comes back from the load (zoe_checkpoint_client) byte for byte, a
 // torn or changed blob is refused naming client.bin with nothing changed, and the per-group
-// settings a checkpoint kept are given back (zoe_checkpoint_groups).
+// settings a checkpoint kept are given back (zoe_checkpoint_groups), or, from a checkpoint saved
+// before they were kept, the single rate it kept for every group.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <xxhash.h>
+
+#include <nlohmann/json.hpp>
 
 #include <cstddef>
 #include <filesystem>
+#include <cstdio>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -192,6 +198,54 @@ TEST(checkpoint_client, TheGroupSettingsOfTheLoadedCheckpointAreGivenBack) {
   EXPECT_EQ(zoe_checkpoint_groups(other.engine(), got, 3), ZOE_ERROR_USAGE);
   EXPECT_THAT(zoe_last_error(), HasSubstr("groups[1]"));
   EXPECT_EQ(got[0].lr, -1) << "a refused call writes nothing";
+}
+
+// Rewrites `manifest` without its "groups" field, as a save before parameter groups wrote it, its
+// own checksum made anew the way the writer makes it (checkpoint.hpp, manifest.cpp): XXH3-64 of
+// the text (nlohmann's ordered dump with an indent of 1) without the "manifest_xxh3" field.
+void drop_group_settings(const std::filesystem::path& manifest) {
+  std::ifstream in(manifest);
+  nlohmann::ordered_json j = nlohmann::ordered_json::parse(std::string(std::istreambuf_iterator<char>(in), {}));
+  ASSERT_TRUE(j.contains("groups"));
+  j.erase("groups");
+  j.erase("manifest_xxh3");
+  const std::string text = j.dump(1);
+  char hex[17] = {};
+  std::snprintf(hex, sizeof hex, "%016llx",  // NOLINT(cppcoreguidelines-pro-type-vararg)
+                static_cast<unsigned long long>(XXH3_64bits(text.data(), text.size())));
+  j["manifest_xxh3"] = hex;
+  std::ofstream(manifest, std::ios::trunc) << j.dump(1) << "\n";
+}
+
+TEST(checkpoint_client, ACheckpointWithoutGroupSettingsLoadsWithItsRateForEveryGroup) {
+  c_rig r(grouped, {});
+  ASSERT_NE(r.engine(), nullptr);
+  const zoe_group_hyper set[3] = {
+      {sizeof(zoe_group_hyper), 0.01, 0.1}, {sizeof(zoe_group_hyper), 0.002, 0.0}, {sizeof(zoe_group_hyper), 0.3, 0.5}};
+  r.micro_batch(r.values(1, 0.1F));
+  zoe_step_result result = ZOE_STEP_RESULT_INIT;
+  ASSERT_EQ(zoe_step_groups(r.engine(), set, 3, &result), ZOE_SUCCESS) << zoe_last_error();
+  ASSERT_EQ(zoe_checkpoint_save(r.engine(), r.dir().c_str(), "old"), ZOE_SUCCESS) << zoe_last_error();
+  drop_group_settings(r.dir() / "old" / "manifest.json");
+  std::vector<std::vector<float>> saved;
+  for (zoe_parameter_id p = 0; p < r.parameter_count(); ++p) saved.push_back(r.read(p, ZOE_STATE_PARAMETER));
+
+  c_rig other(grouped, {});
+  ASSERT_NE(other.engine(), nullptr);
+  ASSERT_EQ(zoe_checkpoint_load(other.engine(), r.dir().c_str(), "old"), ZOE_SUCCESS) << zoe_last_error();
+  for (zoe_parameter_id p = 0; p < other.parameter_count(); ++p) {
+    EXPECT_EQ(other.read(p, ZOE_STATE_PARAMETER), saved[p]) << "parameter " << p;
+  }
+  // The manifest's lr (group 0's at the last step) for every group, and the configuration's decay
+  // (the rig's 0.01), as every group stepped before groups were kept.
+  zoe_group_hyper got[3] = {ZOE_GROUP_HYPER_INIT, ZOE_GROUP_HYPER_INIT, ZOE_GROUP_HYPER_INIT};
+  ASSERT_EQ(zoe_checkpoint_groups(other.engine(), got, 3), ZOE_SUCCESS) << zoe_last_error();
+  for (int g = 0; g < 3; ++g) {
+    EXPECT_EQ(got[g].lr, 0.01) << "group " << g;
+    EXPECT_EQ(got[g].weight_decay, 0.01) << "group " << g;
+  }
+  other.micro_batch(other.values(2, 0.1F));
+  EXPECT_EQ(zoe_step(other.engine(), 0.01, &result), ZOE_SUCCESS) << zoe_last_error();
 }
 
 }  // namespace
