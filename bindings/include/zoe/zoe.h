@@ -181,11 +181,16 @@ typedef struct zoe_parameter_desc {
    *  built before this field (a smaller struct_size) gets 0. */
   int frozen;
   /** The parameter group whose learning rate and weight decay zoe_step_groups applies to it
-   *  (PyTorch's optimizer param_groups): 0 by default (and for a caller built before this field).
+   *  (PyTorch's optimizer param_groups): 0 by default (and for a caller built before this field),
+   *  at most ZOE_MAX_PARAMETER_GROUP (ZOE_ERROR_USAGE naming the parameter and the bound above it).
    *  The model has max(group) + 1 groups; a group with no parameter is allowed. A frozen parameter's
    *  group counts towards the number but is never stepped. */
   uint32_t group;
 } zoe_parameter_desc;
+/** The largest zoe_parameter_desc.group: the engine keeps settings for every group up to the
+ *  largest, and zoe_step_groups takes that many, so a stray value (a parameter id passed for a
+ *  group) is refused rather than costing memory; far beyond any optimizer's param_groups. */
+#define ZOE_MAX_PARAMETER_GROUP 65535u
 #define ZOE_PARAMETER_DESC_INIT \
   { sizeof(zoe_parameter_desc), NULL, 0, NULL, ZOE_FP32, ZOE_INIT_ZEROS, NULL, 0.0f, 0, 0, 0 }
 
