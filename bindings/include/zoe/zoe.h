@@ -218,6 +218,105 @@ ZOE_API zoe_status zoe_model_add_module(zoe_model* model, const char* name, zoe_
 ZOE_API zoe_status zoe_model_add_parameter(zoe_model* model, zoe_module_id module, const zoe_parameter_desc* desc,
                                            zoe_parameter_id* parameter);
 
+/* ---- collectives supplied by the host program -------------------------------------------------- */
+
+/** How a reduction combines the ranks' elements. */
+typedef enum zoe_reduce_op {
+  ZOE_REDUCE_SUM = 0,
+  ZOE_REDUCE_MEAN = 1 /**< the sum divided by the group's size */
+} zoe_reduce_op;
+
+/** The capacity of the `message` buffer zoe hands every zoe_host_comm callback. */
+#define ZOE_HOST_COMM_MESSAGE_CAPACITY 1024
+
+/** A host program's collectives (torch.distributed under torchrun, say), which zoe runs its own
+ *  over instead of MPI or NCCL: zoe_engine_desc.host_comm.
+ *
+ *  Groups. For each world it makes (zoe_engine_create makes three: the caller's world of
+ *  zoe_all_reduce_sum, the parameter gathers', the gradient reductions'), zoe asks for the world
+ *  group, then for each group of every sub-group kind it uses (node-local: the ranks of one node;
+ *  cross-node: the ranks of one local rank on every node; hpZ: zero_hpz_partition_size consecutive
+ *  ranks), node by node, skipping a kind whose groups are the whole world, single ranks, or those
+ *  of a kind already asked for. It asks on EVERY rank for EVERY group, members or not, in the same
+ *  order (torch.distributed.new_group is collective over the whole world), on the thread calling
+ *  zoe_engine_create. A world of one rank asks for nothing and calls nothing. Ranks: world ranks
+ *  0 .. world_size - 1 (torch's global ranks); inside a group, rank i is world_ranks[i] (ascending),
+ *  and `root`, `from` and `to` count in the group.
+ *
+ *  Collectives. Buffers are device memory of the engine's device (host memory on the host device).
+ *  `count` counts elements of `dtype`; `bytes` counts bytes. A group of `n` ranks, this one `r`:
+ *    all_gather      every rank gives `bytes` at `send`; recv (n * bytes) gets them in rank order;
+ *                    send may be recv + r * bytes (in place)
+ *    reduce_scatter  send holds n blocks of `count`; recv gets the reduction of every rank's block r;
+ *                    recv may be send + r * count elements (in place)
+ *    all_reduce      recv gets the reduction of every rank's `count` at send; send may be recv
+ *    all_to_all      send holds n blocks of `bytes`, block d for rank d; recv gets block r of every
+ *                    rank in rank order; never in place
+ *    broadcast       `bytes` at `buffer` on rank `root` overwrite `buffer` on every other rank
+ *    point_to_point  `bytes` at `buffer` on rank `from` overwrite `buffer` on rank `to`; zoe calls it
+ *                    on those two ranks alone (from != to), with the same arguments on both
+ *    barrier         returns once every rank of the group called it
+ *  zoe packs the parts of its coalesced all-gathers (and of its coalesced reduce-scatters of one
+ *  dtype) into one call on the host device, the bytes between ranks the same; on CUDA it calls once
+ *  per part (packing would take device memory the footprint plan does not hold).
+ *  Reduction order: the host's own, as NCCL's is, so results are bit-identical to zoe's mpi backend
+ *  (its pairwise tree) only where the host's order gives the same sums; with two ranks any order
+ *  does (a + b is b + a). fp16 and bf16 are reduced as the host reduces them.
+ *
+ *  Threads and streams. On the host device (native_stream NULL) zoe calls a collective on the
+ *  worker thread of the stream it was issued on, in stream order, and the call must finish the
+ *  collective before it returns. On a CUDA device zoe calls it on the thread that issues it, when it
+ *  is issued, with native_stream the cudaStream_t the work must be ordered on: the host makes that
+ *  stream wait for the collective (torch: run it under torch.cuda.ExternalStream(native_stream))
+ *  and may return before it completes. Either way zoe makes one call at a time per group, in the
+ *  order zoe issued them, the same on every rank; calls on different groups may run concurrently on
+ *  different threads. barrier, create_group and destroy_group are called on the calling thread of
+ *  the zoe call that needs them. A callback must not call into zoe (zoe_* functions), and must not
+ *  wait on the engine's streams.
+ *
+ *  Failures. Every callback returns ZOE_SUCCESS, or a status (ZOE_ERROR_COMM, ZOE_ERROR_TIMEOUT,
+ *  ...) with a NUL-terminated message written into `message` (ZOE_HOST_COMM_MESSAGE_CAPACITY bytes,
+ *  zeroed; longer text is cut). zoe fails the collective with that status, its message naming the
+ *  collective, the group and the rank ("all_gather on host (world) (world rank 1): <message>"),
+ *  reported where a collective's failure is (the stream's next synchronize on the host device, the
+ *  call itself on CUDA), and refuses the group's later collectives. zoe.comm.timeout_s does not
+ *  apply: a rank that never arrives is the host's to time out (torch: init_process_group's
+ *  timeout). When zoe drops a collective its peers will issue, it refuses its own later ones at
+ *  once; the peers learn of it through the host's timeout. A failed destroy_group is logged.
+ *
+ *  All callbacks are required (ZOE_ERROR_USAGE naming the first missing one). */
+typedef struct zoe_host_comm {
+  size_t struct_size;      /**< sizeof(zoe_host_comm) */
+  void* user;              /**< passed to every callback */
+  uint32_t rank;           /**< this process's world rank, < world_size */
+  uint32_t world_size;     /**< > 0 */
+  uint32_t ranks_per_node; /**< 0: world_size (one node); else divides world_size (zoe.ranks_per_node, when set,
+                                takes its place) */
+  /** Makes the group of `count` world ranks `world_ranks` (ascending) and sets *group to the handle
+   *  zoe passes to the group's collectives; on a rank outside it, to anything (zoe only passes it
+   *  back to destroy_group). */
+  zoe_status (*create_group)(void* user, const uint32_t* world_ranks, size_t count, void** group, char* message,
+                             size_t message_capacity);
+  /** Ends a group create_group made (each once, members' and others' alike, when its world is
+   *  destroyed: on the thread calling zoe_engine_destroy, or zoe_engine_create when it fails). */
+  zoe_status (*destroy_group)(void* user, void* group, char* message, size_t message_capacity);
+  zoe_status (*all_gather)(void* user, void* group, const void* send, void* recv, size_t bytes, void* native_stream,
+                           char* message, size_t message_capacity);
+  zoe_status (*reduce_scatter)(void* user, void* group, const void* send, void* recv, size_t count, zoe_dtype dtype,
+                               zoe_reduce_op op, void* native_stream, char* message, size_t message_capacity);
+  zoe_status (*all_reduce)(void* user, void* group, const void* send, void* recv, size_t count, zoe_dtype dtype,
+                           zoe_reduce_op op, void* native_stream, char* message, size_t message_capacity);
+  zoe_status (*all_to_all)(void* user, void* group, const void* send, void* recv, size_t bytes, void* native_stream,
+                           char* message, size_t message_capacity);
+  zoe_status (*broadcast)(void* user, void* group, void* buffer, size_t bytes, uint32_t root, void* native_stream,
+                          char* message, size_t message_capacity);
+  zoe_status (*point_to_point)(void* user, void* group, void* buffer, size_t bytes, uint32_t from, uint32_t to,
+                               void* native_stream, char* message, size_t message_capacity);
+  zoe_status (*barrier)(void* user, void* group, char* message, size_t message_capacity);
+} zoe_host_comm;
+#define ZOE_HOST_COMM_INIT \
+  { sizeof(zoe_host_comm), NULL, 0, 1, 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL }
+
 /* ---- the engine -------------------------------------------------------------------------------- */
 
 typedef struct zoe_engine zoe_engine;
@@ -233,16 +332,22 @@ typedef struct zoe_engine_desc {
    *  settings (zoe.ranks_per_node, ...) over a shared configuration file. Read as strictly as the
    *  configuration; its errors start "zoe_engine_desc.config_overrides" (with line and column). */
   const char* config_overrides;
+  /** NULL: the ranks talk through zoe.comm.backend (mpi, nccl, single). Non-NULL: through the host
+   *  program's collectives (see zoe_host_comm; the backend is "host", and a zoe.comm.backend other
+   *  than "auto" or "host" is ZOE_ERROR_CONFIG naming it). Copied; `user` must stay valid until
+   *  zoe_engine_destroy returns. */
+  const zoe_host_comm* host_comm;
 } zoe_engine_desc;
 #define ZOE_ENGINE_DESC_INIT \
-  { sizeof(zoe_engine_desc), NULL, NULL, NULL, NULL, NULL }
+  { sizeof(zoe_engine_desc), NULL, NULL, NULL, NULL, NULL, NULL }
 
 /** Parses the configuration (with config_overrides merged over it), lays the model out, plans its
  *  footprint (checked against this machine before anything is allocated), builds every stage and
  *  gives each parameter its initial value. ZOE_ERROR_CONFIG naming the key, ZOE_ERROR_MEMORY naming
  *  the plan item, ZOE_ERROR_IO naming the swap path. Config warnings (unknown keys) go to zoe's log.
- *  Several ranks (a launch by mpirun; zoe.comm.backend): collective, every rank calls it with the
- *  same model and configuration. What each rank holds follows zero_optimization.stage, as in
+ *  Several ranks (a launch by mpirun, zoe.comm.backend; or desc->host_comm, whose create_group it
+ *  calls for each group on this thread): collective, every rank calls it with the same model and
+ *  configuration. What each rank holds follows zero_optimization.stage, as in
  *  DeepSpeed: stage 3 1/world_size of every state; stages 1 and 2 the 16-bit parameters whole,
  *  1/world_size of the optimizer states, and the gradients whole through the step (stage 1) or
  *  1/world_size (stage 2); stage 0 a whole replica of every state, its gradients all-reduced.

@@ -96,7 +96,7 @@ constexpr double max_timeout_s = 7.0 * 24 * 3600;
 
 block_spec comm_block(zoe_settings& z) {
   block_spec b;
-  b.fields = {choice_field("backend", z.comm.backend, {"auto", "single", "mpi", "nccl"}),
+  b.fields = {choice_field("backend", z.comm.backend, {"auto", "single", "mpi", "nccl", "host"}),
               number_field("timeout_s", z.comm.timeout_s, 0.0, max_timeout_s)};
   b.finish = [&z](read_context& ctx, const std::string& path, const auto& /*given*/) {
     // number_field's range is closed; a timeout of 0 would fail every collective that waits at all.

@@ -141,7 +141,7 @@ struct activation_settings {
 
 /// zoe.comm: how the ranks talk (engine/comm/communicator.hpp; comm_options).
 struct comm_settings {
-  std::string backend = "auto";  ///< zoe.comm.backend: auto | single | mpi | nccl
+  std::string backend = "auto";  ///< zoe.comm.backend: auto | single | mpi | nccl | host
   double timeout_s = 300;        ///< zoe.comm.timeout_s: > 0; a collective waiting longer fails naming the rank
 };
 
