@@ -139,6 +139,11 @@ zoe_status zoe_model_add_parameter(zoe_model* model, zoe_module_id module, const
     }
     p.frozen = has_frozen && d.frozen == 1;
     p.group = has_group ? d.group : 0;
+    static_assert(ZOE_MAX_PARAMETER_GROUP == zoe::engine::max_parameter_group);
+    if (p.group > ZOE_MAX_PARAMETER_GROUP) {
+      throw zoe::usage_error(zoe::str("parameter '", name, "': group is ", p.group, ", above ", ZOE_MAX_PARAMETER_GROUP,
+                                      " (ZOE_MAX_PARAMETER_GROUP), the largest parameter group"));
+    }
     p.module = module;
     p.name = name;
     const auto id = static_cast<zoe_parameter_id>(m.parameters.size());

@@ -90,6 +90,9 @@ offload_engine::~offload_engine() {
 
 void offload_engine::expect_between_steps(const char* what) const {
   ZOE_EXPECTS(!micro_batch_open_, what, " while a micro-batch is open: end it first");
+  const std::lock_guard lock(inference_mutex_);
+  ZOE_EXPECTS(inference_fetches_ == 0, what, " while ", inference_fetches_,
+              " inference fetch(es) (forward fetches outside a micro-batch) are not released: release them first");
 }
 
 std::vector<float> offload_engine::own_shard(const parameter_layout& param, std::span<const float> values) const {
@@ -194,9 +197,35 @@ void offload_engine::begin_micro_batch() {
   micro_batch_open_ = true;
 }
 
-fetch_handle offload_engine::fetch(module_id m, fetch_pass pass) { return resources_->coord().fetch(m, pass); }
+fetch_handle offload_engine::fetch(module_id m, fetch_pass pass) {
+  if (micro_batch_open_) return resources_->coord().fetch(m, pass);
+  ZOE_EXPECTS(pass == fetch_pass::forward, "fetch of module '", layout().module(m).name,
+              "' for backward outside a micro-batch: open one first (only a forward fetch may come outside one, "
+              "for inference)");
+  {
+    const std::lock_guard lock(inference_mutex_);
+    if (inference_fetches_ == 0) resources_->coord().begin_step(step_kind::inference);
+    ++inference_fetches_;
+  }
+  try {
+    return resources_->coord().fetch(m, pass);
+  } catch (...) {
+    // No fetch was opened (coordinator::fetch throws only then).
+    end_inference_fetch();
+    throw;
+  }
+}
 
-void offload_engine::release(module_id m, stream_view stream) { resources_->coord().release(m, stream); }
+void offload_engine::release(module_id m, stream_view stream) {
+  resources_->coord().release(m, stream);
+  if (!micro_batch_open_) end_inference_fetch();
+}
+
+void offload_engine::end_inference_fetch() {
+  const std::lock_guard lock(inference_mutex_);
+  ZOE_ASSERT(inference_fetches_ > 0);
+  if (--inference_fetches_ == 0) resources_->coord().end_step();
+}
 
 void* offload_engine::address(parameter_id p) const { return resources_->coord().address(p); }
 
@@ -328,7 +357,8 @@ step_result offload_engine::step(std::span<const group_hyper> groups) {
   return out;
 }
 
-std::string offload_engine::save_checkpoint(const std::filesystem::path& root, const std::string& tag) {
+std::string offload_engine::save_checkpoint(const std::filesystem::path& root, const std::string& tag,
+                                            std::string_view client) {
   expect_between_steps("save_checkpoint");
   ZOE_EXPECTS(micro_batches_done_ == 0, "save_checkpoint: ", micro_batches_done_,
               " micro-batches of a step have gradients that are not stepped yet; save after step()");
@@ -336,10 +366,13 @@ std::string offload_engine::save_checkpoint(const std::filesystem::path& root, c
   resources_->coord().flush();
   const std::string name = tag.empty() ? str("step-", scaler_.state().cur_iter) : tag;
   // Collective on the gradient world, which carries the engine's collectives between steps.
-  zoe::engine::save_checkpoint(
-      root, name, resources_->tiers(), *io_,
-      checkpoint_meta{.scaler = scaler_.state(), .optimizer = adam_settings_, .lr = lr_, .groups = groups_},
-      checkpoint_ranks{.comm = resources_->gradient_comm(), .dev = *device_}, *files_);
+  zoe::engine::save_checkpoint(root, name, resources_->tiers(), *io_,
+                               checkpoint_meta{.scaler = scaler_.state(),
+                                               .optimizer = adam_settings_,
+                                               .lr = lr_,
+                                               .groups = groups_,
+                                               .client = std::string(client)},
+                               checkpoint_ranks{.comm = resources_->gradient_comm(), .dev = *device_}, *files_);
   return name;
 }
 
@@ -357,12 +390,12 @@ void offload_engine::load_checkpoint(const std::filesystem::path& root, const st
   // The saved scaler state must suit this configuration (fp16.hysteresis, min_loss_scale) before
   // any state is overwritten: refused afterwards, the states would be the checkpoint's and the
   // scaler, the step count and the learning rate not.
-  const checkpoint_meta meta = zoe::engine::load_checkpoint(
-      root, tag, resources_->tiers(), *io_, checkpoint_ranks{.comm = resources_->gradient_comm(), .dev = *device_},
-      *files_, [this](const checkpoint_meta& m) {
-        loss_scaler probe(config_.fp16);
-        probe.restore(m.scaler);
-      });
+  checkpoint_meta meta = zoe::engine::load_checkpoint(root, tag, resources_->tiers(), *io_,
+                                                      checkpoint_ranks{.comm = resources_->gradient_comm(), .dev = *device_},
+                                                      *files_, [this](const checkpoint_meta& m) {
+                                                        loss_scaler probe(config_.fp16);
+                                                        probe.restore(m.scaler);
+                                                      });
   scaler_.restore(meta.scaler);
   lr_ = meta.lr;
   if (meta.groups.size() == groups_.size()) {
@@ -376,6 +409,7 @@ void offload_engine::load_checkpoint(const std::filesystem::path& root, const st
     }
     groups_.assign(groups_.size(), group_hyper{.lr = meta.lr, .weight_decay = adam_settings_.weight_decay});
   }
+  loaded_ = loaded_checkpoint{.client = std::move(meta.client), .groups = groups_};
   micro_batches_done_ = 0;
   if (meta.optimizer.betas != adam_settings_.betas || meta.optimizer.eps != adam_settings_.eps ||
       meta.optimizer.weight_decay != adam_settings_.weight_decay ||

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <fstream>
 #include <iterator>
 #include <limits>
@@ -131,6 +132,28 @@ TEST(groups, BadSettingsAreRefusedNamingTheGroupAndChangeNothing) {
   EXPECT_EQ(r.read(0, ZOE_STATE_PARAMETER), before);
   h[1].struct_size = sizeof(zoe_group_hyper);
   EXPECT_EQ(zoe_step_groups(r.engine(), h, 4, &result), ZOE_SUCCESS) << zoe_last_error();
+}
+
+TEST(groups, AGroupAboveTheBoundIsRefusedNamingTheParameterAndTheBound) {
+  zoe_model* model = nullptr;
+  ASSERT_EQ(zoe_model_create(&model), ZOE_SUCCESS);
+  zoe_module_id m = 0;
+  ASSERT_EQ(zoe_model_add_module(model, "m", &m), ZOE_SUCCESS);
+  const std::uint64_t shape[1] = {8};
+  zoe_parameter_desc d = ZOE_PARAMETER_DESC_INIT;
+  d.name = "w";
+  d.ndim = 1;
+  d.shape = shape;
+  d.group = ZOE_MAX_PARAMETER_GROUP + 1;
+  zoe_parameter_id p = 0;
+  EXPECT_EQ(zoe_model_add_parameter(model, m, &d, &p), ZOE_ERROR_USAGE);
+  EXPECT_THAT(zoe_last_error(), AllOf(HasSubstr("'w'"), HasSubstr("group is 65536"), HasSubstr("above 65535")));
+  d.group = 4000000000U;  // a parameter id or a pointer's bits, say
+  EXPECT_EQ(zoe_model_add_parameter(model, m, &d, &p), ZOE_ERROR_USAGE);
+  d.group = ZOE_MAX_PARAMETER_GROUP;
+  EXPECT_EQ(zoe_model_add_parameter(model, m, &d, &p), ZOE_SUCCESS) << zoe_last_error();
+  EXPECT_EQ(p, 0U) << "the refused ones were not added";
+  zoe_model_destroy(model);
 }
 
 }  // namespace

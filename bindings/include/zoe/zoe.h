@@ -181,11 +181,16 @@ typedef struct zoe_parameter_desc {
    *  built before this field (a smaller struct_size) gets 0. */
   int frozen;
   /** The parameter group whose learning rate and weight decay zoe_step_groups applies to it
-   *  (PyTorch's optimizer param_groups): 0 by default (and for a caller built before this field).
+   *  (PyTorch's optimizer param_groups): 0 by default (and for a caller built before this field),
+   *  at most ZOE_MAX_PARAMETER_GROUP (ZOE_ERROR_USAGE naming the parameter and the bound above it).
    *  The model has max(group) + 1 groups; a group with no parameter is allowed. A frozen parameter's
    *  group counts towards the number but is never stepped. */
   uint32_t group;
 } zoe_parameter_desc;
+/** The largest zoe_parameter_desc.group: the engine keeps settings for every group up to the
+ *  largest, and zoe_step_groups takes that many, so a stray value (a parameter id passed for a
+ *  group) is refused rather than costing memory; far beyond any optimizer's param_groups. */
+#define ZOE_MAX_PARAMETER_GROUP 65535u
 #define ZOE_PARAMETER_DESC_INIT \
   { sizeof(zoe_parameter_desc), NULL, 0, NULL, ZOE_FP32, ZOE_INIT_ZEROS, NULL, 0.0f, 0, 0, 0 }
 
@@ -467,8 +472,9 @@ ZOE_API zoe_status zoe_engine_traffic(zoe_engine* engine, zoe_comm_traffic* traf
 
 typedef enum zoe_pass { ZOE_PASS_FORWARD = 0, ZOE_PASS_BACKWARD = 1 } zoe_pass;
 
-/** Opens the next micro-batch. ZOE_ERROR_USAGE when one is open or the step's micro-batches are
- *  all done and zoe_step has not run. One thread. */
+/** Opens the next micro-batch. ZOE_ERROR_USAGE when one is open, the step's micro-batches are all
+ *  done and zoe_step has not run, or an inference fetch (below) is not released yet (naming its
+ *  module). One thread. */
 ZOE_API zoe_status zoe_begin_micro_batch(zoe_engine* engine);
 /** Closes it: every fetch released and every fetched-for-backward module's gradients reduced
  *  (ZOE_ERROR_USAGE naming the module otherwise; the micro-batch stays open). A module whose
@@ -479,16 +485,28 @@ ZOE_API zoe_status zoe_end_micro_batch(zoe_engine* engine);
 
 /** Brings module `module`'s parameters to the device for `pass`; work queued on `stream` after
  *  this call sees them (the call blocks only until the gathers are queued). ZOE_ERROR_USAGE for an
- *  unknown module, outside a micro-batch, or when the module is fetched and not yet released;
- *  ZOE_ERROR_IO / ZOE_ERROR_CORRUPT naming the path and offset when its shard cannot be read.
+ *  unknown module, ZOE_PASS_BACKWARD outside a micro-batch, or when the module is fetched and not
+ *  yet released; ZOE_ERROR_IO / ZOE_ERROR_CORRUPT naming the path and offset when its shard cannot
+ *  be read.
+ *  Inference: ZOE_PASS_FORWARD outside a micro-batch is an inference fetch (evaluation, generation
+ *  between training steps): the same parameters, but no gradients (zoe_module_gradients refuses
+ *  it), no micro-batch is opened or counted, and the training steps' prefetch trace neither learns
+ *  its order nor is disturbed by it, so training around it runs as without it. zoe_release ends
+ *  it. The rule is one: while any inference fetch is not released, every call that needs the
+ *  engine between steps (zoe_begin_micro_batch, zoe_step, zoe_step_groups, zoe_read_state,
+ *  zoe_write_state, the checkpoint calls, zoe_measure_stages) is ZOE_ERROR_USAGE naming its module.
+ *  Inference fetches may come at any point outside a micro-batch (between two of one step, too);
+ *  several may be open at once, of different modules. Several ranks: an inference fetch is
+ *  collective like any fetch (every rank fetches the same modules in the same order).
  *  Thread-safe for different modules on one rank. With several ranks a fetch is collective (it
  *  gathers the module's shards from every rank): each rank must fetch the same modules in the same
  *  order, so drive fetches from one thread per rank (or order them yourself), or the ranks' gathers
  *  pair up wrongly and wait until zoe.comm.timeout_s. */
 ZOE_API zoe_status zoe_fetch(zoe_engine* engine, zoe_module_id module, zoe_pass pass, zoe_stream* stream);
-/** Ends the module's fetch once the work queued on `stream` so far is done (an event recorded on
- *  it); its parameter pointers are invalid after this call. ZOE_ERROR_USAGE when it is not fetched,
- *  or fetched for backward with gradients acquired and not reduced. Thread-safe for different
+/** Ends the module's fetch (an inference fetch too) once the work queued on `stream` so far is
+ *  done (an event recorded on it); its parameter pointers are invalid after this call.
+ *  ZOE_ERROR_USAGE when it is not fetched, or fetched for backward with gradients acquired and not
+ *  reduced. Thread-safe for different
  *  modules. */
 ZOE_API zoe_status zoe_release(zoe_engine* engine, zoe_module_id module, zoe_stream* stream);
 /** The device address of parameter `parameter`'s full value (its working dtype, row-major),
@@ -642,6 +660,35 @@ ZOE_API zoe_status zoe_checkpoint_save(zoe_engine* engine, const char* directory
  *  missing, torn, corrupt or of another model, with nothing changed. Between steps only; the next
  *  micro-batch starts a new step. One thread. */
 ZOE_API zoe_status zoe_checkpoint_load(zoe_engine* engine, const char* directory, const char* tag);
+
+/** zoe_checkpoint_save that also keeps `bytes` opaque bytes of the caller's with the checkpoint (a
+ *  framework's scheduler state, data position, random number generators): they go to
+ *  `directory`/`tag`/client.bin within the same crash-safe save, and its size and XXH3-64 to the
+ *  manifest, under the manifest's own checksum, so a blob that is torn or changed makes
+ *  zoe_checkpoint_load fail with ZOE_ERROR_CORRUPT naming client.bin, nothing changed. `client` may
+ *  be NULL when `bytes` is 0, and an empty blob is no blob (as zoe_checkpoint_save: no file, and
+ *  zoe_checkpoint_client gives length 0 after its load); ZOE_ERROR_USAGE for NULL with bytes > 0.
+ *  The blob is held whole in memory at save and load (meant for kilobytes to megabytes, not for
+ *  tensors: those belong in the engine's states). Several ranks: collective as
+ *  zoe_checkpoint_save; rank 0's blob is stored (the other ranks' `client` is not read), and the
+ *  load gives it to every rank. Otherwise as zoe_checkpoint_save. One thread. */
+ZOE_API zoe_status zoe_checkpoint_save_client(zoe_engine* engine, const char* directory, const char* tag,
+                                              const void* client, size_t bytes);
+/** The client blob (zoe_checkpoint_save_client) of the checkpoint this engine last loaded (the last
+ *  zoe_checkpoint_load that succeeded; a failed load changes nothing): zoe_statistics' convention
+ *  for binary bytes, with no NUL: when `capacity` holds the blob it is copied into `buffer`; a NULL
+ *  buffer or a short capacity copies nothing; *length is the blob's size either way (call again
+ *  with a buffer of *length bytes). *length is 0 when that checkpoint had no blob, or none was
+ *  loaded. Every rank gets the same bytes. Not collective. One thread. */
+ZOE_API zoe_status zoe_checkpoint_client(zoe_engine* engine, void* buffer, size_t capacity, size_t* length);
+/** Each parameter group's learning rate and weight decay as the checkpoint this engine last loaded
+ *  stored them (the last step's before its save; zoe_step_groups' order), so that a framework that
+ *  resumes can set its param_groups back: groups[g] for group g, `count` the model's group count
+ *  (ZOE_ERROR_USAGE naming both otherwise, and naming the group for a short struct_size). A
+ *  checkpoint that kept no per-group values (saved before they were kept, or by a model of another
+ *  group count) gives every group its single lr and this configuration's weight decay, as the load
+ *  takes them. ZOE_ERROR_USAGE when no checkpoint was loaded. Not collective. One thread. */
+ZOE_API zoe_status zoe_checkpoint_groups(zoe_engine* engine, zoe_group_hyper* groups, size_t count);
 
 /* ---- statistics and timing --------------------------------------------------------------------- */
 

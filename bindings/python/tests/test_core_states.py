@@ -115,3 +115,41 @@ def test_each_group_steps_with_its_own_lr():
             engine.step(groups=[(LR, 0.0), (0.0, 0.0)])
             assert np.all(engine.read_state(group0) < 1.0)
             np.testing.assert_array_equal(engine.read_state(group1), [1.0, 1.0])
+
+
+@needs("zoe_checkpoint_groups")
+def test_a_loaded_checkpoint_gives_back_each_groups_lr_and_weight_decay(tmp_path):
+    with zoe.Model() as model:
+        module = model.add_module("m0")
+        model.add_parameter(module, "g0", (2,), data=[1.0, 1.0])
+        model.add_parameter(module, "g2", (2,), data=[1.0, 1.0], group=2)
+        with zoe.Engine(model, {"zoe": {"device": {"kind": "host"}}}) as engine, zoe.Stream(engine.device) as stream:
+            with pytest.raises(zoe.UsageError, match="no checkpoint was loaded"):
+                engine.checkpoint_groups()
+            engine.begin_micro_batch()
+            engine.fetch(module, "backward", stream)
+            engine.module_gradients(module, stream)
+            engine.reduce_gradients(module, stream)
+            engine.release(module, stream)
+            engine.end_micro_batch()
+            settings = [(0.5, 0.25), (0.125, 0.0), (0.0625, 0.5)]
+            engine.step(groups=settings)
+            engine.checkpoint_save(tmp_path, client=b"epoch 3")
+            engine.checkpoint_load(tmp_path)
+            assert engine.checkpoint_groups() == settings
+            assert engine.checkpoint_client() == b"epoch 3"
+
+
+def test_a_forward_fetch_outside_a_micro_batch_is_for_inference():
+    with zoe.Model() as model:
+        module = model.add_module("m0")
+        parameter = model.add_parameter(module, "w", (2,), data=[3.0, 4.0])
+        with zoe.Engine(model, {"zoe": {"device": {"kind": "host"}}}) as engine, zoe.Stream(engine.device) as stream:
+            engine.fetch(module, "forward", stream)
+            stream.synchronize()
+            values = (np.ctypeslib.ctypes.c_float * 2).from_address(engine.parameter_address(parameter))
+            np.testing.assert_array_equal(np.ctypeslib.as_array(values), [3.0, 4.0])
+            with pytest.raises(zoe.UsageError, match="'m0' is fetched for inference"):
+                engine.begin_micro_batch()
+            engine.release(module, stream)
+            engine.begin_micro_batch()

@@ -700,9 +700,9 @@ coordinator::~coordinator() {
   // The blocks go back to the arena before it is destroyed (params is declared after it).
 }
 
-void coordinator::begin_step() {
+void coordinator::begin_step(step_kind kind) {
   const std::lock_guard lock(impl_->mutex);
-  impl_->policy.begin_step();
+  impl_->policy.begin_step(kind);
 }
 
 fetch_handle coordinator::fetch(module_id module, fetch_pass pass) {

@@ -70,6 +70,8 @@ model_layout::model_layout(std::vector<module_spec> modules, layout_options opti
       ZOE_EXPECTS(parameters_.size() < std::numeric_limits<parameter_id>::max(), "a layout holds at most ",
                   std::numeric_limits<parameter_id>::max(), " parameters; ", describe(m.name, p.name), " is one more");
       const std::string what = describe(m.name, p.name);
+      ZOE_EXPECTS(p.group <= max_parameter_group, what, ": group ", p.group, " is above ", max_parameter_group,
+                  ", the largest parameter group");
       std::uint64_t numel = 1;
       for (std::size_t d = 0; d < p.shape.size(); ++d) {
         ZOE_EXPECTS(p.shape[d] > 0, what, " has a zero dimension (dimension ", d, " of ", p.shape.size(), ")");

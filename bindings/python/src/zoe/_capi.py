@@ -175,6 +175,9 @@ PROTOTYPES = {
     "zoe_parameter_numel": (_status, [_handle, c_uint32, POINTER(c_uint64)]),
     "zoe_checkpoint_save": (_status, [_handle, c_char_p, c_char_p]),
     "zoe_checkpoint_load": (_status, [_handle, c_char_p, c_char_p]),
+    "zoe_checkpoint_save_client": (_status, [_handle, c_char_p, c_char_p, c_void_p, c_size_t]),
+    "zoe_checkpoint_client": (_status, [_handle, c_void_p, c_size_t, POINTER(c_size_t)]),
+    "zoe_checkpoint_groups": (_status, [_handle, POINTER(GroupHyper), c_size_t]),
     "zoe_statistics": (_status, [_handle, c_char_p, c_size_t, POINTER(c_size_t)]),
     "zoe_measure_stages": (_status, [_handle, POINTER(StageTimes)]),
 }

@@ -128,7 +128,10 @@ class Engine:
         _capi.call("zoe_end_micro_batch", self._require_open())
 
     def fetch(self, module, pass_="forward", stream=None):
-        """Brings module `module`'s parameters to the device for pass_ ("forward" or "backward")."""
+        """Brings module `module`'s parameters to the device for pass_ ("forward" or "backward").
+        A forward fetch outside a micro-batch is an inference fetch (zoe_fetch): no gradients, no
+        micro-batch counted; begin_micro_batch, step and the other between-step calls raise
+        zoe.UsageError naming its module until it is released."""
         if pass_ not in _capi.PASSES:
             raise UsageError(f"fetch of module {module}: pass_ {pass_!r} is not 'forward' or 'backward'")
         _capi.call("zoe_fetch", self._require_open(), int(module), _capi.PASSES[pass_], _stream_handle(stream))
@@ -294,6 +297,15 @@ class Engine:
         buffer = ctypes.create_string_buffer(length.value)
         _capi.call("zoe_checkpoint_client", handle, buffer, length.value, ctypes.byref(length))
         return buffer.raw[: length.value]
+
+    def checkpoint_groups(self):
+        """Each parameter group's (lr, weight_decay), in group order, as the checkpoint last loaded
+        into this engine stored them (zoe_checkpoint_groups), for a framework's param_groups to take
+        back; zoe.UsageError when none was loaded."""
+        count = 1 + max((p.group for p in self.parameters), default=0)
+        groups = (_capi.GroupHyper * count)(*(_capi.GroupHyper() for _ in range(count)))
+        _capi.call("zoe_checkpoint_groups", self._require_open(), groups, count)
+        return [(g.lr, g.weight_decay) for g in groups]
 
     # ---- statistics -------------------------------------------------------------------------------
 

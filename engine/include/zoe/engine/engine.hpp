@@ -36,9 +36,11 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "zoe/core/device.hpp"
@@ -128,10 +130,17 @@ class offload_engine {
   [[nodiscard]] std::vector<float> read_state(parameter_id p, state_kind s);
 
   // ---- a micro-batch ---------------------------------------------------------------------------
-  /// Opens the next micro-batch of the step. usage_error when one is open, or when the step's
-  /// micro-batches are all done and step() has not run.
+  /// Opens the next micro-batch of the step. usage_error when one is open, when the step's
+  /// micro-batches are all done and step() has not run, or while an inference fetch is open.
   void begin_micro_batch();
-  /// Forward and backward fetches: coordinator::fetch / release / address.
+  /// Forward and backward fetches: coordinator::fetch / release / address. Outside a micro-batch a
+  /// forward fetch is an inference fetch (a backward one is usage_error naming the module): it
+  /// takes no gradient and counts as no micro-batch; the first one opens an inference step of the
+  /// coordinator (step_kind::inference: the prefetch trace neither learns nor follows its order)
+  /// and the release of the last one open ends it. Inference fetches are collective at world
+  /// size > 1 as any fetch, and may come between any two micro-batches or steps; while one is open
+  /// the calls that need the engine between steps (begin_micro_batch, step, read_state,
+  /// write_state, the checkpoints, measure_stages) are usage_error.
   [[nodiscard]] fetch_handle fetch(module_id m, fetch_pass pass = fetch_pass::forward);
   void release(module_id m, stream_view stream = {});
   [[nodiscard]] void* address(parameter_id p) const;
@@ -172,7 +181,10 @@ class offload_engine {
   /// step() has not run). Returns the tag. At world size > 1 it is collective (every rank calls it,
   /// with the same root and tag; root on a file system every rank sees) and fails on every rank
   /// when it fails on one (checkpoint/checkpoint.hpp). The files do not depend on the world size.
-  std::string save_checkpoint(const std::filesystem::path& root, const std::string& tag = "");
+  /// `client`: opaque bytes kept with the checkpoint (checkpoint_meta::client; empty: none); at
+  /// several ranks rank 0's are saved.
+  std::string save_checkpoint(const std::filesystem::path& root, const std::string& tag = "",
+                              std::string_view client = {});
   /// Loads root/tag (root/latest when empty) into every state, the loss scaler and the learning
   /// rate; checkpoint_error naming the file when it is missing, torn, corrupt, of another model, or
   /// holds a scaler state this configuration refuses (nothing changed then). Between steps only
@@ -181,6 +193,13 @@ class offload_engine {
   /// world size > 1 it is collective, and a refusal on one rank is every rank's (no state changed
   /// on any rank).
   void load_checkpoint(const std::filesystem::path& root, const std::string& tag = "");
+  /// What the checkpoint last loaded keeps for the caller.
+  struct loaded_checkpoint {
+    std::string client;               ///< its client bytes (empty: it has none)
+    std::vector<group_hyper> groups;  ///< groups() as the load set them
+  };
+  /// The checkpoint last loaded (by this engine, successfully); nullopt before any load.
+  [[nodiscard]] const std::optional<loaded_checkpoint>& loaded() const noexcept { return loaded_; }
 
   // ---- activation checkpoints -------------------------------------------------------------------
   /// The store activations are saved in during a micro-batch (sized by zoe.activations.*);
@@ -208,6 +227,9 @@ class offload_engine {
 
  private:
   void expect_between_steps(const char* what) const;
+  /// An inference fetch is over (released, or its fetch failed): the last one ends the
+  /// coordinator's inference step.
+  void end_inference_fetch();
   /// This rank's shard of `values` (a whole parameter's), padding zero.
   [[nodiscard]] std::vector<float> own_shard(const parameter_layout& param, std::span<const float> values) const;
 
@@ -222,9 +244,13 @@ class offload_engine {
   loss_scaler scaler_;
   double lr_ = 0;
   std::vector<group_hyper> groups_;
+  std::optional<loaded_checkpoint> loaded_;
   device* device_;
   std::size_t micro_batches_done_ = 0;  ///< of the current step
   bool micro_batch_open_ = false;
+  /// Inference fetches not yet released (fetch() and release() run on several threads).
+  mutable std::mutex inference_mutex_;
+  std::size_t inference_fetches_ = 0;
   /// end_micro_batch ended the coordinator's step, then the gradient path refused to end its
   /// micro-batch (a module acquired and not reduced): ending the micro-batch again skips the
   /// coordinator.

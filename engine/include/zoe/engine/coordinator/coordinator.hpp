@@ -178,8 +178,9 @@ class coordinator {
   coordinator(const coordinator&) = delete;
   coordinator& operator=(const coordinator&) = delete;
 
-  /// Opens a step (a forward and backward pass). usage_error if one is open.
-  void begin_step();
+  /// Opens a step (a forward and backward pass, or with step_kind::inference forward fetches the
+  /// prefetch trace does not see: prefetch_policy.hpp). usage_error if one is open.
+  void begin_step(step_kind kind = step_kind::training);
   /// Starts gathering `module`'s parameters and, following the trace, those ahead of it. Returns
   /// at once unless the arena is full (see back-pressure). usage_error naming the module when no
   /// step is open or it is unknown; memory_error when the module cannot fit the arena at all

@@ -35,9 +35,15 @@ struct parameter_spec {
   /// No gradient, no Adam moments, no fp32 master beside a 16-bit working copy (placement.hpp's
   /// state_bytes); the step and the gradient path pass it by.
   bool frozen = false;
-  /// The parameter group whose learning rate and weight decay the step applies (optimizer param_groups).
+  /// The parameter group whose learning rate and weight decay the step applies (optimizer param_groups);
+  /// at most max_parameter_group.
   std::uint32_t group = 0;
 };
+
+/// The largest parameter_spec::group: the engine keeps settings for every group up to the largest,
+/// so a stray value (an id passed for a group) would cost memory and a step call that takes that
+/// many settings; 65536 groups is far beyond any optimizer's param_groups.
+inline constexpr std::uint32_t max_parameter_group = 65535;
 
 struct module_spec {
   std::string name;
