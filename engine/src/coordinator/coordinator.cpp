@@ -24,6 +24,7 @@ constexpr auto arena_wait_warning = std::chrono::seconds(10);
 // its members never depend on how fast its reads arrive.
 struct gather_bucket {
   std::vector<parameter_id> members;
+  module_id module = 0;       // whose parameters they all are
   std::uint64_t numel = 0;    // gathered elements
   std::uint64_t scratch = 0;  // qwZ scratch bytes it needs
   bool hpz = false;           // from the secondary shards within comm.hpz()
@@ -437,8 +438,11 @@ bool coordinator::impl::start(parameter_id p, bool demand, bool backward, std::u
   return true;
 }
 
-// Adds `p` to the open bucket, or opens one: a bucket holds at most allgather_bucket_numel
-// gathered elements (a larger parameter alone) and, with qwZ, no more than the scratch lent.
+// Adds `p` to the open bucket, or opens one: a bucket holds one module's parameters, at most
+// allgather_bucket_numel gathered elements (a larger parameter alone) and, with qwZ, no more than
+// the scratch lent. One module's: a bucket is issued once all its reads arrived, so a bucket that
+// also held the next modules' prefetches would keep the module fetched first waiting for reads it
+// does not need (zoe-bench params: the compute waited 0.145 of the step against 0.035).
 void coordinator::impl::enqueue(parameter_id p, bool hpz) {
   const parameter_layout& pl = tiers.layout().parameter(p);
   const std::uint64_t numel = pl.padded_numel(comm.size());
@@ -453,7 +457,8 @@ void coordinator::impl::enqueue(parameter_id p, bool hpz) {
   if (!gathers.empty() && !gathers.back().sealed) {
     gather_bucket& b = gathers.back();
     const std::uint64_t scratch_need = scratch_with(b);
-    if (b.hpz == hpz && numel <= options.allgather_bucket_numel - std::min(b.numel, options.allgather_bucket_numel) &&
+    if (b.hpz == hpz && b.module == pl.module &&
+        numel <= options.allgather_bucket_numel - std::min(b.numel, options.allgather_bucket_numel) &&
         (!quantized || scratch_need <= options.quantized_scratch_bytes)) {
       b.members.push_back(p);
       b.numel += numel;
@@ -464,6 +469,7 @@ void coordinator::impl::enqueue(parameter_id p, bool hpz) {
   }
   gather_bucket b;
   b.hpz = hpz;
+  b.module = pl.module;
   b.scratch = scratch_with(b);
   b.members.push_back(p);
   b.numel = numel;

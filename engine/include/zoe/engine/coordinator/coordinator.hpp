@@ -34,11 +34,13 @@
 //   the other ranks fail naming this rank within the timeout), rather than issue a collective
 //   with part of it missing.
 //
-// Buckets (zero_optimization.allgather_bucket_size): consecutive gathers of one fetch, at most that
-// many gathered elements together (a parameter larger goes alone), travel as one
-// communicator::all_gather_coalesced (one message per pair of ranks), or one qwZ
+// Buckets (zero_optimization.allgather_bucket_size): consecutive gathers of one fetch and of one
+// module, at most that many gathered elements together (a parameter larger goes alone), travel as
+// one communicator::all_gather_coalesced (one message per pair of ranks), or one qwZ
 // quantized_all_gather; a bucket of one parameter as one all_gather. A bucket never mixes a world
-// gather with an hpZ one.
+// gather with an hpZ one, nor two modules' parameters: a bucket is issued only once all its reads
+// arrived, and the module a fetch waits for must not wait for the reads of modules prefetched
+// behind it.
 //
 // Passes and hpZ (zero_hpz_partition_size > 1: comm.hpz() has more than one rank): a forward
 // fetch's gathers run over the world and leave a secondary shard of each parameter in device
