@@ -53,6 +53,7 @@ optimizer_step_options step_options(const footprint_plan& plan, const engine_con
           .undo_bytes = plan.optimizer_undo_bytes,
           .pipeline_read = block.pipeline_read,
           .pipeline_write = block.pipeline_write,
+          .pending_bytes = plan.optimizer_pending_bytes,
           .adam_threads = {}};
 }
 
@@ -107,6 +108,7 @@ void offload_engine::set_parameter(parameter_id p, std::span<const float> values
   ZOE_EXPECTS(values.size() == param.numel, "set_parameter: parameter '", param.name, "' has ", param.numel,
               " elements, not ", values.size());
   const std::vector<float> master = own_shard(param, values);
+  optimizer_->drop_speculation();  // stepped from the old value (and its shadows are rewritten below)
   // Gathered copies would go stale as the homes change: drop them, so the next fetch reads the new value.
   path_->coord().drop_gathered();
   // A frozen 16-bit parameter keeps no master (nor moments): its working copy alone holds its value.
@@ -140,6 +142,7 @@ void offload_engine::write_state(parameter_id p, state_kind s, std::span<const f
     }
   }
   const std::vector<float> shard = own_shard(param, values);
+  optimizer_->drop_speculation();  // stepped from the old value (and the write goes through the shadows)
   std::vector<detail::state_write> writes;
   if (state_bytes(param, s) > 0) {  // not the master of a frozen 16-bit parameter: its working copy is its value
     writes.push_back({s, std::vector<std::byte>(state_bytes(param, s))});
@@ -242,7 +245,8 @@ void offload_engine::end_micro_batch() {
     micro_batch_open_ = false;
     coordinator_step_ended_ = false;
     micro_batches_done_ = 0;  // the accumulated gradients are incomplete: the step starts over
-    activations_->clear();    // the micro-batch is over: its activations are not needed again
+    optimizer_->drop_speculation();
+    activations_->clear();  // the micro-batch is over: its activations are not needed again
     throw;
   }
   micro_batch_open_ = false;
@@ -251,7 +255,32 @@ void offload_engine::end_micro_batch() {
   // The gradient path has this micro-batch: count it whatever else failed, so both agree on the
   // next one.
   ++micro_batches_done_;
+  if (micro_batches_done_ == config_.gradient_accumulation_steps && config_.zoe.optimizer_in_backward) {
+    speculate_step();
+  }
   if (writeback_failure) std::rethrow_exception(writeback_failure);
+}
+
+void offload_engine::speculate_step() noexcept {
+  // The step as it goes when nothing overflowed and clipping leaves the gradients as they are (a
+  // summary of norm 0 clips nothing), at the next step count, with each group's last settings: the
+  // shards run ahead (optimizer_step.hpp) and step() commits the ones whose settings it confirms.
+  const detail::prepared_step prepared = detail::prepare_step(config_, adam_settings_, gradient_summary{},
+                                                              scaler_.scale(), lr_, scaler_.optimizer_steps() + 1);
+  // Backward's order: the shards whose gradients are final first.
+  for (auto id = static_cast<parameter_id>(layout().parameters().size()); id-- > 0;) {
+    const parameter_layout& p = layout().parameter(id);
+    if (p.frozen) continue;
+    kernels::adam_config adam = prepared.adam;
+    adam.lr = static_cast<float>(groups_[p.group].lr);
+    adam.weight_decay = static_cast<float>(groups_[p.group].weight_decay);
+    try {
+      optimizer_->speculate(id, adam);
+    } catch (const std::exception& e) {  // settings the step itself would refuse: it says so then
+      log::info("the optimizer step runs after backward: ", e.what());
+      return;
+    }
+  }
 }
 
 step_result offload_engine::step(double lr) {
@@ -296,6 +325,7 @@ step_result offload_engine::step(std::span<const group_hyper> groups) {
   step_result out;
   out.grad_norm = detail::averaged_norm(g, k) / scale;
   if (scaler_.update(g.overflow)) {
+    optimizer_->drop_speculation();
     micro_batches_done_ = 0;
     out.skipped = true;
     out.loss_scale = scaler_.scale();
@@ -353,6 +383,7 @@ void offload_engine::load_checkpoint(const std::filesystem::path& root, const st
               " micro-batches (gradient_accumulation_steps) are done; load between steps (finish the step's "
               "micro-batches and step() first)");
   path_->coord().drop_gathered();
+  optimizer_->drop_speculation();  // the checkpoint's states replace the ones it stepped from
   // The saved scaler state must suit this configuration (fp16.hysteresis, min_loss_scale) before
   // any state is overwritten: refused afterwards, the states would be the checkpoint's and the
   // scaler, the step count and the learning rate not.

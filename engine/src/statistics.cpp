@@ -157,6 +157,7 @@ json footprint_figures(offload_engine& engine) {
   j["optimizer_buffer_count"] = plan.optimizer_buffer_count;
   j["optimizer_buffer_bytes"] = plan.optimizer_buffer_bytes;
   j["optimizer_undo_bytes"] = plan.optimizer_undo_bytes;
+  j["optimizer_pending_bytes"] = plan.optimizer_pending_bytes;
   j["gradient_bucket_count"] = plan.gradient_bucket_count;
   j["gradient_bucket_bytes"] = plan.gradient_bucket_bytes;
   j["gradient_buffer_count"] = plan.gradient_buffer_count;

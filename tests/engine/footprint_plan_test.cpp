@@ -338,7 +338,10 @@ TEST(footprint_plan, PinMemoryDecidesPinnedOrPageableHomes) {
     // The gradient in host memory, pinned or not, also comes through the pinned staging buffers.
     EXPECT_EQ(plan.gradient_buffer_bytes, 4096U * 4);
     EXPECT_EQ(plan.pinned_bytes, (pinned ? host : 0U) + plan.gradient_buffer_count * plan.gradient_buffer_bytes);
-    EXPECT_EQ(plan.pageable_bytes, pinned ? 0U : host);
+    // And the speculative step's pending memory: the host states it rewrites (all but the gradient).
+    const std::uint64_t pending = 6144U * (2 + 4 + 4 + 4);
+    EXPECT_EQ(plan.optimizer_pending_bytes, pending);
+    EXPECT_EQ(plan.pageable_bytes, (pinned ? 0U : host) + pending);
     EXPECT_EQ(plan.state_bytes[static_cast<std::size_t>(pinned ? memory_kind::pinned : memory_kind::pageable)], host);
     EXPECT_EQ(plan.nvme_bytes, 0U);
     EXPECT_TRUE(plan.swap_paths.empty());

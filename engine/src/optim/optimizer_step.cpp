@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <chrono>
 #include <cstring>
 #include <new>
@@ -61,6 +62,15 @@ kernels::adam_shard shard_view(const parameter_layout& p, const std::array<std::
   return shard;
 }
 
+// Whether a shard speculated with `a` and stepped with `b` gets the same bits: every setting
+// equal, the floats bit for bit.
+bool same_settings(const kernels::adam_config& a, const kernels::adam_config& b) noexcept {
+  const auto same = [](float x, float y) { return std::bit_cast<std::uint32_t>(x) == std::bit_cast<std::uint32_t>(y); };
+  return same(a.lr, b.lr) && same(a.beta1, b.beta1) && same(a.beta2, b.beta2) && same(a.eps, b.eps) &&
+         same(a.weight_decay, b.weight_decay) && a.adamw == b.adamw && a.bias_correction == b.bias_correction &&
+         a.step == b.step && same(a.grad_scale, b.grad_scale);
+}
+
 // Bytes Adam reads and writes for `count` elements of `p`: the fp32 states both ways, the gradient
 // read, the working copy written.
 std::uint64_t stepped_bytes(const parameter_layout& p, std::uint64_t count) {
@@ -95,7 +105,23 @@ struct optimizer_step::impl {
     bool holding = false;  // counted in the pieces in flight
   };
 
+  // A shard stepped speculatively: the settings it was stepped with and where the new values of its
+  // host states lie in `pending` (their offsets; the other states' new values are in the shadows).
+  struct speculated_shard {
+    kernels::adam_config adam;
+    std::array<std::uint64_t, state_kind_count> pending_at{};
+  };
+
   const model_layout& layout() const noexcept { return tiers.layout(); }
+  bool speculate(parameter_id id, const kernels::adam_config& adam);
+  void drop_speculation() noexcept;
+  // Where Adam finds and leaves the host states of a speculated piece from element `first`: their
+  // pending memory (nullptr for the others).
+  std::array<std::byte*, state_kind_count> pending_staging(const parameter_layout& p, const speculated_shard& shard,
+                                                           std::uint64_t first);
+  // Copies the pending bytes of the shards a whole run commits into their host homes (host
+  // memcpys: nothing can fail).
+  void commit_pending() noexcept;
   void execute(std::span<const kernels::adam_config> adam, step_stages which);
   // Every state of every shard -> in flight (rewrite; the gradient read). usage_error, with
   // nothing held, when one is not resident.
@@ -146,9 +172,21 @@ struct optimizer_step::impl {
   std::vector<std::pair<parameter_id, memory_home>> memory_shards;
   std::vector<std::pair<parameter_id, state_kind>> held;
   std::vector<piece_run> runs;
-  std::size_t next_read = 0;
+  std::vector<std::size_t> active;  // the pieces the pipeline runs now (indices into `pieces`), in order
+  std::size_t next_read = 0;        // position in `active` of the next piece to read
   std::size_t holding = 0;
   detail::undo_log undo;
+  // Speculation (optimizer_step.hpp): per parameter, its speculated shard, if any; during a whole
+  // run, whether that run commits it; the pending memory and how much of it is taken.
+  std::vector<std::optional<speculated_shard>> speculative;
+  std::vector<bool> committing;
+  std::vector<std::byte> pending;
+  std::uint64_t pending_used = 0;
+  const speculated_shard* speculating = nullptr;  // while speculate() runs the pipeline
+  speculation_totals spec_totals;
+  // What speculation did for the coming step (its reads, writes, Adam), counted in that step's
+  // figures once it runs, or in the totals when the speculation is dropped without one.
+  optimizer_step_stats ahead;
   // Staging for the shards split between device and host memory, taken with the step (a failed
   // allocation must come before any state changes; footprint_plan lists it), and for stage runs
   // (made when first needed: they change nothing in place).
@@ -191,7 +229,15 @@ optimizer_step::impl::impl(tier_manager& t, device& d, allocators::pinned_host_r
                     " (footprint_plan::optimizer_undo_bytes) but options.undo_bytes is ", format_bytes(o.undo_bytes));
         return needed;
       }()),
+      speculative(t.layout().parameters().size()),
+      committing(t.layout().parameters().size(), false),
       stream(d.create_stream()) {
+  try {
+    pending.resize(static_cast<std::size_t>(o.pending_bytes));
+  } catch (const std::bad_alloc&) {
+    throw memory_error(str("optimizer step: cannot allocate its ", format_bytes(o.pending_bytes),
+                           " pending memory (pageable host memory; zoe.optimizer_pending_bytes)"));
+  }
   const auto on_nvme = [this](const parameter_layout& p) { return detail::has_nvme_state(p, where); };
   for (const sub_group& g : sub_groups(layout(), options.sub_group_size)) {
     for (parameter_id id = g.first; id < g.last; ++id) {
@@ -257,6 +303,23 @@ void optimizer_step::impl::execute(std::span<const kernels::adam_config> adam, s
   ZOE_EXPECTS(adam.size() == layout().parameters().size(), "optimizer step: ", adam.size(), " Adam settings for ",
               layout().parameters().size(), " parameters");
   for (const kernels::adam_config& a : adam) kernels::adam_step(a, {});  // checks the settings before anything moves
+  // A whole step commits each speculated shard stepped with its settings and steps the others; a
+  // stage run writes the shadows the speculation filled.
+  committing.assign(layout().parameters().size(), false);
+  if (!whole) drop_speculation();
+  for (parameter_id id = 0; id < speculative.size(); ++id) {
+    if (!speculative[id]) continue;
+    if (same_settings(speculative[id]->adam, adam[id])) {
+      committing[id] = true;
+    } else {
+      speculative[id].reset();
+      ++spec_totals.dropped;
+    }
+  }
+  active.clear();
+  for (std::size_t i = 0; i < pieces.size(); ++i) {
+    if (!committing[pieces[i].param]) active.push_back(i);
+  }
   hold_states();
   past_undo = false;
   try {
@@ -288,6 +351,21 @@ void optimizer_step::impl::execute(std::span<const kernels::adam_config> adam, s
   // A stage alone changed nothing in place and commits nothing: the homes are as they were.
   release_states(whole);
   undo.clear();
+  for (parameter_id id = 0; id < speculative.size(); ++id) {
+    if (!committing[id]) continue;
+    speculative[id].reset();
+    ++spec_totals.committed;
+  }
+  if (whole) {
+    pending_used = 0;  // every speculation was committed or dropped
+    // The step's figures include what speculation did for it inside backward.
+    stats.adam_seconds += ahead.adam_seconds;
+    stats.bytes_read += ahead.bytes_read;
+    stats.bytes_written += ahead.bytes_written;
+    stats.bytes_stepped += ahead.bytes_stepped;
+    stats.pieces += ahead.pieces;
+    ahead = {};
+  }
   stats.seconds = seconds_since(started);
   account(whole, false);
 }
@@ -377,12 +455,13 @@ void optimizer_step::impl::run_nvme_pieces(std::span<const kernels::adam_config>
   runs.resize(pieces.size());
   next_read = 0;
   holding = 0;
-  for (std::size_t i = 0; i < pieces.size(); ++i) {
+  for (std::size_t at = 0; at < active.size(); ++at) {
+    const std::size_t i = active[at];
     const detail::piece& piece = pieces[i];
     const parameter_layout& p = layout().parameter(piece.param);
     // Read ahead as far as the slots allow (only this piece without pipeline_read: the previous
     // piece's Adam is done by now).
-    start_reads(i, which.read);
+    start_reads(at, which.read);
     piece_run& r = runs[i];
     const auto waiting = clock::now();
     while (!r.read_done) reap_one();
@@ -397,7 +476,16 @@ void optimizer_step::impl::run_nvme_pieces(std::span<const kernels::adam_config>
         const std::size_t k = index_of(s);
         staging[k] = r.slots[k] ? r.slots[k].data() : spare[k];
       }
-      step_piece(p, piece.first, piece.count, staging, whole, whole, adam);
+      if (speculating != nullptr) {
+        // Speculation: the host states are stepped in their pending memory, the homes only read.
+        const std::array<std::byte*, state_kind_count> held_back = pending_staging(p, *speculating, piece.first);
+        for (std::size_t k = 0; k < state_kind_count; ++k) {
+          if (held_back[k] != nullptr) staging[k] = held_back[k];
+        }
+        step_piece(p, piece.first, piece.count, staging, false, false, adam);
+      } else {
+        step_piece(p, piece.first, piece.count, staging, whole, whole, adam);
+      }
     }
     ++stats.pieces;
     release_slots(p, r, false);  // the slots of what is not written (the gradient, device parts)
@@ -418,10 +506,11 @@ void optimizer_step::impl::run_nvme_pieces(std::span<const kernels::adam_config>
   runs.clear();
 }
 
-void optimizer_step::impl::start_reads(std::size_t i, bool read) {
-  while (next_read < pieces.size()) {
-    if (!options.pipeline_read && next_read > i) return;
-    const detail::piece& piece = pieces[next_read];
+void optimizer_step::impl::start_reads(std::size_t at, bool read) {
+  while (next_read < active.size()) {
+    if (!options.pipeline_read && next_read > at) return;
+    const std::size_t i = active[next_read];
+    const detail::piece& piece = pieces[i];
     const parameter_layout& p = layout().parameter(piece.param);
     std::vector<state_kind> slot_states;
     for (const state_kind s : all_states) {
@@ -429,11 +518,11 @@ void optimizer_step::impl::start_reads(std::size_t i, bool read) {
     }
     std::optional<std::vector<allocators::buffer_lease>> leases = pool->try_acquire_many(slot_states.size());
     if (!leases) {
-      if (next_read > i) return;  // read ahead later, when writes behind give slots back
-      reap_one();                 // this piece's own slots: wait for a write behind to finish
+      if (next_read > at) return;  // read ahead later, when writes behind give slots back
+      reap_one();                  // this piece's own slots: wait for a write behind to finish
       continue;
     }
-    piece_run& r = runs[next_read];
+    piece_run& r = runs[i];
     for (std::size_t k = 0; k < slot_states.size(); ++k) r.slots[index_of(slot_states[k])] = std::move((*leases)[k]);
     r.holding = true;
     stats.max_pieces_in_flight = std::max(stats.max_pieces_in_flight, ++holding);
@@ -451,7 +540,7 @@ void optimizer_step::impl::start_reads(std::size_t i, bool read) {
     if (requests.empty()) {
       r.read_done = true;
     } else {
-      io->submit(2 * next_read, std::move(requests));
+      io->submit(2 * i, std::move(requests));
     }
     ++next_read;
   }
@@ -628,7 +717,7 @@ void optimizer_step::impl::run_memory_shards(std::span<const kernels::adam_confi
     return;
   }
   for (const auto& [id, home] : memory_shards) {
-    if (home == memory_home::split) step_staged(layout().parameter(id), adam, true, true);
+    if (home == memory_home::split && !committing[id]) step_staged(layout().parameter(id), adam, true, true);
   }
   past_undo = true;
   for (const auto& [id, home] : memory_shards) {
@@ -653,8 +742,9 @@ void optimizer_step::impl::run_memory_shards(std::span<const kernels::adam_confi
     dev.synchronize(stream.view());
     stats.adam_seconds += seconds_since(started);  // the device's kernels
   }
+  commit_pending();  // nothing can fail from here on
   for (const auto& [id, home] : memory_shards) {
-    if (home != memory_home::host) continue;
+    if (home != memory_home::host || committing[id]) continue;
     const parameter_layout& p = layout().parameter(id);
     const kernels::adam_shard shard = shard_view(p, home_data(p), p.shard_numel);
     const auto adam_started = clock::now();
@@ -675,6 +765,119 @@ void optimizer_step::impl::step_staged(const parameter_layout& p, std::span<cons
   }
 }
 
+bool optimizer_step::impl::speculate(parameter_id id, const kernels::adam_config& adam) {
+  const parameter_layout& p = layout().parameter(id);
+  kernels::adam_step(adam, {});  // checks the settings before anything moves
+  if (p.frozen || speculative[id]) return false;
+  const auto decline = [this] {
+    ++spec_totals.declined;
+    return false;
+  };
+  if (!broken.empty() || !detail::speculates(p, where)) return decline();
+  if (detail::pending_bytes(p, where) > pending.size() - pending_used) return decline();
+  // Every state held for reading (the homes are read, never written), so nothing moves one meanwhile.
+  std::vector<state_kind> reading;
+  const auto let_go = [&]() noexcept {
+    for (const state_kind s : reading) {
+      try {
+        tiers.finish_move(id, s);
+      } catch (const std::exception& e) {
+        log::error("optimizer step: releasing ", state_kind_name(s), " of parameter '", p.name, "': ", e.what());
+      }
+    }
+  };
+  for (const state_kind s : all_states) {
+    if (state_bytes(p, s) == 0) continue;
+    if (tiers.status(id, s) != state_status::resident || !tiers.begin_move(id, s, move_kind::read)) {
+      let_go();
+      return decline();
+    }
+    reading.push_back(s);
+  }
+  speculated_shard shard{.adam = adam};
+  std::uint64_t end = pending_used;
+  for (const state_kind s : rewritten) {
+    if (state_bytes(p, s) == 0 || where(id, s) != tier::host) continue;
+    shard.pending_at[index_of(s)] = end;
+    end += round_up(state_bytes(p, s), detail::pending_alignment);
+  }
+  // The pipeline and step_piece take one setting per parameter: only this one's is read.
+  const std::vector<kernels::adam_config> each(layout().parameters().size(), adam);
+  const optimizer_step_stats outer = stats;  // the last run's figures stay the last run's
+  stats = {};
+  bool stepped = true;
+  speculating = &shard;
+  try {
+    if (detail::has_nvme_state(p, where)) {
+      active.clear();
+      for (std::size_t i = 0; i < pieces.size(); ++i) {
+        if (pieces[i].param == id) active.push_back(i);
+      }
+      run_nvme_pieces(each, step_stages{});
+    } else {
+      step_piece(p, 0, p.shard_numel, pending_staging(p, shard, 0), false, false, each);
+    }
+  } catch (const std::exception& e) {
+    drain();
+    log::warn("optimizer step: the speculative step of parameter '", p.name,
+              "' failed; it steps after backward instead: ", e.what());
+    stepped = false;
+  }
+  speculating = nullptr;
+  let_go();
+  spec_totals.bytes_read += stats.bytes_read;
+  spec_totals.bytes_written += stats.bytes_written;
+  ahead.bytes_read += stats.bytes_read;
+  ahead.bytes_written += stats.bytes_written;
+  ahead.adam_seconds += stats.adam_seconds;
+  ahead.bytes_stepped += stats.bytes_stepped;
+  ahead.pieces += stats.pieces;
+  stats = outer;
+  if (!stepped) return decline();
+  pending_used = end;
+  speculative[id] = shard;
+  ++spec_totals.speculated;
+  return true;
+}
+
+void optimizer_step::impl::drop_speculation() noexcept {
+  for (std::optional<speculated_shard>& shard : speculative) {
+    if (!shard) continue;
+    shard.reset();
+    ++spec_totals.dropped;
+  }
+  pending_used = 0;
+  // No step takes what it did: the totals do.
+  totals.adam_seconds += ahead.adam_seconds;
+  totals.bytes_read += ahead.bytes_read;
+  totals.bytes_written += ahead.bytes_written;
+  totals.bytes_stepped += ahead.bytes_stepped;
+  ahead = {};
+}
+
+std::array<std::byte*, state_kind_count> optimizer_step::impl::pending_staging(const parameter_layout& p,
+                                                                               const speculated_shard& shard,
+                                                                               std::uint64_t first) {
+  std::array<std::byte*, state_kind_count> out{};
+  for (const state_kind s : rewritten) {
+    if (state_bytes(p, s) == 0 || where(p.id, s) != tier::host) continue;
+    out[index_of(s)] = pending.data() + shard.pending_at[index_of(s)] + first * kernels::dtype_size(state_dtype(p, s));
+  }
+  return out;
+}
+
+void optimizer_step::impl::commit_pending() noexcept {
+  for (parameter_id id = 0; id < speculative.size(); ++id) {
+    if (!committing[id]) continue;
+    const parameter_layout& p = layout().parameter(id);
+    for (const state_kind s : rewritten) {
+      if (state_bytes(p, s) == 0 || where(id, s) != tier::host) continue;
+      std::memcpy(tiers.location(id, s).host.data(), pending.data() + speculative[id]->pending_at[index_of(s)],
+                  static_cast<std::size_t>(state_bytes(p, s)));
+    }
+  }
+}
+
 optimizer_step::optimizer_step(tier_manager& tiers, device& dev, allocators::pinned_host_resource& pinned,
                                io::swap_store* store, optimizer_step_options options)
     : impl_(std::make_unique<impl>(tiers, dev, pinned, store, options)) {}
@@ -692,6 +895,17 @@ void optimizer_step::run_stages(const kernels::adam_config& adam, step_stages wh
   const std::vector<kernels::adam_config> each(impl_->layout().parameters().size(), adam);
   impl_->execute(each, which);
 }
+
+bool optimizer_step::speculate(parameter_id p, const kernels::adam_config& adam) { return impl_->speculate(p, adam); }
+
+void optimizer_step::drop_speculation() noexcept { impl_->drop_speculation(); }
+
+std::size_t optimizer_step::speculated() const noexcept {
+  return static_cast<std::size_t>(std::count_if(impl_->speculative.begin(), impl_->speculative.end(),
+                                                [](const auto& shard) { return shard.has_value(); }));
+}
+
+const speculation_totals& optimizer_step::speculation() const noexcept { return impl_->spec_totals; }
 
 const optimizer_step_stats& optimizer_step::last() const noexcept { return impl_->stats; }
 

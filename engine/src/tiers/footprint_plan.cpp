@@ -133,6 +133,22 @@ void add_optimizer_undo_log(plan_builder& out, footprint_plan& plan, const model
           scratch, std::move(scratch_keys));
 }
 
+// The speculative step's pending memory (optimizer_step.hpp): the host-resident states it rewrites
+// in every shard it may speculate, up to zoe.optimizer_pending_bytes.
+void add_optimizer_pending(plan_builder& out, footprint_plan& plan, const model_layout& layout,
+                           const engine_config& config, const placement& where) {
+  if (!config.zoe.optimizer_in_backward) return;
+  const detail::tier_of tier_of = [&where](parameter_id p, state_kind s) { return where.where(p, s); };
+  std::uint64_t wanted = 0;
+  for (const parameter_layout& p : layout.parameters()) {
+    if (detail::speculates(p, tier_of)) wanted = saturating_add(wanted, detail::pending_bytes(p, tier_of));
+  }
+  plan.optimizer_pending_bytes = std::min(wanted, config.zoe.optimizer_pending_bytes);
+  out.add("optimizer step pending memory (host states of shards stepped inside backward, until step() commits them)",
+          memory_kind::pageable, plan.optimizer_pending_bytes,
+          {"zoe.optimizer_in_backward", "zoe.optimizer_pending_bytes"});
+}
+
 // The swap store's capacity for these states and the optimizer step's shadow extents (every extent
 // the tier manager takes). The store rounds every extent to 4 KiB and starts
 // one of block_size or more on a block_size boundary; the tier manager takes the large extents
@@ -553,6 +569,7 @@ footprint_plan make_footprint_plan(const model_layout& layout, const engine_conf
   add_gradient_norm_scratch(out, layout, where);
   add_local_gradient_accumulation(out, plan, layout, config, where);
   add_optimizer_undo_log(out, plan, layout, where);
+  add_optimizer_pending(out, plan, layout, config, where);
   add_arena(out, plan, layout, config);
   add_activations(out, plan, config);
   add_zero_plus_plus(out, plan, layout, config);

@@ -208,6 +208,8 @@ class offload_engine {
 
  private:
   void expect_between_steps(const char* what) const;
+  /// Runs the step speculatively once the step's last micro-batch has ended (optimizer_step.hpp).
+  void speculate_step() noexcept;
   /// This rank's shard of `values` (a whole parameter's), padding zero.
   [[nodiscard]] std::vector<float> own_shard(const parameter_layout& param, std::span<const float> values) const;
 

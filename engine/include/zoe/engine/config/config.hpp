@@ -158,6 +158,14 @@ struct zoe_settings {
   std::array<std::optional<tier_fractions>, state_kind_count> placement{};
   activation_settings activations;  ///< zoe.activations
   comm_settings comm;               ///< zoe.comm
+  /// zoe.optimizer_in_backward: each shard's Adam runs speculatively once its gradient is final
+  /// (at the end of backward's last micro-batch), committed by step() when nothing overflowed and
+  /// clipping left the gradients as they were, dropped otherwise (optimizer_step.hpp).
+  bool optimizer_in_backward = true;
+  /// zoe.optimizer_pending_bytes: pageable host bytes that hold the new values of speculated shards'
+  /// states in host memory until the step commits them (footprint_plan::optimizer_pending_bytes);
+  /// the shards that do not fit step after backward. Shards all on nvme need none.
+  std::uint64_t optimizer_pending_bytes = std::uint64_t{256} << 20;
   /// zoe.ranks_per_node: ranks on one node (consecutive world ranks); 0: from MPI's shared-memory
   /// split. Lets tests run 4 ranks as 2 "nodes" of 2 on one machine.
   std::uint64_t ranks_per_node = 0;

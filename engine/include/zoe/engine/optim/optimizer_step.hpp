@@ -44,6 +44,24 @@
 // the step gives the bits an undisturbed step gives. A write's source slot is not reused until its
 // completion is known good.
 //
+// Speculation (the step inside backward): speculate(p, adam) steps one shard as the step would,
+// ahead of it, once its gradient is final, into space no committed state uses: the new values of
+// its NVMe states go to their shadow extents, those of its host states to pending memory
+// (options.pending_bytes, footprint_plan::optimizer_pending_bytes); no committed state changes.
+// The engine speculates with the settings the step takes when nothing overflowed and clipping
+// leaves the gradients as they are (clip coefficient 1), which the global norm and the overflow
+// check confirm only when backward has ended. run() then commits every speculated shard whose Adam
+// settings equal its own for that shard, bit for bit (the shadows become the homes with the rest
+// of the step's, the pending bytes are copied into the host homes once nothing can fail), steps
+// the others as above, and drops what it did not commit; drop_speculation() drops it all (an
+// overflow skips the step). Adam's arithmetic on a shard does not depend on where the shard lies,
+// so the states a commit leaves are bit-identical to the ones the step would have computed.
+// Only shards with no state in device memory are speculated (detail::speculates: their commit is
+// a switch of extents and host copies, which cannot fail), and only as far as the pending memory
+// reaches; the rest step in run() as before. A run that fails leaves the speculation in place
+// (nothing committed changed), so a retry commits it; a stage run drops it (its writes reuse the
+// shadows).
+//
 // The gradient states are only read: the step leaves them as they are. The gradient's type is
 // state_dtype(p, gradient) (fp32, fp16 or bf16: the kernel takes each).
 
@@ -68,6 +86,8 @@ struct optimizer_step_options {
   std::uint64_t undo_bytes = 0;                  ///< footprint_plan::optimizer_undo_bytes
   bool pipeline_read = true;                     ///< offload_optimizer.pipeline_read
   bool pipeline_write = true;                    ///< offload_optimizer.pipeline_write
+  /// Pageable bytes of speculation's pending memory (footprint_plan::optimizer_pending_bytes).
+  std::uint64_t pending_bytes = 0;
   /// Threads Adam may use (the I/O thread is the step's other one): 0, TBB's default.
   kernels::thread_budget adam_threads;
 };
@@ -100,6 +120,19 @@ struct optimizer_step_totals {
   std::uint64_t bytes_read = 0;     ///< from NVMe
   std::uint64_t bytes_written = 0;  ///< to NVMe
   std::uint64_t bytes_stepped = 0;
+};
+
+/// What speculation did since the optimizer step was made (statistics). Its reads, writes and Adam
+/// time also count in the figures of the step that follows it (last(), last_step() and the totals),
+/// or in the totals alone when it is dropped without a step (drop_speculation()).
+struct speculation_totals {
+  std::uint64_t speculated = 0;     ///< shards stepped speculatively
+  std::uint64_t committed = 0;      ///< of them, committed by run()
+  std::uint64_t dropped = 0;        ///< of them, dropped (an overflow, clipping, other settings, a stage run)
+  std::uint64_t declined = 0;       ///< speculate() calls that stepped nothing (device states, no pending room, a
+                                    ///< state busy, a failed read or write)
+  std::uint64_t bytes_read = 0;     ///< from NVMe
+  std::uint64_t bytes_written = 0;  ///< to NVMe (the shadow extents)
 };
 
 /// Which stages of the step run_stages() runs.
@@ -147,6 +180,18 @@ class optimizer_step {
   /// pipeline runs as in run() (its depth, pipeline_read, pipeline_write). The same states must be
   /// resident and the same errors come (with every state as before). last() has the figures.
   void run_stages(const kernels::adam_config& adam, step_stages which);
+  /// Steps shard `p` speculatively with `adam` (above): reads its committed states, writes its new
+  /// values to the shadow extents and the pending memory, changes no committed state. Returns false,
+  /// having stepped nothing, when `p` is frozen or already speculated, has a state in device memory,
+  /// needs more pending memory than is left, or has a state that is not resident or is in flight;
+  /// and when a read or write fails (logged: the step after backward then meets the failure and
+  /// reports it). usage_error when `adam`'s settings are invalid. Not concurrently with run().
+  bool speculate(parameter_id p, const kernels::adam_config& adam);
+  /// Forgets every speculated shard (its shadows and pending bytes are reused). Never throws.
+  void drop_speculation() noexcept;
+  /// Shards speculated and not yet committed or dropped.
+  [[nodiscard]] std::size_t speculated() const noexcept;
+  [[nodiscard]] const speculation_totals& speculation() const noexcept;
   /// The last run's figures (also after a failed one).
   [[nodiscard]] const optimizer_step_stats& last() const noexcept;
   /// The figures of the last step that completed whole (run(), or run_stages() with every stage):
