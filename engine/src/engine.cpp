@@ -14,6 +14,7 @@
 #include "zoe/engine/checkpoint/checkpoint.hpp"
 #include "zoe/kernels/cast.hpp"
 #include "rank_collectives.hpp"
+#include "speculation_worker.hpp"
 #include "state_writes.hpp"
 #include "step_arithmetic.hpp"
 
@@ -27,14 +28,16 @@ parameter_path_options path_options(engine_options& o) {
           .gradient_comm = o.gradient_comm};
 }
 
-gradient_path_options gradient_options(parameter_path& path, const engine_config& config) {
+gradient_path_options gradient_options(parameter_path& path, const engine_config& config,
+                                       std::function<void(parameter_id)> on_final) {
   const footprint_plan& plan = path.plan();
   return {.bucket_bytes = plan.gradient_bucket_bytes,
           .bucket_count = static_cast<std::size_t>(plan.gradient_bucket_count),
           .staging_buffer_count = static_cast<std::size_t>(plan.gradient_buffer_count),
           .staging_buffer_bytes = static_cast<std::size_t>(plan.gradient_buffer_bytes),
           .quantized_scratch_bytes = static_cast<std::size_t>(plan.qgz_scratch_bytes),
-          .accumulate_locally = accumulates_gradients_locally(config, path.comm().size())};
+          .accumulate_locally = accumulates_gradients_locally(config, path.comm().size()),
+          .on_final = std::move(on_final)};
 }
 
 activation_store_options activation_options(const footprint_plan& plan, const io::swap_store* store) {
@@ -66,7 +69,11 @@ offload_engine::offload_engine(std::vector<module_spec> modules, const engine_co
       path_(std::make_unique<parameter_path>(std::move(modules), config, dev, path_options(options))),
       io_(std::make_unique<state_io>(path_->tiers(), dev, path_->store())),
       gradients_(std::make_unique<gradient_path>(path_->tiers(), path_->gradient_comm(), dev, path_->pinned(),
-                                                 path_->store(), gradient_options(*path_, config))),
+                                                 path_->store(),
+                                                 gradient_options(*path_, config,
+                                                                  [this](parameter_id p) {
+                                                                    if (ahead_armed_.load()) ahead_->hand_in(p);
+                                                                  }))),
       optimizer_(std::make_unique<optimizer_step>(path_->tiers(), dev, path_->pinned(), path_->store(),
                                                   step_options(path_->plan(), config))),
       activations_(std::make_unique<activation_store>(dev, path_->pinned(), path_->store(),
@@ -76,9 +83,20 @@ offload_engine::offload_engine(std::vector<module_spec> modules, const engine_co
       lr_(adam_settings_.lr),
       groups_(path_->layout().group_count(),
               group_hyper{.lr = adam_settings_.lr, .weight_decay = adam_settings_.weight_decay}),
-      device_(&dev) {}
+      device_(&dev) {
+  if (config_.zoe.optimizer_in_backward) {
+    ahead_ = std::make_unique<detail::speculation_worker>([this](parameter_id p) {
+      try {
+        optimizer_->speculate(p, ahead_adam_[p]);
+      } catch (const std::exception& e) {  // settings the step itself would refuse: it says so then
+        log::info("parameter '", layout().parameter(p).name, "' steps after backward: ", e.what());
+      }
+    });
+  }
+}
 
 offload_engine::~offload_engine() {
+  stop_speculation();
   // The caller's streams may still hold work on memory the stages own and free below (the
   // zero-fill of a lent gradient bucket, a copy into a gathered parameter): let it finish first.
   try {
@@ -194,6 +212,7 @@ void offload_engine::begin_micro_batch() {
     throw;
   }
   micro_batch_open_ = true;
+  if (ahead_ && micro_batches_done_ + 1 == k) arm_speculation();
 }
 
 fetch_handle offload_engine::fetch(module_id m, fetch_pass pass) { return path_->coord().fetch(m, pass); }
@@ -245,6 +264,7 @@ void offload_engine::end_micro_batch() {
     micro_batch_open_ = false;
     coordinator_step_ended_ = false;
     micro_batches_done_ = 0;  // the accumulated gradients are incomplete: the step starts over
+    stop_speculation();
     optimizer_->drop_speculation();
     activations_->clear();  // the micro-batch is over: its activations are not needed again
     throw;
@@ -255,32 +275,28 @@ void offload_engine::end_micro_batch() {
   // The gradient path has this micro-batch: count it whatever else failed, so both agree on the
   // next one.
   ++micro_batches_done_;
-  if (micro_batches_done_ == config_.gradient_accumulation_steps && config_.zoe.optimizer_in_backward) {
-    speculate_step();
-  }
+  stop_speculation();  // every final gradient was handed in: what it steps is done before step()
   if (writeback_failure) std::rethrow_exception(writeback_failure);
 }
 
-void offload_engine::speculate_step() noexcept {
+void offload_engine::arm_speculation() {
   // The step as it goes when nothing overflowed and clipping leaves the gradients as they are (a
-  // summary of norm 0 clips nothing), at the next step count, with each group's last settings: the
-  // shards run ahead (optimizer_step.hpp) and step() commits the ones whose settings it confirms.
+  // summary of norm 0 clips nothing), at the next step count, with each group's last settings: each
+  // shard runs ahead as its gradient becomes final (optimizer_step.hpp) and step() commits the ones
+  // whose settings it confirms.
   const detail::prepared_step prepared = detail::prepare_step(config_, adam_settings_, gradient_summary{},
                                                               scaler_.scale(), lr_, scaler_.optimizer_steps() + 1);
-  // Backward's order: the shards whose gradients are final first.
-  for (auto id = static_cast<parameter_id>(layout().parameters().size()); id-- > 0;) {
-    const parameter_layout& p = layout().parameter(id);
-    if (p.frozen) continue;
-    kernels::adam_config adam = prepared.adam;
-    adam.lr = static_cast<float>(groups_[p.group].lr);
-    adam.weight_decay = static_cast<float>(groups_[p.group].weight_decay);
-    try {
-      optimizer_->speculate(id, adam);
-    } catch (const std::exception& e) {  // settings the step itself would refuse: it says so then
-      log::info("the optimizer step runs after backward: ", e.what());
-      return;
-    }
+  ahead_adam_.assign(layout().parameters().size(), prepared.adam);
+  for (const parameter_layout& p : layout().parameters()) {
+    ahead_adam_[p.id].lr = static_cast<float>(groups_[p.group].lr);
+    ahead_adam_[p.id].weight_decay = static_cast<float>(groups_[p.group].weight_decay);
   }
+  ahead_armed_.store(true);
+}
+
+void offload_engine::stop_speculation() noexcept {
+  ahead_armed_.store(false);
+  if (ahead_) ahead_->wait_idle();
 }
 
 step_result offload_engine::step(double lr) {

@@ -775,7 +775,11 @@ bool optimizer_step::impl::speculate(parameter_id id, const kernels::adam_config
   };
   if (!broken.empty() || !detail::speculates(p, where)) return decline();
   if (detail::pending_bytes(p, where) > pending.size() - pending_used) return decline();
-  // Every state held for reading (the homes are read, never written), so nothing moves one meanwhile.
+  // Every state held for reading (the homes are read, never written), so nothing moves one
+  // meanwhile; but the parameter's value (its working copy, or an fp32 parameter's master), which
+  // backward's fetches read at the same time: nothing writes it in backward (the engine marks no
+  // gathered parameter dirty), so it is only checked to be resident and current.
+  const state_kind value = state_bytes(p, state_kind::working) > 0 ? state_kind::working : state_kind::master;
   std::vector<state_kind> reading;
   const auto let_go = [&]() noexcept {
     for (const state_kind s : reading) {
@@ -788,6 +792,11 @@ bool optimizer_step::impl::speculate(parameter_id id, const kernels::adam_config
   };
   for (const state_kind s : all_states) {
     if (state_bytes(p, s) == 0) continue;
+    if (s == value) {
+      if (tiers.status(id, s) == state_status::resident && !tiers.dirty(id, s)) continue;
+      let_go();
+      return decline();
+    }
     if (tiers.status(id, s) != state_status::resident || !tiers.begin_move(id, s, move_kind::read)) {
       let_go();
       return decline();
