@@ -358,7 +358,7 @@ void add_gradient_buffers(plan_builder& out, footprint_plan& plan, const model_l
 }
 
 // On a CUDA device the gradient path keeps each device-home gradient's sum of squares and
-// inf/NaN flag on the device until the step's last micro-batch ends (gradient_path.cpp), in one
+// inf/NaN flag on the device until the step's last micro-batch ends (gradient_summary.cpp), in one
 // allocation (rounded as the device rounds one). Listed for every device: the host device's path
 // takes none, so there it is an upper bound.
 void add_gradient_norm_scratch(plan_builder& out, const model_layout& layout, const placement& where) {
