@@ -18,8 +18,11 @@
 namespace zoe::engine {
 
 namespace {
-// How long the I/O thread sleeps before it looks at the hooks' device work again.
+// How long the I/O thread sleeps before it looks at the hooks' device work, or the channel, again.
+// The channel's notify_fd wakes it for completions; the timeout is for work it cannot be told
+// about (a device event, a backend that starts held requests on the next poll only).
 constexpr int hook_poll_ms = 1;
+constexpr int io_poll_ms = 2;
 
 std::size_t class_index(move_priority p) noexcept { return static_cast<std::size_t>(p); }
 }  // namespace
@@ -194,7 +197,7 @@ void mover::sleep(io::swap_channel* channel) {
     fds[1].fd = channel->notify_fd();
     n = 2;
   }
-  const int timeout = hooked_ > 0 ? hook_poll_ms : -1;
+  const int timeout = hooked_ > 0 ? hook_poll_ms : n == 2 ? io_poll_ms : -1;
   if (::poll(fds, n, timeout) < 0 && errno != EINTR) {
     throw io_error(str("mover: poll failed: ", std::strerror(errno)), errno);
   }
