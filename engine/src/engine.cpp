@@ -68,7 +68,7 @@ offload_engine::offload_engine(std::vector<module_spec> modules, const engine_co
                                                  path_->store(), gradient_options(*path_, config))),
       optimizer_(std::make_unique<optimizer_step>(path_->tiers(), dev, path_->pinned(), path_->store(),
                                                   step_options(path_->plan(), config))),
-      activations_(std::make_unique<activation_store>(dev, path_->pinned(), path_->store(),
+      activations_(std::make_unique<activation_store>(dev, path_->pinned(), &path_->movers(),
                                                       activation_options(path_->plan(), path_->store()))),
       files_(options.checkpoint_files != nullptr ? options.checkpoint_files : &checkpoint_fs::posix()),
       scaler_(config.fp16),
