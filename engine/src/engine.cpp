@@ -74,7 +74,7 @@ offload_engine::offload_engine(std::vector<module_spec> modules, const engine_co
                                                                   [this](parameter_id p) {
                                                                     if (ahead_armed_.load()) ahead_->hand_in(p);
                                                                   }))),
-      optimizer_(std::make_unique<optimizer_step>(path_->tiers(), dev, path_->pinned(), path_->store(),
+      optimizer_(std::make_unique<optimizer_step>(path_->tiers(), dev, path_->pinned(), &path_->movers(),
                                                   step_options(path_->plan(), config))),
       activations_(std::make_unique<activation_store>(dev, path_->pinned(), &path_->movers(),
                                                       activation_options(path_->plan(), path_->store()))),

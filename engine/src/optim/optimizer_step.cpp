@@ -82,8 +82,7 @@ std::uint64_t stepped_bytes(const parameter_layout& p, std::uint64_t count) {
 }  // namespace
 
 struct optimizer_step::impl {
-  impl(tier_manager& t, device& d, allocators::pinned_host_resource& pinned, io::swap_store* s,
-       optimizer_step_options o);
+  impl(tier_manager& t, device& d, allocators::pinned_host_resource& pinned, mover* m, optimizer_step_options o);
   ~impl() {
     io.reset();  // joins the I/O thread while the slots are still there
     try {
@@ -156,7 +155,8 @@ struct optimizer_step::impl {
 
   tier_manager& tiers;
   device& dev;
-  io::swap_store* store;
+  mover* movers;
+  io::swap_store* store;  // the mover's
   optimizer_step_options options;
   detail::tier_of where;
   detail::piece_geometry geometry;
@@ -214,15 +214,16 @@ std::uint64_t undo_bytes_needed(const tier_manager& tiers, const detail::tier_of
 
 }  // namespace
 
-optimizer_step::impl::impl(tier_manager& t, device& d, allocators::pinned_host_resource& pinned, io::swap_store* s,
+optimizer_step::impl::impl(tier_manager& t, device& d, allocators::pinned_host_resource& pinned, mover* m,
                            optimizer_step_options o)
     : tiers(t),
       dev(d),
-      store(s),
+      movers(m),
+      store(m != nullptr ? m->store() : nullptr),
       options(o),
       where([&t](parameter_id p, state_kind k) { return t.location(p, k).where; }),
-      geometry(detail::make_piece_geometry(t.layout(), where,
-                                           s != nullptr ? s->options().io.block_size : detail::default_piece_chunk)),
+      geometry(detail::make_piece_geometry(
+          t.layout(), where, store != nullptr ? store->options().io.block_size : detail::default_piece_chunk)),
       undo([&] {
         const std::uint64_t needed = undo_bytes_needed(t, where);
         ZOE_EXPECTS(o.undo_bytes >= needed, "optimizer step: the undo log needs ", format_bytes(needed),
@@ -261,7 +262,7 @@ optimizer_step::impl::impl(tier_manager& t, device& d, allocators::pinned_host_r
                            " scratch memory (pageable host memory)"));
   }
   if (geometry.slots_per_piece == 0) return;
-  ZOE_EXPECTS(store != nullptr, "optimizer step: states are on nvme but no swap store was given");
+  ZOE_EXPECTS(store != nullptr, "optimizer step: states are on nvme but no mover with a swap store was given");
   // The planned pinned memory (buffer_count buffers of buffer_bytes) is cut into slots of one
   // piece of an fp32 state: the pipeline holds as many pieces as the slots allow.
   const std::uint64_t planned = static_cast<std::uint64_t>(options.buffer_count) * options.buffer_bytes;
@@ -279,11 +280,7 @@ optimizer_step::impl::impl(tier_manager& t, device& d, allocators::pinned_host_r
                                                        .name = "optimizer swap buffers"});
   stats.pinned_bytes = count * geometry.slot_bytes;
   pieces = detail::cut_pieces(layout(), options.sub_group_size, geometry.piece_numel, on_nvme);
-  const auto slots = pool->buffers();
-  io = std::make_unique<detail::step_io>(
-      *store,
-      std::span<std::byte>(slots.front().data(),
-                           static_cast<std::size_t>(slots.back().data() + slots.back().size() - slots.front().data())));
+  io = std::make_unique<detail::step_io>(*movers);
 }
 
 void optimizer_step::impl::execute(std::span<const kernels::adam_config> adam, step_stages which) {
@@ -540,7 +537,8 @@ void optimizer_step::impl::start_reads(std::size_t at, bool read) {
     if (requests.empty()) {
       r.read_done = true;
     } else {
-      io->submit(2 * i, std::move(requests));
+      // The step's read-ahead comes after backward's fetches; speculation's runs behind them all.
+      io->submit(2 * i, requests, speculating != nullptr ? move_priority::write_behind : move_priority::prefetch);
     }
     ++next_read;
   }
@@ -565,7 +563,7 @@ void optimizer_step::impl::start_writes(std::size_t i) {
     release_slots(p, r, true);
     return;
   }
-  io->submit(2 * i + 1, std::move(requests));
+  io->submit(2 * i + 1, requests, move_priority::write_behind);
 }
 
 void optimizer_step::impl::reap_one() {
@@ -888,8 +886,8 @@ void optimizer_step::impl::commit_pending() noexcept {
 }
 
 optimizer_step::optimizer_step(tier_manager& tiers, device& dev, allocators::pinned_host_resource& pinned,
-                               io::swap_store* store, optimizer_step_options options)
-    : impl_(std::make_unique<impl>(tiers, dev, pinned, store, options)) {}
+                               mover* movers, optimizer_step_options options)
+    : impl_(std::make_unique<impl>(tiers, dev, pinned, movers, options)) {}
 
 optimizer_step::~optimizer_step() = default;
 

@@ -9,8 +9,10 @@
 // optimizer_buffer_bytes, cut into slots of one piece of one fp32 state; a piece takes one slot per
 // state on nvme or in device memory; pipeline_read / pipeline_write false turn the read-ahead /
 // write-behind off: no read starts before the previous piece's Adam is done, and no Adam starts
-// before the previous piece's writes are known good). One I/O thread of the step drives its swap
-// channel; the calling thread runs Adam (with adam_threads). The new 16-bit working copy goes to
+// before the previous piece's writes are known good). The reads and writes are pieces of the rank's
+// mover (swap/mover.hpp; reads as prefetch, writes as write-behind, speculation's reads as
+// write-behind too, behind backward's fetches) in the step's own slots; the calling thread runs Adam
+// (with adam_threads). The new 16-bit working copy goes to
 // its home (device, host or NVMe) in the same pass: nothing reads the masters twice.
 //
 // A step either happens whole or not at all:
@@ -72,6 +74,7 @@
 
 #include "zoe/allocators/pinned_host_resource.hpp"
 #include "zoe/core/device.hpp"
+#include "zoe/engine/swap/mover.hpp"
 #include "zoe/engine/tiers/footprint_plan.hpp"
 #include "zoe/engine/tiers/tier_manager.hpp"
 #include "zoe/io/swap_store.hpp"
@@ -88,7 +91,7 @@ struct optimizer_step_options {
   bool pipeline_write = true;                    ///< offload_optimizer.pipeline_write
   /// Pageable bytes of speculation's pending memory (footprint_plan::optimizer_pending_bytes).
   std::uint64_t pending_bytes = 0;
-  /// Threads Adam may use (the I/O thread is the step's other one): 0, TBB's default.
+  /// Threads Adam may use (the mover's I/O thread works for the step): 0, TBB's default.
   kernels::thread_budget adam_threads;
 };
 
@@ -142,18 +145,17 @@ struct step_stages {
   bool write = true;  ///< the NVMe writes of every piece's slots to the shadow extents
 };
 
-/// Not thread-safe: one thread runs steps (the step's own I/O thread works for it). Everything
+/// Not thread-safe: one thread runs steps (the mover's I/O thread works for it). Everything
 /// passed must outlive it. No move of any state may be in flight while a step runs (the engine
 /// runs the step between a step's backward and the next forward).
 class optimizer_step {
  public:
-  /// Cuts the pinned memory into slots (from `pinned`, when any state is on nvme) and starts the
-  /// I/O thread. Throws memory_error when the memory is refused, config_error naming
-  /// offload_optimizer.buffer_count when the slots cannot hold one piece's states, usage_error when
-  /// options.undo_bytes is less than the undo log needs (the plan was made for another placement).
-  /// The undo log and the scratch memory (the pageable bytes they need, which the plan lists) are
-  /// taken here too.
-  optimizer_step(tier_manager& tiers, device& dev, allocators::pinned_host_resource& pinned, io::swap_store* store,
+  /// Cuts the pinned memory into slots (from `pinned`, when any state is on nvme); its reads and
+  /// writes go through `movers` (the rank's mover; null when nothing is on nvme). Throws memory_error when the memory
+  /// is refused, config_error naming offload_optimizer.buffer_count when the slots cannot hold one piece's states,
+  /// usage_error when options.undo_bytes is less than the undo log needs (the plan was made for another placement). The
+  /// undo log and the scratch memory (the pageable bytes they need, which the plan lists) are taken here too.
+  optimizer_step(tier_manager& tiers, device& dev, allocators::pinned_host_resource& pinned, mover* movers,
                  optimizer_step_options options);
   ~optimizer_step();
   optimizer_step(const optimizer_step&) = delete;
