@@ -225,7 +225,35 @@ std::vector<void*> offload_engine::gradient_buffers(module_id m, stream_view str
   return gradients_->acquire(m, stream);
 }
 
-void offload_engine::reduce_gradients(module_id m, stream_view stream) { gradients_->reduce(m, stream); }
+void offload_engine::reduce_gradients(module_id m, stream_view stream) {
+  if (ahead_armed_.load()) keep_fetched_masters(m, stream);
+  gradients_->reduce(m, stream);
+}
+
+void offload_engine::keep_fetched_masters(module_id m, stream_view stream) {
+  // A dequantized gather (qwZ) is not the master's bits.
+  if (config_.zero.zero_quantized_weights) return;
+  // Backward's fetch of m brought each fp32 parameter's master (its working copy) to the device:
+  // this rank's shard of it goes to the speculation, which then reads no master from NVMe. Queued
+  // on `stream` before the gradients are handed in, so before the speculation can start.
+  const std::uint64_t shard = layout().shard_of(path_->comm().rank());
+  for (const parameter_id p : layout().module(m).parameters) {
+    const std::byte* gathered = nullptr;
+    try {
+      gathered = static_cast<const std::byte*>(path_->coord().address(p));
+    } catch (const usage_error&) {
+      return;  // not fetched (the gradient path names what is wrong); its master is read from NVMe
+    }
+    std::byte* kept = optimizer_->keep_fetched_master(p);
+    if (kept == nullptr) continue;
+    const std::uint64_t bytes = state_bytes(layout().parameter(p), state_kind::master);
+    device_->copy_async(kept, gathered + shard * bytes, static_cast<std::size_t>(bytes), copy_kind::device_to_host,
+                        stream);
+    device_event ready = device_->create_event();
+    device_->record(ready, stream);
+    optimizer_->fetched_master_ready(p, std::move(ready));
+  }
+}
 
 void offload_engine::end_micro_batch() {
   ZOE_EXPECTS(micro_batch_open_, "end_micro_batch without begin_micro_batch");

@@ -144,6 +144,30 @@ TEST(speculative_step, ASettingTheStepChangesIsDroppedAndSteppedAfterBackward) {
   EXPECT_EQ(ahead.e->optimizer().speculation().dropped, ahead.e->layout().parameters().size());
 }
 
+TEST(speculative_step, ReadsTheMasterBackwardFetchedInsteadOfReadingItAgain) {
+  // fp32: the working copy is the master, so backward's fetch brings it; on nvme, a second read
+  // of it for the step is what the speculation saves.
+  const tiers_case nvme{"nvme", "nvme"};
+  rig ahead("nvme", kernels::dtype::fp32, placed(nvme, true, false));
+  rig after("nvme", kernels::dtype::fp32, placed(nvme, false, false));
+  for (std::uint64_t j = 0; j < 2; ++j) {
+    const auto g = gradients(after.e->layout(), j, 0.001F);
+    ahead.micro_batch(g);
+    after.micro_batch(g);
+  }
+  ahead.e->step(ahead.e->lr());
+  after.e->step(after.e->lr());
+  expect_same_states(ahead, after, "with the masters backward fetched");
+  std::uint64_t masters = 0;
+  for (const engine::parameter_layout& p : ahead.e->layout().parameters()) {
+    masters += engine::state_bytes(p, state_kind::master);
+  }
+  EXPECT_EQ(ahead.e->optimizer().speculation().fetched_bytes, masters);
+  EXPECT_EQ(ahead.e->optimizer().totals().bytes_read + masters, after.e->optimizer().totals().bytes_read)
+      << "the step read every master but the ones backward fetched";
+  EXPECT_EQ(ahead.e->optimizer().totals().bytes_written, after.e->optimizer().totals().bytes_written);
+}
+
 TEST(speculative_step, ShardsBeyondThePendingMemoryStepAfterBackward) {
   const tiers_case host{"host", "host"};
   const auto small_pending = [&](engine::engine_config& c) {

@@ -9,11 +9,13 @@
 #include <bit>
 #include <chrono>
 #include <cstring>
+#include <mutex>
 #include <new>
 #include <optional>
 #include <utility>
 #include <vector>
 
+#include "pending_space.hpp"
 #include "step_io.hpp"
 #include "step_pieces.hpp"
 #include "undo_log.hpp"
@@ -110,10 +112,25 @@ struct optimizer_step::impl {
     kernels::adam_config adam;
     std::array<std::uint64_t, state_kind_count> pending_at{};
   };
+  // A parameter's master shard as backward's fetch brought it (in pending memory at `at`, complete
+  // once `ready` has), which its speculation reads instead of the NVMe home.
+  struct fetched_master {
+    std::uint64_t at = 0;
+    std::uint64_t bytes = 0;
+    device_event ready;
+  };
 
   const model_layout& layout() const noexcept { return tiers.layout(); }
   bool speculate(parameter_id id, const kernels::adam_config& adam);
   void drop_speculation() noexcept;
+  std::byte* keep_fetched_master(parameter_id id);
+  void fetched_master_ready(parameter_id id, device_event ready);
+  // Takes p's fetched master out of the registry (nullopt when there is none).
+  std::optional<fetched_master> take_fetched(parameter_id id);
+  // Waits for a fetched master's copy and frees its pending memory. Never throws (logs).
+  void forget_fetched(fetched_master& f) noexcept;
+  // Forgets every fetched master (none was speculated with) and frees all the pending memory.
+  void clear_pending() noexcept;
   // Where Adam finds and leaves the host states of a speculated piece from element `first`: their
   // pending memory (nullptr for the others).
   std::array<std::byte*, state_kind_count> pending_staging(const parameter_layout& p, const speculated_shard& shard,
@@ -177,12 +194,16 @@ struct optimizer_step::impl {
   std::size_t holding = 0;
   detail::undo_log undo;
   // Speculation (optimizer_step.hpp): per parameter, its speculated shard, if any; during a whole
-  // run, whether that run commits it; the pending memory and how much of it is taken.
+  // run, whether that run commits it; the pending memory, which of it is free, and the masters
+  // backward's fetches left in it.
   std::vector<std::optional<speculated_shard>> speculative;
   std::vector<bool> committing;
   std::vector<std::byte> pending;
-  std::uint64_t pending_used = 0;
+  detail::pending_space space;
+  std::mutex fetched_mutex;  // the compute thread registers, the speculation thread takes
+  std::vector<std::optional<fetched_master>> fetched;
   const speculated_shard* speculating = nullptr;  // while speculate() runs the pipeline
+  const std::byte* speculating_master = nullptr;  // its fetched master, if it has one
   speculation_totals spec_totals;
   // What speculation did for the coming step (its reads, writes, Adam), counted in that step's
   // figures once it runs, or in the totals when the speculation is dropped without one.
@@ -232,6 +253,8 @@ optimizer_step::impl::impl(tier_manager& t, device& d, allocators::pinned_host_r
       }()),
       speculative(t.layout().parameters().size()),
       committing(t.layout().parameters().size(), false),
+      space(o.pending_bytes),
+      fetched(t.layout().parameters().size()),
       stream(d.create_stream()) {
   try {
     pending.resize(static_cast<std::size_t>(o.pending_bytes));
@@ -354,7 +377,7 @@ void optimizer_step::impl::execute(std::span<const kernels::adam_config> adam, s
     ++spec_totals.committed;
   }
   if (whole) {
-    pending_used = 0;  // every speculation was committed or dropped
+    clear_pending();  // every speculation was committed or dropped
     // The step's figures include what speculation did for it inside backward.
     stats.adam_seconds += ahead.adam_seconds;
     stats.bytes_read += ahead.bytes_read;
@@ -479,6 +502,11 @@ void optimizer_step::impl::run_nvme_pieces(std::span<const kernels::adam_config>
         for (std::size_t k = 0; k < state_kind_count; ++k) {
           if (held_back[k] != nullptr) staging[k] = held_back[k];
         }
+        if (speculating_master != nullptr) {
+          const std::size_t fp32 = kernels::dtype_size(kernels::dtype::fp32);
+          std::memcpy(staging[index_of(state_kind::master)], speculating_master + piece.first * fp32,
+                      static_cast<std::size_t>(piece.count * fp32));
+        }
         step_piece(p, piece.first, piece.count, staging, false, false, adam);
       } else {
         step_piece(p, piece.first, piece.count, staging, whole, whole, adam);
@@ -527,6 +555,7 @@ void optimizer_step::impl::start_reads(std::size_t at, bool read) {
     for (const state_kind s : slot_states) {
       // The working copy is only written; a stage without reads leaves the slots as they are.
       if (!read || s == state_kind::working || where(p.id, s) != tier::nvme) continue;
+      if (s == state_kind::master && speculating_master != nullptr) continue;  // backward's fetch brought it
       const std::uint64_t size = kernels::dtype_size(state_dtype(p, s));
       requests.push_back({.op = io::io_op::read,
                           .extent = tiers.location(p.id, s).extent,
@@ -771,8 +800,18 @@ bool optimizer_step::impl::speculate(parameter_id id, const kernels::adam_config
     ++spec_totals.declined;
     return false;
   };
-  if (!broken.empty() || !detail::speculates(p, where)) return decline();
-  if (detail::pending_bytes(p, where) > pending.size() - pending_used) return decline();
+  std::optional<fetched_master> master = take_fetched(id);
+  const auto decline_all = [&] {
+    if (master) forget_fetched(*master);
+    return decline();
+  };
+  if (!broken.empty() || !detail::speculates(p, where)) return decline_all();
+  const std::uint64_t need = detail::pending_bytes(p, where);
+  const std::optional<std::uint64_t> base = need > 0 ? space.take(need) : std::optional<std::uint64_t>(0);
+  if (!base) return decline_all();
+  const auto give_back = [&] {
+    if (need > 0) space.give_back(*base, need);
+  };
   // Every state held for reading (the homes are read, never written), so nothing moves one
   // meanwhile; but the parameter's value (its working copy, or an fp32 parameter's master), which
   // backward's fetches read at the same time: nothing writes it in backward (the engine marks no
@@ -793,16 +832,18 @@ bool optimizer_step::impl::speculate(parameter_id id, const kernels::adam_config
     if (s == value) {
       if (tiers.status(id, s) == state_status::resident && !tiers.dirty(id, s)) continue;
       let_go();
-      return decline();
+      give_back();
+      return decline_all();
     }
     if (tiers.status(id, s) != state_status::resident || !tiers.begin_move(id, s, move_kind::read)) {
       let_go();
-      return decline();
+      give_back();
+      return decline_all();
     }
     reading.push_back(s);
   }
   speculated_shard shard{.adam = adam};
-  std::uint64_t end = pending_used;
+  std::uint64_t end = *base;
   for (const state_kind s : rewritten) {
     if (state_bytes(p, s) == 0 || where(id, s) != tier::host) continue;
     shard.pending_at[index_of(s)] = end;
@@ -815,6 +856,11 @@ bool optimizer_step::impl::speculate(parameter_id id, const kernels::adam_config
   bool stepped = true;
   speculating = &shard;
   try {
+    if (master && master->ready.valid()) {
+      dev.synchronize(master->ready);  // backward's copy of it is done
+      speculating_master = pending.data() + master->at;
+      spec_totals.fetched_bytes += master->bytes;
+    }
     if (detail::has_nvme_state(p, where)) {
       active.clear();
       for (std::size_t i = 0; i < pieces.size(); ++i) {
@@ -831,6 +877,8 @@ bool optimizer_step::impl::speculate(parameter_id id, const kernels::adam_config
     stepped = false;
   }
   speculating = nullptr;
+  speculating_master = nullptr;
+  if (master) forget_fetched(*master);
   let_go();
   spec_totals.bytes_read += stats.bytes_read;
   spec_totals.bytes_written += stats.bytes_written;
@@ -840,8 +888,10 @@ bool optimizer_step::impl::speculate(parameter_id id, const kernels::adam_config
   ahead.bytes_stepped += stats.bytes_stepped;
   ahead.pieces += stats.pieces;
   stats = outer;
-  if (!stepped) return decline();
-  pending_used = end;
+  if (!stepped) {
+    give_back();
+    return decline();
+  }
   speculative[id] = shard;
   ++spec_totals.speculated;
   return true;
@@ -853,13 +903,57 @@ void optimizer_step::impl::drop_speculation() noexcept {
     shard.reset();
     ++spec_totals.dropped;
   }
-  pending_used = 0;
+  clear_pending();
   // No step takes what it did: the totals do.
   totals.adam_seconds += ahead.adam_seconds;
   totals.bytes_read += ahead.bytes_read;
   totals.bytes_written += ahead.bytes_written;
   totals.bytes_stepped += ahead.bytes_stepped;
   ahead = {};
+}
+
+std::byte* optimizer_step::impl::keep_fetched_master(parameter_id id) {
+  const parameter_layout& p = layout().parameter(id);
+  // Only an fp32 parameter's fetch brings its master (the working copy is the master), and only a
+  // master on nvme is worth keeping: the speculation would read it there.
+  if (!broken.empty() || detail::fetched_master_bytes(p, where) == 0) return nullptr;
+  const std::uint64_t bytes = state_bytes(p, state_kind::master);
+  const std::lock_guard lock(fetched_mutex);
+  if (fetched[id]) return nullptr;
+  const std::optional<std::uint64_t> at = space.take(bytes);
+  if (!at) return nullptr;
+  fetched[id] = fetched_master{.at = *at, .bytes = bytes, .ready = {}};
+  return pending.data() + *at;
+}
+
+void optimizer_step::impl::fetched_master_ready(parameter_id id, device_event ready) {
+  const std::lock_guard lock(fetched_mutex);
+  ZOE_EXPECTS(fetched[id].has_value(), "optimizer step: no fetched master of parameter ", id, " is kept");
+  fetched[id]->ready = std::move(ready);
+}
+
+std::optional<optimizer_step::impl::fetched_master> optimizer_step::impl::take_fetched(parameter_id id) {
+  const std::lock_guard lock(fetched_mutex);
+  std::optional<fetched_master> out = std::move(fetched[id]);
+  fetched[id].reset();
+  return out;
+}
+
+void optimizer_step::impl::forget_fetched(fetched_master& f) noexcept {
+  try {
+    if (f.ready.valid()) dev.synchronize(f.ready);  // no copy may land in memory given to another
+  } catch (const std::exception& e) {
+    log::error("optimizer step: a copy of a fetched master failed: ", e.what());
+  }
+  space.give_back(f.at, f.bytes);
+}
+
+void optimizer_step::impl::clear_pending() noexcept {
+  for (parameter_id id = 0; id < fetched.size(); ++id) {
+    std::optional<fetched_master> f = take_fetched(id);
+    if (f) forget_fetched(*f);
+  }
+  space.clear();
 }
 
 std::array<std::byte*, state_kind_count> optimizer_step::impl::pending_staging(const parameter_layout& p,
@@ -904,6 +998,12 @@ void optimizer_step::run_stages(const kernels::adam_config& adam, step_stages wh
 }
 
 bool optimizer_step::speculate(parameter_id p, const kernels::adam_config& adam) { return impl_->speculate(p, adam); }
+
+std::byte* optimizer_step::keep_fetched_master(parameter_id p) { return impl_->keep_fetched_master(p); }
+
+void optimizer_step::fetched_master_ready(parameter_id p, device_event ready) {
+  impl_->fetched_master_ready(p, std::move(ready));
+}
 
 void optimizer_step::drop_speculation() noexcept { impl_->drop_speculation(); }
 

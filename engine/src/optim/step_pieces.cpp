@@ -59,6 +59,14 @@ std::uint64_t pending_bytes(const parameter_layout& p, const tier_of& where) {
   return bytes;
 }
 
+std::uint64_t fetched_master_bytes(const parameter_layout& p, const tier_of& where) {
+  if (!speculates(p, where) || state_bytes(p, state_kind::working) > 0 ||
+      where(p.id, state_kind::master) != tier::nvme) {
+    return 0;
+  }
+  return round_up(state_bytes(p, state_kind::master), pending_alignment);
+}
+
 std::uint64_t staging_slot_bytes(const model_layout& layout, const tier_of& where, const piece_geometry& geometry) {
   std::uint64_t largest = 0;
   for (const parameter_layout& p : layout.parameters()) {

@@ -58,6 +58,10 @@ struct piece_geometry {
 /// pending_alignment units (0 when every rewritten state is on nvme).
 inline constexpr std::uint64_t pending_alignment = 64;
 [[nodiscard]] std::uint64_t pending_bytes(const parameter_layout& p, const tier_of& where);
+/// Pending bytes of `p`'s master as backward's fetch brings it, which its speculation reads instead
+/// of the NVMe home: an fp32 parameter (its working copy is its master) that speculates, with its
+/// master on nvme; 0 for any other.
+[[nodiscard]] std::uint64_t fetched_master_bytes(const parameter_layout& p, const tier_of& where);
 /// `chunk` is aio.block_size (default_piece_chunk without a store).
 [[nodiscard]] piece_geometry make_piece_geometry(const model_layout& layout, const tier_of& where, std::uint64_t chunk);
 

@@ -134,14 +134,16 @@ void add_optimizer_undo_log(plan_builder& out, footprint_plan& plan, const model
 }
 
 // The speculative step's pending memory (optimizer_step.hpp): the host-resident states it rewrites
-// in every shard it may speculate, up to zoe.optimizer_pending_bytes.
+// in every shard it may speculate, and the fp32 masters backward's fetches hand it (each freed once
+// read, so far less is in use at once), up to zoe.optimizer_pending_bytes.
 void add_optimizer_pending(plan_builder& out, footprint_plan& plan, const model_layout& layout,
                            const engine_config& config, const placement& where) {
   if (!config.zoe.optimizer_in_backward) return;
   const detail::tier_of tier_of = [&where](parameter_id p, state_kind s) { return where.where(p, s); };
   std::uint64_t wanted = 0;
   for (const parameter_layout& p : layout.parameters()) {
-    if (detail::speculates(p, tier_of)) wanted = saturating_add(wanted, detail::pending_bytes(p, tier_of));
+    if (!detail::speculates(p, tier_of)) continue;
+    wanted = saturating_add(wanted, detail::pending_bytes(p, tier_of) + detail::fetched_master_bytes(p, tier_of));
   }
   plan.optimizer_pending_bytes = std::min(wanted, config.zoe.optimizer_pending_bytes);
   out.add("optimizer step pending memory (host states of shards stepped inside backward, until step() commits them)",

@@ -218,6 +218,9 @@ class offload_engine {
   void arm_speculation();
   /// No more shards are handed in; waits for the ones handed in. Never throws.
   void stop_speculation() noexcept;
+  /// Hands the speculation the master shards backward's fetch of `m` brought (optimizer_step::
+  /// keep_fetched_master), copied on `stream`.
+  void keep_fetched_masters(module_id m, stream_view stream);
   /// This rank's shard of `values` (a whole parameter's), padding zero.
   [[nodiscard]] std::vector<float> own_shard(const parameter_layout& param, std::span<const float> values) const;
 

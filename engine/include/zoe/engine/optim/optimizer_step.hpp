@@ -136,6 +136,7 @@ struct speculation_totals {
                                     ///< state busy, a failed read or write)
   std::uint64_t bytes_read = 0;     ///< from NVMe
   std::uint64_t bytes_written = 0;  ///< to NVMe (the shadow extents)
+  std::uint64_t fetched_bytes = 0;  ///< masters taken from backward's fetch instead of read from NVMe
 };
 
 /// Which stages of the step run_stages() runs.
@@ -189,6 +190,16 @@ class optimizer_step {
   /// and when a read or write fails (logged: the step after backward then meets the failure and
   /// reports it). usage_error when `adam`'s settings are invalid. Not concurrently with run().
   bool speculate(parameter_id p, const kernels::adam_config& adam);
+  /// Pending memory for the master shard of fp32 parameter `p` (its working copy), which backward's
+  /// fetch brought: the caller copies the shard there, then hands the copy's completion to
+  /// fetched_master_ready(), and p's speculation reads the master from it instead of its NVMe home
+  /// (the parameter is read once for backward and the step). nullptr, keeping nothing, when p's
+  /// speculation would not read one (not fp32, its master not on nvme, not speculated), one is
+  /// kept already, or the pending memory has no room. Thread-safe against speculate().
+  [[nodiscard]] std::byte* keep_fetched_master(parameter_id p);
+  /// The copy into what keep_fetched_master(p) returned completes with `ready`; before p's
+  /// gradient is final (the speculation waits for it).
+  void fetched_master_ready(parameter_id p, device_event ready);
   /// Forgets every speculated shard (its shadows and pending bytes are reused). Never throws.
   void drop_speculation() noexcept;
   /// Shards speculated and not yet committed or dropped.

@@ -63,8 +63,9 @@ struct footprint_plan {
   std::uint64_t optimizer_undo_bytes = 0;
   /// Pageable host bytes of the speculative step's pending memory (optimizer_step.hpp): the new
   /// values of the host-resident states of shards stepped inside backward, held until step()
-  /// commits them. zoe.optimizer_pending_bytes, at most what every shard that can be speculated
-  /// needs; 0 with zoe.optimizer_in_backward off.
+  /// commits them, and the fp32 masters backward's fetches hand the speculation (each until it is
+  /// read). zoe.optimizer_pending_bytes, at most what every shard that can be speculated needs; 0
+  /// with zoe.optimizer_in_backward off.
   std::uint64_t optimizer_pending_bytes = 0;
   /// Device buckets the gradients of backward are written into (gradient_path.hpp): 2 with
   /// overlap_comm, else 1, each of reduce_bucket_size elements but never smaller than the largest
