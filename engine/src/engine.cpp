@@ -110,6 +110,12 @@ void offload_engine::expect_between_steps(const char* what) const {
   ZOE_EXPECTS(!micro_batch_open_, what, " while a micro-batch is open: end it first");
 }
 
+void offload_engine::expect_no_part_done_step(const char* what) const {
+  ZOE_EXPECTS(!optimizer_->part_done(), what,
+              ": the last step failed midway with zoe.swap.shadows bounded and some states are stepped, others "
+              "not; retry step() to finish it (or load a checkpoint)");
+}
+
 std::vector<float> offload_engine::own_shard(const parameter_layout& param, std::span<const float> values) const {
   // Elements [shard * shard_numel, (shard + 1) * shard_numel) of the padded parameter, the padding
   // zero. Every rank passes the same values and keeps its own part (at stage 0 the whole).
@@ -122,6 +128,7 @@ std::vector<float> offload_engine::own_shard(const parameter_layout& param, std:
 
 void offload_engine::set_parameter(parameter_id p, std::span<const float> values) {
   expect_between_steps("set_parameter");
+  expect_no_part_done_step("set_parameter");
   const parameter_layout& param = layout().parameter(p);
   ZOE_EXPECTS(values.size() == param.numel, "set_parameter: parameter '", param.name, "' has ", param.numel,
               " elements, not ", values.size());
@@ -145,6 +152,7 @@ void offload_engine::set_parameter(parameter_id p, std::span<const float> values
 
 void offload_engine::write_state(parameter_id p, state_kind s, std::span<const float> values) {
   expect_between_steps("write_state");
+  expect_no_part_done_step("write_state");
   const parameter_layout& param = layout().parameter(p);
   ZOE_EXPECTS(s == state_kind::master || s == state_kind::exp_avg || s == state_kind::exp_avg_sq, "write_state: the ",
               state_kind_name(s), " state of parameter '", param.name,
@@ -180,6 +188,7 @@ void offload_engine::write_state(parameter_id p, state_kind s, std::span<const f
 
 std::vector<float> offload_engine::read_state(parameter_id p, state_kind s) {
   expect_between_steps("read_state");
+  expect_no_part_done_step("read_state");
   const parameter_layout& param = layout().parameter(p);
   ZOE_EXPECTS(!param.frozen || s == state_kind::master || s == state_kind::working, "read_state: parameter '",
               param.name, "' is frozen: it has no ", state_kind_name(s), " state (only its value)");
@@ -437,6 +446,7 @@ void offload_engine::load_checkpoint(const std::filesystem::path& root, const st
         loss_scaler probe(config_.fp16);
         probe.restore(m.scaler);
       });
+  optimizer_->abandon_part_done();  // every state is the checkpoint's now
   scaler_.restore(meta.scaler);
   lr_ = meta.lr;
   if (meta.groups.size() == groups_.size()) {

@@ -190,6 +190,7 @@ TEST(config_render, every_known_key_is_listed_once_in_a_fixed_order) {
       "zoe.swap.checksums",
       "zoe.swap.engine",
       "zoe.swap.extra_paths",
+      "zoe.swap.shadows",
       "zoe.numa",
       "zoe.placement.working",
       "zoe.placement.gradient",

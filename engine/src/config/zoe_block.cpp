@@ -40,7 +40,7 @@ block_spec swap_block(zoe_settings& z) {
   block_spec b;
   b.fields = {bool_field("checksums", z.checksums),
               choice_field("engine", z.io_engine, {"auto", "uring", "aio", "posix"}),
-              extra_paths_field(z.extra_swap_paths)};
+              extra_paths_field(z.extra_swap_paths), choice_field("shadows", z.shadows, {"full", "bounded"})};
   return b;
 }
 

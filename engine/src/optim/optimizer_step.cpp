@@ -131,6 +131,10 @@ struct optimizer_step::impl {
   void forget_fetched(fetched_master& f) noexcept;
   // Forgets every fetched master (none was speculated with) and frees all the pending memory.
   void clear_pending() noexcept;
+  // Whether every NVMe state of `p` the step rewrites has a shadow extent (speculation writes there).
+  bool shadowed(const parameter_layout& p) const;
+  // Forgets a step that failed midway (bounded): its retained slots go back.
+  void abandon_part_done() noexcept;
   // Where Adam finds and leaves the host states of a speculated piece from element `first`: their
   // pending memory (nullptr for the others).
   std::array<std::byte*, state_kind_count> pending_staging(const parameter_layout& p, const speculated_shard& shard,
@@ -186,6 +190,15 @@ struct optimizer_step::impl {
   // failure then leaves `broken` naming it, and every later run is refused (optimizer_step.hpp).
   bool past_undo = false;
   std::string broken;
+  // Bounded shadows (zoe.swap.shadows "bounded", optimizer_step.hpp): the NVMe states are written
+  // in place. During a whole run, each piece's progress; after a run that failed once a piece had
+  // changed, that progress and the settings it ran with, for the next run to roll forward from (the
+  // pieces stepped and not known written keep their slots, with the new bytes, in `runs`).
+  enum class piece_progress : std::uint8_t { untouched, stepped, written };
+  bool bounded = false;  // no shadow extents
+  std::vector<piece_progress> progress;
+  std::optional<std::vector<kernels::adam_config>> part_done;
+  bool piece_changed = false;  // step_piece's Adam ran on the homes (bounded)
   std::vector<std::pair<parameter_id, memory_home>> memory_shards;
   std::vector<std::pair<parameter_id, state_kind>> held;
   std::vector<piece_run> runs;
@@ -276,6 +289,11 @@ optimizer_step::impl::impl(tier_manager& t, device& d, allocators::pinned_host_r
                                                                                : memory_home::host);
     }
   }
+  for (const parameter_layout& p : layout().parameters()) {
+    for (const state_kind k : rewritten) {
+      if (state_bytes(p, k) > 0 && where(p.id, k) == tier::nvme && t.shadow(p.id, k).bytes == 0) bounded = true;
+    }
+  }
   staging_slot = detail::staging_slot_bytes(layout(), where, geometry);
   try {
     scratch.resize(static_cast<std::size_t>(detail::scratch_bytes(layout(), where, geometry)));
@@ -323,6 +341,24 @@ void optimizer_step::impl::execute(std::span<const kernels::adam_config> adam, s
   ZOE_EXPECTS(adam.size() == layout().parameters().size(), "optimizer step: ", adam.size(), " Adam settings for ",
               layout().parameters().size(), " parameters");
   for (const kernels::adam_config& a : adam) kernels::adam_step(a, {});  // checks the settings before anything moves
+  if (part_done) {
+    ZOE_EXPECTS(whole,
+                "optimizer step: the last step failed midway (zoe.swap.shadows bounded): retry it before "
+                "timing stages");
+    for (std::size_t p = 0; p < adam.size(); ++p) {
+      ZOE_EXPECTS(same_settings((*part_done)[p], adam[p]),
+                  "optimizer step: the last step failed midway "
+                  "(zoe.swap.shadows bounded) and rolls forward only with the settings it ran with; parameter '",
+                  layout().parameter(static_cast<parameter_id>(p)).name, "' has others now");
+    }
+  } else {
+    // Bounded: the stage runs write in place what they read (a write without the read would
+    // write whatever the slots hold).
+    ZOE_EXPECTS(!bounded || which.read || !which.write,
+                "optimizer step: with zoe.swap.shadows bounded the "
+                "writes are in place and cannot be timed without the reads");
+    progress.assign(pieces.size(), piece_progress::untouched);
+  }
   // A whole step commits each speculated shard stepped with its settings and steps the others; a
   // stage run writes the shadows the speculation filled.
   committing.assign(layout().parameters().size(), false);
@@ -338,7 +374,7 @@ void optimizer_step::impl::execute(std::span<const kernels::adam_config> adam, s
   }
   active.clear();
   for (std::size_t i = 0; i < pieces.size(); ++i) {
-    if (!committing[pieces[i].param]) active.push_back(i);
+    if (!committing[pieces[i].param] && progress[i] != piece_progress::written) active.push_back(i);
   }
   hold_states();
   past_undo = false;
@@ -356,6 +392,9 @@ void optimizer_step::impl::execute(std::span<const kernels::adam_config> adam, s
       }
     }
     drain();
+    const bool changed = bounded && whole && std::any_of(progress.begin(), progress.end(), [](piece_progress x) {
+                           return x != piece_progress::untouched;
+                         });
     try {
       undo.restore(tiers, dev, stream.view());
     } catch (const std::exception& e) {
@@ -366,8 +405,23 @@ void optimizer_step::impl::execute(std::span<const kernels::adam_config> adam, s
     abort_states();
     stats.seconds = seconds_since(started);
     account(whole, true);
+    if (changed) {
+      // Some pieces are stepped in place: they cannot go back, so the next run goes on from here.
+      part_done.emplace(adam.begin(), adam.end());
+      try {
+        throw;
+      } catch (const std::exception& e) {
+        log::warn("optimizer step: failed midway with zoe.swap.shadows bounded; retry the step to finish it: ",
+                  e.what());
+      }
+    } else {
+      part_done.reset();
+      runs.clear();
+      holding = 0;
+    }
     throw;
   }
+  part_done.reset();
   // A stage alone changed nothing in place and commits nothing: the homes are as they were.
   release_states(whole);
   undo.clear();
@@ -438,7 +492,9 @@ void optimizer_step::impl::release_states(bool commit) noexcept {
   for (const auto& [p, s] : held) {
     try {
       tiers.finish_move(p, s);
-      if (commit && is_rewritten(s) && tiers.location(p, s).where == tier::nvme) tiers.commit_shadow(p, s);
+      if (commit && is_rewritten(s) && tiers.location(p, s).where == tier::nvme && tiers.shadow(p, s).bytes > 0) {
+        tiers.commit_shadow(p, s);
+      }
     } catch (const std::exception& e) {
       log::error("optimizer step: releasing ", state_kind_name(s), " of parameter ", p, ": ", e.what());
     }
@@ -460,25 +516,47 @@ void optimizer_step::impl::abort_states() noexcept {
 void optimizer_step::impl::drain() noexcept {
   while (io && io->outstanding() > 0) {
     try {
-      (void)io->wait_any();
+      const detail::io_batch_result done = io->wait_any();
+      const auto i = static_cast<std::size_t>(done.batch / 2);
+      if (done.batch % 2 == 1 && !done.failed_request && i < progress.size()) progress[i] = piece_progress::written;
     } catch (const std::exception& e) {
       log::error("optimizer step: ", e.what());
       break;
     }
   }
-  runs.clear();  // every slot back
+  // Every slot back, but those of pieces stepped in place and not known written (bounded): their
+  // new bytes are the only copy, for the retry to write.
   holding = 0;
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    piece_run& r = runs[i];
+    if (bounded && i < progress.size() && progress[i] == piece_progress::stepped) {
+      r.read_done = true;
+      r.write_done = false;
+      r.read_states.clear();
+      r.write_states.clear();
+      holding += r.holding ? 1 : 0;
+      continue;
+    }
+    runs[i] = piece_run{};
+  }
 }
 
 void optimizer_step::impl::run_nvme_pieces(std::span<const kernels::adam_config> adam, step_stages which) {
-  runs.clear();
+  // A roll-forward keeps the runs of the pieces stepped and not written (drain()).
+  if (!part_done || speculating != nullptr) {
+    runs.clear();
+    holding = 0;
+  }
   runs.resize(pieces.size());
   next_read = 0;
-  holding = 0;
   for (std::size_t at = 0; at < active.size(); ++at) {
     const std::size_t i = active[at];
     const detail::piece& piece = pieces[i];
     const parameter_layout& p = layout().parameter(piece.param);
+    if (speculating == nullptr && which.write && i < progress.size() && progress[i] == piece_progress::stepped) {
+      start_writes(i);  // rolling forward: its new bytes are in its slots
+      continue;
+    }
     // Read ahead as far as the slots allow (only this piece without pipeline_read: the previous
     // piece's Adam is done by now).
     start_reads(at, which.read);
@@ -508,6 +586,17 @@ void optimizer_step::impl::run_nvme_pieces(std::span<const kernels::adam_config>
                       static_cast<std::size_t>(piece.count * fp32));
         }
         step_piece(p, piece.first, piece.count, staging, false, false, adam);
+      } else if (bounded && whole) {
+        // In place, with no undo: once Adam ran, the piece can only go forward (a device copy that
+        // fails after it leaves the piece torn, so no later step may run).
+        piece_changed = false;
+        try {
+          step_piece(p, piece.first, piece.count, staging, true, false, adam);
+        } catch (const std::exception& e) {
+          if (piece_changed) broken = e.what();
+          throw;
+        }
+        progress[i] = piece_progress::stepped;
       } else {
         step_piece(p, piece.first, piece.count, staging, whole, whole, adam);
       }
@@ -529,12 +618,17 @@ void optimizer_step::impl::run_nvme_pieces(std::span<const kernels::adam_config>
   while (io && io->outstanding() > 0) reap_one();
   stats.write_wait_seconds += seconds_since(writing);
   runs.clear();
+  holding = 0;
 }
 
 void optimizer_step::impl::start_reads(std::size_t at, bool read) {
   while (next_read < active.size()) {
     if (!options.pipeline_read && next_read > at) return;
     const std::size_t i = active[next_read];
+    if (speculating == nullptr && i < progress.size() && progress[i] == piece_progress::stepped) {
+      ++next_read;  // rolling forward: it holds its slots and reads nothing
+      continue;
+    }
     const detail::piece& piece = pieces[i];
     const parameter_layout& p = layout().parameter(piece.param);
     std::vector<state_kind> slot_states;
@@ -581,8 +675,9 @@ void optimizer_step::impl::start_writes(std::size_t i) {
   for (const state_kind s : rewritten) {
     if (state_bytes(p, s) == 0 || where(p.id, s) != tier::nvme) continue;
     const std::uint64_t size = kernels::dtype_size(state_dtype(p, s));
+    const io::swap_extent shadow = tiers.shadow(p.id, s);
     requests.push_back({.op = io::io_op::write,
-                        .extent = tiers.shadow(p.id, s),
+                        .extent = shadow.bytes > 0 ? shadow : tiers.location(p.id, s).extent,
                         .offset = piece.first * size,
                         .buffer = r.slots[index_of(s)].span().first(static_cast<std::size_t>(piece.count * size))});
     r.write_states.push_back(s);
@@ -610,6 +705,9 @@ void optimizer_step::impl::reap_one() {
   }
   if (write) {
     r.write_done = true;
+    if (speculating == nullptr && i < progress.size() && progress[i] == piece_progress::stepped) {
+      progress[i] = piece_progress::written;
+    }
     release_slots(p, r, true);  // known good: the slots may take the next pieces
   } else {
     r.read_done = true;
@@ -628,15 +726,24 @@ void optimizer_step::impl::raise_io(const detail::io_batch_result& done) const {
   if (*done.failed_request < states.size()) {
     const state_kind s = states[*done.failed_request];
     const std::uint64_t size = kernels::dtype_size(state_dtype(p, s));
-    const io::swap_extent extent = write ? tiers.shadow(p.id, s) : tiers.location(p.id, s).extent;
-    what =
-        str(state_kind_name(s), " of parameter '", p.name, "' ", write ? "to its shadow extent " : "from swap extent ",
-            extent.id, " at offset ", piece.first * size, " (", piece.count * size, " bytes: elements ", piece.first,
-            " to ", piece.first + piece.count, " of the shard)");
+    const io::swap_extent shadow = tiers.shadow(p.id, s);
+    const bool to_shadow = write && shadow.bytes > 0;
+    const io::swap_extent extent = to_shadow ? shadow : tiers.location(p.id, s).extent;
+    what = str(state_kind_name(s), " of parameter '", p.name, "' ",
+               to_shadow ? "to its shadow extent "
+               : write   ? "to swap extent "
+                         : "from swap extent ",
+               extent.id, " at offset ", piece.first * size, " (", piece.count * size, " bytes: elements ", piece.first,
+               " to ", piece.first + piece.count, " of the shard)");
   }
   carried_error{done.failure.category, done.failure.os_errno,
                 str("optimizer step: ", write ? "writing " : "reading ", what, " in the swap store at ", folders,
-                    " failed: ", done.failure.message, "; every state is as it was before the step")}
+                    " failed: ", done.failure.message,
+                    bounded && std::any_of(progress.begin(), progress.end(),
+                                           [](piece_progress x) { return x != piece_progress::untouched; })
+                        ? "; the step is part done (zoe.swap.shadows bounded, no shadow extents): retry it to "
+                          "roll forward to the bits of an undisturbed step"
+                        : "; every state is as it was before the step")}
       .raise();
 }
 
@@ -703,6 +810,7 @@ void optimizer_step::impl::step_piece(const parameter_layout& p, std::uint64_t f
   }
   const auto adam_started = clock::now();
   kernels::adam_step(adam[p.id], shard_view(p, data, count), options.adam_threads);
+  piece_changed = in_place;
   stats.adam_seconds += seconds_since(adam_started);
   stats.bytes_stepped += stepped_bytes(p, count);
   if (!in_place) return;
@@ -805,7 +913,7 @@ bool optimizer_step::impl::speculate(parameter_id id, const kernels::adam_config
     if (master) forget_fetched(*master);
     return decline();
   };
-  if (!broken.empty() || !detail::speculates(p, where)) return decline_all();
+  if (!broken.empty() || !detail::speculates(p, where) || !shadowed(p)) return decline_all();
   const std::uint64_t need = detail::pending_bytes(p, where);
   const std::optional<std::uint64_t> base = need > 0 ? space.take(need) : std::optional<std::uint64_t>(0);
   if (!base) return decline_all();
@@ -916,7 +1024,7 @@ std::byte* optimizer_step::impl::keep_fetched_master(parameter_id id) {
   const parameter_layout& p = layout().parameter(id);
   // Only an fp32 parameter's fetch brings its master (the working copy is the master), and only a
   // master on nvme is worth keeping: the speculation would read it there.
-  if (!broken.empty() || detail::fetched_master_bytes(p, where) == 0) return nullptr;
+  if (!broken.empty() || detail::fetched_master_bytes(p, where) == 0 || !shadowed(p)) return nullptr;
   const std::uint64_t bytes = state_bytes(p, state_kind::master);
   const std::lock_guard lock(fetched_mutex);
   if (fetched[id]) return nullptr;
@@ -946,6 +1054,19 @@ void optimizer_step::impl::forget_fetched(fetched_master& f) noexcept {
     log::error("optimizer step: a copy of a fetched master failed: ", e.what());
   }
   space.give_back(f.at, f.bytes);
+}
+
+bool optimizer_step::impl::shadowed(const parameter_layout& p) const {
+  return std::none_of(rewritten.begin(), rewritten.end(), [&](state_kind k) {
+    return state_bytes(p, k) > 0 && where(p.id, k) == tier::nvme && tiers.shadow(p.id, k).bytes == 0;
+  });
+}
+
+void optimizer_step::impl::abandon_part_done() noexcept {
+  part_done.reset();
+  progress.clear();
+  runs.clear();
+  holding = 0;
 }
 
 void optimizer_step::impl::clear_pending() noexcept {
@@ -1006,6 +1127,10 @@ void optimizer_step::fetched_master_ready(parameter_id p, device_event ready) {
 }
 
 void optimizer_step::drop_speculation() noexcept { impl_->drop_speculation(); }
+
+bool optimizer_step::part_done() const noexcept { return impl_->part_done.has_value(); }
+
+void optimizer_step::abandon_part_done() noexcept { impl_->abandon_part_done(); }
 
 std::size_t optimizer_step::speculated() const noexcept {
   return static_cast<std::size_t>(std::count_if(impl_->speculative.begin(), impl_->speculative.end(),

@@ -213,6 +213,8 @@ class offload_engine {
 
  private:
   void expect_between_steps(const char* what) const;
+  /// usage_error naming `what` while a step that failed midway waits for its retry (bounded shadows).
+  void expect_no_part_done_step(const char* what) const;
   /// From the step's last micro-batch on, each shard whose gradient is final is stepped ahead on the
   /// speculation thread (optimizer_step.hpp, "Speculation") with the settings this computes.
   void arm_speculation();

@@ -147,10 +147,15 @@ struct comm_settings {
 
 /// zoe's own settings (the top-level "zoe" key); see engine/CONFIG.md.
 struct zoe_settings {
-  std::string device_kind = "auto";                     ///< zoe.device.kind: auto | host | cuda
-  std::optional<std::uint64_t> device_budget;           ///< zoe.device.budget_bytes (host device budget)
-  bool checksums = true;                                ///< zoe.swap.checksums
-  std::string io_engine = "auto";                       ///< zoe.swap.engine: auto | uring | aio | posix
+  std::string device_kind = "auto";            ///< zoe.device.kind: auto | host | cuda
+  std::optional<std::uint64_t> device_budget;  ///< zoe.device.budget_bytes (host device budget)
+  bool checksums = true;                       ///< zoe.swap.checksums
+  std::string io_engine = "auto";              ///< zoe.swap.engine: auto | uring | aio | posix
+  /// zoe.swap.shadows: "full" (every NVMe state the step rewrites has a shadow extent: the swap
+  /// files hold those states twice, and a failed step leaves every state as it was) or "bounded"
+  /// (no shadow extents: the step rewrites in place, and a step that fails midway rolls forward
+  /// when retried; optimizer_step.hpp).
+  std::string shadows = "full";
   std::vector<std::filesystem::path> extra_swap_paths;  ///< zoe.swap.extra_paths: striped with nvme_path
   std::string numa_policy = "local";                    ///< zoe.numa: none | local | interleave
   /// zoe.placement.<state>: overrides offload_param / offload_optimizer / max_in_cpu for that

@@ -64,6 +64,19 @@
 // (nothing committed changed), so a retry commits it; a stage run drops it (its writes reuse the
 // shadows).
 //
+// Bounded shadows (zoe.swap.shadows "bounded": the plan gives no NVMe state a shadow extent, so the
+// swap files hold each state once): the NVMe states are written in place, piece by piece, with no
+// undo. A whole step that fails after Adam changed a piece cannot go back: it records how far it got
+// (which pieces are written, which are stepped with their new bytes kept in their slots, the only
+// copy, until written) and part_done() is true; the next run(), which must have the same settings
+// (usage_error naming a parameter otherwise), rolls forward from there: it writes the kept pieces,
+// steps the rest, and leaves the bits an undisturbed step gives. The states must not be read or
+// written meanwhile (the engine refuses to; the gradients stay until the step is done);
+// abandon_part_done() forgets it (a checkpoint load overwrites every state). A failure before any
+// piece changed leaves every state as it was, as with full shadows. A device copy that fails after
+// Adam changed a piece's device part leaves it torn: every later run is refused. Speculation
+// writes only shadow extents, so without them shards with a state on nvme step after backward.
+//
 // The gradient states are only read: the step leaves them as they are. The gradient's type is
 // state_dtype(p, gradient) (fp32, fp16 or bf16: the kernel takes each).
 
@@ -202,6 +215,10 @@ class optimizer_step {
   void fetched_master_ready(parameter_id p, device_event ready);
   /// Forgets every speculated shard (its shadows and pending bytes are reused). Never throws.
   void drop_speculation() noexcept;
+  /// Whether the last whole run failed midway with bounded shadows and must be retried (above).
+  [[nodiscard]] bool part_done() const noexcept;
+  /// Forgets a run that failed midway (the caller overwrites every state). Never throws.
+  void abandon_part_done() noexcept;
   /// Shards speculated and not yet committed or dropped.
   [[nodiscard]] std::size_t speculated() const noexcept;
   [[nodiscard]] const speculation_totals& speculation() const noexcept;

@@ -107,6 +107,9 @@ struct footprint_plan {
   /// The swap store: its folders (striped) and its block_size (aio.block_size), which the
   /// capacity's rounding assumes. Empty paths when nothing is on nvme.
   std::vector<std::filesystem::path> swap_paths;
+  /// Whether the tier manager gives every NVMe state the step rewrites a shadow extent
+  /// (zoe.swap.shadows "full"; "bounded": none, listed and counted nowhere).
+  bool shadow_extents = true;
   std::uint64_t swap_block_size = 0;
 };
 
