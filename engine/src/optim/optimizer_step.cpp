@@ -211,7 +211,8 @@ struct optimizer_step::impl {
   // backward's fetches left in it.
   std::vector<std::optional<speculated_shard>> speculative;
   std::vector<bool> committing;
-  std::vector<std::byte> pending;
+  // Not zeroed: only the pages the first-fit space hands out become resident (RSS).
+  std::unique_ptr<std::byte[]> pending;  // NOLINT(cppcoreguidelines-avoid-c-arrays): one raw pageable block
   detail::pending_space space;
   std::mutex fetched_mutex;  // the compute thread registers, the speculation thread takes
   std::vector<std::optional<fetched_master>> fetched;
@@ -270,7 +271,7 @@ optimizer_step::impl::impl(tier_manager& t, device& d, allocators::pinned_host_r
       fetched(t.layout().parameters().size()),
       stream(d.create_stream()) {
   try {
-    pending.resize(static_cast<std::size_t>(o.pending_bytes));
+    if (o.pending_bytes > 0) pending.reset(new std::byte[static_cast<std::size_t>(o.pending_bytes)]);
   } catch (const std::bad_alloc&) {
     throw memory_error(str("optimizer step: cannot allocate its ", format_bytes(o.pending_bytes),
                            " pending memory (pageable host memory; zoe.optimizer_pending_bytes)"));
@@ -966,7 +967,7 @@ bool optimizer_step::impl::speculate(parameter_id id, const kernels::adam_config
   try {
     if (master && master->ready.valid()) {
       dev.synchronize(master->ready);  // backward's copy of it is done
-      speculating_master = pending.data() + master->at;
+      speculating_master = pending.get() + master->at;
       spec_totals.fetched_bytes += master->bytes;
     }
     if (detail::has_nvme_state(p, where)) {
@@ -1031,7 +1032,7 @@ std::byte* optimizer_step::impl::keep_fetched_master(parameter_id id) {
   const std::optional<std::uint64_t> at = space.take(bytes);
   if (!at) return nullptr;
   fetched[id] = fetched_master{.at = *at, .bytes = bytes, .ready = {}};
-  return pending.data() + *at;
+  return pending.get() + *at;
 }
 
 void optimizer_step::impl::fetched_master_ready(parameter_id id, device_event ready) {
@@ -1083,7 +1084,7 @@ std::array<std::byte*, state_kind_count> optimizer_step::impl::pending_staging(c
   std::array<std::byte*, state_kind_count> out{};
   for (const state_kind s : rewritten) {
     if (state_bytes(p, s) == 0 || where(p.id, s) != tier::host) continue;
-    out[index_of(s)] = pending.data() + shard.pending_at[index_of(s)] + first * kernels::dtype_size(state_dtype(p, s));
+    out[index_of(s)] = pending.get() + shard.pending_at[index_of(s)] + first * kernels::dtype_size(state_dtype(p, s));
   }
   return out;
 }
@@ -1094,7 +1095,7 @@ void optimizer_step::impl::commit_pending() noexcept {
     const parameter_layout& p = layout().parameter(id);
     for (const state_kind s : rewritten) {
       if (state_bytes(p, s) == 0 || where(id, s) != tier::host) continue;
-      std::memcpy(tiers.location(id, s).host.data(), pending.data() + speculative[id]->pending_at[index_of(s)],
+      std::memcpy(tiers.location(id, s).host.data(), pending.get() + speculative[id]->pending_at[index_of(s)],
                   static_cast<std::size_t>(state_bytes(p, s)));
     }
   }

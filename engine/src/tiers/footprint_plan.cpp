@@ -151,9 +151,11 @@ void add_optimizer_pending(plan_builder& out, footprint_plan& plan, const model_
     wanted = saturating_add(wanted, detail::pending_bytes(p, tier_of) + detail::fetched_master_bytes(p, tier_of));
   }
   plan.optimizer_pending_bytes = std::min(wanted, config.zoe.optimizer_pending_bytes);
-  out.add("optimizer step pending memory (host states of shards stepped inside backward, until step() commits them)",
-          memory_kind::pageable, plan.optimizer_pending_bytes,
-          {"zoe.optimizer_in_backward", "zoe.optimizer_pending_bytes"});
+  out.add(
+      "optimizer step pending memory (new host states of shards stepped inside backward until step() commits "
+      "them, and the fp32 masters backward's fetches hand it)",
+      memory_kind::pageable, plan.optimizer_pending_bytes,
+      {"zoe.optimizer_in_backward", "zoe.optimizer_pending_bytes"});
 }
 
 // The swap store's capacity for these states and the optimizer step's shadow extents (every extent
