@@ -104,6 +104,15 @@ json optimizer_figures(const optimizer_step& o) {
   j["write_wait_seconds"] = t.write_wait_seconds;
   j["stepped_bytes"] = t.bytes_stepped;
   j["last_step"] = last_step_figures(o.last_step());
+  // The step inside backward (optimizer_step.hpp, "Speculation"); its bytes are in the figures above.
+  const speculation_totals& ahead = o.speculation();
+  j["speculation"] = {{"speculated", ahead.speculated},
+                      {"committed", ahead.committed},
+                      {"dropped", ahead.dropped},
+                      {"declined", ahead.declined},
+                      {"nvme_read_bytes", ahead.bytes_read},
+                      {"nvme_write_bytes", ahead.bytes_written},
+                      {"fetched_master_bytes", ahead.fetched_bytes}};
   return j;
 }
 

@@ -46,6 +46,11 @@ TEST(statistics_json, AfterNvmeStepsCountsEachStagesBytesAndCarriesThePlan) {
   EXPECT_GT(j.at("optimizer").at("nvme_read_bytes").get<std::uint64_t>(), 0U);
   EXPECT_GT(j.at("optimizer").at("nvme_write_bytes").get<std::uint64_t>(), 0U);
   EXPECT_EQ(j.at("optimizer").at("steps").get<std::uint64_t>(), 2U);
+  // Both steps ran inside backward (no clipping, no overflow): every shard committed twice.
+  const json& ahead = j.at("optimizer").at("speculation");
+  EXPECT_EQ(ahead.at("committed").get<std::uint64_t>(), 2 * r.e->layout().parameters().size());
+  EXPECT_EQ(ahead.at("dropped").get<std::uint64_t>(), 0U);
+  EXPECT_GT(ahead.at("nvme_write_bytes").get<std::uint64_t>(), 0U);
   EXPECT_EQ(j.at("optimizer_steps").get<std::int64_t>(), 2);
   // The totals are the sums of the stages'.
   EXPECT_EQ(j.at("nvme_read_bytes").get<std::uint64_t>(),
