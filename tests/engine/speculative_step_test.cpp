@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 
 #include <cerrno>
+#include <chrono>
+#include <thread>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -166,6 +168,38 @@ TEST(speculative_step, ReadsTheMasterBackwardFetchedInsteadOfReadingItAgain) {
   EXPECT_EQ(ahead.e->optimizer().totals().bytes_read + masters, after.e->optimizer().totals().bytes_read)
       << "the step read every master but the ones backward fetched";
   EXPECT_EQ(ahead.e->optimizer().totals().bytes_written, after.e->optimizer().totals().bytes_written);
+}
+
+TEST(speculative_step, RunsWhileBackwardGoesOnWithEarlierLayers) {
+  // One module per gradient bucket: layer1's bucket is reduced once backward acquires layer0's.
+  const tiers_case nvme{"nvme", "nvme"};
+  const auto one_module_a_bucket = [&](engine::engine_config& c) {
+    placed(nvme, true, false)(c);
+    c.zero.reduce_bucket_size = 1;  // the buckets are never smaller than the largest module
+  };
+  rig ahead("nvme", kernels::dtype::fp32, one_module_a_bucket);
+  rig after("nvme", kernels::dtype::fp32, placed(nvme, false, false));
+  const auto g0 = gradients(after.e->layout(), 0, 0.001F);
+  const auto g1 = gradients(after.e->layout(), 1, 0.001F);
+  ahead.micro_batch(g0);
+  after.micro_batch(g0);
+  EXPECT_EQ(ahead.e->optimizer().shards_stepped_ahead(), 0U) << "not before the step's last micro-batch";
+  // Before layer0's gradients are handed in, layer1's two shards are stepped: backward has not
+  // ended. Were the step run only at its end, this would wait in vain (and fail at the deadline).
+  bool seen = false;
+  run_micro_batch(*ahead.e, *ahead.dev, g1, [&](engine::module_id m) {
+    if (m != 0) return;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (ahead.e->optimizer().shards_stepped_ahead() < 2 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    seen = ahead.e->optimizer().shards_stepped_ahead() >= 2;
+  });
+  after.micro_batch(g1);
+  EXPECT_TRUE(seen) << "layer1 was not stepped while backward went on with layer0";
+  ahead.e->step(ahead.e->lr());
+  after.e->step(after.e->lr());
+  expect_same_states(ahead, after, "stepped inside backward");
 }
 
 TEST(speculative_step, ShardsBeyondThePendingMemoryStepAfterBackward) {

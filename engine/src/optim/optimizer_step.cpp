@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <bit>
 #include <chrono>
 #include <cstring>
@@ -219,6 +220,7 @@ struct optimizer_step::impl {
   const speculated_shard* speculating = nullptr;  // while speculate() runs the pipeline
   const std::byte* speculating_master = nullptr;  // its fetched master, if it has one
   speculation_totals spec_totals;
+  std::atomic<std::uint64_t> stepped_ahead{0};  // spec_totals.speculated, for other threads
   // What speculation did for the coming step (its reads, writes, Adam), counted in that step's
   // figures once it runs, or in the totals when the speculation is dropped without one.
   optimizer_step_stats ahead;
@@ -1003,6 +1005,7 @@ bool optimizer_step::impl::speculate(parameter_id id, const kernels::adam_config
   }
   speculative[id] = shard;
   ++spec_totals.speculated;
+  stepped_ahead.store(spec_totals.speculated);
   return true;
 }
 
@@ -1139,6 +1142,8 @@ std::size_t optimizer_step::speculated() const noexcept {
 }
 
 const speculation_totals& optimizer_step::speculation() const noexcept { return impl_->spec_totals; }
+
+std::uint64_t optimizer_step::shards_stepped_ahead() const noexcept { return impl_->stepped_ahead.load(); }
 
 const optimizer_step_stats& optimizer_step::last() const noexcept { return impl_->stats; }
 

@@ -222,6 +222,8 @@ class optimizer_step {
   /// Shards speculated and not yet committed or dropped.
   [[nodiscard]] std::size_t speculated() const noexcept;
   [[nodiscard]] const speculation_totals& speculation() const noexcept;
+  /// speculation().speculated, readable from any thread while speculate() runs on another.
+  [[nodiscard]] std::uint64_t shards_stepped_ahead() const noexcept;
   /// The last run's figures (also after a failed one).
   [[nodiscard]] const optimizer_step_stats& last() const noexcept;
   /// The figures of the last step that completed whole (run(), or run_stages() with every stage):
