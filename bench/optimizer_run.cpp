@@ -155,7 +155,7 @@ nlohmann::json run_optimizer(const optimizer_settings& s) {
             << format_bytes(nvme_bytes) << " of it on nvme)\n";
   (void)write_initial_states(path, dev);
 
-  engine::optimizer_step step(path.tiers(), dev, path.pinned(), path.store(),
+  engine::optimizer_step step(path.tiers(), dev, path.pinned(), &path.movers(),
                               {.sub_group_size = s.sub_group_size,
                                .buffer_count = static_cast<std::size_t>(plan.optimizer_buffer_count),
                                .buffer_bytes = static_cast<std::size_t>(plan.optimizer_buffer_bytes),

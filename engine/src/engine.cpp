@@ -14,6 +14,7 @@
 #include "zoe/engine/checkpoint/checkpoint.hpp"
 #include "zoe/kernels/cast.hpp"
 #include "rank_collectives.hpp"
+#include "speculation_worker.hpp"
 #include "state_writes.hpp"
 #include "step_arithmetic.hpp"
 
@@ -27,14 +28,16 @@ engine_resources_options resources_options(engine_options& o) {
           .gradient_comm = o.gradient_comm};
 }
 
-gradient_path_options gradient_options(engine_resources& resources, const engine_config& config) {
+gradient_path_options gradient_options(engine_resources& resources, const engine_config& config,
+                                       std::function<void(parameter_id)> on_final) {
   const footprint_plan& plan = resources.plan();
   return {.bucket_bytes = plan.gradient_bucket_bytes,
           .bucket_count = static_cast<std::size_t>(plan.gradient_bucket_count),
           .staging_buffer_count = static_cast<std::size_t>(plan.gradient_buffer_count),
           .staging_buffer_bytes = static_cast<std::size_t>(plan.gradient_buffer_bytes),
           .quantized_scratch_bytes = static_cast<std::size_t>(plan.qgz_scratch_bytes),
-          .accumulate_locally = accumulates_gradients_locally(config, resources.comm().size())};
+          .accumulate_locally = accumulates_gradients_locally(config, resources.comm().size()),
+          .on_final = std::move(on_final)};
 }
 
 activation_store_options activation_options(const footprint_plan& plan, const io::swap_store* store) {
@@ -53,6 +56,7 @@ optimizer_step_options step_options(const footprint_plan& plan, const engine_con
           .undo_bytes = plan.optimizer_undo_bytes,
           .pipeline_read = block.pipeline_read,
           .pipeline_write = block.pipeline_write,
+          .pending_bytes = plan.optimizer_pending_bytes,
           .adam_threads = {}};
 }
 
@@ -63,22 +67,36 @@ offload_engine::offload_engine(std::vector<module_spec> modules, const engine_co
     : config_(config),
       adam_settings_(config.optimizer.value_or(optimizer_config{})),
       resources_(std::make_unique<engine_resources>(std::move(modules), config, dev, resources_options(options))),
-      io_(std::make_unique<state_io>(resources_->tiers(), dev, resources_->store())),
-      gradients_(std::make_unique<gradient_path>(resources_->tiers(), resources_->gradient_comm(), dev,
-                                                 resources_->pinned(), resources_->store(),
-                                                 gradient_options(*resources_, config))),
-      optimizer_(std::make_unique<optimizer_step>(resources_->tiers(), dev, resources_->pinned(), resources_->store(),
+      io_(std::make_unique<state_io>(resources_->tiers(), dev, &resources_->movers())),
+      gradients_(std::make_unique<gradient_path>(resources_->tiers(), resources_->gradient_comm(), dev, resources_->pinned(),
+                                                 resources_->store(),
+                                                 gradient_options(*resources_, config,
+                                                                  [this](parameter_id p) {
+                                                                    if (ahead_armed_.load()) ahead_->hand_in(p);
+                                                                  }))),
+      optimizer_(std::make_unique<optimizer_step>(resources_->tiers(), dev, resources_->pinned(), &resources_->movers(),
                                                   step_options(resources_->plan(), config))),
-      activations_(std::make_unique<activation_store>(dev, resources_->pinned(), resources_->store(),
+      activations_(std::make_unique<activation_store>(dev, resources_->pinned(), &resources_->movers(),
                                                       activation_options(resources_->plan(), resources_->store()))),
       files_(options.checkpoint_files != nullptr ? options.checkpoint_files : &checkpoint_fs::posix()),
       scaler_(config.fp16),
       lr_(adam_settings_.lr),
       groups_(resources_->layout().group_count(),
               group_hyper{.lr = adam_settings_.lr, .weight_decay = adam_settings_.weight_decay}),
-      device_(&dev) {}
+      device_(&dev) {
+  if (config_.zoe.optimizer_in_backward) {
+    ahead_ = std::make_unique<detail::speculation_worker>([this](parameter_id p) {
+      try {
+        optimizer_->speculate(p, ahead_adam_[p]);
+      } catch (const std::exception& e) {  // settings the step itself would refuse: it says so then
+        log::info("parameter '", layout().parameter(p).name, "' steps after backward: ", e.what());
+      }
+    });
+  }
+}
 
 offload_engine::~offload_engine() {
+  stop_speculation();
   // The caller's streams may still hold work on memory the stages own and free below (the
   // zero-fill of a lent gradient bucket, a copy into a gathered parameter): let it finish first.
   try {
@@ -95,6 +113,12 @@ void offload_engine::expect_between_steps(const char* what) const {
               " inference fetch(es) (forward fetches outside a micro-batch) are not released: release them first");
 }
 
+void offload_engine::expect_no_part_done_step(const char* what) const {
+  ZOE_EXPECTS(!optimizer_->part_done(), what,
+              ": the last step failed midway with zoe.swap.shadows bounded and some states are stepped, others "
+              "not; retry step() to finish it (or load a checkpoint)");
+}
+
 std::vector<float> offload_engine::own_shard(const parameter_layout& param, std::span<const float> values) const {
   // Elements [shard * shard_numel, (shard + 1) * shard_numel) of the padded parameter, the padding
   // zero. Every rank passes the same values and keeps its own part (at stage 0 the whole).
@@ -107,10 +131,12 @@ std::vector<float> offload_engine::own_shard(const parameter_layout& param, std:
 
 void offload_engine::set_parameter(parameter_id p, std::span<const float> values) {
   expect_between_steps("set_parameter");
+  expect_no_part_done_step("set_parameter");
   const parameter_layout& param = layout().parameter(p);
   ZOE_EXPECTS(values.size() == param.numel, "set_parameter: parameter '", param.name, "' has ", param.numel,
               " elements, not ", values.size());
   const std::vector<float> master = own_shard(param, values);
+  optimizer_->drop_speculation();  // stepped from the old value (and its shadows are rewritten below)
   // Gathered copies would go stale as the homes change: drop them, so the next fetch reads the new value.
   resources_->coord().drop_gathered();
   // A frozen 16-bit parameter keeps no master (nor moments): its working copy alone holds its value.
@@ -129,6 +155,7 @@ void offload_engine::set_parameter(parameter_id p, std::span<const float> values
 
 void offload_engine::write_state(parameter_id p, state_kind s, std::span<const float> values) {
   expect_between_steps("write_state");
+  expect_no_part_done_step("write_state");
   const parameter_layout& param = layout().parameter(p);
   ZOE_EXPECTS(s == state_kind::master || s == state_kind::exp_avg || s == state_kind::exp_avg_sq, "write_state: the ",
               state_kind_name(s), " state of parameter '", param.name,
@@ -144,6 +171,7 @@ void offload_engine::write_state(parameter_id p, state_kind s, std::span<const f
     }
   }
   const std::vector<float> shard = own_shard(param, values);
+  optimizer_->drop_speculation();  // stepped from the old value (and the write goes through the shadows)
   std::vector<detail::state_write> writes;
   if (state_bytes(param, s) > 0) {  // not the master of a frozen 16-bit parameter: its working copy is its value
     writes.push_back({s, std::vector<std::byte>(state_bytes(param, s))});
@@ -163,6 +191,7 @@ void offload_engine::write_state(parameter_id p, state_kind s, std::span<const f
 
 std::vector<float> offload_engine::read_state(parameter_id p, state_kind s) {
   expect_between_steps("read_state");
+  expect_no_part_done_step("read_state");
   const parameter_layout& param = layout().parameter(p);
   ZOE_EXPECTS(!param.frozen || s == state_kind::master || s == state_kind::working, "read_state: parameter '",
               param.name, "' is frozen: it has no ", state_kind_name(s), " state (only its value)");
@@ -195,6 +224,7 @@ void offload_engine::begin_micro_batch() {
     throw;
   }
   micro_batch_open_ = true;
+  if (ahead_ && micro_batches_done_ + 1 == k) arm_speculation();
 }
 
 fetch_handle offload_engine::fetch(module_id m, fetch_pass pass) {
@@ -233,7 +263,35 @@ std::vector<void*> offload_engine::gradient_buffers(module_id m, stream_view str
   return gradients_->acquire(m, stream);
 }
 
-void offload_engine::reduce_gradients(module_id m, stream_view stream) { gradients_->reduce(m, stream); }
+void offload_engine::reduce_gradients(module_id m, stream_view stream) {
+  if (ahead_armed_.load()) keep_fetched_masters(m, stream);
+  gradients_->reduce(m, stream);
+}
+
+void offload_engine::keep_fetched_masters(module_id m, stream_view stream) {
+  // A dequantized gather (qwZ) is not the master's bits.
+  if (config_.zero.zero_quantized_weights) return;
+  // Backward's fetch of m brought each fp32 parameter's master (its working copy) to the device:
+  // this rank's shard of it goes to the speculation, which then reads no master from NVMe. Queued
+  // on `stream` before the gradients are handed in, so before the speculation can start.
+  const std::uint64_t shard = layout().shard_of(resources_->comm().rank());
+  for (const parameter_id p : layout().module(m).parameters) {
+    const std::byte* gathered = nullptr;
+    try {
+      gathered = static_cast<const std::byte*>(resources_->coord().address(p));
+    } catch (const usage_error&) {
+      return;  // not fetched (the gradient path names what is wrong); its master is read from NVMe
+    }
+    std::byte* kept = optimizer_->keep_fetched_master(p);
+    if (kept == nullptr) continue;
+    const std::uint64_t bytes = state_bytes(layout().parameter(p), state_kind::master);
+    device_->copy_async(kept, gathered + shard * bytes, static_cast<std::size_t>(bytes), copy_kind::device_to_host,
+                        stream);
+    device_event ready = device_->create_event();
+    device_->record(ready, stream);
+    optimizer_->fetched_master_ready(p, std::move(ready));
+  }
+}
 
 void offload_engine::end_micro_batch() {
   ZOE_EXPECTS(micro_batch_open_, "end_micro_batch without begin_micro_batch");
@@ -272,7 +330,9 @@ void offload_engine::end_micro_batch() {
     micro_batch_open_ = false;
     coordinator_step_ended_ = false;
     micro_batches_done_ = 0;  // the accumulated gradients are incomplete: the step starts over
-    activations_->clear();    // the micro-batch is over: its activations are not needed again
+    stop_speculation();
+    optimizer_->drop_speculation();
+    activations_->clear();  // the micro-batch is over: its activations are not needed again
     throw;
   }
   micro_batch_open_ = false;
@@ -281,7 +341,28 @@ void offload_engine::end_micro_batch() {
   // The gradient path has this micro-batch: count it whatever else failed, so both agree on the
   // next one.
   ++micro_batches_done_;
+  stop_speculation();  // every final gradient was handed in: what it steps is done before step()
   if (writeback_failure) std::rethrow_exception(writeback_failure);
+}
+
+void offload_engine::arm_speculation() {
+  // The step as it goes when nothing overflowed and clipping leaves the gradients as they are (a
+  // summary of norm 0 clips nothing), at the next step count, with each group's last settings: each
+  // shard runs ahead as its gradient becomes final (optimizer_step.hpp) and step() commits the ones
+  // whose settings it confirms.
+  const detail::prepared_step prepared = detail::prepare_step(config_, adam_settings_, gradient_summary{},
+                                                              scaler_.scale(), lr_, scaler_.optimizer_steps() + 1);
+  ahead_adam_.assign(layout().parameters().size(), prepared.adam);
+  for (const parameter_layout& p : layout().parameters()) {
+    ahead_adam_[p.id].lr = static_cast<float>(groups_[p.group].lr);
+    ahead_adam_[p.id].weight_decay = static_cast<float>(groups_[p.group].weight_decay);
+  }
+  ahead_armed_.store(true);
+}
+
+void offload_engine::stop_speculation() noexcept {
+  ahead_armed_.store(false);
+  if (ahead_) ahead_->wait_idle();
 }
 
 step_result offload_engine::step(double lr) {
@@ -326,6 +407,7 @@ step_result offload_engine::step(std::span<const group_hyper> groups) {
   step_result out;
   out.grad_norm = detail::averaged_norm(g, k) / scale;
   if (scaler_.update(g.overflow)) {
+    optimizer_->drop_speculation();
     micro_batches_done_ = 0;
     out.skipped = true;
     out.loss_scale = scaler_.scale();
@@ -387,15 +469,17 @@ void offload_engine::load_checkpoint(const std::filesystem::path& root, const st
               " micro-batches (gradient_accumulation_steps) are done; load between steps (finish the step's "
               "micro-batches and step() first)");
   resources_->coord().drop_gathered();
+  optimizer_->drop_speculation();  // the checkpoint's states replace the ones it stepped from
   // The saved scaler state must suit this configuration (fp16.hysteresis, min_loss_scale) before
   // any state is overwritten: refused afterwards, the states would be the checkpoint's and the
   // scaler, the step count and the learning rate not.
-  checkpoint_meta meta = zoe::engine::load_checkpoint(root, tag, resources_->tiers(), *io_,
-                                                      checkpoint_ranks{.comm = resources_->gradient_comm(), .dev = *device_},
-                                                      *files_, [this](const checkpoint_meta& m) {
-                                                        loss_scaler probe(config_.fp16);
-                                                        probe.restore(m.scaler);
-                                                      });
+  checkpoint_meta meta = zoe::engine::load_checkpoint(
+      root, tag, resources_->tiers(), *io_, checkpoint_ranks{.comm = resources_->gradient_comm(), .dev = *device_}, *files_,
+      [this](const checkpoint_meta& m) {
+        loss_scaler probe(config_.fp16);
+        probe.restore(m.scaler);
+      });
+  optimizer_->abandon_part_done();  // every state is the checkpoint's now
   scaler_.restore(meta.scaler);
   lr_ = meta.lr;
   if (meta.groups.size() == groups_.size()) {

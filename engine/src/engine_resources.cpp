@@ -151,9 +151,13 @@ engine_resources::engine_resources(std::vector<module_spec> modules, const engin
     store_ = std::make_unique<io::swap_store>(std::move(so));
   }
   tiers_ = std::make_unique<tier_manager>(*layout_, *placement_, plan_, tier_resources{dev, *pinned_, store_.get()});
-  swapper_ = std::make_unique<parameter_swapper>(
-      *tiers_, dev, *pinned_, store_.get(),
-      parameter_swapper_options{.buffer_count = plan_.param_buffer_count, .buffer_bytes = plan_.param_buffer_bytes});
+  // The rank's one mover: every NVMe byte of the engine goes through its thread, channel and pools.
+  mover_options mo{.queue_depth = config_.aio.queue_depth};
+  if (store_) {
+    mo.pools.push_back(parameter_pool(plan_.param_buffer_count, plan_.param_buffer_bytes, plan_.swap_block_size));
+  }
+  mover_ = std::make_unique<mover>(store_.get(), pinned_.get(), &dev, std::move(mo));
+  swapper_ = std::make_unique<parameter_swapper>(*tiers_, dev, mover_.get());
   communicator& gather_world = replica_world_ ? *replica_world_ : *comm_;
   coordinator_ =
       std::make_unique<coordinator>(*tiers_, *swapper_, gather_world, dev, coordinator_options_of(config_, plan_));

@@ -104,6 +104,15 @@ json optimizer_figures(const optimizer_step& o) {
   j["write_wait_seconds"] = t.write_wait_seconds;
   j["stepped_bytes"] = t.bytes_stepped;
   j["last_step"] = last_step_figures(o.last_step());
+  // The step inside backward (optimizer_step.hpp, "Speculation"); its bytes are in the figures above.
+  const speculation_totals& ahead = o.speculation();
+  j["speculation"] = {{"speculated", ahead.speculated},
+                      {"committed", ahead.committed},
+                      {"dropped", ahead.dropped},
+                      {"declined", ahead.declined},
+                      {"nvme_read_bytes", ahead.bytes_read},
+                      {"nvme_write_bytes", ahead.bytes_written},
+                      {"fetched_master_bytes", ahead.fetched_bytes}};
   return j;
 }
 
@@ -157,6 +166,7 @@ json footprint_figures(offload_engine& engine) {
   j["optimizer_buffer_count"] = plan.optimizer_buffer_count;
   j["optimizer_buffer_bytes"] = plan.optimizer_buffer_bytes;
   j["optimizer_undo_bytes"] = plan.optimizer_undo_bytes;
+  j["optimizer_pending_bytes"] = plan.optimizer_pending_bytes;
   j["gradient_bucket_count"] = plan.gradient_bucket_count;
   j["gradient_bucket_bytes"] = plan.gradient_bucket_bytes;
   j["gradient_buffer_count"] = plan.gradient_buffer_count;

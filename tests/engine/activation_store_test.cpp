@@ -41,7 +41,8 @@ struct rig {
       store = std::make_unique<io::swap_store>(std::move(so));
       if (o.staging_bytes == 0) o.staging_bytes = 2 * store_chunk;
     }
-    acts = std::make_unique<activation_store>(*dev, pinned, store.get(), o);
+    movers = std::make_unique<engine::mover>(store.get(), nullptr, dev.get(), engine::mover_options{});
+    acts = std::make_unique<activation_store>(*dev, pinned, movers.get(), o);
   }
   ~rig() { acts.reset(); }
   rig(const rig&) = delete;
@@ -82,6 +83,7 @@ struct rig {
   allocators::pinned_host_resource pinned;
   std::shared_ptr<fault_plan> faults;
   std::unique_ptr<io::swap_store> store;
+  std::unique_ptr<engine::mover> movers;
   device_stream s = dev->create_stream();
   std::unique_ptr<activation_store> acts;
 };

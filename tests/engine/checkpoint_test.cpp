@@ -76,7 +76,7 @@ struct rig {
   rig(std::vector<engine::module_spec> modules, engine::engine_config config,
       std::shared_ptr<fault_plan> faults = nullptr)
       : stack(stack_options{.modules = std::move(modules), .config = std::move(config), .faults = std::move(faults)}),
-        io(stack.tiers(), stack.dev(), stack.store()) {}
+        io(stack.tiers(), stack.dev(), &stack.movers()) {}
 };
 
 // ---- state contents ----------------------------------------------------------------------------

@@ -57,6 +57,7 @@ class engine_stack {
   [[nodiscard]] engine::communicator& comm() { return path_->comm(); }
   [[nodiscard]] allocators::pinned_host_resource& pinned() { return path_->pinned(); }
   [[nodiscard]] io::swap_store* store() { return path_->store(); }
+  [[nodiscard]] engine::mover& movers() { return path_->movers(); }
 
   /// Bytes of `p`'s working shard (what a swap moves).
   [[nodiscard]] std::uint64_t shard_bytes(engine::parameter_id p) const;

@@ -94,6 +94,24 @@ TEST(footprint_plan, TheSwapStoreIsRoundedAsTheStoreRounds) {
   EXPECT_EQ(plan.swap_block_size, 64 * KiB);
 }
 
+TEST(footprint_plan, BoundedShadowsHoldEachNvmeStateOnce) {
+  const auto layout = small_and_large();
+  auto config = everything_on_nvme(2);
+  const auto full = make_footprint_plan(layout, config, placement(layout, config));
+  config.zoe.shadows = "bounded";
+  const auto bounded = make_footprint_plan(layout, config, placement(layout, config));
+  EXPECT_TRUE(full.shadow_extents);
+  EXPECT_FALSE(bounded.shadow_extents);
+  // The same states; no shadow extents (TheSwapStoreIsRoundedAsTheStoreRounds: 932 KiB of homes,
+  // rounded to 128 KiB stripes) where full shadows take 1664 KiB.
+  EXPECT_EQ(bounded.state_bytes, full.state_bytes);
+  EXPECT_EQ(bounded.nvme_bytes, 1024 * KiB);
+  EXPECT_EQ(full.nvme_bytes, 1664 * KiB);
+  for (const auto& item : bounded.items) {
+    EXPECT_EQ(item.what.find("shadow"), std::string::npos) << item.what;
+  }
+}
+
 TEST(footprint_plan, ShadowExtentsAreListedPerStateWithTheKeysThatPutThemOnNvme) {
   const auto layout = small_and_large();
   // The optimizer on nvme, the working copies in host memory: shadows of the fp32 states only.
@@ -338,7 +356,10 @@ TEST(footprint_plan, PinMemoryDecidesPinnedOrPageableHomes) {
     // The gradient in host memory, pinned or not, also comes through the pinned staging buffers.
     EXPECT_EQ(plan.gradient_buffer_bytes, 4096U * 4);
     EXPECT_EQ(plan.pinned_bytes, (pinned ? host : 0U) + plan.gradient_buffer_count * plan.gradient_buffer_bytes);
-    EXPECT_EQ(plan.pageable_bytes, pinned ? 0U : host);
+    // And the speculative step's pending memory: the host states it rewrites (all but the gradient).
+    const std::uint64_t pending = 6144U * (2 + 4 + 4 + 4);
+    EXPECT_EQ(plan.optimizer_pending_bytes, pending);
+    EXPECT_EQ(plan.pageable_bytes, (pinned ? 0U : host) + pending);
     EXPECT_EQ(plan.state_bytes[static_cast<std::size_t>(pinned ? memory_kind::pinned : memory_kind::pageable)], host);
     EXPECT_EQ(plan.nvme_bytes, 0U);
     EXPECT_TRUE(plan.swap_paths.empty());

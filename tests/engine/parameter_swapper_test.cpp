@@ -155,9 +155,9 @@ TEST(ParameterSwapper, AStateAnotherMoverHoldsIsRefused) {
 
 TEST(ParameterSwapper, BuffersThatHoldNeitherAShardNorAChunkAreAConfigError) {
   engine_stack s({.modules = layered_model(1, 1, 100'000), .config = nvme_config(2, 16 * 1024)});
-  EXPECT_THROW(engine::parameter_swapper(s.tiers(), s.dev(), s.pinned(), s.store(),
-                                         {.buffer_count = 2, .buffer_bytes = 8 * 1024}),
-               config_error);
+  engine::mover small(s.store(), &s.pinned(), &s.dev(),
+                      {.pools = {engine::parameter_pool(2, 8 * 1024, s.store()->options().io.block_size)}});
+  EXPECT_THROW(engine::parameter_swapper(s.tiers(), s.dev(), &small), config_error);
 }
 
 TEST(ParameterSwapper, AStoreHoldingNoWorkingCopyNeedsNoBuffers) {

@@ -418,7 +418,7 @@ bool coordinator::impl::start(parameter_id p, bool demand, bool backward, std::u
     g.in = {};  // this rank's part is in its secondary shard: nothing to read
   } else {
     try {
-      g.in = swapper.swap_in(p, own_shard(p));
+      g.in = swapper.swap_in(p, own_shard(p), demand ? move_priority::demand : move_priority::prefetch);
     } catch (...) {
       g.block.unpin();
       g.block.reset();

@@ -145,6 +145,14 @@ void gradient_path::impl::process(job& j, io::swap_channel* channel) {
     } catch (...) {
       // One parameter failing does not stop the others: their moves must end, and the bucket drain.
       fail(carried_error::of(std::current_exception()));
+      continue;
+    }
+    if (j.last && options.on_final) {
+      try {
+        options.on_final(p);
+      } catch (const std::exception& e) {
+        log::error("gradient_path: telling that the gradient of '", param(p).name, "' is final failed: ", e.what());
+      }
     }
   }
 }

@@ -79,19 +79,22 @@ void add_states(plan_builder& out, footprint_plan& plan, const placement& where)
 // Whether the optimizer step rewrites state `s` of `p` on nvme, and so the tier manager gives it a
 // second (shadow) extent of the same size (tier_manager.hpp): master, exp_avg, exp_avg_sq, and the
 // working copy when it has bytes (an fp32 parameter's working copy is its master).
-bool has_shadow_extent(const parameter_layout& p, state_kind s, const placement& where) {
-  return s != state_kind::gradient && state_bytes(p, s) > 0 && where.where(p.id, s) == tier::nvme;
+bool has_shadow_extent(const parameter_layout& p, state_kind s, const placement& where, const footprint_plan& plan) {
+  return plan.shadow_extents && s != state_kind::gradient && state_bytes(p, s) > 0 &&
+         where.where(p.id, s) == tier::nvme;
 }
 
 // The optimizer step's shadow extents, listed on their own; the swap store's capacity counts them
 // with the homes (add_swap_store).
-void add_shadow_extents(plan_builder& out, const model_layout& layout, const placement& where) {
+void add_shadow_extents(plan_builder& out, const footprint_plan& plan, const model_layout& layout,
+                        const placement& where) {
   for (const state_kind s : all_states) {
     std::uint64_t bytes = 0;
     for (const parameter_layout& p : layout.parameters()) {
-      if (has_shadow_extent(p, s, where)) bytes += state_bytes(p, s);
+      if (has_shadow_extent(p, s, where, plan)) bytes += state_bytes(p, s);
     }
     std::vector<std::string> keys(where.keys(s).begin(), where.keys(s).end());
+    keys.emplace_back("zoe.swap.shadows");
     out.add(str("optimizer step shadow extents of ", state_kind_name(s)), memory_kind::nvme, bytes, std::move(keys));
   }
 }
@@ -133,6 +136,28 @@ void add_optimizer_undo_log(plan_builder& out, footprint_plan& plan, const model
           scratch, std::move(scratch_keys));
 }
 
+// The speculative step's pending memory (optimizer_step.hpp): the host-resident states it rewrites
+// in every shard it may speculate, and the fp32 masters backward's fetches hand it (each freed once
+// read, so far less is in use at once), up to zoe.optimizer_pending_bytes.
+void add_optimizer_pending(plan_builder& out, footprint_plan& plan, const model_layout& layout,
+                           const engine_config& config, const placement& where) {
+  if (!config.zoe.optimizer_in_backward) return;
+  const detail::tier_of tier_of = [&where](parameter_id p, state_kind s) { return where.where(p, s); };
+  std::uint64_t wanted = 0;
+  for (const parameter_layout& p : layout.parameters()) {
+    if (!detail::speculates(p, tier_of)) continue;
+    // Without shadow extents a shard with a state on nvme has nowhere to put its new values.
+    if (!plan.shadow_extents && detail::has_nvme_state(p, tier_of)) continue;
+    wanted = saturating_add(wanted, detail::pending_bytes(p, tier_of) + detail::fetched_master_bytes(p, tier_of));
+  }
+  plan.optimizer_pending_bytes = std::min(wanted, config.zoe.optimizer_pending_bytes);
+  out.add(
+      "optimizer step pending memory (new host states of shards stepped inside backward until step() commits "
+      "them, and the fp32 masters backward's fetches hand it)",
+      memory_kind::pageable, plan.optimizer_pending_bytes,
+      {"zoe.optimizer_in_backward", "zoe.optimizer_pending_bytes"});
+}
+
 // The swap store's capacity for these states and the optimizer step's shadow extents (every extent
 // the tier manager takes). The store rounds every extent to 4 KiB and starts
 // one of block_size or more on a block_size boundary; the tier manager takes the large extents
@@ -156,7 +181,7 @@ void add_swap_store(plan_builder& out, footprint_plan& plan, const model_layout&
       const std::uint64_t bytes = state_bytes(p, s);
       if (bytes == 0 || where.where(p.id, s) != tier::nvme) continue;
       const std::uint64_t rounded = bytes >= block ? round_up(bytes, block) : round_up(bytes, page);
-      extents += has_shadow_extent(p, s, where) ? 2 * rounded : rounded;
+      extents += has_shadow_extent(p, s, where, plan) ? 2 * rounded : rounded;
     }
   }
   // The activations' share counts whole chunks, so each of their extents' rounding is inside it.
@@ -167,7 +192,7 @@ void add_swap_store(plan_builder& out, footprint_plan& plan, const model_layout&
     out.add(str(state_kind_name(s), " on nvme"), memory_kind::nvme, where.bytes(s, tier::nvme), std::move(keys));
   }
   const std::uint64_t before = plan.nvme_bytes;
-  add_shadow_extents(out, layout, where);
+  add_shadow_extents(out, plan, layout, where);
   const std::uint64_t shadows = plan.nvme_bytes - before;
   out.add("activation checkpoints on nvme", memory_kind::nvme, plan.activation_nvme_bytes,
           {"zoe.activations.nvme_bytes", "aio.block_size"});
@@ -543,6 +568,7 @@ footprint_plan make_footprint_plan(const model_layout& layout, const engine_conf
               layout.options().replicas);
   check_stage_fits_world(config, layout.ranks());
   footprint_plan plan;
+  plan.shadow_extents = config.zoe.shadows != "bounded";
   plan_builder out(plan);
   add_states(out, plan, where);
   add_swap_store(out, plan, layout, config, where);
@@ -553,6 +579,7 @@ footprint_plan make_footprint_plan(const model_layout& layout, const engine_conf
   add_gradient_norm_scratch(out, layout, where);
   add_local_gradient_accumulation(out, plan, layout, config, where);
   add_optimizer_undo_log(out, plan, layout, where);
+  add_optimizer_pending(out, plan, layout, config, where);
   add_arena(out, plan, layout, config);
   add_activations(out, plan, config);
   add_zero_plus_plus(out, plan, layout, config);

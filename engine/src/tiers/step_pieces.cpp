@@ -43,6 +43,30 @@ bool logs_undo(const parameter_layout& p, state_kind s, const tier_of& where) {
   return staged_in_memory(p, where) && !working_alone_on_device(p, where);
 }
 
+bool speculates(const parameter_layout& p, const tier_of& where) {
+  return !p.frozen && std::none_of(all_states.begin(), all_states.end(), [&](state_kind s) {
+    return state_bytes(p, s) > 0 && where(p.id, s) == tier::device;
+  });
+}
+
+std::uint64_t pending_bytes(const parameter_layout& p, const tier_of& where) {
+  std::uint64_t bytes = 0;
+  for (const state_kind s : all_states) {
+    if (s != state_kind::gradient && state_bytes(p, s) > 0 && where(p.id, s) == tier::host) {
+      bytes += round_up(state_bytes(p, s), pending_alignment);
+    }
+  }
+  return bytes;
+}
+
+std::uint64_t fetched_master_bytes(const parameter_layout& p, const tier_of& where) {
+  if (!speculates(p, where) || state_bytes(p, state_kind::working) > 0 ||
+      where(p.id, state_kind::master) != tier::nvme) {
+    return 0;
+  }
+  return round_up(state_bytes(p, state_kind::master), pending_alignment);
+}
+
 std::uint64_t staging_slot_bytes(const model_layout& layout, const tier_of& where, const piece_geometry& geometry) {
   std::uint64_t largest = 0;
   for (const parameter_layout& p : layout.parameters()) {

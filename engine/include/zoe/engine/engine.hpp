@@ -32,6 +32,7 @@
 // Thread-safety: fetch, release, address, gradient_buffers and reduce_gradients may be called from
 // several threads (for different modules); the rest from one thread, not concurrently with them.
 
+#include <atomic>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -56,6 +57,10 @@
 #include "zoe/engine/swap/state_io.hpp"
 
 namespace zoe::engine {
+
+namespace detail {
+class speculation_worker;
+}  // namespace detail
 
 struct engine_options {
   /// Passed to engine_resources_options (tests: a smaller arena, fault injection under the store).
@@ -230,11 +235,23 @@ class offload_engine {
   /// An inference fetch is over (released, or its fetch failed): the last one ends the
   /// coordinator's inference step.
   void end_inference_fetch();
+  /// usage_error naming `what` while a step that failed midway waits for its retry (bounded shadows).
+  void expect_no_part_done_step(const char* what) const;
+  /// From the step's last micro-batch on, each shard whose gradient is final is stepped ahead on the
+  /// speculation thread (optimizer_step.hpp, "Speculation") with the settings this computes.
+  void arm_speculation();
+  /// No more shards are handed in; waits for the ones handed in. Never throws.
+  void stop_speculation() noexcept;
+  /// Hands the speculation the master shards backward's fetch of `m` brought (optimizer_step::
+  /// keep_fetched_master), copied on `stream`.
+  void keep_fetched_masters(module_id m, stream_view stream);
   /// This rank's shard of `values` (a whole parameter's), padding zero.
   [[nodiscard]] std::vector<float> own_shard(const parameter_layout& param, std::span<const float> values) const;
 
   engine_config config_;
   optimizer_config adam_settings_;
+  /// Whether the gradient path's final gradients go to the speculation thread (read on its worker).
+  std::atomic<bool> ahead_armed_{false};
   std::unique_ptr<engine_resources> resources_;
   std::unique_ptr<state_io> io_;
   std::unique_ptr<gradient_path> gradients_;
@@ -255,6 +272,10 @@ class offload_engine {
   /// micro-batch (a module acquired and not reduced): ending the micro-batch again skips the
   /// coordinator.
   bool coordinator_step_ended_ = false;
+  /// The speculative step's settings per parameter (arm_speculation) and its thread (null with
+  /// zoe.optimizer_in_backward off); last, so it stops before the stages it uses go.
+  std::vector<kernels::adam_config> ahead_adam_;
+  std::unique_ptr<detail::speculation_worker> ahead_;
 };
 
 }  // namespace zoe::engine

@@ -86,6 +86,8 @@ class engine_resources {
   [[nodiscard]] allocators::pinned_host_resource& pinned() noexcept { return *pinned_; }
   [[nodiscard]] io::swap_store* store() noexcept { return store_.get(); }
   [[nodiscard]] tier_manager& tiers() noexcept { return *tiers_; }
+  /// The rank's mover: every client that moves bytes to or from NVMe submits its pieces here.
+  [[nodiscard]] mover& movers() noexcept { return *mover_; }
   [[nodiscard]] parameter_swapper& swapper() noexcept { return *swapper_; }
   /// The coordinator's world: its gathers, and nothing else, so their order is the coordinator's
   /// (at stage 0 on several ranks it carries nothing: every rank holds whole parameters, and the
@@ -109,6 +111,7 @@ class engine_resources {
   std::unique_ptr<allocators::pinned_host_resource> pinned_;
   std::unique_ptr<io::swap_store> store_;
   std::unique_ptr<tier_manager> tiers_;
+  std::unique_ptr<mover> mover_;
   std::unique_ptr<parameter_swapper> swapper_;
   std::unique_ptr<coordinator> coordinator_;
 };

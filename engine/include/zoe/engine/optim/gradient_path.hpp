@@ -39,6 +39,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -69,6 +70,11 @@ struct gradient_path_options {
   /// accumulated whole on this rank, not reduced; the last micro-batch reduces the step's sum once
   /// per parameter (optim/local_accumulation.hpp). Memory: footprint_plan::local_gradient_*_bytes.
   bool accumulate_locally = false;
+  /// Called on the path's worker thread once a parameter's gradient of a step's last micro-batch is
+  /// accumulated and known good (its gradient state resident again), in the order they finish:
+  /// the optimizer step may run on it from then on (optimizer_step.hpp, "Speculation"). Must not
+  /// block for long nor throw (a throw is logged). Empty: nobody is told.
+  std::function<void(parameter_id)> on_final;
 };
 
 /// What the optimizer step needs to know about a step's gradients before it starts.

@@ -61,6 +61,12 @@ struct footprint_plan {
   /// Pageable host bytes of the optimizer step's undo log: the in-memory states the step rewrites
   /// in shards that also have a state on nvme or in device memory (optimizer_step.hpp).
   std::uint64_t optimizer_undo_bytes = 0;
+  /// Pageable host bytes of the speculative step's pending memory (optimizer_step.hpp): the new
+  /// values of the host-resident states of shards stepped inside backward, held until step()
+  /// commits them, and the fp32 masters backward's fetches hand the speculation (each until it is
+  /// read). zoe.optimizer_pending_bytes, at most what every shard that can be speculated needs; 0
+  /// with zoe.optimizer_in_backward off.
+  std::uint64_t optimizer_pending_bytes = 0;
   /// Device buckets the gradients of backward are written into (gradient_path.hpp): 2 with
   /// overlap_comm, else 1, each of reduce_bucket_size elements but never smaller than the largest
   /// module's gradients.
@@ -101,6 +107,9 @@ struct footprint_plan {
   /// The swap store: its folders (striped) and its block_size (aio.block_size), which the
   /// capacity's rounding assumes. Empty paths when nothing is on nvme.
   std::vector<std::filesystem::path> swap_paths;
+  /// Whether the tier manager gives every NVMe state the step rewrites a shadow extent
+  /// (zoe.swap.shadows "full"; "bounded": none, listed and counted nowhere).
+  bool shadow_extents = true;
   std::uint64_t swap_block_size = 0;
 };
 
