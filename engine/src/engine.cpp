@@ -68,8 +68,8 @@ offload_engine::offload_engine(std::vector<module_spec> modules, const engine_co
       adam_settings_(config.optimizer.value_or(optimizer_config{})),
       resources_(std::make_unique<engine_resources>(std::move(modules), config, dev, resources_options(options))),
       io_(std::make_unique<state_io>(resources_->tiers(), dev, &resources_->movers())),
-      gradients_(std::make_unique<gradient_path>(resources_->tiers(), resources_->gradient_comm(), dev, resources_->pinned(),
-                                                 resources_->store(),
+      gradients_(std::make_unique<gradient_path>(resources_->tiers(), resources_->gradient_comm(), dev,
+                                                 resources_->pinned(), resources_->store(),
                                                  gradient_options(*resources_, config,
                                                                   [this](parameter_id p) {
                                                                     if (ahead_armed_.load()) ahead_->hand_in(p);
@@ -474,8 +474,8 @@ void offload_engine::load_checkpoint(const std::filesystem::path& root, const st
   // any state is overwritten: refused afterwards, the states would be the checkpoint's and the
   // scaler, the step count and the learning rate not.
   checkpoint_meta meta = zoe::engine::load_checkpoint(
-      root, tag, resources_->tiers(), *io_, checkpoint_ranks{.comm = resources_->gradient_comm(), .dev = *device_}, *files_,
-      [this](const checkpoint_meta& m) {
+      root, tag, resources_->tiers(), *io_, checkpoint_ranks{.comm = resources_->gradient_comm(), .dev = *device_},
+      *files_, [this](const checkpoint_meta& m) {
         loss_scaler probe(config_.fp16);
         probe.restore(m.scaler);
       });
