@@ -107,7 +107,7 @@ constexpr const char* config =
 
 std::string last_error() { return zoe_last_error(); }
 
-#define EXPECT_OK(call) ASSERT_EQ((call), ZOE_SUCCESS) << #call << ": " << last_error()
+#define ZOE_ASSERT_OK(call) ASSERT_EQ((call), ZOE_SUCCESS) << #call << ": " << last_error()
 
 struct rank_run {
   zoe_model* model = nullptr;
@@ -155,18 +155,18 @@ zoe_status open(rank_run& run, const zoe_host_comm* comm, const char* json = con
 // over the samples and scaled by 1 / count (the mean over this rank's samples).
 void train_step(rank_run& run, std::size_t first, std::size_t count) {
   zoe_device* device = nullptr;
-  EXPECT_OK(zoe_engine_device(run.engine, &device));
+  ZOE_ASSERT_OK(zoe_engine_device(run.engine, &device));
   zoe_stream* stream = nullptr;
-  EXPECT_OK(zoe_stream_create(device, &stream));
-  EXPECT_OK(zoe_begin_micro_batch(run.engine));
-  EXPECT_OK(zoe_fetch(run.engine, run.module, ZOE_PASS_BACKWARD, stream));
+  ZOE_ASSERT_OK(zoe_stream_create(device, &stream));
+  ZOE_ASSERT_OK(zoe_begin_micro_batch(run.engine));
+  ZOE_ASSERT_OK(zoe_fetch(run.engine, run.module, ZOE_PASS_BACKWARD, stream));
   void* w_address = nullptr;
   void* b_address = nullptr;
-  EXPECT_OK(zoe_parameter_address(run.engine, run.w, &w_address));
-  EXPECT_OK(zoe_parameter_address(run.engine, run.b, &b_address));
+  ZOE_ASSERT_OK(zoe_parameter_address(run.engine, run.w, &w_address));
+  ZOE_ASSERT_OK(zoe_parameter_address(run.engine, run.b, &b_address));
   std::array<void*, 2> grads{};
-  EXPECT_OK(zoe_module_gradients(run.engine, run.module, stream, grads.data(), grads.size()));
-  EXPECT_OK(zoe_stream_synchronize(stream));
+  ZOE_ASSERT_OK(zoe_module_gradients(run.engine, run.module, stream, grads.data(), grads.size()));
+  ZOE_ASSERT_OK(zoe_stream_synchronize(stream));
   const auto* w = static_cast<const float*>(w_address);
   const auto* b = static_cast<const float*>(b_address);
   // Per-sample gradients [dW | db], then the pairwise tree over them.
@@ -190,13 +190,13 @@ void train_step(rank_run& run, std::size_t first, std::size_t count) {
   auto* gb = static_cast<float*>(grads[1]);
   for (std::size_t k = 0; k < out * in; ++k) gw[k] = g[0][k] * scale;
   for (std::size_t j = 0; j < out; ++j) gb[j] = g[0][out * in + j] * scale;
-  EXPECT_OK(zoe_reduce_gradients(run.engine, run.module, stream));
-  EXPECT_OK(zoe_release(run.engine, run.module, stream));
-  EXPECT_OK(zoe_end_micro_batch(run.engine));
+  ZOE_ASSERT_OK(zoe_reduce_gradients(run.engine, run.module, stream));
+  ZOE_ASSERT_OK(zoe_release(run.engine, run.module, stream));
+  ZOE_ASSERT_OK(zoe_end_micro_batch(run.engine));
   zoe_step_result result = ZOE_STEP_RESULT_INIT;
-  EXPECT_OK(zoe_step(run.engine, 0.01, &result));
+  ZOE_ASSERT_OK(zoe_step(run.engine, 0.01, &result));
   EXPECT_EQ(result.skipped, 0);
-  EXPECT_OK(zoe_stream_destroy(stream));
+  ZOE_ASSERT_OK(zoe_stream_destroy(stream));
 }
 
 std::vector<float> state_of(rank_run& run, zoe_state state) {
@@ -234,8 +234,8 @@ TEST(CApiHostComm, TwoThreadRanksTrainBitForBitLikeOneRankWithTheGlobalBatch) {
     rank_run run;
     ASSERT_EQ(open(run, &comm), ZOE_SUCCESS) << last_error();
     two[r] = train(run, r, 2);
-    EXPECT_OK(zoe_engine_traffic(run.engine, &traffic[r]));
-    EXPECT_OK(zoe_engine_ranks(run.engine, &ranks[r]));
+    ZOE_ASSERT_OK(zoe_engine_traffic(run.engine, &traffic[r]));
+    ZOE_ASSERT_OK(zoe_engine_ranks(run.engine, &ranks[r]));
   });
   for (std::size_t r = 0; r < 2; ++r) {
     EXPECT_EQ(two[r].parameters, one.parameters) << "rank " << r;
