@@ -2,6 +2,7 @@
 #include "zoe/engine/swap/mover.hpp"
 
 #include <poll.h>
+#include <time.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -21,8 +22,8 @@ namespace {
 // How long the I/O thread sleeps before it looks at the hooks' device work, or the channel, again.
 // The channel's notify_fd wakes it for completions; the timeout is for work it cannot be told
 // about (a device event, a backend that starts held requests on the next poll only).
-constexpr int hook_poll_ms = 1;
-constexpr int io_poll_ms = 2;
+constexpr timespec hook_poll{.tv_sec = 0, .tv_nsec = 200'000};
+constexpr timespec io_poll{.tv_sec = 0, .tv_nsec = 2'000'000};
 
 std::size_t class_index(move_priority p) noexcept { return static_cast<std::size_t>(p); }
 }  // namespace
@@ -190,15 +191,23 @@ void mover::loop(io::swap_channel* channel) {
 }
 
 void mover::sleep(io::swap_channel* channel) {
-  // Wakes on a submission, on the channel, or (while hooks' device work runs) now and then.
+  const bool io_out = channel != nullptr && channel->outstanding() > 0;
+  if (!io_out && hooked_ > 0) {
+    // Only device copies are out: the oldest frees its slot first. A submission waits that long.
+    const auto oldest = std::find_if(active_.begin(), active_.end(),
+                                     [](const std::unique_ptr<active>& a) { return a->at == stage::hooked; });
+    dev_->synchronize((*oldest)->event);
+    return;
+  }
+  // Wakes on a submission, on the channel, or (while device copies run) now and then.
   pollfd fds[2] = {{.fd = wake_fd_, .events = POLLIN, .revents = 0}, {.fd = -1, .events = POLLIN, .revents = 0}};
   nfds_t n = 1;
-  if (channel != nullptr && channel->outstanding() > 0) {
+  if (io_out) {
     fds[1].fd = channel->notify_fd();
     n = 2;
   }
-  const int timeout = hooked_ > 0 ? hook_poll_ms : n == 2 ? io_poll_ms : -1;
-  if (::poll(fds, n, timeout) < 0 && errno != EINTR) {
+  const timespec timeout = hooked_ > 0 ? hook_poll : io_poll;
+  if (::ppoll(fds, n, io_out ? &timeout : nullptr, nullptr) < 0 && errno != EINTR) {
     throw io_error(str("mover: poll failed: ", std::strerror(errno)), errno);
   }
   if ((fds[0].revents & POLLIN) != 0) {
