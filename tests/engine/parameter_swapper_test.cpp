@@ -3,6 +3,8 @@
 // the swap store that name the path and offset and leave the tier manager's statuses right.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <future>
 #include <thread>
 
 #include "engine_stack.hpp"
@@ -113,6 +115,41 @@ TEST(ParameterSwapper, AFailedReadNamesThePathAndOffsetAndLeavesTheHomeResident)
   }
   EXPECT_EQ(s.tiers().status(0, engine::state_kind::working), state_status::resident);
   EXPECT_TRUE(same_bytes(s.read_home(0), data));  // the rule fired once: the next read works
+}
+
+// The compute comes to wait on a prefetch queued behind another prefetch whose read the drive
+// holds: raise_to_demand() lets it take the request the mover keeps for demand. At queue depth 2
+// the prefetches share one request, which the held read keeps, so without the raise the second
+// prefetch would wait for the hold to end. Bounded: a swapper that does not raise it fails here.
+TEST(ParameterSwapper, APrefetchTheComputeWaitsOnIsNotServedBehindAHeldPrefetch) {
+  auto faults = std::make_shared<fault_plan>();
+  engine::engine_config c = nvme_config();
+  c.aio.queue_depth = 2;
+  engine_stack s({.modules = layered_model(1, 2, 50'000), .config = c, .faults = faults});
+  const std::vector<std::byte> first = s.shard_data(0, 1);
+  const std::vector<std::byte> second = s.shard_data(1, 2);
+  s.write_home(0, first);
+  s.write_home(1, second);
+  void* dst0 = s.dev().allocate(s.shard_bytes(0));
+  void* dst1 = s.dev().allocate(s.shard_bytes(1));
+  faults->add({.op = io::io_op::read, .hold = true, .times = 1});  // the first prefetch's read
+  const engine::swap_ticket held = s.swapper().swap_in(0, dst0, engine::move_priority::prefetch);
+  // Its read at the drive first: raised before it started, the second could take the hold itself.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (faults->fired() == 0 && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+  ASSERT_EQ(faults->fired(), 1);
+  const engine::swap_ticket waited = s.swapper().swap_in(1, dst1, engine::move_priority::prefetch);
+  waited.raise_to_demand();
+  auto ready = std::async(std::launch::async, [&] { waited.wait_ready(); });
+  const bool in_time = ready.wait_for(std::chrono::seconds(30)) == std::future_status::ready;
+  faults->release_held();  // either way, so both moves end and the test can too
+  ASSERT_TRUE(in_time) << "the prefetch the compute waits on was served behind a held prefetch";
+  waited.synchronize();
+  held.synchronize();
+  EXPECT_TRUE(same_bytes(s.from_device(dst1, s.shard_bytes(1)), second));
+  EXPECT_TRUE(same_bytes(s.from_device(dst0, s.shard_bytes(0)), first));
+  s.dev().deallocate(dst0, s.shard_bytes(0));
+  s.dev().deallocate(dst1, s.shard_bytes(1));
 }
 
 TEST(ParameterSwapper, AFailedWriteNamesThePathAndOffsetAndLeavesTheStateReleasedAndDirty) {

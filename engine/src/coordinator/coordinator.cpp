@@ -206,7 +206,9 @@ struct coordinator::impl {
   void start_writeback(parameter_id p);
   void drop(parameter_id p);
   // A copy of the ticket: once the lock is dropped, another caller may reset the one it came from.
+  // Whoever waits here waits for the compute (a fetch, or room for one): a prefetch becomes demand.
   void wait_outside(swap_ticket t, std::unique_lock<std::mutex>& lock) {  // NOLINT(performance-unnecessary-value-param)
+    t.raise_to_demand();
     lock.unlock();
     t.wait_ready();
     lock.lock();

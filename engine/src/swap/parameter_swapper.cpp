@@ -108,6 +108,11 @@ void parameter_swapper::impl::submit_nvme(parameter_id p, const started& m, io::
   move->pieces_left = static_cast<std::size_t>((bytes + slot_bytes - 1) / slot_bytes);
   const std::string what = describe(m.param, m.state);
   const bool in = op == io::io_op::read;
+  const std::uint64_t group = movers->new_group();
+  if (priority != move_priority::demand) {
+    // Called only while the ticket is not ready: its pieces are in the mover, which lives until they are done.
+    move->ticket->raise = [movers = movers, group] { movers->raise(group); };
+  }
   for (std::uint64_t offset = 0; offset < bytes; offset += slot_bytes) {
     mover::piece piece;
     piece.priority = priority;
@@ -137,6 +142,7 @@ void parameter_swapper::impl::submit_nvme(parameter_id p, const started& m, io::
       if (--move->pieces_left == 0) finish(*move);
     };
     piece.what = what;
+    piece.group = group;
     movers->submit(std::move(piece));
   }
 }
