@@ -65,7 +65,7 @@ offload_engine::offload_engine(std::vector<module_spec> modules, const engine_co
       path_(std::make_unique<parameter_path>(std::move(modules), config, dev, path_options(options))),
       io_(std::make_unique<state_io>(path_->tiers(), dev, &path_->movers())),
       gradients_(std::make_unique<gradient_path>(path_->tiers(), path_->gradient_comm(), dev, path_->pinned(),
-                                                 path_->store(), gradient_options(*path_, config))),
+                                                 &path_->movers(), gradient_options(*path_, config))),
       optimizer_(std::make_unique<optimizer_step>(path_->tiers(), dev, path_->pinned(), path_->store(),
                                                   step_options(path_->plan(), config))),
       activations_(std::make_unique<activation_store>(dev, path_->pinned(), &path_->movers(),

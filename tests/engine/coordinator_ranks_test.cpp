@@ -264,7 +264,7 @@ TEST(GradientRanks, QuantizedReductionGivesTheMeanWithinTheQuantizersBound) {
   const std::size_t rank = comm.rank();
   const std::size_t per_node = comm.node_local().size();
   ASSERT_GT(path.plan().qgz_scratch_bytes, 0U);
-  gradient_path gradients(path.tiers(), comm, *r.dev, path.pinned(), path.store(),
+  gradient_path gradients(path.tiers(), comm, *r.dev, path.pinned(), &path.movers(),
                           {.bucket_bytes = path.plan().gradient_bucket_bytes,
                            .bucket_count = static_cast<std::size_t>(path.plan().gradient_bucket_count),
                            .staging_buffer_count = static_cast<std::size_t>(path.plan().gradient_buffer_count),

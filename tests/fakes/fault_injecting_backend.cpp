@@ -34,6 +34,11 @@ int fault_plan::fired() const {
   return fired_;
 }
 
+void fault_plan::clear() {
+  const std::lock_guard lock(mutex_);
+  rules_.clear();
+}
+
 void fault_plan::release_held() {
   const std::lock_guard lock(mutex_);
   release_ = true;

@@ -37,6 +37,8 @@ class fault_plan {
   /// The rule that applies to `op`, consuming one of its `times`, if any.
   [[nodiscard]] std::optional<fault_rule> take(const io::raw_op& op);
   [[nodiscard]] int fired() const;
+  /// Drops the rules (fired() keeps its count), e.g. before the test reads back what it wrote.
+  void clear();
   /// Lets the held operations go on: the next submit() or reap() starts them, and every backend's
   /// notify fd says so.
   void release_held();
