@@ -331,8 +331,6 @@ std::string offload_engine::save_checkpoint(const std::filesystem::path& root, c
   expect_between_steps("save_checkpoint");
   ZOE_EXPECTS(micro_batches_done_ == 0, "save_checkpoint: ", micro_batches_done_,
               " micro-batches of a step have gradients that are not stepped yet; save after step()");
-  // Changes made to gathered parameters on the device belong in the checkpoint.
-  path_->coord().flush();
   const std::string name = tag.empty() ? str("step-", scaler_.state().cur_iter) : tag;
   // Collective on the gradient world, which carries the engine's collectives between steps.
   zoe::engine::save_checkpoint(

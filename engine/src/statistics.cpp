@@ -51,8 +51,6 @@ json fetch_figures(const coordinator_stats& s) {
   j["prefetch_backoffs"] = s.prefetch_backoffs;
   j["evictions"] = s.evictions;
   j["arena_waits"] = s.arena_waits;
-  j["write_backs"] = s.write_backs;
-  j["failed_write_backs"] = s.failed_write_backs;
   j["failed_gathers"] = s.failed_gathers;
   j["peak_live_numel"] = s.peak_live_numel;
   j["arena_capacity_bytes"] = s.arena.capacity;
