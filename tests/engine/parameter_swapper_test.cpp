@@ -167,8 +167,9 @@ TEST(ParameterSwapper, AStateAnotherMoverHoldsIsRefused) {
 
 TEST(ParameterSwapper, BuffersThatHoldNeitherAShardNorAChunkAreAConfigError) {
   engine_stack s({.modules = layered_model(1, 1, 100'000), .config = nvme_config(2, 16 * 1024)});
+  // Two slots of 8 KiB: smaller than a chunk and than the shard.
   engine::mover small(s.store(), &s.pinned(), &s.dev(),
-                      {.pools = {engine::parameter_pool(2, 8 * 1024, s.store()->options().io.block_size)}});
+                      {.pools = {{.key = "params", .slot_bytes = 8 * 1024, .slot_count = 2}}});
   EXPECT_THROW(engine::parameter_swapper(s.tiers(), s.dev(), &small), config_error);
 }
 

@@ -12,15 +12,6 @@ state_kind working_state(const parameter_layout& p) noexcept {
   return p.dtype == kernels::dtype::fp32 ? state_kind::master : state_kind::working;
 }
 
-mover_pool_spec parameter_pool(std::uint64_t buffer_count, std::uint64_t buffer_bytes, std::uint64_t chunk) {
-  // The planned pinned memory is cut into slots of one chunk: a shard streams through them chunk
-  // by chunk, read, copied and returned, so the memory keeps as many chunks in flight as it holds
-  // instead of one shard per buffer.
-  const std::uint64_t slot = buffer_bytes >= chunk ? chunk : buffer_bytes;
-  const std::uint64_t count = slot == 0 ? 0 : buffer_count * buffer_bytes / slot;
-  return {.key = "params", .slot_bytes = static_cast<std::size_t>(slot), .slot_count = static_cast<std::size_t>(count)};
-}
-
 namespace {
 // What the pieces of one NVMe read share. Their done callbacks all run on the mover's I/O thread,
 // one at a time: no lock.

@@ -4,7 +4,8 @@
 // read-modify-write, the activation spill, the optimizer's read-ahead and write-behind) through
 // their constructors. It owns one I/O thread, the one swap channel of the rank (one io engine per
 // swap path, each at the aio block's queue depth: the per-path budget every client shares), and
-// the pinned slot pools the footprint plan names (plan keys "mover.<pool>").
+// the pinned slot pools the footprint plan names (its items with a plan_item::pool, which
+// zoe-plan shows as "mover.<key>"; the engine makes no other).
 //
 // How a client moves bytes: it cuts its move into pieces and submits each with a priority. A
 // piece runs through its own state machine on the I/O thread, skipping the stages it has none for:

@@ -1,11 +1,13 @@
 #pragma once
 // The parameter swapper: brings the working copy of a parameter's shard from its home tier to
-// device memory (the homes are written by the optimizer step and state_io, never from here). From NVMe a shard is a
-// client of the rank's mover (mover.hpp): it is cut into pieces of one slot of the mover's "params" pool
-// (offload_param.buffer_count buffers of buffer_size elements, as the footprint plan sizes it, cut into slots of one
-// aio.block_size chunk); each piece is read into its slot and copied to the device by its hook, and the slot goes back
-// once that copy is done. So the planned memory keeps as many chunks in flight as it holds, where DeepSpeed moves one
-// parameter per buffer. From host memory it is one copy, from device memory one device-to-device copy.
+// device memory (the homes are written by the optimizer step and state_io, never from here). From
+// NVMe a shard is a client of the rank's mover (mover.hpp): it is cut into pieces of one slot of
+// the mover's "params" pool (the footprint plan's "parameter swap buffers" item:
+// offload_param.buffer_count buffers of buffer_size elements cut into slots of one aio.block_size
+// chunk); each piece is read into its slot and copied to the device by its hook, and the slot goes
+// back once that copy is done. So the planned memory keeps as many chunks in flight as it holds,
+// where DeepSpeed moves one parameter per buffer. From host memory it is one copy, from device
+// memory one device-to-device copy.
 //
 // A fetch the compute waits on goes to the mover as demand, a prefetch as prefetch (raised to
 // demand when the compute comes to wait on it: swap_ticket::raise_to_demand); a full pool makes a
@@ -28,12 +30,6 @@ namespace zoe::engine {
 /// The state holding `p`'s working copy: `working`, or `master` for an fp32 parameter (its master
 /// is its working copy). Never throws.
 [[nodiscard]] state_kind working_state(const parameter_layout& p) noexcept;
-
-/// The mover's pool for parameter pieces: the plan's buffer_count buffers of buffer_bytes
-/// (footprint_plan::param_buffer_count / param_buffer_bytes) cut into slots of one `chunk`
-/// (aio.block_size), or one slot per buffer when a buffer is smaller than a chunk. Never throws.
-[[nodiscard]] mover_pool_spec parameter_pool(std::uint64_t buffer_count, std::uint64_t buffer_bytes,
-                                             std::uint64_t chunk);
 
 struct parameter_swapper_stats {
   std::uint64_t bytes_read = 0;    ///< from NVMe
