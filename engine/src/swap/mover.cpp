@@ -167,6 +167,7 @@ void mover::run_thread() noexcept {
       log::error("mover: the swap channel failed; every NVMe piece fails from now on: ", broken_->message);
       channel.reset();
       for (auto& a : active_) {
+        a->background = false;
         if (a->at == stage::reading || a->at == stage::writing) fail(*a, *broken_);
       }
       in_flight_ = 0;
@@ -256,11 +257,17 @@ bool mover::take_queued() {
 void mover::apply_raises(const std::vector<std::uint64_t>& groups) {
   bool changed = false;
   for (auto& a : active_) {
-    // A request already in flight keeps counting as the background's (a.background) until it is back.
     if (a->p.priority == move_priority::demand || a->p.group == 0) continue;
     if (std::find(groups.begin(), groups.end(), a->p.group) == groups.end()) continue;
     a->p.priority = move_priority::demand;
     changed = true;
+    // A request of it already in flight is the compute's now: it leaves the background's share,
+    // which may start another prefetch in its place (the drive keeps its whole queue depth while
+    // the compute waits, and a demand piece still finds a request free unless demand holds them).
+    if (a->background) {
+      a->background = false;
+      --background_in_flight_;
+    }
   }
   if (!changed) return;
   std::stable_sort(
@@ -385,6 +392,7 @@ void mover::on_io(const io::io_completion& c) {
   active& a = *reinterpret_cast<active*>(c.user_data);  // NOLINT(performance-no-int-to-ptr)
   --in_flight_;
   if (a.background) --background_in_flight_;
+  a.background = false;  // only while its request is out
   const bool read = a.at == stage::reading;
   if (!c.ok()) {
     fail_io(a, read ? io::io_op::read : io::io_op::write,

@@ -152,8 +152,8 @@ class mover {
   /// A group id for the pieces of one move, never 0 and never given out twice.
   [[nodiscard]] std::uint64_t new_group() noexcept;
   /// The compute waits on `group` now: its pieces submitted so far become demand pieces (in their
-  /// submission order among the demand pieces); a request of theirs already in flight stays
-  /// counted as background until it is back. A group that is over, or 0, is ignored. Never throws.
+  /// submission order among the demand pieces), their requests already in flight included (they
+  /// leave the background's share of the budget). A group that is over, or 0, is ignored. Never throws.
   void raise(std::uint64_t group) noexcept;
 
   [[nodiscard]] mover_stats stats() const;
@@ -174,7 +174,7 @@ class mover {
     device_event event;
     bool reported = false;
     bool waited = false;      ///< counted once in slot_waits
-    bool background = false;  ///< its request in flight counts against the background's share
+    bool background = false;  ///< it has a request in flight that counts against the background's share
   };
 
   void wake() const noexcept;
