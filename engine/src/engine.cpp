@@ -213,26 +213,26 @@ void offload_engine::end_micro_batch() {
   // gradient path's micro-batch (it refuses a module acquired and not reduced). Ending the
   // coordinator's step last left, after its refusal, the gradient path a micro-batch further on
   // than the engine and the coordinator's step open: no micro-batch could begin again.
-  std::exception_ptr writeback_failure;
+  std::exception_ptr coordinator_failure;
   if (!coordinator_step_ended_) {
     try {
       path_->coord().end_step();
     } catch (const usage_error&) {
       throw;
     } catch (...) {
-      // A parameter's write-back failed (it stays dirty; the next flush writes it again). The
-      // coordinator's step is over all the same, and the micro-batch's gradients are unaffected.
-      writeback_failure = std::current_exception();
+      // A gather issued while the step ended failed (its collective): the coordinator's step is
+      // over all the same, and the micro-batch's gradients are unaffected.
+      coordinator_failure = std::current_exception();
     }
     coordinator_step_ended_ = true;
   }
   try {
     gradients_->end_micro_batch();
   } catch (const usage_error&) {
-    if (writeback_failure) {
-      // Thrown in its place: logged, so that it is not lost (the parameter stays dirty).
+    if (coordinator_failure) {
+      // Thrown in its place: logged, so that it is not lost.
       try {
-        std::rethrow_exception(writeback_failure);
+        std::rethrow_exception(coordinator_failure);
       } catch (const std::exception& w) {
         log::error("while ending a micro-batch: ", w.what());
       }
@@ -251,7 +251,7 @@ void offload_engine::end_micro_batch() {
   // The gradient path has this micro-batch: count it whatever else failed, so both agree on the
   // next one.
   ++micro_batches_done_;
-  if (writeback_failure) std::rethrow_exception(writeback_failure);
+  if (coordinator_failure) std::rethrow_exception(coordinator_failure);
 }
 
 step_result offload_engine::step(double lr) {

@@ -167,7 +167,7 @@ parameter_path::parameter_path(std::vector<module_spec> modules, const engine_co
       std::make_unique<coordinator>(*tiers_, *swapper_, gather_world, dev, coordinator_options_of(config_, plan_));
 }
 
-// Members go in reverse order: the coordinator's reads and write-backs finish before the swapper
+// Members go in reverse order: the coordinator's reads and gathers finish before the swapper
 // stops, and the swapper's before the homes and the store go.
 parameter_path::~parameter_path() = default;
 
