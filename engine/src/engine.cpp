@@ -69,7 +69,7 @@ offload_engine::offload_engine(std::vector<module_spec> modules, const engine_co
       resources_(std::make_unique<engine_resources>(std::move(modules), config, dev, resources_options(options))),
       io_(std::make_unique<state_io>(resources_->tiers(), dev, &resources_->movers())),
       gradients_(std::make_unique<gradient_path>(resources_->tiers(), resources_->gradient_comm(), dev,
-                                                 resources_->pinned(), resources_->store(),
+                                                 resources_->pinned(), &resources_->movers(),
                                                  gradient_options(*resources_, config,
                                                                   [this](parameter_id p) {
                                                                     if (ahead_armed_.load()) ahead_->hand_in(p);
@@ -301,26 +301,26 @@ void offload_engine::end_micro_batch() {
   // gradient path's micro-batch (it refuses a module acquired and not reduced). Ending the
   // coordinator's step last left, after its refusal, the gradient path a micro-batch further on
   // than the engine and the coordinator's step open: no micro-batch could begin again.
-  std::exception_ptr writeback_failure;
+  std::exception_ptr coordinator_failure;
   if (!coordinator_step_ended_) {
     try {
       resources_->coord().end_step();
     } catch (const usage_error&) {
       throw;
     } catch (...) {
-      // A parameter's write-back failed (it stays dirty; the next flush writes it again). The
-      // coordinator's step is over all the same, and the micro-batch's gradients are unaffected.
-      writeback_failure = std::current_exception();
+      // A gather issued while the step ended failed (its collective): the coordinator's step is
+      // over all the same, and the micro-batch's gradients are unaffected.
+      coordinator_failure = std::current_exception();
     }
     coordinator_step_ended_ = true;
   }
   try {
     gradients_->end_micro_batch();
   } catch (const usage_error&) {
-    if (writeback_failure) {
-      // Thrown in its place: logged, so that it is not lost (the parameter stays dirty).
+    if (coordinator_failure) {
+      // Thrown in its place: logged, so that it is not lost.
       try {
-        std::rethrow_exception(writeback_failure);
+        std::rethrow_exception(coordinator_failure);
       } catch (const std::exception& w) {
         log::error("while ending a micro-batch: ", w.what());
       }
@@ -342,7 +342,7 @@ void offload_engine::end_micro_batch() {
   // next one.
   ++micro_batches_done_;
   stop_speculation();  // every final gradient was handed in: what it steps is done before step()
-  if (writeback_failure) std::rethrow_exception(writeback_failure);
+  if (coordinator_failure) std::rethrow_exception(coordinator_failure);
 }
 
 void offload_engine::arm_speculation() {
@@ -444,8 +444,6 @@ std::string offload_engine::save_checkpoint(const std::filesystem::path& root, c
   expect_between_steps("save_checkpoint");
   ZOE_EXPECTS(micro_batches_done_ == 0, "save_checkpoint: ", micro_batches_done_,
               " micro-batches of a step have gradients that are not stepped yet; save after step()");
-  // Changes made to gathered parameters on the device belong in the checkpoint.
-  resources_->coord().flush();
   const std::string name = tag.empty() ? str("step-", scaler_.state().cur_iter) : tag;
   // Collective on the gradient world, which carries the engine's collectives between steps.
   zoe::engine::save_checkpoint(root, name, resources_->tiers(), *io_,

@@ -151,10 +151,14 @@ engine_resources::engine_resources(std::vector<module_spec> modules, const engin
     store_ = std::make_unique<io::swap_store>(std::move(so));
   }
   tiers_ = std::make_unique<tier_manager>(*layout_, *placement_, plan_, tier_resources{dev, *pinned_, store_.get()});
-  // The rank's one mover: every NVMe byte of the engine goes through its thread, channel and pools.
+  // The rank's one mover: every NVMe byte of the engine goes through its thread, channel and pools,
+  // which are the plan's items that name a pool (zoe-plan lists them), and nothing else.
   mover_options mo{.queue_depth = config_.aio.queue_depth};
-  if (store_) {
-    mo.pools.push_back(parameter_pool(plan_.param_buffer_count, plan_.param_buffer_bytes, plan_.swap_block_size));
+  for (const plan_item& item : plan_.items) {
+    if (!item.pool || !store_) continue;
+    mo.pools.push_back({.key = item.pool->key,
+                        .slot_bytes = static_cast<std::size_t>(item.pool->slot_bytes),
+                        .slot_count = static_cast<std::size_t>(item.pool->slot_count)});
   }
   mover_ = std::make_unique<mover>(store_.get(), pinned_.get(), &dev, std::move(mo));
   swapper_ = std::make_unique<parameter_swapper>(*tiers_, dev, mover_.get());
@@ -163,7 +167,7 @@ engine_resources::engine_resources(std::vector<module_spec> modules, const engin
       std::make_unique<coordinator>(*tiers_, *swapper_, gather_world, dev, coordinator_options_of(config_, plan_));
 }
 
-// Members go in reverse order: the coordinator's reads and write-backs finish before the swapper
+// Members go in reverse order: the coordinator's reads and gathers finish before the swapper
 // stops, and the swapper's before the homes and the store go.
 engine_resources::~engine_resources() = default;
 

@@ -29,11 +29,10 @@ void add_nvme(json& j, std::uint64_t read, std::uint64_t written, double seconds
 
 json parameter_figures(const parameter_swapper_stats& s) {
   json j;
-  add_nvme(j, s.bytes_read, s.bytes_written, s.io_busy_seconds);
+  add_nvme(j, s.bytes_read, 0, s.io_busy_seconds);  // the parameter path only reads
   j["io_busy_seconds"] = s.io_busy_seconds;
   j["host_device_copy_bytes"] = s.bytes_copied + s.bytes_staged;
   j["moves_in"] = s.moves_in;
-  j["moves_out"] = s.moves_out;
   j["failed_moves"] = s.failed_moves;
   j["buffer_waits"] = s.buffer_waits;
   j["buffer_slots"] = s.buffer_slots;
@@ -51,8 +50,6 @@ json fetch_figures(const coordinator_stats& s) {
   j["prefetch_backoffs"] = s.prefetch_backoffs;
   j["evictions"] = s.evictions;
   j["arena_waits"] = s.arena_waits;
-  j["write_backs"] = s.write_backs;
-  j["failed_write_backs"] = s.failed_write_backs;
   j["failed_gathers"] = s.failed_gathers;
   j["peak_live_numel"] = s.peak_live_numel;
   j["arena_capacity_bytes"] = s.arena.capacity;
@@ -231,7 +228,7 @@ std::string statistics_json(offload_engine& engine) {
   json j;
   // Totals over the stages, per tier and direction.
   j["nvme_read_bytes"] = params.bytes_read + grads.bytes_read + optim.bytes_read + acts.bytes_read;
-  j["nvme_write_bytes"] = params.bytes_written + grads.bytes_written + optim.bytes_written + acts.bytes_written;
+  j["nvme_write_bytes"] = grads.bytes_written + optim.bytes_written + acts.bytes_written;
   j["host_device_copy_bytes"] =
       params.bytes_copied + params.bytes_staged + grads.bytes_to_host + acts.bytes_to_host + acts.bytes_to_device;
   j["fetch_wait_seconds"] = fetches.wait_seconds;

@@ -23,6 +23,7 @@
 #include "zoe/engine/comm/quantized_collectives.hpp"
 #include "zoe/engine/engine_resources.hpp"
 #include "zoe/engine/optim/gradient_path.hpp"
+#include "zoe/engine/swap/state_io.hpp"
 #include "zoe/kernels/cast.hpp"
 
 namespace zoe::engine {
@@ -86,10 +87,7 @@ struct ranked_path {
       full.push_back(full_values(p, world));
       const std::vector<std::byte> shard =
           in_type(std::span(full.back()).subspan(rank * p.shard_numel, p.shard_numel), p.dtype);
-      void* d = dev->allocate(shard.size());
-      copy(d, shard.data(), shard.size(), copy_kind::host_to_device);
-      path->swapper().swap_out(p.id, d).wait();
-      dev->deallocate(d, shard.size());
+      state_io(path->tiers(), *dev, &path->movers()).write(p.id, working_state(p), shard);
     }
   }
 
@@ -264,7 +262,7 @@ TEST(GradientRanks, QuantizedReductionGivesTheMeanWithinTheQuantizersBound) {
   const std::size_t rank = comm.rank();
   const std::size_t per_node = comm.node_local().size();
   ASSERT_GT(path.plan().qgz_scratch_bytes, 0U);
-  gradient_path gradients(path.tiers(), comm, *r.dev, path.pinned(), path.store(),
+  gradient_path gradients(path.tiers(), comm, *r.dev, path.pinned(), &path.movers(),
                           {.bucket_bytes = path.plan().gradient_bucket_bytes,
                            .bucket_count = static_cast<std::size_t>(path.plan().gradient_bucket_count),
                            .staging_buffer_count = static_cast<std::size_t>(path.plan().gradient_buffer_count),

@@ -65,5 +65,24 @@ TEST(EngineResources, PinnedMemoryIsLimitedToThePlansPinnedBytes) {
   EXPECT_EQ(s.pinned().bytes_in_use() + room, s.plan().pinned_bytes);
 }
 
+// The rank's mover has exactly the pools the plan names, each as the plan cut it: the plan item's
+// memory, in its slots.
+TEST(ParameterPath, TheMoversPoolsAreThePlansPoolItems) {
+  engine_stack s({.modules = layered_model(2, 2, 20'000), .config = nvme_config()});
+  std::size_t pools = 0;
+  for (const engine::plan_item& item : s.plan().items) {
+    if (!item.pool) continue;
+    ++pools;
+    ASSERT_TRUE(s.movers().has_pool(item.pool->key)) << item.what;
+    const engine::mover_pool_spec& spec = s.movers().pool_spec(s.movers().pool(item.pool->key));
+    EXPECT_EQ(spec.slot_bytes, item.pool->slot_bytes) << item.what;
+    EXPECT_EQ(spec.slot_count, item.pool->slot_count) << item.what;
+    EXPECT_LE(spec.slot_bytes * spec.slot_count, item.bytes) << item.what;
+  }
+  EXPECT_GE(pools, 1U) << "parameters on nvme: the parameter swap buffers are a pool";
+  EXPECT_TRUE(s.movers().has_pool("params"));
+  EXPECT_FALSE(s.movers().has_pool("anything else"));
+}
+
 }  // namespace
 }  // namespace zoe::testing

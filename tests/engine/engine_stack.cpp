@@ -4,6 +4,7 @@
 #include <random>
 
 #include "zoe/core/str.hpp"
+#include "zoe/engine/swap/state_io.hpp"
 
 namespace zoe::testing {
 
@@ -91,15 +92,8 @@ std::vector<std::byte> engine_stack::from_device(const void* src, std::size_t by
 }
 
 void engine_stack::write_home(engine::parameter_id p, std::span<const std::byte> data) {
-  void* d = dev_->allocate(data.size());
-  try {
-    to_device(d, data);
-    swapper().swap_out(p, d).wait();
-  } catch (...) {
-    dev_->deallocate(d, data.size());
-    throw;
-  }
-  dev_->deallocate(d, data.size());
+  engine::state_io io(tiers(), *dev_, &movers());
+  io.write(p, engine::working_state(layout().parameter(p)), data);
 }
 
 std::vector<std::byte> engine_stack::read_home(engine::parameter_id p) {

@@ -63,7 +63,7 @@ class engine_stack {
   [[nodiscard]] std::uint64_t shard_bytes(engine::parameter_id p) const;
   /// Random shard contents for `p` from `seed`: random real elements, zero padding.
   [[nodiscard]] std::vector<std::byte> shard_data(engine::parameter_id p, std::uint64_t seed) const;
-  /// Writes `data` to `p`'s home through the swapper (from device memory) and waits; rethrows.
+  /// Writes `data` (host memory) to `p`'s home through state_io and waits; rethrows.
   void write_home(engine::parameter_id p, std::span<const std::byte> data);
   /// Reads `p`'s home through the swapper into device memory and returns it; rethrows.
   [[nodiscard]] std::vector<std::byte> read_home(engine::parameter_id p);

@@ -217,6 +217,30 @@ TEST(footprint_plan, ParameterSwapBuffersHoldAtLeastOneChunk) {
   EXPECT_EQ(make_footprint_plan(tiny_layout, config, placement(tiny_layout, config)).param_buffer_bytes, 4 * KiB);
 }
 
+// The parameter swap buffers are the mover's pool "params", cut into slots of one aio.block_size
+// chunk (or one per buffer when a buffer is smaller): the slots are the item's memory, no more.
+// No other item is a pool yet.
+TEST(footprint_plan, TheParameterSwapBuffersAreTheMoversParamsPool) {
+  const auto layout = small_and_large();
+  auto config = everything_on_nvme(1);
+  for (const std::uint64_t buffer_size : {100'000'000U, 100U}) {
+    config.zero.offload_param->buffer_size = buffer_size;
+    const auto plan = make_footprint_plan(layout, config, placement(layout, config));
+    const plan_item* buffers = item_named(plan, "parameter swap buffers");
+    ASSERT_NE(buffers, nullptr);
+    ASSERT_TRUE(buffers->pool.has_value());
+    EXPECT_EQ(buffers->pool->key, "params");
+    EXPECT_EQ(buffers->pool->slot_bytes, std::min<std::uint64_t>(plan.param_buffer_bytes, config.aio.block_size));
+    EXPECT_EQ(buffers->pool->slot_count, buffers->bytes / buffers->pool->slot_bytes);
+    EXPECT_LE(buffers->pool->slot_count * buffers->pool->slot_bytes, buffers->bytes);
+    for (const plan_item& item : plan.items) {
+      if (&item != buffers) {
+        EXPECT_FALSE(item.pool.has_value()) << item.what;
+      }
+    }
+  }
+}
+
 TEST(footprint_plan, OptimizerSwapBuffersHoldTheLargestSubGroup) {
   const auto layout = small_and_large();
   auto config = everything_on_nvme(1);

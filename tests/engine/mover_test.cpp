@@ -395,6 +395,100 @@ TEST(MoverPriority, DemandIsNeverQueuedBehindPrefetchesOrWriteBehinds) {
   for (std::uint64_t k = 0; k < 3; ++k) EXPECT_EQ(got[k], values[k]);
 }
 
+// A prefetch the compute comes to wait on is raised to demand. At queue depth 2 on one path the
+// background's share is one request, which a held prefetch (4096 bytes) keeps; the prefetch the
+// compute then waits on (8192 bytes) is queued behind it and would wait until the hold ends.
+// Raised, it takes the request kept for demand and completes while the hold lasts. Bounded: a
+// mover that does not raise it fails here instead of hanging.
+TEST(MoverPriority, ARaisedPrefetchIsNotServedBehindOtherPrefetches) {
+  rig r(1, 2, {{.key = "slots", .slot_bytes = 64 * KiB, .slot_count = 8}});
+  const std::size_t pool = r.m->pool("slots");
+  const io::swap_extent small = r.store->allocate(4096);
+  const std::vector<std::byte> small_value = pattern(4096, 1);
+  r.m->run(write_piece(pool, small_value, small));
+  const io::swap_extent big = r.store->allocate(8192);
+  const std::vector<std::byte> big_value = pattern(8192, 2);
+  r.m->run(write_piece(pool, big_value, big));
+
+  r.watch->hold_length = 4096;
+  std::vector<std::byte> held(4096);
+  std::promise<void> held_done;
+  mover::piece first = read_piece(pool, held, small, move_priority::prefetch);
+  first.group = r.m->new_group();
+  first.done = [&](const carried_error* e) {
+    if (e != nullptr) ADD_FAILURE() << e->message;
+    held_done.set_value();
+  };
+  r.m->submit(std::move(first));
+
+  std::vector<std::byte> waited(8192);
+  std::promise<void> waited_done;
+  mover::piece second = read_piece(pool, waited, big, move_priority::prefetch);
+  const std::uint64_t group = r.m->new_group();
+  second.group = group;
+  second.done = [&](const carried_error* e) {
+    if (e != nullptr) ADD_FAILURE() << e->message;
+    waited_done.set_value();
+  };
+  r.m->submit(std::move(second));
+  r.m->raise(group);  // the compute waits on it now
+
+  const bool in_time = waited_done.get_future().wait_for(std::chrono::seconds(30)) == std::future_status::ready;
+  r.watch->release();  // either way, so the mover can finish and the test end
+  ASSERT_TRUE(in_time) << "the prefetch the compute waits on was served behind a held prefetch";
+  EXPECT_EQ(waited, big_value);
+  held_done.get_future().wait();
+  EXPECT_EQ(held, small_value);
+}
+
+// A raised prefetch whose request is already at the drive is the compute's from then on: it leaves
+// the background's share, so the next prefetch may start in its place. At queue depth 2 on one
+// path the share is one request; the held first prefetch takes it, is raised, and the second
+// prefetch then completes while the hold lasts. Bounded: it fails instead of hanging.
+TEST(MoverPriority, ARaisedRequestInFlightLeavesTheBackgroundsShare) {
+  rig r(1, 2, {{.key = "slots", .slot_bytes = 64 * KiB, .slot_count = 8}});
+  const std::size_t pool = r.m->pool("slots");
+  const io::swap_extent small = r.store->allocate(4096);
+  const std::vector<std::byte> small_value = pattern(4096, 3);
+  r.m->run(write_piece(pool, small_value, small));
+  const io::swap_extent big = r.store->allocate(8192);
+  const std::vector<std::byte> big_value = pattern(8192, 4);
+  r.m->run(write_piece(pool, big_value, big));
+
+  r.watch->hold_length = 4096;
+  std::vector<std::byte> held(4096);
+  std::promise<void> held_done;
+  mover::piece first = read_piece(pool, held, small, move_priority::prefetch);
+  const std::uint64_t group = r.m->new_group();
+  first.group = group;
+  first.done = [&](const carried_error* e) {
+    if (e != nullptr) ADD_FAILURE() << e->message;
+    held_done.set_value();
+  };
+  r.m->submit(std::move(first));
+  // Its request at the drive (held there) before the raise.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (r.m->stats().peak_in_flight == 0 && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+  ASSERT_EQ(r.m->stats().peak_in_flight, 1U);
+  r.m->raise(group);
+
+  std::vector<std::byte> next(8192);
+  std::promise<void> next_done;
+  mover::piece second = read_piece(pool, next, big, move_priority::prefetch);
+  second.done = [&](const carried_error* e) {
+    if (e != nullptr) ADD_FAILURE() << e->message;
+    next_done.set_value();
+  };
+  r.m->submit(std::move(second));
+
+  const bool in_time = next_done.get_future().wait_for(std::chrono::seconds(30)) == std::future_status::ready;
+  r.watch->release();  // either way, so the mover can finish and the test end
+  ASSERT_TRUE(in_time) << "the raised request kept the background's share";
+  EXPECT_EQ(next, big_value);
+  held_done.get_future().wait();
+  EXPECT_EQ(held, small_value);
+}
+
 // A piece that cannot fit its slot, or names no pool, is refused before anything is queued.
 TEST(MoverSubmit, RefusesPiecesThatCannotRunNamingWhy) {
   rig r(1, 2, {{.key = "slots", .slot_bytes = 64 * KiB, .slot_count = 1}});

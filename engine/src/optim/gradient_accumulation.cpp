@@ -75,15 +75,6 @@ void gradient_path::impl::launch_device_home(parameter_id p, const std::byte* so
 // ---- worker side ---------------------------------------------------------------------------------
 
 void gradient_path::impl::run() noexcept {
-  std::optional<io::swap_channel> channel;
-  std::optional<carried_error> channel_error;
-  if (any_nvme) {
-    try {
-      channel.emplace(*store);
-    } catch (...) {
-      channel_error = carried_error::of(std::current_exception());
-    }
-  }
   for (;;) {
     job j;
     {
@@ -94,9 +85,8 @@ void gradient_path::impl::run() noexcept {
       jobs.pop_front();
     }
     const auto start = std::chrono::steady_clock::now();
-    if (channel_error) fail(*channel_error);
     try {
-      process(j, channel ? &*channel : nullptr);
+      process(j);
     } catch (...) {
       fail(carried_error::of(std::current_exception()));
     }
@@ -111,7 +101,7 @@ void gradient_path::impl::run() noexcept {
   }
 }
 
-void gradient_path::impl::process(job& j, io::swap_channel* channel) {
+void gradient_path::impl::process(job& j) {
   if (j.ready.valid()) {
     try {
       dev.synchronize(j.ready);
@@ -137,10 +127,7 @@ void gradient_path::impl::process(job& j, io::swap_channel* channel) {
       switch (home(p).where) {
         case tier::device: process_device(p, source, j.first, j.last); break;
         case tier::host: process_host(p, source, j.first, j.last); break;
-        case tier::nvme:
-          ZOE_ASSERT(channel != nullptr);
-          process_nvme(p, source, j.first, j.last, *channel);
-          break;
+        case tier::nvme: process_nvme(p, source, j.first, j.last); break;
       }
     } catch (...) {
       // One parameter failing does not stop the others: their moves must end, and the bucket drain.

@@ -16,9 +16,8 @@ namespace zoe::engine {
 // ---- gradient_path -------------------------------------------------------------------------------
 
 gradient_path::gradient_path(tier_manager& tiers, communicator& comm, device& dev,
-                             allocators::pinned_host_resource& pinned, io::swap_store* store,
-                             gradient_path_options options)
-    : impl_(std::make_unique<impl>(tiers, comm, dev, pinned, store, options)) {}
+                             allocators::pinned_host_resource& pinned, mover* movers, gradient_path_options options)
+    : impl_(std::make_unique<impl>(tiers, comm, dev, pinned, movers, options)) {}
 
 gradient_path::~gradient_path() = default;
 

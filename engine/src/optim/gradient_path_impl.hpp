@@ -5,11 +5,12 @@
 //   gradient_reduction.cpp          buckets handed to the communicator (reduce-scatter, all-reduce, qgZ)
 //                                   and stage 1's local accumulation
 //   gradient_accumulation.cpp       the worker: the accumulation into device and host homes
-//   gradient_nvme_accumulation.cpp  the read-modify-write of nvme homes through the swap channel
+//   gradient_nvme_accumulation.cpp  the read-modify-write of nvme homes, a client of the rank's mover
 //   gradient_summary.cpp            the step's sum of squares and overflow, gathered at its end
 //
-// Threads: the callers of acquire/reduce; one worker thread of the path, which drives the swap
-// channel and does the host side of every accumulation (host homes, nvme read-modify-writes); and
+// Threads: the callers of acquire/reduce; one worker thread of the path, which does the host side
+// of every accumulation (host homes, nvme read-modify-writes, whose reads and writes the rank's
+// mover runs on its I/O thread); and
 // the worker of the path's own stream (on the host device, one thread per stream). Device homes
 // are accumulated by a kernel on the caller's stream, so they cost no thread of ours.
 //
@@ -35,7 +36,7 @@
 #include "zoe/allocators/buffer_pool.hpp"
 #include "zoe/engine/optim/gradient_path.hpp"
 #include "zoe/engine/swap/carried_error.hpp"
-#include "zoe/io/swap_channel.hpp"
+#include "zoe/engine/swap/mover.hpp"
 
 namespace zoe::engine {
 
@@ -69,7 +70,7 @@ struct gradient_path::impl {
     bool last = false;
   };
 
-  impl(tier_manager& t, communicator& c, device& d, allocators::pinned_host_resource& p, io::swap_store* s,
+  impl(tier_manager& t, communicator& c, device& d, allocators::pinned_host_resource& p, mover* mv,
        gradient_path_options o);
   ~impl();
   impl(const impl&) = delete;
@@ -77,6 +78,7 @@ struct gradient_path::impl {
 
   // ---- caller side ----
   [[nodiscard]] const parameter_layout& param(parameter_id p) const { return tiers.layout().parameter(p); }
+  [[nodiscard]] bool has_store() const noexcept { return movers != nullptr && movers->store() != nullptr; }
   [[nodiscard]] const state_location& home(parameter_id p) const { return tiers.location(p, state_kind::gradient); }
   [[nodiscard]] std::string module_name(module_id m) const { return tiers.layout().module(m).name; }
   /// The shards the layout cuts each parameter into: the ranks at stages 1-3, 1 at stage 0.
@@ -129,10 +131,10 @@ struct gradient_path::impl {
 
   // ---- worker side ----
   void run() noexcept;
-  void process(job& j, io::swap_channel* channel);
+  void process(job& j);
   void process_device(parameter_id p, const std::byte* source, bool first, bool last);
   void process_host(parameter_id p, const std::byte* source, bool first, bool last);
-  void process_nvme(parameter_id p, const std::byte* source, bool first, bool last, io::swap_channel& channel);
+  void process_nvme(parameter_id p, const std::byte* source, bool first, bool last);
   /// Copies n elements of p's reduced gradient from `source` (device) into `lease` and waits.
   void copy_to_host(parameter_id p, const std::byte* source, std::uint64_t first_element, std::uint64_t n,
                     const allocators::buffer_lease& lease);
@@ -142,7 +144,7 @@ struct gradient_path::impl {
   tier_manager& tiers;
   communicator& comm;
   device& dev;
-  io::swap_store* store;
+  mover* movers;  ///< the rank's: null when there is no swap store
   gradient_path_options options;
   bool any_nvme = false;
   bool any_off_device = false;
@@ -150,9 +152,6 @@ struct gradient_path::impl {
   std::vector<std::byte*> bucket_memory;
   std::optional<detail::gradient_buckets> buckets;
   std::optional<allocators::buffer_pool> staging;
-  // Staging buffers of requests a failed swap channel may still hold: they go back to the pool only
-  // when the path closes, after the worker (and with it the channel) is gone.
-  std::vector<allocators::buffer_lease> quarantined;
   device_stream stream;  ///< the path's copies and the device homes' work it starts itself
   /// The buckets' reductions and the device homes' kernels after them: backward goes on filling the
   /// next bucket on its own stream meanwhile (overlap_comm).

@@ -13,9 +13,9 @@
 
 namespace zoe::engine {
 
-gradient_path::impl::impl(tier_manager& t, communicator& c, device& d, allocators::pinned_host_resource& p,
-                          io::swap_store* s, gradient_path_options o)
-    : tiers(t), comm(c), dev(d), store(s), options(o) {
+gradient_path::impl::impl(tier_manager& t, communicator& c, device& d, allocators::pinned_host_resource& p, mover* mv,
+                          gradient_path_options o)
+    : tiers(t), comm(c), dev(d), movers(mv), options(o) {
   const model_layout& layout = tiers.layout();
   ZOE_EXPECTS(comm.size() == layout.ranks(), "gradient_path: the layout is for ", layout.ranks(),
               " ranks, the communicator has ", comm.size());
@@ -58,14 +58,13 @@ gradient_path::impl::impl(tier_manager& t, communicator& c, device& d, allocator
                 " bytes, but gradients are off the device: a piece needs two (footprint_plan::gradient_buffer_*)");
     // A piece that does not cover a whole shard must cover whole chunks of the sum and of the store.
     if (options.staging_buffer_bytes < largest_off_device) {
-      ZOE_EXPECTS(
-          options.staging_buffer_bytes % gradient_sum_chunk_bytes == 0 &&
-              (!any_nvme || store == nullptr || options.staging_buffer_bytes % store->options().io.block_size == 0),
-          "gradient_path: staging buffers of ", options.staging_buffer_bytes,
-          " bytes must hold whole 64 Ki-element fp32 chunks and whole aio.block_size chunks");
+      ZOE_EXPECTS(options.staging_buffer_bytes % gradient_sum_chunk_bytes == 0 &&
+                      (!any_nvme || !has_store() || options.staging_buffer_bytes % movers->chunk_bytes() == 0),
+                  "gradient_path: staging buffers of ", options.staging_buffer_bytes,
+                  " bytes must hold whole 64 Ki-element fp32 chunks and whole aio.block_size chunks");
     }
   }
-  ZOE_EXPECTS(!any_nvme || store != nullptr, "gradient_path: gradients are on nvme but no swap store was given");
+  ZOE_EXPECTS(!any_nvme || has_store(), "gradient_path: gradients are on nvme but no swap store was given");
 
   try {
     for (std::size_t b = 0; b < options.bucket_count; ++b) {
@@ -149,7 +148,6 @@ gradient_path::impl::~impl() {
   }
   stream = device_stream{};
   reduce_stream = device_stream{};
-  quarantined.clear();
   local.reset();
   staging.reset();
   if (qgz_scratch != nullptr) {

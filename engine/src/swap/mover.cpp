@@ -2,6 +2,7 @@
 #include "zoe/engine/swap/mover.hpp"
 
 #include <poll.h>
+#include <time.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -18,11 +19,9 @@
 namespace zoe::engine {
 
 namespace {
-// How long the I/O thread sleeps before it looks at the hooks' device work, or the channel, again.
-// The channel's notify_fd wakes it for completions; the timeout is for work it cannot be told
-// about (a device event, a backend that starts held requests on the next poll only).
-constexpr int hook_poll_ms = 1;
-constexpr int io_poll_ms = 2;
+// How long the I/O thread sleeps before it looks at the hooks' device work again: a device event
+// cannot wake it. Submissions, raises (the wake fd) and completions (the channel's notify_fd) do.
+constexpr timespec hook_poll{.tv_sec = 0, .tv_nsec = 200'000};
 
 std::size_t class_index(move_priority p) noexcept { return static_cast<std::size_t>(p); }
 }  // namespace
@@ -47,6 +46,7 @@ mover::mover(io::swap_store* store, allocators::pinned_host_resource* pinned, de
     // One request per path stays free for demand pieces (when there is more than one to share).
     background_budget_ = depth > 1 ? budget_ - paths_ : budget_;
   }
+  pool_blocked_.assign(pools_.size(), false);
   wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (wake_fd_ < 0) throw io_error(str("mover: eventfd failed: ", std::strerror(errno)), errno);
   thread_ = std::jthread([this] { run_thread(); });
@@ -98,11 +98,14 @@ void mover::submit(piece p) {
     ZOE_EXPECTS(p.bytes <= specs_[p.pool].slot_bytes, "mover: a piece of ", p.what, " of ", p.bytes,
                 " bytes does not fit a slot of 'mover.", specs_[p.pool].key, "' (", specs_[p.pool].slot_bytes, ")");
   }
+  bool first = false;
   {
     const std::lock_guard lock(mutex_);
+    first = queued_.empty();
     queued_.push_back(active{.p = std::move(p), .seq = next_seq_++});
   }
-  wake();
+  // The I/O thread takes the whole queue at once: a wake is owed only for the first piece in it.
+  if (first) wake();
 }
 
 void mover::run(piece p) {
@@ -164,6 +167,7 @@ void mover::run_thread() noexcept {
       log::error("mover: the swap channel failed; every NVMe piece fails from now on: ", broken_->message);
       channel.reset();
       for (auto& a : active_) {
+        a->background = false;
         if (a->at == stage::reading || a->at == stage::writing) fail(*a, *broken_);
       }
       in_flight_ = 0;
@@ -174,7 +178,8 @@ void mover::run_thread() noexcept {
 
 void mover::loop(io::swap_channel* channel) {
   while (take_queued()) {
-    bool progressed = advance(channel);
+    // Completions first, so the requests they free go out in this pass.
+    bool progressed = false;
     if (channel != nullptr && channel->outstanding() > 0) {
       done_.clear();
       if (channel->poll(done_) > 0) {
@@ -182,6 +187,7 @@ void mover::loop(io::swap_channel* channel) {
         progressed = true;
       }
     }
+    progressed |= advance(channel);
     retire();
     note_busy(channel);
     if (progressed) continue;
@@ -190,21 +196,44 @@ void mover::loop(io::swap_channel* channel) {
 }
 
 void mover::sleep(io::swap_channel* channel) {
-  // Wakes on a submission, on the channel, or (while hooks' device work runs) now and then.
+  const bool io_out = channel != nullptr && channel->outstanding() > 0;
+  if (!io_out && hooked_ > 0) {
+    // Only device copies are out: the oldest frees its slot first. A submission waits that long.
+    const auto oldest = std::find_if(active_.begin(), active_.end(),
+                                     [](const std::unique_ptr<active>& a) { return a->at == stage::hooked; });
+    dev_->synchronize((*oldest)->event);
+    return;
+  }
+  // Wakes on a submission, on the channel, or (while device copies run) now and then.
   pollfd fds[2] = {{.fd = wake_fd_, .events = POLLIN, .revents = 0}, {.fd = -1, .events = POLLIN, .revents = 0}};
   nfds_t n = 1;
-  if (channel != nullptr && channel->outstanding() > 0) {
+  if (io_out) {
     fds[1].fd = channel->notify_fd();
     n = 2;
   }
-  const int timeout = hooked_ > 0 ? hook_poll_ms : n == 2 ? io_poll_ms : -1;
-  if (::poll(fds, n, timeout) < 0 && errno != EINTR) {
+  if (::ppoll(fds, n, hooked_ > 0 ? &hook_poll : nullptr, nullptr) < 0 && errno != EINTR) {
     throw io_error(str("mover: poll failed: ", std::strerror(errno)), errno);
   }
   if ((fds[0].revents & POLLIN) != 0) {
     std::uint64_t count = 0;
     [[maybe_unused]] const auto r = ::read(wake_fd_, &count, sizeof count);
   }
+}
+
+std::uint64_t mover::new_group() noexcept {
+  const std::lock_guard lock(mutex_);
+  return next_group_++;
+}
+
+void mover::raise(std::uint64_t group) noexcept {
+  if (group == 0) return;
+  try {
+    const std::lock_guard lock(mutex_);
+    raised_.push_back(group);
+  } catch (const std::bad_alloc&) {
+    return;  // the pieces keep their class: slower, never wrong
+  }
+  wake();
 }
 
 bool mover::take_queued() {
@@ -217,18 +246,49 @@ bool mover::take_queued() {
     active_.insert(at, std::make_unique<active>(std::move(q)));
   }
   queued_.clear();
+  // After the pieces queued before the raise: every piece of the group submitted so far is here.
+  if (!raised_.empty()) {
+    apply_raises(raised_);
+    raised_.clear();
+  }
   return !(stopping_ && active_.empty());
 }
 
+void mover::apply_raises(const std::vector<std::uint64_t>& groups) {
+  bool changed = false;
+  for (auto& a : active_) {
+    if (a->p.priority == move_priority::demand || a->p.group == 0) continue;
+    if (std::find(groups.begin(), groups.end(), a->p.group) == groups.end()) continue;
+    a->p.priority = move_priority::demand;
+    changed = true;
+    // A request of it already in flight is the compute's now: it leaves the background's share,
+    // which may start another prefetch in its place (the drive keeps its whole queue depth while
+    // the compute waits, and a demand piece still finds a request free unless demand holds them).
+    if (a->background) {
+      a->background = false;
+      --background_in_flight_;
+    }
+  }
+  if (!changed) return;
+  std::stable_sort(
+      active_.begin(), active_.end(), [](const std::unique_ptr<active>& x, const std::unique_ptr<active>& y) {
+        return std::pair(class_index(x->p.priority), x->seq) < std::pair(class_index(y->p.priority), y->seq);
+      });
+}
+
 bool mover::advance(io::swap_channel* channel) {
-  std::vector<bool> pool_blocked(pools_.size(), false);
   bool progressed = false;
-  for (auto& owned : active_) {
-    active& a = *owned;
-    if (a.at == stage::want_slot && a.p.pool != no_pool && pool_blocked[a.p.pool]) continue;
-    progressed |= step(a, channel);
-    // A piece still waiting for a slot holds the pool for itself: no later piece takes one.
-    if (a.at == stage::want_slot) pool_blocked[a.p.pool] = true;
+  // Two passes: the requests first, then the hooks. A hook's copy wakes the device's stream, which
+  // may take the CPU from this thread; the drive should not wait on that for its next request.
+  for (const bool hooks : {false, true}) {
+    std::fill(pool_blocked_.begin(), pool_blocked_.end(), false);
+    for (auto& owned : active_) {
+      active& a = *owned;
+      if (a.at == stage::want_slot && a.p.pool != no_pool && pool_blocked_[a.p.pool]) continue;
+      progressed |= step(a, channel, hooks);
+      // A piece still waiting for a slot holds the pool for itself: no later piece takes one.
+      if (a.at == stage::want_slot) pool_blocked_[a.p.pool] = true;
+    }
   }
   return progressed;
 }
@@ -238,7 +298,7 @@ bool mover::budget_for(move_priority cls) const noexcept {
   return cls == move_priority::demand || background_in_flight_ < background_budget_;
 }
 
-bool mover::step(active& a, io::swap_channel* channel) {
+bool mover::step(active& a, io::swap_channel* channel, bool hooks) {
   bool progressed = false;
   for (;;) {
     switch (a.at) {
@@ -273,6 +333,7 @@ bool mover::step(active& a, io::swap_channel* channel) {
         return true;
       }
       case stage::want_hook: {
+        if (!hooks) return progressed;
         if (a.p.hook) {
           try {
             a.event = a.p.hook(a.bytes);
@@ -321,7 +382,8 @@ void mover::submit_io(active& a, io::swap_channel& channel, io::io_op op) {
   }
   a.at = op == io::io_op::read ? stage::reading : stage::writing;
   ++in_flight_;
-  if (a.p.priority != move_priority::demand) ++background_in_flight_;
+  a.background = a.p.priority != move_priority::demand;
+  if (a.background) ++background_in_flight_;
   const std::lock_guard lock(mutex_);
   stats_.peak_in_flight = std::max(stats_.peak_in_flight, in_flight_);
 }
@@ -329,7 +391,8 @@ void mover::submit_io(active& a, io::swap_channel& channel, io::io_op op) {
 void mover::on_io(const io::io_completion& c) {
   active& a = *reinterpret_cast<active*>(c.user_data);  // NOLINT(performance-no-int-to-ptr)
   --in_flight_;
-  if (a.p.priority != move_priority::demand) --background_in_flight_;
+  if (a.background) --background_in_flight_;
+  a.background = false;  // only while its request is out
   const bool read = a.at == stage::reading;
   if (!c.ok()) {
     fail_io(a, read ? io::io_op::read : io::io_op::write,

@@ -12,22 +12,12 @@ state_kind working_state(const parameter_layout& p) noexcept {
   return p.dtype == kernels::dtype::fp32 ? state_kind::master : state_kind::working;
 }
 
-mover_pool_spec parameter_pool(std::uint64_t buffer_count, std::uint64_t buffer_bytes, std::uint64_t chunk) {
-  // The planned pinned memory is cut into slots of one chunk: a shard streams through them chunk
-  // by chunk, read, copied and returned, so the memory keeps as many chunks in flight as it holds
-  // instead of one shard per buffer.
-  const std::uint64_t slot = buffer_bytes >= chunk ? chunk : buffer_bytes;
-  const std::uint64_t count = slot == 0 ? 0 : buffer_count * buffer_bytes / slot;
-  return {.key = "params", .slot_bytes = static_cast<std::size_t>(slot), .slot_count = static_cast<std::size_t>(count)};
-}
-
 namespace {
-// What the pieces of one NVMe move share. Their done callbacks all run on the mover's I/O thread,
+// What the pieces of one NVMe read share. Their done callbacks all run on the mover's I/O thread,
 // one at a time: no lock.
 struct nvme_move {
   parameter_id param = 0;
   state_kind state = state_kind::working;
-  io::io_op op = io::io_op::read;
   std::size_t pieces_left = 0;
   std::optional<carried_error> failure;  ///< the first piece that failed
   std::shared_ptr<detail::ticket_state> ticket;
@@ -36,24 +26,15 @@ struct nvme_move {
 
 struct parameter_swapper::impl {
   impl(tier_manager& t, device& d, mover* m)
-      : tiers(t),
-        dev(d),
-        movers(m),
-        copy_stream(d.create_stream()),
-        in_stream(d.create_stream()),
-        out_stream(d.create_stream()) {}
+      : tiers(t), dev(d), movers(m), copy_stream(d.create_stream()), in_stream(d.create_stream()) {}
 
   tier_manager& tiers;
   device& dev;
   mover* movers;
   std::size_t pool = mover::no_pool;
   std::size_t slot_bytes = 0;
-  // Host and device homes: one stream for both directions, so a write-back queued after a fetch
-  // of the same state runs after it.
-  device_stream copy_stream;
-  // NVMe pieces: their hooks copy slot -> device on one, device -> slot on the other.
-  device_stream in_stream;
-  device_stream out_stream;
+  device_stream copy_stream;  ///< host and device homes
+  device_stream in_stream;    ///< NVMe pieces: their hooks copy slot -> device
 
   mutable std::mutex mutex;
   parameter_swapper_stats stats;
@@ -63,10 +44,10 @@ struct parameter_swapper::impl {
     state_kind state;
     const state_location& home;
   };
-  // Takes the state for a move (-> in_flight); usage_error when it cannot be moved now.
-  started begin(parameter_id p, move_kind kind);
-  // Hands a move of `m`'s NVMe home (in: to `device`; out: from it) to the mover, piece by piece.
-  void submit_nvme(parameter_id p, const started& m, io::io_op op, std::byte* device, move_priority priority,
+  // Takes the state for a read (-> in_flight); usage_error when it cannot be read now.
+  started begin(parameter_id p);
+  // Hands a read of `m`'s NVMe home into `device` to the mover, piece by piece.
+  void submit_nvme(parameter_id p, const started& m, std::byte* device, move_priority priority,
                    std::shared_ptr<detail::ticket_state> ticket);
   std::shared_ptr<detail::ticket_state> new_ticket() {
     auto t = std::make_shared<detail::ticket_state>();
@@ -74,10 +55,10 @@ struct parameter_swapper::impl {
     return t;
   }
   void finish(nvme_move& m) noexcept;
-  void count_copy(std::uint64_t bytes, bool in) {
+  void count_copy(std::uint64_t bytes) {
     const std::lock_guard lock(mutex);
     stats.bytes_copied += bytes;
-    ++(in ? stats.moves_in : stats.moves_out);
+    ++stats.moves_in;
   }
 };
 
@@ -88,55 +69,55 @@ std::string describe(const parameter_layout& p, state_kind s) {
 
 }  // namespace
 
-parameter_swapper::impl::started parameter_swapper::impl::begin(parameter_id p, move_kind kind) {
+parameter_swapper::impl::started parameter_swapper::impl::begin(parameter_id p) {
   const parameter_layout& param = tiers.layout().parameter(p);
   const state_kind s = working_state(param);
   // A read of a released state is refused by the tier manager, naming it.
-  ZOE_EXPECTS(tiers.begin_move(p, s, kind), "cannot move ", describe(param, s), ": it is already being moved");
+  ZOE_EXPECTS(tiers.begin_move(p, s, move_kind::read), "cannot move ", describe(param, s),
+              ": it is already being moved");
   return {param, s, tiers.location(p, s)};
 }
 
-void parameter_swapper::impl::submit_nvme(parameter_id p, const started& m, io::io_op op, std::byte* device,
-                                          move_priority priority, std::shared_ptr<detail::ticket_state> ticket) {
+void parameter_swapper::impl::submit_nvme(parameter_id p, const started& m, std::byte* device, move_priority priority,
+                                          std::shared_ptr<detail::ticket_state> ticket) {
   ZOE_ASSERT(pool != mover::no_pool);
   auto move = std::make_shared<nvme_move>();
   move->param = p;
   move->state = m.state;
-  move->op = op;
   move->ticket = std::move(ticket);
   const std::uint64_t bytes = m.home.bytes;
   move->pieces_left = static_cast<std::size_t>((bytes + slot_bytes - 1) / slot_bytes);
   const std::string what = describe(m.param, m.state);
-  const bool in = op == io::io_op::read;
+  const std::uint64_t group = movers->new_group();
+  if (priority != move_priority::demand) {
+    // Called only while the ticket is not ready: its pieces are in the mover, which lives until they are done.
+    move->ticket->raise = [movers = movers, group] { movers->raise(group); };
+  }
   for (std::uint64_t offset = 0; offset < bytes; offset += slot_bytes) {
     mover::piece piece;
     piece.priority = priority;
     piece.pool = pool;
     piece.bytes = static_cast<std::size_t>(std::min<std::uint64_t>(slot_bytes, bytes - offset));
-    (in ? piece.read : piece.write) = mover::io_range{m.home.extent, offset};
+    piece.read = mover::io_range{m.home.extent, offset};
     std::byte* at_device = device + offset;
-    piece.hook = [this, at_device, in](std::span<std::byte> slot) {
-      const stream_view stream = in ? in_stream.view() : out_stream.view();
-      if (in) {
-        dev.copy_async(at_device, slot.data(), slot.size(), copy_kind::host_to_device, stream);
-      } else {
-        dev.copy_async(slot.data(), at_device, slot.size(), copy_kind::device_to_host, stream);
-      }
+    piece.hook = [this, at_device](std::span<std::byte> slot) {
+      dev.copy_async(at_device, slot.data(), slot.size(), copy_kind::host_to_device, in_stream.view());
       device_event copied = dev.create_event();
-      dev.record(copied, stream);
+      dev.record(copied, in_stream.view());
       const std::lock_guard lock(mutex);
       stats.bytes_staged += slot.size();
       return copied;
     };
-    piece.done = [this, move, in, n = piece.bytes](const carried_error* e) {
+    piece.done = [this, move, n = piece.bytes](const carried_error* e) {
       if (e != nullptr && !move->failure) move->failure = *e;
       if (e == nullptr) {
         const std::lock_guard lock(mutex);
-        (in ? stats.bytes_read : stats.bytes_written) += n;
+        stats.bytes_read += n;
       }
       if (--move->pieces_left == 0) finish(*move);
     };
     piece.what = what;
+    piece.group = group;
     movers->submit(std::move(piece));
   }
 }
@@ -144,8 +125,7 @@ void parameter_swapper::impl::submit_nvme(parameter_id p, const started& m, io::
 void parameter_swapper::impl::finish(nvme_move& m) noexcept {
   std::optional<carried_error> failure = std::move(m.failure);
   try {
-    // After a failed read the home is intact; after a failed write the tier manager marks it
-    // released and dirty: the caller's device copy is then the only good one.
+    // After a failed read the home is intact.
     if (failure) {
       tiers.abort_move(m.param, m.state);
     } else {
@@ -154,19 +134,17 @@ void parameter_swapper::impl::finish(nvme_move& m) noexcept {
   } catch (...) {
     if (!failure) failure = carried_error::of(std::current_exception());
   }
-  if (m.op == io::io_op::read) {
-    // After the move's last copy (and any that went before on the stream), whether it succeeded
-    // or not: the caller's memory is written until then.
-    try {
-      m.ticket->copied = dev.create_event();
-      dev.record(m.ticket->copied, in_stream.view());
-    } catch (...) {
-      if (!failure) failure = carried_error::of(std::current_exception());
-    }
+  // After the move's last copy (and any that went before on the stream), whether it succeeded or
+  // not: the caller's memory is written until then.
+  try {
+    m.ticket->copied = dev.create_event();
+    dev.record(m.ticket->copied, in_stream.view());
+  } catch (...) {
+    if (!failure) failure = carried_error::of(std::current_exception());
   }
   {
     const std::lock_guard lock(mutex);
-    ++(m.op == io::io_op::read ? stats.moves_in : stats.moves_out);
+    ++stats.moves_in;
     if (failure) ++stats.failed_moves;
   }
   m.ticket->complete(std::move(failure));
@@ -186,8 +164,8 @@ parameter_swapper::parameter_swapper(tier_manager& tiers, device& dev, mover* mo
   if (largest == 0) return;
   const mover_pool_spec none{};
   const mover_pool_spec& pool = movers->has_pool("params") ? movers->pool_spec(movers->pool("params")) : none;
-  // A write must cover whole checksum chunks (or end at its extent's end), so only a slot smaller
-  // than a chunk may be a buffer of its own, and then it must hold the largest shard whole.
+  // A piece that starts inside a checksum chunk reads and verifies that chunk whole, so only a
+  // slot smaller than a chunk may be a buffer of its own, and then it must hold the largest shard whole.
   if (pool.slot_count == 0 || pool.slot_bytes == 0 || (largest > pool.slot_bytes && pool.slot_bytes < chunk)) {
     throw config_error(str("parameter swap buffers: ", pool.slot_count, " slots of ", format_bytes(pool.slot_bytes),
                            " cannot move shards of up to ", format_bytes(largest),
@@ -206,17 +184,16 @@ parameter_swapper::~parameter_swapper() {
   try {
     impl_->dev.synchronize(impl_->copy_stream.view());
     impl_->dev.synchronize(impl_->in_stream.view());
-    impl_->dev.synchronize(impl_->out_stream.view());
   } catch (const std::exception&) {  // reported by the stream's owner below; nothing to add
   }
 }
 
 swap_ticket parameter_swapper::swap_in(parameter_id p, void* dst, move_priority priority) {
-  const impl::started m = impl_->begin(p, move_kind::read);
+  const impl::started m = impl_->begin(p);
   auto ticket = impl_->new_ticket();
   const std::uint64_t bytes = m.home.bytes;
   if (m.home.where == tier::nvme) {
-    impl_->submit_nvme(p, m, io::io_op::read, static_cast<std::byte*>(dst), priority, ticket);
+    impl_->submit_nvme(p, m, static_cast<std::byte*>(dst), priority, ticket);
     return swap_ticket(std::move(ticket));
   }
   try {
@@ -229,41 +206,10 @@ swap_ticket parameter_swapper::swap_in(parameter_id p, void* dst, move_priority 
     impl_->tiers.abort_move(p, m.state);
     throw;
   }
-  // Queued: a later write of the home is queued behind it on the same stream.
+  // Queued on copy_stream: the ticket's event says when the copy has read the home.
   impl_->tiers.finish_move(p, m.state);
-  impl_->count_copy(bytes, true);
+  impl_->count_copy(bytes);
   ticket->complete(std::nullopt);
-  return swap_ticket(std::move(ticket));
-}
-
-swap_ticket parameter_swapper::swap_out(parameter_id p, const void* src) {
-  const impl::started m = impl_->begin(p, move_kind::write);
-  auto ticket = impl_->new_ticket();
-  const std::uint64_t bytes = m.home.bytes;
-  auto* source = static_cast<std::byte*>(const_cast<void*>(src));  // read only: a write never modifies it
-  if (m.home.where == tier::nvme) {
-    impl_->submit_nvme(p, m, io::io_op::write, source, move_priority::write_behind, ticket);
-    return swap_ticket(std::move(ticket));
-  }
-  try {
-    void* dst = m.home.where == tier::host ? static_cast<void*>(m.home.host.data()) : m.home.device;
-    const copy_kind kind = m.home.where == tier::host ? copy_kind::device_to_host : copy_kind::device_to_device;
-    impl_->dev.copy_async(dst, source, bytes, kind, impl_->copy_stream.view());
-    // The home holds the data once the copy ran: the stream says so, without a thread waiting on it.
-    impl_->dev.launch_host(impl_->copy_stream.view(), [this, p, s = m.state, ticket] {
-      std::optional<carried_error> failure;
-      try {
-        impl_->tiers.finish_move(p, s);  // the home is current: it clears dirty
-      } catch (...) {
-        failure = carried_error::of(std::current_exception());
-      }
-      ticket->complete(std::move(failure));
-    });
-  } catch (...) {
-    impl_->tiers.abort_move(p, m.state);
-    throw;
-  }
-  impl_->count_copy(bytes, false);
   return swap_ticket(std::move(ticket));
 }
 

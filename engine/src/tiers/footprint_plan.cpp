@@ -42,9 +42,11 @@ class plan_builder {
  public:
   explicit plan_builder(footprint_plan& plan) : plan_(plan) {}
 
-  void add(std::string what, memory_kind memory, std::uint64_t bytes, std::vector<std::string> keys) {
+  void add(std::string what, memory_kind memory, std::uint64_t bytes, std::vector<std::string> keys,
+           std::optional<plan_pool> pool = std::nullopt) {
     if (bytes == 0) return;
-    plan_.items.push_back({.what = std::move(what), .memory = memory, .bytes = bytes, .keys = std::move(keys)});
+    plan_.items.push_back(
+        {.what = std::move(what), .memory = memory, .bytes = bytes, .keys = std::move(keys), .pool = std::move(pool)});
     total(memory) = saturating_add(total(memory), bytes);
   }
 
@@ -204,9 +206,12 @@ void add_swap_store(plan_builder& out, footprint_plan& plan, const model_layout&
 
 // Parameters on nvme come to the device through constant-size pinned buffers, as DeepSpeed's
 // parameter swapper does: buffer_count of buffer_size elements of the working type. A shard larger
-// than a buffer moves in pieces of whole aio.block_size chunks (a write must cover whole checksum
-// chunks), so a buffer is made at least as large as the largest shard or one chunk, whichever is
-// smaller; the plan lists the size it settled on.
+// than a buffer moves in pieces of whole aio.block_size chunks (a piece inside a chunk would read
+// and verify the chunk whole), so a buffer is made at least as large as the largest shard or one
+// chunk, whichever is smaller; the plan lists the size it settled on. That memory is the mover's
+// pool "params", cut into slots of one chunk: a shard streams through them chunk by chunk, so the
+// memory keeps as many chunks in flight as it holds instead of one shard per buffer (or one slot
+// per buffer when a buffer is smaller than a chunk).
 void add_param_buffers(plan_builder& out, footprint_plan& plan, const model_layout& layout, const engine_config& config,
                        const placement& where) {
   std::uint64_t largest_shard = 0;
@@ -229,9 +234,11 @@ void add_param_buffers(plan_builder& out, footprint_plan& plan, const model_layo
   const std::uint64_t chunk = std::min<std::uint64_t>(round_up(largest_shard, page), config.aio.block_size);
   plan.param_buffer_count = block.buffer_count;
   plan.param_buffer_bytes = std::max(round_up(block.buffer_size * element, page), chunk);
-  out.add("parameter swap buffers", memory_kind::pinned,
-          saturating_mul(plan.param_buffer_count, plan.param_buffer_bytes),
-          {"zero_optimization.offload_param.buffer_count", "zero_optimization.offload_param.buffer_size"});
+  const std::uint64_t bytes = saturating_mul(plan.param_buffer_count, plan.param_buffer_bytes);
+  const std::uint64_t slot = std::min<std::uint64_t>(plan.param_buffer_bytes, config.aio.block_size);
+  out.add("parameter swap buffers", memory_kind::pinned, bytes,
+          {"zero_optimization.offload_param.buffer_count", "zero_optimization.offload_param.buffer_size"},
+          plan_pool{.key = "params", .slot_bytes = slot, .slot_count = bytes / slot});
 }
 
 // The optimizer step streams its states on nvme (master, moments, the working copy, and the

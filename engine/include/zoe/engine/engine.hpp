@@ -157,7 +157,8 @@ class offload_engine {
   /// failure (an NVMe read or write of a gradient) is rethrown and the step's accumulation starts
   /// again at micro-batch 0. usage_error naming the module while one has a fetch not released or
   /// gradients acquired and not reduced: the micro-batch stays open (release / reduce it, then end
-  /// it again). A parameter's failed write-back is rethrown after the micro-batch is counted.
+  /// it again). A failure of the coordinator's step end (a gather's collective) is rethrown after
+  /// the micro-batch is counted.
   void end_micro_batch();
 
   // ---- the step --------------------------------------------------------------------------------

@@ -2,7 +2,8 @@
 // The gradient path: gradients arrive per module from backward in device memory, are reduced over
 // the ranks through the communicator (reduce-scatter; a copy at world size 1) and accumulated in
 // fp32 into each shard's gradient state wherever it lives: device, pinned host, or NVMe (a
-// read-modify-write per micro-batch, pipelined through constant-size pinned buffers).
+// read-modify-write per micro-batch, pipelined through constant-size pinned buffers, its reads and
+// writes run by the rank's mover).
 //
 // Buckets: backward writes a module's full (padded, working-dtype) gradients into device memory
 // the path lends out of a bucket of zero_optimization.reduce_bucket_size elements (never smaller
@@ -47,9 +48,9 @@
 #include "zoe/allocators/pinned_host_resource.hpp"
 #include "zoe/core/device.hpp"
 #include "zoe/engine/comm/communicator.hpp"
+#include "zoe/engine/swap/mover.hpp"
 #include "zoe/engine/tiers/footprint_plan.hpp"
 #include "zoe/engine/tiers/tier_manager.hpp"
-#include "zoe/io/swap_store.hpp"
 
 namespace zoe::engine {
 
@@ -103,8 +104,10 @@ class gradient_path {
   /// Allocates the buckets (device) and the staging buffers (pinned, when a gradient is on nvme).
   /// Throws memory_error naming the keys (reduce_bucket_size, overlap_comm, ...) when refused;
   /// usage_error when `comm` is not of the layout's ranks, or qgZ is asked for a replicated layout.
+  /// `movers`: the rank's mover, which reads and writes the nvme homes (null, or one without a
+  /// store, when no gradient is on nvme).
   gradient_path(tier_manager& tiers, communicator& comm, device& dev, allocators::pinned_host_resource& pinned,
-                io::swap_store* store, gradient_path_options options);
+                mover* movers, gradient_path_options options);
   /// Waits for the work in flight. Never throws.
   ~gradient_path();
   gradient_path(const gradient_path&) = delete;

@@ -4,7 +4,8 @@
 // read-modify-write, the activation spill, the optimizer's read-ahead and write-behind) through
 // their constructors. It owns one I/O thread, the one swap channel of the rank (one io engine per
 // swap path, each at the aio block's queue depth: the per-path budget every client shares), and
-// the pinned slot pools the footprint plan names (plan keys "mover.<pool>").
+// the pinned slot pools the footprint plan names (its items with a plan_item::pool, which
+// zoe-plan shows as "mover.<key>"; the engine makes no other).
 //
 // How a client moves bytes: it cuts its move into pieces and submits each with a priority. A
 // piece runs through its own state machine on the I/O thread, skipping the stages it has none for:
@@ -25,7 +26,10 @@
 // extents and are committed in `done` when the client keeps the shadow rule.
 //
 // Priorities: a demand piece (a fetch the compute waits on) starts before any prefetch, a
-// prefetch before any write-behind; within a class, in submission order (FIFO). A piece waiting
+// prefetch before any write-behind; within a class, in submission order (FIFO). When the compute
+// comes to wait on a move it submitted as a prefetch, the client raises the move's group: its
+// pieces not yet on the channel become demand pieces, so the wait is not served behind the
+// prefetches queued after it nor limited to the background's share of the requests. A piece waiting
 // for a slot of its pool holds back every later piece of that pool, so a lower class never takes
 // the slot a demand piece waits for. Requests in flight on the channel are at most
 // queue_depth x paths; prefetches and write-behinds get all but one per path of it, so a demand
@@ -119,6 +123,8 @@ class mover {
     /// Called once, on the I/O thread: nullptr when the piece is done, else why it failed. Must not throw.
     std::function<void(const carried_error*)> done;
     std::string what;  ///< "the working copy of parameter 'x'", for messages
+    /// The client's move this piece is part of (new_group()), or 0 for none: raise() finds it by it.
+    std::uint64_t group = 0;
   };
 
   /// Makes the pools (pinned memory from `pinned`) and starts the I/O thread, which makes the
@@ -143,6 +149,12 @@ class mover {
   void submit(piece p);
   /// submit(), then waits for the piece; rethrows its failure. Never call it from a hook.
   void run(piece p);
+  /// A group id for the pieces of one move, never 0 and never given out twice.
+  [[nodiscard]] std::uint64_t new_group() noexcept;
+  /// The compute waits on `group` now: its pieces submitted so far become demand pieces (in their
+  /// submission order among the demand pieces), their requests already in flight included (they
+  /// leave the background's share of the budget). A group that is over, or 0, is ignored. Never throws.
+  void raise(std::uint64_t group) noexcept;
 
   [[nodiscard]] mover_stats stats() const;
   /// The I/O backend ("" before the thread made its channel, or without a store).
@@ -161,19 +173,24 @@ class mover {
     std::span<std::byte> bytes;
     device_event event;
     bool reported = false;
-    bool waited = false;  ///< counted once in slot_waits
+    bool waited = false;      ///< counted once in slot_waits
+    bool background = false;  ///< it has a request in flight that counts against the background's share
   };
 
   void wake() const noexcept;
   void run_thread() noexcept;
   void loop(io::swap_channel* channel);
-  /// Sleeps until a submission, a completion, or (while hooks' device work runs) a short while.
+  /// Sleeps until a submission, a raise, a completion, or (while hooks' device work runs) a short while.
   void sleep(io::swap_channel* channel);
-  /// Takes what callers queued; false when asked to stop and nothing is left.
+  /// Takes what callers queued and raised; false when asked to stop and nothing is left.
   bool take_queued();
-  /// Moves every piece on as far as it can go now, in (priority, seq) order; returns whether any did.
+  /// Makes the pieces of the raised groups that have not started their I/O demand pieces.
+  void apply_raises(const std::vector<std::uint64_t>& groups);
+  /// Moves every piece on as far as it can go now, in (priority, seq) order, the requests before
+  /// the hooks; returns whether any did.
   bool advance(io::swap_channel* channel);
-  bool step(active& a, io::swap_channel* channel);
+  /// One piece as far as it goes (not into its hook unless `hooks`).
+  bool step(active& a, io::swap_channel* channel, bool hooks);
   [[nodiscard]] bool budget_for(move_priority cls) const noexcept;
   void submit_io(active& a, io::swap_channel& channel, io::io_op op);
   void on_io(const io::io_completion& c);
@@ -197,7 +214,9 @@ class mover {
   // Shared with callers.
   mutable std::mutex mutex_;
   std::deque<active> queued_;
+  std::vector<std::uint64_t> raised_;  ///< groups raised since the I/O thread last looked
   std::uint64_t next_seq_ = 0;
+  std::uint64_t next_group_ = 1;
   bool stopping_ = false;
   std::string backend_;
   mover_stats stats_;
@@ -205,6 +224,7 @@ class mover {
   // The I/O thread's own: pieces in (priority, seq) order.
   std::vector<std::unique_ptr<active>> active_;
   std::vector<io::io_completion> done_;
+  std::vector<bool> pool_blocked_;  ///< advance()'s: the pools a waiting piece holds back
   std::size_t in_flight_ = 0;
   std::size_t background_in_flight_ = 0;
   std::size_t hooked_ = 0;               ///< pieces waiting on a hook's device event

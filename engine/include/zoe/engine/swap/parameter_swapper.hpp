@@ -1,21 +1,20 @@
 #pragma once
-// The parameter swapper: moves the working copy of a parameter's shard between its home tier and
-// device memory. From NVMe a shard is a client of the rank's mover (mover.hpp): it is cut into
-// pieces of one slot of the mover's "params" pool (offload_param.buffer_count buffers of
-// buffer_size elements, as the footprint plan sizes it, cut into slots of one aio.block_size
+// The parameter swapper: brings the working copy of a parameter's shard from its home tier to
+// device memory (the homes are written by the optimizer step and state_io, never from here). From
+// NVMe a shard is a client of the rank's mover (mover.hpp): it is cut into pieces of one slot of
+// the mover's "params" pool (the footprint plan's "parameter swap buffers" item:
+// offload_param.buffer_count buffers of buffer_size elements cut into slots of one aio.block_size
 // chunk); each piece is read into its slot and copied to the device by its hook, and the slot goes
 // back once that copy is done. So the planned memory keeps as many chunks in flight as it holds,
 // where DeepSpeed moves one parameter per buffer. From host memory it is one copy, from device
-// memory one device-to-device copy. Writing back runs the other way (device -> slot -> NVMe); the
-// data stays in the slot (and in the caller's device memory) until the write is known good, and a
-// failed write leaves the caller's copy and names the path and offset.
+// memory one device-to-device copy.
 //
-// A fetch the compute waits on goes to the mover as demand, a prefetch as prefetch, a write-back
-// as write-behind; a full pool makes a move wait for slots to come back (back-pressure), it never
-// fails for want of one.
+// A fetch the compute waits on goes to the mover as demand, a prefetch as prefetch (raised to
+// demand when the compute comes to wait on it: swap_ticket::raise_to_demand); a full pool makes a
+// move wait for slots to come back (back-pressure), it never fails for want of one.
 //
-// Only the tier manager changes a state's status: every move runs begin_move -> in_flight ->
-// finish_move (resident, and clean after a write) or abort_move on failure.
+// Only the tier manager changes a state's status: every read runs begin_move -> in_flight ->
+// finish_move (resident) or abort_move on failure.
 
 #include <cstdint>
 #include <memory>
@@ -32,21 +31,12 @@ namespace zoe::engine {
 /// is its working copy). Never throws.
 [[nodiscard]] state_kind working_state(const parameter_layout& p) noexcept;
 
-/// The mover's pool for parameter pieces: the plan's buffer_count buffers of buffer_bytes
-/// (footprint_plan::param_buffer_count / param_buffer_bytes) cut into slots of one `chunk`
-/// (aio.block_size), or one slot per buffer when a buffer is smaller than a chunk. Never throws.
-[[nodiscard]] mover_pool_spec parameter_pool(std::uint64_t buffer_count, std::uint64_t buffer_bytes,
-                                             std::uint64_t chunk);
-
 struct parameter_swapper_stats {
-  std::uint64_t bytes_read = 0;     ///< from NVMe
-  std::uint64_t bytes_written = 0;  ///< to NVMe
-  std::uint64_t bytes_copied = 0;   ///< between the device and host or device homes
-  /// Between the device and the pinned slots NVMe homes pass through (each piece read is copied to
-  /// the device, each piece written is copied from it first).
+  std::uint64_t bytes_read = 0;    ///< from NVMe
+  std::uint64_t bytes_copied = 0;  ///< from host or device homes to the device
+  /// From the pinned slots NVMe homes pass through to the device (each piece read is copied on).
   std::uint64_t bytes_staged = 0;
   std::uint64_t moves_in = 0;
-  std::uint64_t moves_out = 0;
   std::uint64_t failed_moves = 0;
   /// Times a piece found its pool's slots all on loan and waited (back-pressure; the mover's count,
   /// every client's pieces).
@@ -60,14 +50,14 @@ struct parameter_swapper_stats {
   std::size_t threads = 0;
 };
 
-/// Thread-safe: any thread may start moves and read stats. The tier manager, device and mover
+/// Thread-safe: any thread may start reads and read stats. The tier manager, device and mover
 /// must outlive it.
 class parameter_swapper {
  public:
   /// Moves NVMe homes through `movers`'s "params" pool (null when no store: then nothing may be on
   /// nvme). Throws config_error naming offload_param.buffer_count / buffer_size when a slot holds
-  /// neither the largest working copy on NVMe nor a whole checksum chunk of the store (the pieces
-  /// of a write must cover whole chunks).
+  /// neither the largest working copy on NVMe nor a whole checksum chunk of the store (a piece
+  /// inside a chunk would read and verify that whole chunk, once per piece).
   parameter_swapper(tier_manager& tiers, device& dev, mover* movers);
   /// Waits for the host and device copies it queued. Never throws.
   ~parameter_swapper();
@@ -79,12 +69,6 @@ class parameter_swapper {
   /// fetch the compute waits on, prefetch otherwise. Throws usage_error naming the parameter when
   /// its working copy is released (never written) or already being moved.
   [[nodiscard]] swap_ticket swap_in(parameter_id p, void* dst, move_priority priority = move_priority::demand);
-  /// Starts writing `src` (device memory holding `p`'s working copy) to its home, from resident or
-  /// released, as a write-behind. `src` must stay put and unchanged until the ticket is ready. On
-  /// success the state is resident and clean; on failure the ticket carries the error (path and
-  /// offset) and the state is released and dirty. Throws usage_error naming the parameter when its
-  /// working copy is already being moved.
-  [[nodiscard]] swap_ticket swap_out(parameter_id p, const void* src);
 
   [[nodiscard]] parameter_swapper_stats stats() const;
   /// The I/O backend NVMe moves use ("" without a store).

@@ -35,12 +35,23 @@ inline constexpr std::size_t memory_kind_count = 4;
 /// The memory a home in tier `t` takes: host memory is pinned or pageable. Never throws.
 [[nodiscard]] memory_kind memory_of(tier t, bool pinned) noexcept;
 
+/// A pool of pinned slots of the rank's mover (swap/mover.hpp names it "mover.<key>"), cut from
+/// its plan item's memory: slot_bytes x slot_count is at most the item's bytes.
+struct plan_pool {
+  std::string key;  ///< "params"
+  std::uint64_t slot_bytes = 0;
+  std::uint64_t slot_count = 0;
+};
+
 /// One line of the plan: what, how many bytes of which memory, and the config keys that size it.
 struct plan_item {
   std::string what;  ///< "exp_avg_sq on nvme", "parameter swap buffers", "gathered-parameter arena"
   memory_kind memory = memory_kind::device;
   std::uint64_t bytes = 0;
   std::vector<std::string> keys;  ///< full key paths ("zero_optimization.offload_param.buffer_size")
+  /// Set when the item's memory is a pool of the mover: the engine makes the mover's pools from
+  /// these items, and from nothing else.
+  std::optional<plan_pool> pool;
 };
 
 struct footprint_plan {
