@@ -672,9 +672,9 @@ TEST(gradient_path, AFailedNvmeReadOrWriteNamesTheParameterPathAndOffset) {
 // offset; the step is then run again from micro-batch 0 (the caller still has its inputs), and
 // every step that completes leaves exactly the reference gradients and sum: nothing is lost or
 // counted twice.
-class GradientPathFaults : public ::testing::TestWithParam<std::uint64_t> {};
+class gradient_path_faults : public ::testing::TestWithParam<std::uint64_t> {};
 
-TEST_P(GradientPathFaults, RandomSchedulesWithFailedReadsAndWritesLoseNothing) {
+TEST_P(gradient_path_faults, RandomSchedulesWithFailedReadsAndWritesLoseNothing) {
   std::mt19937_64 rng(GetParam());
   auto faults = std::make_shared<fault_plan>();
   bench b(home_kind::nvme, false, 500'000'000, faults);
@@ -717,7 +717,7 @@ TEST_P(GradientPathFaults, RandomSchedulesWithFailedReadsAndWritesLoseNothing) {
   EXPECT_GT(failures, 0) << "the schedule never failed: it tests nothing";
 }
 
-INSTANTIATE_TEST_SUITE_P(Seeds, GradientPathFaults, ::testing::Values(1, 2, 3, 4));
+INSTANTIATE_TEST_SUITE_P(Seeds, gradient_path_faults, ::testing::Values(1, 2, 3, 4));
 
 // A reduce() that throws once it has begun (here: another mover holds the module's second
 // parameter; a refused launch or a failed reduction would do the same) fails the micro-batch: it

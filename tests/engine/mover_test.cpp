@@ -220,14 +220,14 @@ int run_until_good(mover& m, const std::function<mover::piece()>& make) {
   }
 }
 
-class MoverRoundTrip : public ::testing::TestWithParam<std::uint64_t> {};
+class mover_round_trip : public ::testing::TestWithParam<std::uint64_t> {};
 
 // Four clients at once, each with its own values: writes (write-behind), demand reads, prefetch
 // reads and read-modify-writes (read the home, add, write a shadow, commit by swapping the two),
 // in a random order per seed, with one request in ten failing. Every value read equals the last
 // one committed: a failed write lost nothing (the client's source, or the home behind the
 // shadow, is still there) and a failed read is simply read again.
-TEST_P(MoverRoundTrip, EveryClientReadsBackWhatItCommittedUnderFailures) {
+TEST_P(mover_round_trip, EveryClientReadsBackWhatItCommittedUnderFailures) {
   rig r(2, 4,
         {{.key = "a", .slot_bytes = 64 * KiB, .slot_count = 3}, {.key = "b", .slot_bytes = 64 * KiB, .slot_count = 2}});
   const std::size_t a = r.m->pool("a");
@@ -295,7 +295,7 @@ TEST_P(MoverRoundTrip, EveryClientReadsBackWhatItCommittedUnderFailures) {
   EXPECT_LE(r.m->pool_low_water(b), 2U);
 }
 
-INSTANTIATE_TEST_SUITE_P(Seeds, MoverRoundTrip, ::testing::Values(1, 2, 3, 4, 5));
+INSTANTIATE_TEST_SUITE_P(Seeds, mover_round_trip, ::testing::Values(1, 2, 3, 4, 5));
 
 // Clients on eight threads submit as fast as they can; no swap file ever sees more requests in
 // flight than the aio queue depth, however many clients share the mover.
