@@ -49,7 +49,12 @@ def _arguments(argv):
     parser.add_argument("--heads", type=int, default=12, help="attention heads; must divide --hidden (default 12)")
     parser.add_argument("--vocab", type=int, default=50257, help="vocabulary size (default 50257: GPT-2's)")
     parser.add_argument("--seq", type=int, default=128, help="tokens per sequence (default 128)")
-    parser.add_argument("--batch", type=int, default=1, help="sequences per step (default 1)")
+    parser.add_argument(
+        "--batch",
+        type=int,
+        default=4,
+        help="sequences per step (default 4: with --seq 128, 512 tokens, a step of a few seconds on two CPU cores)",
+    )
     parser.add_argument("--steps", type=int, default=4, help="measured steps per run (default 4)")
     parser.add_argument("--warmup", type=int, default=1, help="steps run first and not measured (default 1)")
     parser.add_argument("--rounds", type=int, default=2, help="rounds of one torch and one zoe run (default 2)")
