@@ -5,11 +5,14 @@ same model, batches and AdamW, and reports the measured steps only:
 
 - torch: the model and AdamW in ordinary memory, the floor of compute;
 - zoe:   zoe.torch.initialize with fp32 parameters and Adam's states on NVMe (stage 3,
-         offload_param and offload_optimizer on `--folder`), the model built under zoe.torch.Init.
+         offload_param and offload_optimizer on `--folder`, buffers sized from the model's largest
+         module: _zoe_config), the model built under zoe.torch.Init.
 
 Runs alternate (torch, zoe, zoe, torch, ...) for `--rounds` rounds and the figures are medians over
-them. Per step: time (and its forward / backward / optimizer parts), bytes read and written
-(zoe's statistics and the kernel's /proc/self/io), host<->device copies; per run: peak RSS
+them, and also round by round (a shared machine's load changes between rounds). Per step: time
+(and its forward / backward / optimizer parts), the process's CPU time, bytes read and written
+(zoe's statistics and the kernel's /proc/self/io), host<->device copies, the time inside zoe.torch's
+hooks and the gradient bytes they copy into zoe's buffers; per run: peak RSS
 (VmHWM), and for zoe the engine's own I/O of one step replayed alone (zoe_measure_stages:
 param_io_s + optimizer_io_s). The target the issue sets: zoe's step <= 1.25 x max(torch's step,
 zoe's I/O alone), and zoe's peak RSS below the model states (16 bytes per parameter with Adam).
@@ -26,6 +29,8 @@ import tempfile
 import time
 
 TARGET_RATIO = 1.25
+_SUB_GROUP_ELEMENTS = 10_000_000
+_PARAM_BUFFER_ELEMENTS = 1 << 22
 _BYTES_PER_STATE_ELEMENT = 16  # fp32 parameter, gradient, exp_avg, exp_avg_sq
 
 
@@ -44,7 +49,12 @@ def _arguments(argv):
     parser.add_argument("--heads", type=int, default=12, help="attention heads; must divide --hidden (default 12)")
     parser.add_argument("--vocab", type=int, default=50257, help="vocabulary size (default 50257: GPT-2's)")
     parser.add_argument("--seq", type=int, default=128, help="tokens per sequence (default 128)")
-    parser.add_argument("--batch", type=int, default=1, help="sequences per step (default 1)")
+    parser.add_argument(
+        "--batch",
+        type=int,
+        default=4,
+        help="sequences per step (default 4: with --seq 128, 512 tokens, a step of a few seconds on two CPU cores)",
+    )
     parser.add_argument("--steps", type=int, default=4, help="measured steps per run (default 4)")
     parser.add_argument("--warmup", type=int, default=1, help="steps run first and not measured (default 1)")
     parser.add_argument("--rounds", type=int, default=2, help="rounds of one torch and one zoe run (default 2)")
@@ -58,6 +68,12 @@ def _arguments(argv):
         type=int,
         default=0,
         help="zoe's device budget in MiB (default 0: what zoe's footprint plan asks for the model)",
+    )
+    parser.add_argument(
+        "--gradient-on-nvme",
+        action="store_true",
+        help="zoe keeps the fp32 gradients on NVMe too (zoe.placement.gradient), not in host memory: "
+        "4 bytes per parameter less memory for a write and a read of each per step",
     )
     parser.add_argument("--threads", type=int, default=0, help="torch threads in every run (default 0: torch's own)")
     parser.add_argument("--only", choices=("torch", "zoe"), help="run one side only (no ratio)")
@@ -110,19 +126,54 @@ def _batches(args):
     return token_batches(args.warmup + args.steps, batch=args.batch, context=args.seq, vocab=args.vocab, seed=1)
 
 
-def _zoe_config(args, folder, max_numel):
+def _zoe_config(args, folder, largest_module):
+    # DeepSpeed's defaults size zoe's buffers for billions of elements (reduce_bucket_size 5e8,
+    # sub_group_size 1e9, offload_param 5 buffers of 1e8): for this model each would be capped at the
+    # whole model, and the buffers alone would hold several times the model states in memory. Sized
+    # here as a user offloading to NVMe sizes them, from the largest module (the tied embedding):
     return {
         "train_micro_batch_size_per_gpu": args.batch,
         "gradient_accumulation_steps": 1,
         "optimizer": {"type": "AdamW", "params": {"lr": 1e-4, "weight_decay": 0.0}},
         "zero_optimization": {
             "stage": 3,
-            # Every parameter on NVMe (max_in_cpu 0), each swap buffer holding the largest one.
-            "offload_param": {"device": "nvme", "nvme_path": folder, "max_in_cpu": 0, "buffer_size": max_numel},
-            "offload_optimizer": {"device": "nvme", "nvme_path": folder},
+            # two gradient buckets of the largest module (zoe's minimum), backward filling one while
+            # the other is accumulated;
+            "reduce_bucket_size": largest_module,
+            # Adam over tiles of 1e7 elements, their reads and writes overlapping the arithmetic,
+            # through one swap buffer of the largest tile (a parameter is not split: the embedding's
+            # 38.6M elements), which zoe cuts into aio.block_size slots, plenty in flight;
+            "sub_group_size": _SUB_GROUP_ELEMENTS,
+            # every parameter on NVMe (max_in_cpu 0), streamed through 5 buffers of 4 Mi elements
+            # (zoe moves a larger parameter in aio.block_size pieces).
+            "offload_param": {
+                "device": "nvme",
+                "nvme_path": folder,
+                "max_in_cpu": 0,
+                "buffer_size": _PARAM_BUFFER_ELEMENTS,
+            },
+            "offload_optimizer": {
+                "device": "nvme",
+                "nvme_path": folder,
+                "buffer_count": 1,
+                "pipeline_read": True,
+                "pipeline_write": True,
+            },
         },
         "zoe": {"device": {"kind": "host"}},
     }
+
+
+def _largest_module(model):
+    """Elements of the largest zoe module: a module's own parameters, or a tied parameter alone."""
+    uses = {}
+    for module in model.modules():
+        for p in module.parameters(recurse=False):
+            uses[p] = uses.get(p, 0) + 1
+    own = [
+        sum(p.numel() for p in module.parameters(recurse=False) if uses[p] == 1) for module in model.modules()
+    ]
+    return max(own + [p.numel() for p in uses])
 
 
 def _timed(clock, key, fn):
@@ -162,8 +213,9 @@ def _run_child(args):
         with zoe.torch.Init(spool_dir=folder):
             model = _model(args)
         parameters = _count(model)  # Init keeps every parameter's shape
-        max_numel = max(p.numel() for p in model.parameters())
-        config = _zoe_config(args, folder, max_numel)
+        config = _zoe_config(args, folder, _largest_module(model))
+        if args.gradient_on_nvme:
+            config["zoe"]["placement"] = {"gradient": {"nvme": 1}}
         if args.budget_mib:
             config["zoe"]["device"]["budget_bytes"] = args.budget_mib << 20
         else:
@@ -180,18 +232,27 @@ def _run_child(args):
         def step():
             engine.step()
 
-    figures = {"side": args.child, "steps": [], "parameters": parameters}
+    figures = {"side": args.child, "steps": [], "parameters": parameters, "rss_ready_bytes": _status("VmRSS")}
+    runtime = engine._runtime if engine else None  # zoe.torch's hooks, counting their time and copies
     io_start = stats_start = None
     for index, (x, y) in enumerate(batches):
         if index == args.warmup:
             io_start = _io()
             stats_start = engine.zoe_engine.statistics() if engine else None
         clock = {}
-        begin = time.perf_counter()
+        hooks_before = runtime.hook_seconds if runtime else 0.0
+        copies_before = runtime.gradient_copy_bytes if runtime else 0
+        begin, cpu_begin = time.perf_counter(), time.process_time()
         loss = _timed(clock, "forward_s", lambda: forward(x, y))
         _timed(clock, "backward_s", lambda: backward(loss))
         _timed(clock, "optimizer_s", step)
         clock["step_s"] = time.perf_counter() - begin
+        # CPU seconds of every thread of the process (torch's, zoe's I/O, copies and Adam): on a
+        # shared machine less at the mercy of the other load than the wall time.
+        clock["cpu_s"] = time.process_time() - cpu_begin
+        if runtime:
+            clock["hook_s"] = runtime.hook_seconds - hooks_before
+            clock["gradient_copy_bytes"] = runtime.gradient_copy_bytes - copies_before
         clock["loss"] = loss.detach().item()
         if index >= args.warmup:
             figures["steps"].append(clock)
@@ -211,6 +272,9 @@ def _run_child(args):
             stats["gradients"]["accumulate_seconds"] - stats_start["gradients"]["accumulate_seconds"]
         ) / measured
         figures["device_budget_bytes"] = stats["footprint"]["device"]["budget_bytes"]
+        figures["zoe_memory_peak_bytes"] = (
+            stats["footprint"]["device"]["peak_bytes"] + stats["footprint"]["pinned_host"]["peak_bytes"]
+        )
         figures["device_peak_bytes"] = stats["footprint"]["device"]["peak_bytes"]
         figures["pinned_host_peak_bytes"] = stats["footprint"]["pinned_host"]["peak_bytes"]
         stages = engine.zoe_engine.measure_stages()
@@ -243,10 +307,25 @@ def _child(args, side, folder):
     for name in ("layers", "hidden", "heads", "vocab", "seq", "batch", "steps", "warmup", "threads"):
         command += [f"--{name}", str(getattr(args, name))]
     command += ["--budget-mib", str(args.budget_mib), "--folder", folder]
+    if args.gradient_on_nvme:
+        command.append("--gradient-on-nvme")
     done = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=False)
     if done.returncode != 0:
         raise SystemExit(f"zoe.torch.bench: the {side} run failed (exit status {done.returncode})")
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _paired_ratios(runs):
+    """zoe's step / max(torch's step, zoe's I/O alone) of each round's two runs: on a shared machine
+    the load changes between rounds more than within one."""
+    ratios = []
+    for first, second in zip(runs[::2], runs[1::2]):
+        pair = {first["side"]: first, second["side"]: second}
+        zoe_run, torch_run = pair["zoe"], pair["torch"]
+        torch_step = statistics.median(step["step_s"] for step in torch_run["steps"])
+        zoe_step = statistics.median(step["step_s"] for step in zoe_run["steps"])
+        ratios.append(zoe_step / max(torch_step, zoe_run["io_alone_s"]))
+    return ratios
 
 
 def _report(runs, args):
@@ -259,15 +338,18 @@ def _report(runs, args):
         f"GPT-2-shaped model: {args.layers} layers x {args.hidden}, {args.heads} heads, vocab {args.vocab}, "
         f"{params / 1e6:.1f}M parameters ({states / mib:.0f} MiB of fp32 model states with Adam); "
         f"batch {args.batch} x {args.seq} tokens; medians of {args.rounds} run(s) x {args.steps} step(s)"
+        + ("; zoe's gradients on NVMe" if args.gradient_on_nvme else "")
     )
     for side, side_runs in by_side.items():
         if not side_runs:
             continue
         lines.append(
             f"{side:>5}: step {_median_step(side_runs, 'step_s'):.3f} s (forward {_median_step(side_runs, 'forward_s'):.3f}, "
-            f"backward {_median_step(side_runs, 'backward_s'):.3f}, optimizer {_median_step(side_runs, 'optimizer_s'):.3f}); "
+            f"backward {_median_step(side_runs, 'backward_s'):.3f}, optimizer {_median_step(side_runs, 'optimizer_s'):.3f}), "
+            f"CPU {_median_step(side_runs, 'cpu_s'):.3f} s; "
             f"peak RSS {_median(side_runs, 'peak_rss_bytes') / mib:.0f} MiB "
-            f"({_median(side_runs, 'rss_before_bytes') / mib:.0f} before the model: Python and torch); storage per step (kernel) read "
+            f"({_median(side_runs, 'rss_before_bytes') / mib:.0f} before the model: Python and torch; "
+            f"{_median(side_runs, 'rss_ready_bytes') / mib:.0f} before the first step); storage per step (kernel) read "
             f"{_median(side_runs, 'kernel_read_bytes_per_step') / mib:.1f} MiB, written "
             f"{_median(side_runs, 'kernel_write_bytes_per_step') / mib:.1f} MiB"
         )
@@ -283,6 +365,11 @@ def _report(runs, args):
             f"pinned host peak {_median(zoe_runs, 'pinned_host_peak_bytes') / mib:.0f} MiB"
         )
         lines.append(
+            f"  zoe.torch's hooks: {_median_step(zoe_runs, 'hook_s'):.3f} s per step (Python, zoe's calls, waits on its "
+            f"copies); gradients copied into zoe's buffers after autograd (tied or reused modules) "
+            f"{_median_step(zoe_runs, 'gradient_copy_bytes') / mib:.1f} MiB per step"
+        )
+        lines.append(
             f"  zoe I/O of one step alone: parameters {_median(zoe_runs, 'param_io_s'):.3f} s + optimizer "
             f"{_median(zoe_runs, 'optimizer_io_s'):.3f} s = {_median(zoe_runs, 'io_alone_s'):.3f} s (Adam alone "
             f"{_median(zoe_runs, 'adam_s'):.3f} s)"
@@ -296,14 +383,23 @@ def _report(runs, args):
         )
         ratio = zoe_step / floor
         grown = _median(zoe_runs, "peak_rss_bytes") - _median(zoe_runs, "rss_before_bytes")
+        cpu_overhead = _median_step(zoe_runs, "cpu_s") - _median_step(torch_runs, "cpu_s")
+        zoe_memory = _median(zoe_runs, "zoe_memory_peak_bytes")
         lines.append(
-            f"  overhead zoe adds to forward+backward (hooks, fetches, copies): {compute_overhead:+.3f} s per step"
+            f"  overhead zoe adds to forward+backward (hooks, fetches, copies): {compute_overhead:+.3f} s per step; "
+            f"CPU time zoe adds to the step (all threads): {cpu_overhead:+.3f} s"
         )
         lines.append(
             f"  ratio: zoe step / max(torch step, zoe I/O alone) = {zoe_step:.3f} / {floor:.3f} = {ratio:.2f} "
             f"(target <= {TARGET_RATIO}: {'met' if ratio <= TARGET_RATIO else 'NOT met'}); zoe's peak RSS above "
             f"Python and torch's {grown / mib:.0f} MiB against {states / mib:.0f} MiB of model states "
-            f"({'below' if grown < states else 'NOT below'})"
+            f"({'below' if grown < states else 'NOT below'}; zoe's own buffers at their peak "
+            f"{zoe_memory / mib:.0f} MiB of it, the rest torch's: activations, temporaries, libraries loaded late)"
+        )
+        paired = _paired_ratios(runs)
+        lines.append(
+            f"  the same ratio within each round (its torch and zoe runs back to back, under the same load): "
+            f"{', '.join(f'{r:.2f}' for r in paired)}; median {statistics.median(paired):.2f}"
         )
     return "\n".join(lines)
 

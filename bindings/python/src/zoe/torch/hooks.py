@@ -30,6 +30,7 @@ torch.no_grad() with no micro-batch open is an inference (_read_for_inference).
 """
 
 import contextlib
+import time
 
 import torch
 
@@ -76,13 +77,32 @@ class Runtime:
         self._read = set()  # Units bound to copies of their masters for an inference forward
         self.micro_batch_open = False
         self.active = False  # inside engine(...) or engine.backward(...)
+        # What zoe adds to the model's compute, for the benchmark: seconds spent inside the hooks
+        # (their Python work, zoe's calls and the waits on its copies) and the bytes of gradients
+        # copied into zoe's buffers after autograd summed them in tensors of its own.
+        self.hook_seconds = 0.0
+        self.gradient_copy_bytes = 0
         self._hooks = []
         for module, units in layout.units_of.items():
-            self._hooks.append(module.register_forward_pre_hook(self._pre_forward_hook(module, units)))
-            self._hooks.append(module.register_forward_hook(self._post_forward_hook(units)))
+            self._hooks.append(module.register_forward_pre_hook(self.timed(self._pre_forward_hook(module, units))))
+            self._hooks.append(module.register_forward_hook(self.timed(self._post_forward_hook(units))))
         for slot in layout.slots:
             if slot.trainable:
-                self._hooks.append(slot.param.register_post_accumulate_grad_hook(self._accumulated_hook(slot)))
+                hook = self.timed(self._accumulated_hook(slot))
+                self._hooks.append(slot.param.register_post_accumulate_grad_hook(hook))
+
+    def timed(self, hook):
+        """`hook` adding the time it runs to hook_seconds (every entry point torch calls is wrapped
+        once; what they call is not, so nothing counts twice)."""
+
+        def counted(*args):
+            start = time.perf_counter()
+            try:
+                return hook(*args)
+            finally:
+                self.hook_seconds += time.perf_counter() - start
+
+        return counted
 
     def detach(self):
         """Removes every hook (the engine is closed)."""
@@ -212,8 +232,9 @@ class Runtime:
                     for unit in units:
                         self.ensure_bound(unit)
 
+                counted = self.timed(fetch_for_backward)
                 for t in needs_grad:
-                    t.register_hook(fetch_for_backward)
+                    t.register_hook(counted)
 
         return hook
 
@@ -282,6 +303,7 @@ class Runtime:
             if grad is not lent:
                 lent.add_(grad)
                 param.grad = lent
+                self.gradient_copy_bytes += grad.numel() * grad.element_size()
             pending = self._pending[unit]
             pending.discard(slot)
             if not pending:
