@@ -29,7 +29,7 @@ value_range range_of(engine::state_kind s) {
 
 }  // namespace
 
-std::uint64_t write_initial_states(engine::parameter_path& path, device& dev) {
+std::uint64_t write_initial_states(engine::engine_resources& path, device& dev) {
   const engine::model_layout& layout = path.layout();
   std::uint64_t largest = 0;
   for (const auto& p : layout.parameters()) {
@@ -38,7 +38,7 @@ std::uint64_t write_initial_states(engine::parameter_path& path, device& dev) {
   // Staged in pinned memory: O_DIRECT writes and device copies take it at full speed.
   const host_buffer staging(largest);
   std::vector<float> values;
-  engine::state_io io(path.tiers(), dev, path.store());
+  engine::state_io io(path.tiers(), dev, &path.movers());
   std::uint64_t written = 0;
   for (const auto& p : layout.parameters()) {
     for (const engine::state_kind s : engine::all_states) {

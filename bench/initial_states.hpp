@@ -6,7 +6,7 @@
 #include <cstdint>
 
 #include "zoe/core/device.hpp"
-#include "zoe/engine/coordinator/parameter_path.hpp"
+#include "zoe/engine/engine_resources.hpp"
 
 namespace zoe::bench {
 
@@ -15,6 +15,6 @@ namespace zoe::bench {
 /// [-1e-2, 1e-2); never subnormal, so no CPU path slows down on them; padding zero) and writes them
 /// to the state's home through engine::state_io (resident and clean afterwards). `dev` is the
 /// path's device. Returns the bytes written. Throws what state_io::write throws.
-std::uint64_t write_initial_states(engine::parameter_path& path, device& dev);
+std::uint64_t write_initial_states(engine::engine_resources& path, device& dev);
 
 }  // namespace zoe::bench

@@ -14,11 +14,18 @@ double run_pass(io_target& target, const pass_layout& layout, const host_buffer&
   const std::size_t threads = layout.threads;
   const std::uint64_t blocks = (layout.size + layout.block - 1) / layout.block;
   std::atomic<bool> go{false};
+  std::atomic<std::size_t> ready{0};
   std::vector<std::exception_ptr> errors(threads);
   std::vector<std::jthread> pool;
   for (std::size_t t = 0; t < threads; ++t) {
     pool.emplace_back([&, t] {
       try {
+        // A write's random bodies are laid in every slot before the clock starts, as fio fills its
+        // buffers once; the timed path only stamps each block for its offset.
+        if (op == io::io_op::write) {
+          for (std::size_t s = 0; s < layout.queue_depth; ++s) data->lay_bodies(layout.slot(memory, t, s));
+        }
+        ready.fetch_add(1, std::memory_order_release);
         while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
         std::uint64_t next = blocks * t / threads;
         const std::uint64_t last = blocks * (t + 1) / threads;
@@ -27,7 +34,7 @@ double run_pass(io_target& target, const pass_layout& layout, const host_buffer&
           const std::uint64_t offset = next * layout.block;
           const auto length = static_cast<std::size_t>(std::min<std::uint64_t>(layout.block, layout.size - offset));
           const auto buffer = layout.slot(memory, t, slot_index).first(length);
-          if (op == io::io_op::write) data->fill(buffer, offset);
+          if (op == io::io_op::write) data->stamp(buffer, offset);
           // The tag carries the block offset and its buffer slot (queue depth is at most 4096).
           target.submit(t, op, buffer, offset, (offset << 16) | slot_index);
           ++next;
@@ -55,6 +62,7 @@ double run_pass(io_target& target, const pass_layout& layout, const host_buffer&
       }
     });
   }
+  while (ready.load(std::memory_order_acquire) < threads) std::this_thread::yield();
   const auto start = bench_clock::now();
   go.store(true, std::memory_order_release);
   pool.clear();

@@ -29,9 +29,10 @@ struct pass_layout {
 /// Called with each block read, in completion order; may throw to stop the pass.
 using block_visitor = std::function<void(std::span<const std::byte>, std::uint64_t)>;
 
-/// Runs one pass and returns the seconds from the first submit to the last completion. Writes
-/// fill each block with `data` first (this run's bytes for that offset, made on the submitting
-/// thread while the requests before it are in flight). Throws the first failure of any thread.
+/// Runs one pass and returns the seconds from the first submit to the last completion. Writes lay
+/// `data`'s random bodies in every buffer slot before timing, then stamp each block for its offset
+/// on the submitting thread while the requests before it are in flight (stamped_data.hpp). Throws
+/// the first failure of any thread.
 double run_pass(io_target& target, const pass_layout& layout, const host_buffer& memory, io::io_op op,
                 const stamped_data* data, const block_visitor& visit);
 

@@ -14,7 +14,7 @@
 #include "zoe/core/check.hpp"
 #include "zoe/core/device.hpp"
 #include "zoe/core/units.hpp"
-#include "zoe/engine/coordinator/parameter_path.hpp"
+#include "zoe/engine/engine_resources.hpp"
 #include "zoe/engine/optim/optimizer_step.hpp"
 
 namespace zoe::bench {
@@ -49,7 +49,7 @@ std::uint64_t adam_bytes(const engine::model_layout& layout) {
   return out;
 }
 
-std::uint64_t bytes_on_nvme(engine::parameter_path& path) {
+std::uint64_t bytes_on_nvme(engine::engine_resources& path) {
   std::uint64_t out = 0;
   for (const auto& p : path.layout().parameters()) {
     for (const engine::state_kind s : engine::all_states) {
@@ -131,7 +131,7 @@ nlohmann::json run_optimizer(const optimizer_settings& s) {
   device& dev = *selected.dev;
   std::cerr << tag << "device " << dev.name() << " (" << selected.reason << ")\n";
 
-  engine::parameter_path path(make_model(s), s.config, dev);
+  engine::engine_resources path(make_model(s), s.config, dev);
   const engine::footprint_plan& plan = path.plan();
   const engine::model_layout& layout = path.layout();
   const bool nvme = s.offload == "nvme";
@@ -155,7 +155,7 @@ nlohmann::json run_optimizer(const optimizer_settings& s) {
             << format_bytes(nvme_bytes) << " of it on nvme)\n";
   (void)write_initial_states(path, dev);
 
-  engine::optimizer_step step(path.tiers(), dev, path.pinned(), path.store(),
+  engine::optimizer_step step(path.tiers(), dev, path.pinned(), &path.movers(),
                               {.sub_group_size = s.sub_group_size,
                                .buffer_count = static_cast<std::size_t>(plan.optimizer_buffer_count),
                                .buffer_bytes = static_cast<std::size_t>(plan.optimizer_buffer_bytes),

@@ -14,7 +14,7 @@
 #include "zoe/core/check.hpp"
 #include "zoe/core/device.hpp"
 #include "zoe/core/units.hpp"
-#include "zoe/engine/coordinator/parameter_path.hpp"
+#include "zoe/engine/engine_resources.hpp"
 #include "zoe/io/swap_channel.hpp"
 
 namespace zoe::bench {
@@ -38,7 +38,7 @@ std::vector<engine::module_spec> make_model(const params_settings& s, kernels::d
 
 // Writes random bytes to every working shard's NVMe home once (initialization, as a checkpoint
 // load would), through a channel of the store, and marks them written.
-void fill_homes(engine::parameter_path& path) {
+void fill_homes(engine::engine_resources& path) {
   std::uint64_t largest = 0;
   for (const auto& p : path.layout().parameters()) {
     largest = std::max(largest, path.tiers().location(p.id, engine::working_state(p)).bytes);
@@ -115,7 +115,7 @@ nlohmann::json run_params(const params_settings& s) {
   device& dev = *selected.dev;
   std::cerr << "zoe-bench params: device " << dev.name() << " (" << selected.reason << ")\n";
 
-  engine::parameter_path path(make_model(s, type), s.config, dev);
+  engine::engine_resources path(make_model(s, type), s.config, dev);
   const engine::footprint_plan& plan = path.plan();
   std::uint64_t step_bytes = 0;
   for (const auto& p : path.layout().parameters()) {
@@ -203,6 +203,9 @@ nlohmann::json run_params(const params_settings& s) {
           {"device_budget_bytes", du.budget_bytes},
           {"arena_bytes", cs.arena.capacity},
           {"arena_peak_used_bytes", cs.arena.peak_used},
+          {"arena_compactions", cs.arena.compactions},
+          {"arena_bytes_moved", cs.arena.bytes_moved},
+          {"arena_seconds_compacting", cs.arena.seconds_compacting},
           {"prefetches", cs.prefetches},
           {"demand_gathers", cs.gathers},
           {"prefetch_backoffs", cs.prefetch_backoffs},

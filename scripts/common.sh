@@ -22,6 +22,9 @@ if command -v ccache >/dev/null 2>&1; then
   export CMAKE_C_COMPILER_LAUNCHER CMAKE_CXX_COMPILER_LAUNCHER CMAKE_CUDA_COMPILER_LAUNCHER
 fi
 
+# The Python venv scripts/setup makes and the package's tests run in.
+zoe_venv() { echo "${ZOE_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/zoe/venv}"; }
+
 step() { printf '\n==> %s  [%s UTC]\n' "$*" "$(date -u +%H:%M:%S)" >&2; }
 
 # Every tracked C, C++ and CUDA source and header (the .inl files are C++ included textually).

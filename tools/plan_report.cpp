@@ -57,7 +57,12 @@ std::string render_text(const plan_report& r) {
     out << "  " << engine::memory_kind_name(m) << ": " << format_bytes(total_of(r.plan, m)) << "\n";
     for (const auto& item : r.plan.items) {
       if (item.memory != m) continue;
-      out << "    " << format_bytes(item.bytes) << "  " << item.what << "  [" << joined(item.keys) << "]\n";
+      out << "    " << format_bytes(item.bytes) << "  " << item.what;
+      if (item.pool) {
+        out << " (mover." << item.pool->key << ": " << item.pool->slot_count << " slots of "
+            << format_bytes(item.pool->slot_bytes) << ")";
+      }
+      out << "  [" << joined(item.keys) << "]\n";
     }
   }
   if (!r.plan.swap_paths.empty()) {
@@ -82,10 +87,16 @@ std::string render_text(const plan_report& r) {
 nlohmann::json render_json(const plan_report& r) {
   nlohmann::json items = nlohmann::json::array();
   for (const auto& item : r.plan.items) {
-    items.push_back({{"what", item.what},
-                     {"memory", engine::memory_kind_name(item.memory)},
-                     {"bytes", item.bytes},
-                     {"keys", item.keys}});
+    nlohmann::json j = {{"what", item.what},
+                        {"memory", engine::memory_kind_name(item.memory)},
+                        {"bytes", item.bytes},
+                        {"keys", item.keys}};
+    if (item.pool) {
+      j["pool"] = {{"key", "mover." + item.pool->key},
+                   {"slot_bytes", item.pool->slot_bytes},
+                   {"slot_count", item.pool->slot_count}};
+    }
+    items.push_back(std::move(j));
   }
   nlohmann::json paths = nlohmann::json::array();
   for (const auto& p : r.plan.swap_paths) paths.push_back(p.string());

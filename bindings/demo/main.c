@@ -12,6 +12,7 @@
 #include "reference.h"
 #include "report.h"
 #include "run_dir.h"
+#include "step_bytes.h"
 #include "trainer.h"
 #include "zoe/zoe.h"
 
@@ -188,11 +189,19 @@ static int train(const mlp_options* o, const zoe_ranks* launch, size_t micro_bat
   long ran = 0;
   traffic_mark before;
   if (traffic_now(&t, &before) != 0) goto done;
+  /* The steps' own NVMe bytes: counted around each step, so that checkpoint saves do not count. */
+  mlp_step_bytes moved;
+  memset(&moved, 0, sizeof moved);
   for (long step = first; step <= o->steps; ++step) {
     const double t0 = mlp_now();
     double sum_sq = 0.0;
     zoe_step_result r = ZOE_STEP_RESULT_INIT;
+    mlp_byte_mark bytes_before;
+    mlp_byte_mark bytes_after;
+    if (mlp_byte_mark_now(t.engine, &bytes_before) != 0) goto done;
     if (mlp_trainer_step(&t, step, o->lr, &sum_sq, &r) != 0) goto done;
+    if (mlp_byte_mark_now(t.engine, &bytes_after) != 0) goto done;
+    mlp_step_bytes_add(&moved, &bytes_before, &bytes_after);
     ++ran;
     /* The global batch's mean loss: the ranks' squared errors added (in the pairwise tree, as the
      * leaves of each rank's rows were), divided once by every element of the batch. A signal that
@@ -251,6 +260,7 @@ static int train(const mlp_options* o, const zoe_ranks* launch, size_t micro_bat
   s.param_io_s = st.param_io_s;
   s.adam_s = st.adam_s;
   s.optimizer_io_s = st.optimizer_io_s;
+  s.bytes = mlp_step_bytes_mean(&moved);
   uint64_t current = 0;
   uint64_t device_budget = 0;
   if (mlp_check(zoe_device_memory(t.device, &current, &s.peak_device_bytes, &device_budget), "zoe_device_memory") !=
@@ -270,6 +280,10 @@ static int train(const mlp_options* o, const zoe_ranks* launch, size_t micro_bat
   const double io = s.param_io_s > s.compute_s ? s.param_io_s : s.compute_s;
   const double opt = s.adam_s > s.optimizer_io_s ? s.adam_s : s.optimizer_io_s;
   s.bound_s = io + opt;
+  /* The drive's share alone: the parameter reads, then the optimizer's reads and writes, each
+   * replayed without compute (they share the one drive, so their times add). */
+  s.io_s = s.param_io_s + s.optimizer_io_s;
+  s.floor_s = s.compute_s > s.io_s ? s.compute_s : s.io_s;
   s.peak_rss_bytes = mlp_peak_rss_bytes();
   if (lead) mlp_report_summary(o->json, &s);
   free(statistics);

@@ -125,8 +125,26 @@ void mlp_print_help(FILE* out) {
       "  adam_s               Adam over every shard with its NVMe parts already read (zoe_measure_stages)\n"
       "  optimizer_io_s       the optimizer's NVMe reads and writes together, without Adam\n"
       "  bound_s              max(compute_s, param_io_s) + max(adam_s, optimizer_io_s): the step time if\n"
-      "                       every transfer hid behind compute and Adam\n"
-      "  peak_rss_bytes       the process's peak resident set (getrusage)\n"
+      "                       every transfer hid behind compute and Adam\n",
+      out);
+  /* C99 guarantees string literals of 4095 characters only: the final line's fields go in two. */
+  fputs(
+      "  io_s                 param_io_s + optimizer_io_s: the step's NVMe reads and writes replayed alone\n"
+      "                       through zoe in this run, no compute, the two stages one after the other (they\n"
+      "                       share the drive). A step that overlaps its parameter reads with the\n"
+      "                       optimizer's writes (the optimizer step inside backward does) may move them\n"
+      "                       faster together than one after the other: then io_s is above the drive's\n"
+      "                       bound and step_s can fall below floor_s\n"
+      "  floor_s              max(compute_s, io_s): the step's compute or its I/O alone, whichever is longer\n"
+      "  step_over_floor      step_s / floor_s (1 is a step that hides all I/O behind compute, or the reverse)\n"
+      "  nvme_read_bytes_per_step, nvme_write_bytes_per_step  NVMe bytes a step read and wrote by zoe's count\n"
+      "                       (zoe_statistics' totals over every stage), counted around each step and\n"
+      "                       averaged over the steps of this run (checkpoint saves not included)\n"
+      "  kernel_read_bytes_per_step, kernel_write_bytes_per_step  the same by the kernel's count\n"
+      "                       (/proc/self/io read_bytes and write_bytes of every thread of the process);\n"
+      "                       -1 when /proc/self/io cannot be read\n"
+      "  peak_rss_bytes       the process's peak resident set (getrusage), zoe's host and pinned memory\n"
+      "                       and the host device's memory included\n"
       "  statistics           zoe_statistics: bytes and bandwidth per tier and direction, fetch waits, ...\n"
       "                       (rank 0's)\n"
       "  world_size           the ranks that trained (1 without a launcher)\n"

@@ -69,16 +69,22 @@ static void print_indented_json(const char* j) {
 
 static double mib(uint64_t bytes) { return (double)bytes / (1024.0 * 1024.0); }
 
+static double over_floor(const mlp_summary* s) { return s->floor_s > 0 ? s->step_s / s->floor_s : 0.0; }
+
 void mlp_report_summary(int json, const mlp_summary* s) {
   if (json) {
     printf(
         "{\"peak_device_bytes\": %llu, \"device_budget_bytes\": %llu, \"model_state_bytes\": %llu, "
         "\"step_s\": %.6f, \"compute_s\": %.6f, \"param_io_s\": %.6f, \"adam_s\": %.6f, \"optimizer_io_s\": %.6f, "
-        "\"bound_s\": %.6f, \"peak_rss_bytes\": %llu, \"world_size\": %u, \"ranks_per_node\": %u, "
+        "\"bound_s\": %.6f, \"io_s\": %.6f, \"floor_s\": %.6f, \"step_over_floor\": %.6f, "
+        "\"nvme_read_bytes_per_step\": %.17g, \"nvme_write_bytes_per_step\": %.17g, "
+        "\"kernel_read_bytes_per_step\": %.17g, \"kernel_write_bytes_per_step\": %.17g, "
+        "\"peak_rss_bytes\": %llu, \"world_size\": %u, \"ranks_per_node\": %u, "
         "\"inter_node_bytes_per_step\": %.17g, \"intra_node_bytes_per_step\": %.17g, \"statistics\": %s}\n",
         (unsigned long long)s->peak_device_bytes, (unsigned long long)s->device_budget_bytes,
         (unsigned long long)s->model_state_bytes, s->step_s, s->compute_s, s->param_io_s, s->adam_s, s->optimizer_io_s,
-        s->bound_s, (unsigned long long)s->peak_rss_bytes, s->world_size, s->ranks_per_node,
+        s->bound_s, s->io_s, s->floor_s, over_floor(s), s->bytes.zoe_read, s->bytes.zoe_written, s->bytes.kernel_read,
+        s->bytes.kernel_written, (unsigned long long)s->peak_rss_bytes, s->world_size, s->ranks_per_node,
         s->inter_node_bytes_per_step, s->intra_node_bytes_per_step, s->statistics != NULL ? s->statistics : "null");
     fflush(stdout);
     return;
@@ -102,6 +108,14 @@ void mlp_report_summary(int json, const mlp_summary* s) {
   }
   printf("  bound              %10.3f s = max(compute, parameter reads) + max(Adam, optimizer I/O); step/bound %.2f\n",
          s->bound_s, s->bound_s > 0 ? s->step_s / s->bound_s : 0.0);
+  printf("  I/O alone          %10.3f s = parameter reads + optimizer I/O\n", s->io_s);
+  printf("  floor              %10.3f s = max(compute, I/O alone); step/floor %.2f\n", s->floor_s, over_floor(s));
+  printf("NVMe per step        %10.1f MiB read, %.1f MiB written (zoe's count)\n", s->bytes.zoe_read / 1048576.0,
+         s->bytes.zoe_written / 1048576.0);
+  if (s->bytes.kernel_read >= 0) {
+    printf("                     %10.1f MiB read, %.1f MiB written (the kernel's, /proc/self/io)\n",
+           s->bytes.kernel_read / 1048576.0, s->bytes.kernel_written / 1048576.0);
+  }
   if (s->statistics != NULL) {
     printf("\nzoe statistics (bytes and bandwidth per tier and direction):\n");
     print_indented_json(s->statistics);

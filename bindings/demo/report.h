@@ -6,6 +6,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "step_bytes.h"
+
 typedef struct mlp_step_line {
   long step;
   long steps; /* the last step of the run */
@@ -25,6 +27,9 @@ typedef struct mlp_summary {
   double adam_s;
   double optimizer_io_s;
   double bound_s;
+  double io_s;          /* param_io_s + optimizer_io_s: the step's NVMe transfers alone */
+  double floor_s;       /* max(compute_s, io_s): no step can be faster */
+  mlp_step_bytes bytes; /* per step, zoe's count and the kernel's */
   uint64_t peak_rss_bytes;
   const char* statistics; /* zoe_statistics' JSON, or NULL */
   unsigned world_size;

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "engine_inputs.hpp"
+#include "host_comm.hpp"
 #include "initializer.hpp"
 #include "objects.hpp"
 #include "status.hpp"
@@ -34,7 +35,11 @@ std::vector<engine::module_spec> module_specs(const zoe_model& model) {
     engine::module_spec& spec = specs.emplace_back(engine::module_spec{.name = m.name, .parameters = {}});
     for (const zoe_parameter_id p : m.parameters) {
       const zoe_model::parameter& param = model.parameters[p];
-      spec.parameters.push_back({.name = param.name, .shape = param.shape, .dtype = param.dtype});
+      spec.parameters.push_back({.name = param.name,
+                                 .shape = param.shape,
+                                 .dtype = param.dtype,
+                                 .frozen = param.frozen,
+                                 .group = param.group});
     }
   }
   return specs;
@@ -50,6 +55,16 @@ std::vector<engine::parameter_id> layout_ids_of(const zoe_model& model) {
     for (const zoe_parameter_id p : m.parameters) ids[p] = next++;
   }
   return ids;
+}
+
+// The modules with parameters, every one frozen: a backward fetch of one hands in no gradients.
+std::vector<bool> frozen_modules(const zoe_model& model) {
+  std::vector<bool> out;
+  for (const zoe_model::module& m : model.modules) {
+    out.push_back(!m.parameters.empty() && std::all_of(m.parameters.begin(), m.parameters.end(),
+                                                       [&](zoe_parameter_id p) { return model.parameters[p].frozen; }));
+  }
+  return out;
 }
 
 std::vector<std::string> module_names(const zoe_model& model) {
@@ -97,9 +112,27 @@ engine::loaded_config load_config(const zoe_engine_desc& d) {
 
 namespace {
 
-// The caller's world for zoe_all_reduce_sum: the same backend, nodes and timeout as the engine's.
-engine::comm_options caller_world_options(const engine::engine_config& config) {
-  return engine::comm_options_of(config);
+// Every world of the engine (the caller's for zoe_all_reduce_sum and, over the host's collectives,
+// the engine's two): the configuration's backend, nodes and timeout, and the host's collectives.
+engine::comm_options world_options(const engine::engine_config& config,
+                                   std::shared_ptr<engine::host_collectives> host) {
+  engine::comm_options o = engine::comm_options_of(config);
+  o.host = std::move(host);
+  return o;
+}
+
+// The engine's own two worlds over the host's collectives; null without them (the engine makes
+// its worlds from the configuration).
+std::unique_ptr<engine::communicator> host_world(device& dev, const engine::engine_config& config,
+                                                 const std::shared_ptr<engine::host_collectives>& host) {
+  return host == nullptr ? nullptr : engine::make_communicator(dev, world_options(config, host));
+}
+
+engine::engine_options engine_options_of(const zoe_engine& e) {
+  engine::engine_options o;
+  o.comm = e.host_comm.get();
+  o.gradient_comm = e.host_gradient_comm.get();
+  return o;
 }
 
 // The device zoe.device names (kind and budget). Left at its default, the kind is core's empty
@@ -153,14 +186,18 @@ void wind_down(zoe_engine& e) noexcept {
 }  // namespace zoe::bindings
 
 zoe_engine::zoe_engine(zoe_device& on, std::unique_ptr<zoe_device> owned, const zoe_model& model,
-                       const zoe::engine::engine_config& config)
+                       const zoe::engine::engine_config& config, std::shared_ptr<zoe::engine::host_collectives> host)
     : owned_device(std::move(owned)),
       device(&on),
-      caller_world(zoe::engine::make_communicator(*on.dev, zoe::bindings::caller_world_options(config))),
+      caller_world(zoe::engine::make_communicator(*on.dev, zoe::bindings::world_options(config, host))),
+      host_comm(zoe::bindings::host_world(*on.dev, config, host)),
+      host_gradient_comm(zoe::bindings::host_world(*on.dev, config, host)),
       caller_stream(on.dev->create_stream()),
-      engine(std::make_unique<zoe::engine::offload_engine>(zoe::bindings::module_specs(model), config, *on.dev)),
+      engine(std::make_unique<zoe::engine::offload_engine>(zoe::bindings::module_specs(model), config, *on.dev,
+                                                           zoe::bindings::engine_options_of(*this))),
       layout_ids(zoe::bindings::layout_ids_of(model)),
-      tracker(zoe::bindings::module_names(model), zoe::bindings::parameter_counts(model)) {}
+      tracker(zoe::bindings::module_names(model), zoe::bindings::parameter_counts(model),
+              zoe::bindings::frozen_modules(model)) {}
 
 using zoe::bindings::expect_pointer;
 using zoe::bindings::guarded;
@@ -179,10 +216,15 @@ zoe_status zoe_engine_create(const zoe_engine_desc* desc, zoe_engine** engine) {
     std::optional<zoe::bindings::device_use> use;
     if (d.device != nullptr) use.emplace(d.device, "zoe_engine_desc.device");
     zoe_device* given = use ? &use->device() : nullptr;
+    // host_comm only where the caller's struct has the field.
+    const zoe_host_comm* host_comm =
+        d.struct_size >= ZOE_FIELDS_END(zoe_engine_desc, host_comm) ? d.host_comm : nullptr;
+    std::shared_ptr<zoe::engine::host_collectives> host =
+        host_comm != nullptr ? zoe::bindings::host_collectives_of(host_comm) : nullptr;
     const zoe::engine::loaded_config loaded = zoe::bindings::load_config(d);
     std::unique_ptr<zoe_device> owned = given == nullptr ? zoe::bindings::open_configured_device(loaded) : nullptr;
     zoe_device& on = given != nullptr ? *given : *owned;
-    auto made = std::make_unique<zoe_engine>(on, std::move(owned), model, loaded.config);
+    auto made = std::make_unique<zoe_engine>(on, std::move(owned), model, loaded.config, std::move(host));
     zoe::bindings::set_initial_values(model, *made);
     if (made->owned_device != nullptr) {
       made->owned_device->owner = made.get();

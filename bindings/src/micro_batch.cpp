@@ -18,9 +18,7 @@ namespace {
 class module_call {
  public:
   module_call(micro_batch_tracker& tracker, std::uint32_t module, module_op op)
-      : tracker_(tracker), module_(module), op_(op) {
-    tracker_.start(module, op);
-  }
+      : tracker_(tracker), module_(module), op_(tracker.start(module, op)) {}
   ~module_call() { tracker_.finish(module_, op_, done_); }
   module_call(const module_call&) = delete;
   module_call& operator=(const module_call&) = delete;

@@ -8,12 +8,24 @@
 
 namespace zoe::bindings {
 
-micro_batch_tracker::micro_batch_tracker(std::vector<std::string> names, std::vector<std::size_t> parameter_counts) {
+micro_batch_tracker::micro_batch_tracker(std::vector<std::string> names, std::vector<std::size_t> parameter_counts,
+                                         std::vector<bool> frozen) {
   modules_.resize(names.size());
   for (std::size_t i = 0; i < names.size(); ++i) {
     modules_[i].name = std::move(names[i]);
     modules_[i].parameters = parameter_counts.at(i);
+    modules_[i].frozen = i < frozen.size() && frozen[i];
   }
+}
+
+const char* micro_batch_tracker::fetched_name(fetched f) noexcept {
+  switch (f) {
+    case fetched::forward: return "forward";
+    case fetched::backward: return "backward";
+    case fetched::inference: return "inference";
+    case fetched::no: break;
+  }
+  return "nothing";
 }
 
 void micro_batch_tracker::expect_module(std::uint32_t module) const {
@@ -36,6 +48,15 @@ const std::string& micro_batch_tracker::name(std::uint32_t module) const {
 void micro_batch_tracker::expect_closed() const {
   const std::lock_guard lock(mutex_);
   if (open_) throw usage_error("a micro-batch is open: end it with zoe_end_micro_batch first");
+  // One rule for inference fetches: none may be open across a call that needs the engine between
+  // steps (a micro-batch's begin, the step, states, checkpoints).
+  for (const module_state& m : modules_) {
+    if (m.fetch == fetched::inference || m.busy) {
+      throw usage_error(str("module '", m.name,
+                            "' is fetched for inference (a forward fetch outside a micro-batch) and not released: "
+                            "zoe_release it first"));
+    }
+  }
 }
 
 void micro_batch_tracker::expect_open() const {
@@ -95,9 +116,9 @@ void micro_batch_tracker::check(const module_state& m, module_op op) const {
   switch (op) {
     case module_op::fetch_forward:
     case module_op::fetch_backward:
+    case module_op::fetch_inference:
       if (m.fetch != fetched::no) {
-        throw usage_error(str("module '", m.name, "' is already fetched (for ",
-                              m.fetch == fetched::forward ? "forward" : "backward",
+        throw usage_error(str("module '", m.name, "' is already fetched (for ", fetched_name(m.fetch),
                               ") and not released: zoe_release it first"));
       }
       if (op == module_op::fetch_backward && m.grads != gradients::none) {
@@ -117,7 +138,7 @@ void micro_batch_tracker::check(const module_state& m, module_op op) const {
     case module_op::acquire_gradients:
       if (m.fetch != fetched::backward) {
         throw usage_error(str("module '", m.name, "' is not fetched for backward (it is ",
-                              m.fetch == fetched::forward ? "fetched for forward" : "not fetched",
+                              m.fetch == fetched::no ? "not fetched" : str("fetched for ", fetched_name(m.fetch)),
                               "): zoe_fetch it with ZOE_PASS_BACKWARD first"));
       }
       if (m.grads != gradients::none) {
@@ -135,13 +156,23 @@ void micro_batch_tracker::check(const module_state& m, module_op op) const {
   throw usage_error(str("unknown operation on module '", m.name, "'"));
 }
 
-void micro_batch_tracker::start(std::uint32_t module, module_op op) {
+module_op micro_batch_tracker::start(std::uint32_t module, module_op op) {
   expect_module(module);
   const std::lock_guard lock(mutex_);
-  if (!open_) throw usage_error("no micro-batch is open: call zoe_begin_micro_batch first");
   module_state& m = modules_[module];
+  if (!open_) {
+    if (op == module_op::fetch_forward) op = module_op::fetch_inference;
+    const bool inference_release = op == module_op::release && m.fetch == fetched::inference;
+    if (op != module_op::fetch_inference && !inference_release) {
+      throw usage_error(str("module '", m.name, "': no micro-batch is open: call zoe_begin_micro_batch first (",
+                            op == module_op::fetch_backward
+                                ? "outside a micro-batch only a ZOE_PASS_FORWARD fetch may come, for inference)"
+                                : "outside one a module may only be fetched for inference, ZOE_PASS_FORWARD)"));
+    }
+  }
   check(m, op);
   m.busy = true;
+  return op;
 }
 
 void micro_batch_tracker::finish(std::uint32_t module, module_op op, bool succeeded) noexcept {
@@ -151,9 +182,10 @@ void micro_batch_tracker::finish(std::uint32_t module, module_op op, bool succee
   if (!succeeded) return;
   switch (op) {
     case module_op::fetch_forward: m.fetch = fetched::forward; break;
+    case module_op::fetch_inference: m.fetch = fetched::inference; break;
     case module_op::fetch_backward:
       m.fetch = fetched::backward;
-      m.backward_pending = true;
+      m.backward_pending = !m.frozen;
       break;
     case module_op::release: m.fetch = fetched::no; break;
     case module_op::acquire_gradients: m.grads = gradients::acquired; break;

@@ -21,15 +21,27 @@
 
 namespace zoe::bindings {
 
-/// The calls on one module that change its state.
-enum class module_op : std::uint8_t { fetch_forward, fetch_backward, release, acquire_gradients, reduce_gradients };
+/// The calls on one module that change its state. fetch_inference: a forward fetch outside a
+/// micro-batch (start() turns fetch_forward into it there).
+enum class module_op : std::uint8_t {
+  fetch_forward,
+  fetch_backward,
+  fetch_inference,
+  release,
+  acquire_gradients,
+  reduce_gradients
+};
 
 class micro_batch_tracker {
  public:
-  /// One entry per module, by id: its name and its parameter count.
-  micro_batch_tracker(std::vector<std::string> names, std::vector<std::size_t> parameter_counts);
+  /// One entry per module, by id: its name and its parameter count; `frozen` (empty: none) marks
+  /// the modules whose parameters are all frozen, which a backward fetch leaves with no gradients
+  /// to hand in.
+  micro_batch_tracker(std::vector<std::string> names, std::vector<std::size_t> parameter_counts,
+                      std::vector<bool> frozen = {});
 
-  /// usage_error when a micro-batch is open.
+  /// usage_error when a micro-batch is open, or naming the module while an inference fetch (a
+  /// forward fetch outside a micro-batch) is not released.
   void expect_closed() const;
   /// usage_error when no micro-batch is open.
   void expect_open() const;
@@ -45,9 +57,11 @@ class micro_batch_tracker {
   /// The step is done (or a checkpoint load started a new one): nothing reduced yet.
   void step_done();
 
-  /// usage_error naming the module: unknown module, no micro-batch open, the module busy, or a
-  /// transition `op` does not allow from its state. Marks it busy.
-  void start(std::uint32_t module, module_op op);
+  /// usage_error naming the module: unknown module, the module busy, a transition `op` does not
+  /// allow from its state, or no micro-batch open (but for a forward fetch, which is then an
+  /// inference fetch, and the release of one). Marks it busy and returns the op begun (what
+  /// finish() takes): fetch_inference for a forward fetch outside a micro-batch, else `op`.
+  module_op start(std::uint32_t module, module_op op);
   /// Ends the call start() began: applies `op` when `succeeded`, and clears the busy mark.
   void finish(std::uint32_t module, module_op op, bool succeeded) noexcept;
   /// usage_error naming `parameter` unless its module `module` is fetched (its address is asked for).
@@ -62,7 +76,7 @@ class micro_batch_tracker {
   void expect_module(std::uint32_t module) const;
 
  private:
-  enum class fetched : std::uint8_t { no, forward, backward };
+  enum class fetched : std::uint8_t { no, forward, backward, inference };
   enum class gradients : std::uint8_t { none, acquired, reduced };
   struct module_state {
     std::string name;
@@ -70,10 +84,13 @@ class micro_batch_tracker {
     fetched fetch = fetched::no;
     gradients grads = gradients::none;  ///< in this micro-batch
     bool backward_pending = false;      ///< fetched for backward and its gradients not reduced yet
+    bool frozen = false;                ///< every parameter frozen: backward takes no gradient
     bool busy = false;
   };
 
   void check(const module_state& m, module_op op) const;
+  /// "forward", "backward", "inference" (what a module is fetched for).
+  static const char* fetched_name(fetched f) noexcept;
 
   mutable std::mutex mutex_;
   std::vector<module_state> modules_;

@@ -107,6 +107,10 @@ zoe_status zoe_model_add_parameter(zoe_model* model, zoe_module_id module, const
     zoe_model& m = live(model, "model");
     const zoe_parameter_desc& d =
         zoe::bindings::expect_struct(desc, ZOE_FIELDS_END(zoe_parameter_desc, seed), "zoe_parameter_desc");
+    // Fields past `seed` came later: a caller built before them passes a smaller struct_size and
+    // gets their defaults (trainable, group 0).
+    const bool has_frozen = d.struct_size >= ZOE_FIELDS_END(zoe_parameter_desc, frozen);
+    const bool has_group = d.struct_size >= ZOE_FIELDS_END(zoe_parameter_desc, group);
     expect_pointer(parameter, "parameter (the out-parameter)");
     expect_pointer(d.name, "zoe_parameter_desc.name");
     const std::string name(d.name);
@@ -130,6 +134,16 @@ zoe_status zoe_model_add_parameter(zoe_model* model, zoe_module_id module, const
     p.data = d.data;
     p.scale = d.scale;
     p.seed = d.seed;
+    if (has_frozen && d.frozen != 0 && d.frozen != 1) {
+      throw zoe::usage_error(zoe::str("parameter '", name, "': frozen is ", d.frozen, "; give 0 or 1"));
+    }
+    p.frozen = has_frozen && d.frozen == 1;
+    p.group = has_group ? d.group : 0;
+    static_assert(ZOE_MAX_PARAMETER_GROUP == zoe::engine::max_parameter_group);
+    if (p.group > ZOE_MAX_PARAMETER_GROUP) {
+      throw zoe::usage_error(zoe::str("parameter '", name, "': group is ", p.group, ", above ", ZOE_MAX_PARAMETER_GROUP,
+                                      " (ZOE_MAX_PARAMETER_GROUP), the largest parameter group"));
+    }
     p.module = module;
     p.name = name;
     const auto id = static_cast<zoe_parameter_id>(m.parameters.size());

@@ -12,6 +12,7 @@
 #include "device_objects.hpp"
 #include "handles.hpp"
 #include "micro_batch_tracker.hpp"
+#include "zoe/engine/comm/host_collectives.hpp"
 #include "zoe/engine/engine.hpp"
 #include "zoe/kernels/dtype.hpp"
 #include "zoe/zoe.h"
@@ -27,6 +28,8 @@ struct zoe_model {
     std::uint64_t seed = 0;
     zoe_module_id module = 0;
     std::uint64_t numel = 1;
+    bool frozen = false;      ///< zoe_parameter_desc.frozen
+    std::uint32_t group = 0;  ///< zoe_parameter_desc.group
   };
   struct module {
     std::string name;
@@ -37,9 +40,10 @@ struct zoe_model {
 };
 
 struct zoe_engine {
-  /// Builds the engine of `model` on `on` (`owned`: the device opened for it, or null).
+  /// Builds the engine of `model` on `on` (`owned`: the device opened for it, or null); its worlds
+  /// over `host` (zoe_engine_desc.host_comm) when given, else as zoe.comm.backend says.
   zoe_engine(zoe_device& on, std::unique_ptr<zoe_device> owned, const zoe_model& model,
-             const zoe::engine::engine_config& config);
+             const zoe::engine::engine_config& config, std::shared_ptr<zoe::engine::host_collectives> host);
 
   /// The device opened for this engine when the caller gave none; declared before `engine`, which
   /// runs on it, so that it is closed after it.
@@ -49,6 +53,11 @@ struct zoe_engine {
   /// order, apart from the engine's), and the stream its copies go on. Made before `engine`: every
   /// rank makes its worlds in the same order.
   std::unique_ptr<zoe::engine::communicator> caller_world;
+  /// The engine's two worlds (engine_options::comm / gradient_comm) when they run over the host's
+  /// collectives; null otherwise (the engine makes its own from the configuration). Made after
+  /// caller_world and before `engine`, which uses them, in this order on every rank.
+  std::unique_ptr<zoe::engine::communicator> host_comm;
+  std::unique_ptr<zoe::engine::communicator> host_gradient_comm;
   zoe::device_stream caller_stream;
   std::unique_ptr<zoe::engine::offload_engine> engine;
   /// The engine's parameter id (modules in order) of each zoe_parameter_id (the order added).

@@ -24,7 +24,7 @@ zoe_status zoe_footprint_plan(const zoe_engine_desc* desc, uint32_t world_size, 
     const zoe_model& model = live(d.model, "zoe_engine_desc.model");
     if (world_size == 0) throw zoe::usage_error("world_size is 0: give the number of ranks (1 without a launcher)");
     const zoe::engine::engine_config config = zoe::bindings::load_config(d).config;
-    // Laid out, placed and planned as the engine does it (parameter_path), with the world size the
+    // Laid out, placed and planned as the engine does it (engine_resources), with the world size the
     // engine would learn from its communicator.
     const zoe::engine::model_layout layout(zoe::bindings::module_specs(model),
                                            zoe::engine::stage_layout(config, world_size));

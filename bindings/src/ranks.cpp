@@ -39,7 +39,7 @@ std::uint32_t narrow(std::size_t x) { return static_cast<std::uint32_t>(x); }
 
 }  // namespace
 
-engine::comm_stats engine_traffic(zoe_engine& e) { return engine::comm_traffic(e.engine->parameters()); }
+engine::comm_stats engine_traffic(zoe_engine& e) { return engine::comm_traffic(e.engine->resources()); }
 
 }  // namespace zoe::bindings
 

@@ -1,4 +1,5 @@
-// Reading a parameter's states as fp32, for debugging and for tests against a reference.
+// Reading and writing a parameter's states as fp32: for debugging, tests against a reference, and a
+// framework's load_state_dict.
 #include <algorithm>
 #include <vector>
 
@@ -51,6 +52,22 @@ zoe_status zoe_read_state(zoe_engine* engine, zoe_parameter_id parameter, zoe_st
     e.tracker.expect_closed();
     const std::vector<float> read = e.engine->read_state(id, kind);
     std::copy(read.begin(), read.end(), values);
+  });
+}
+
+zoe_status zoe_write_state(zoe_engine* engine, zoe_parameter_id parameter, zoe_state state, const float* values,
+                           size_t count) {
+  return guarded("zoe_write_state", [&] {
+    zoe_engine& e = live(engine, "engine");
+    const zoe::engine::parameter_id id = zoe::bindings::layout_id(e, parameter);
+    const zoe::engine::state_kind kind = state_of(zoe::bindings::enum_value(state));
+    const zoe::engine::parameter_layout& p = e.engine->layout().parameter(id);
+    if (count != p.numel) {
+      throw zoe::usage_error(zoe::str("parameter '", p.name, "' has ", p.numel, " elements; count is ", count));
+    }
+    expect_pointer(values, "values");
+    e.tracker.expect_closed();
+    e.engine->write_state(id, kind, {values, count});
   });
 }
 

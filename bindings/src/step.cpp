@@ -1,5 +1,9 @@
-// Between micro-batches: the optimizer step, the loss scale, and checkpoints.
+// Between micro-batches: the optimizer step, the loss scale, and checkpoints (with the caller's
+// client bytes, and the group settings a loaded one kept).
+#include <cstring>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "objects.hpp"
 #include "status.hpp"
@@ -14,6 +18,53 @@ namespace {
 
 // NULL and "" both mean the engine's default (a tag of the step count, or the latest).
 std::string tag_of(const char* tag) { return tag == nullptr ? std::string() : std::string(tag); }
+
+// zoe_step and zoe_step_groups: the checks they share, `step` on the engine, and the result.
+template <typename Step>
+void run_step(zoe_engine& e, zoe_step_result* result, Step&& step) {
+  zoe::bindings::expect_struct(result, ZOE_FIELDS_END(zoe_step_result, optimizer_steps), "zoe_step_result");
+  e.tracker.expect_closed();
+  if (!e.tracker.any_reduced_in_step()) {
+    throw zoe::usage_error(
+        "no gradient was reduced in this step: hand in each module's gradients during backward "
+        "(zoe_fetch with ZOE_PASS_BACKWARD, zoe_module_gradients, zoe_reduce_gradients) before stepping");
+  }
+  const zoe::engine::step_result r = step();
+  e.tracker.step_done();
+  result->skipped = r.skipped ? 1 : 0;
+  result->loss_scale = r.loss_scale;
+  result->grad_norm = r.grad_norm;
+  result->clip_coefficient = r.clip_coefficient;
+  result->optimizer_steps = r.optimizer_steps;
+}
+
+// zoe_step_groups and zoe_checkpoint_groups: one zoe_group_hyper per parameter group.
+void expect_group_count(const zoe_engine& e, std::size_t count) {
+  const std::size_t expected = e.engine->layout().group_count();
+  if (count != expected) {
+    throw zoe::usage_error(zoe::str("count is ", count, ", but the model has ", expected,
+                                    " parameter groups (the largest zoe_parameter_desc.group + 1)"));
+  }
+}
+
+const zoe_group_hyper& expect_group_struct(const zoe_group_hyper* groups, std::size_t g) {
+  const std::string what = zoe::str("zoe_group_hyper (groups[", g, "])");
+  return zoe::bindings::expect_struct(&groups[g], ZOE_FIELDS_END(zoe_group_hyper, weight_decay), what.c_str());
+}
+
+// zoe_checkpoint_save and zoe_checkpoint_save_client (a blob of `bytes` at `client`; none when 0).
+zoe_status save_checkpoint(const char* call, zoe_engine* engine, const char* directory, const char* tag,
+                           const void* client, size_t bytes) {
+  return guarded(call, [&] {
+    zoe_engine& e = live(engine, "engine");
+    expect_pointer(directory, "directory");
+    if (bytes > 0) expect_pointer(client, "client");
+    e.tracker.expect_closed();
+    const std::string_view blob =
+        bytes == 0 ? std::string_view() : std::string_view(static_cast<const char*>(client), bytes);
+    (void)e.engine->save_checkpoint(directory, tag_of(tag), blob);
+  });
+}
 
 }  // namespace
 
@@ -30,30 +81,31 @@ zoe_status zoe_loss_scale(const zoe_engine* engine, double* scale) {
 zoe_status zoe_step(zoe_engine* engine, double lr, zoe_step_result* result) {
   return guarded("zoe_step", [&] {
     zoe_engine& e = live(engine, "engine");
-    zoe::bindings::expect_struct(result, ZOE_FIELDS_END(zoe_step_result, optimizer_steps), "zoe_step_result");
-    e.tracker.expect_closed();
-    if (!e.tracker.any_reduced_in_step()) {
-      throw zoe::usage_error(
-          "no gradient was reduced in this step: hand in each module's gradients during backward "
-          "(zoe_fetch with ZOE_PASS_BACKWARD, zoe_module_gradients, zoe_reduce_gradients) before stepping");
+    run_step(e, result, [&] { return e.engine->step(lr); });
+  });
+}
+
+zoe_status zoe_step_groups(zoe_engine* engine, const zoe_group_hyper* groups, size_t count, zoe_step_result* result) {
+  return guarded("zoe_step_groups", [&] {
+    zoe_engine& e = live(engine, "engine");
+    expect_group_count(e, count);
+    expect_pointer(groups, "groups");
+    std::vector<zoe::engine::group_hyper> settings;
+    for (std::size_t g = 0; g < count; ++g) {
+      const zoe_group_hyper& h = expect_group_struct(groups, g);
+      settings.push_back({.lr = h.lr, .weight_decay = h.weight_decay});
     }
-    const zoe::engine::step_result r = e.engine->step(lr);
-    e.tracker.step_done();
-    result->skipped = r.skipped ? 1 : 0;
-    result->loss_scale = r.loss_scale;
-    result->grad_norm = r.grad_norm;
-    result->clip_coefficient = r.clip_coefficient;
-    result->optimizer_steps = r.optimizer_steps;
+    run_step(e, result, [&] { return e.engine->step(settings); });
   });
 }
 
 zoe_status zoe_checkpoint_save(zoe_engine* engine, const char* directory, const char* tag) {
-  return guarded("zoe_checkpoint_save", [&] {
-    zoe_engine& e = live(engine, "engine");
-    expect_pointer(directory, "directory");
-    e.tracker.expect_closed();
-    (void)e.engine->save_checkpoint(directory, tag_of(tag));
-  });
+  return save_checkpoint("zoe_checkpoint_save", engine, directory, tag, nullptr, 0);
+}
+
+zoe_status zoe_checkpoint_save_client(zoe_engine* engine, const char* directory, const char* tag, const void* client,
+                                      size_t bytes) {
+  return save_checkpoint("zoe_checkpoint_save_client", engine, directory, tag, client, bytes);
 }
 
 zoe_status zoe_checkpoint_load(zoe_engine* engine, const char* directory, const char* tag) {
@@ -64,6 +116,35 @@ zoe_status zoe_checkpoint_load(zoe_engine* engine, const char* directory, const 
     e.engine->load_checkpoint(directory, tag_of(tag));
     // The engine starts a new step: the gradients handed in before the load no longer count.
     e.tracker.step_done();
+  });
+}
+
+zoe_status zoe_checkpoint_client(zoe_engine* engine, void* buffer, size_t capacity, size_t* length) {
+  return guarded("zoe_checkpoint_client", [&] {
+    const zoe_engine& e = live(engine, "engine");
+    expect_pointer(length, "length (the out-parameter)");
+    const auto& loaded = e.engine->loaded();
+    const std::string_view blob = loaded ? std::string_view(loaded->client) : std::string_view();
+    if (buffer != nullptr && capacity >= blob.size() && !blob.empty()) std::memcpy(buffer, blob.data(), blob.size());
+    *length = blob.size();
+  });
+}
+
+zoe_status zoe_checkpoint_groups(zoe_engine* engine, zoe_group_hyper* groups, size_t count) {
+  return guarded("zoe_checkpoint_groups", [&] {
+    const zoe_engine& e = live(engine, "engine");
+    const auto& loaded = e.engine->loaded();
+    if (!loaded) {
+      throw zoe::usage_error(
+          "no checkpoint was loaded into this engine (zoe_checkpoint_load): no group settings to give");
+    }
+    expect_group_count(e, count);
+    expect_pointer(groups, "groups");
+    for (std::size_t g = 0; g < count; ++g) expect_group_struct(groups, g);
+    for (std::size_t g = 0; g < count; ++g) {
+      groups[g].lr = loaded->groups[g].lr;
+      groups[g].weight_decay = loaded->groups[g].weight_decay;
+    }
   });
 }
 

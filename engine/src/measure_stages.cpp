@@ -69,7 +69,7 @@ stage_times offload_engine::measure_stages() {
         "micro-batch); measure after a step");
   }
   stage_times out;
-  coordinator& c = path_->coord();
+  coordinator& c = resources_->coord();
 
   // The parameter reads: the fetches of a micro-batch in the order the prefetch trace recorded
   // (forward, then backward), as many times as the step has micro-batches. Following the trace the

@@ -29,11 +29,10 @@ void add_nvme(json& j, std::uint64_t read, std::uint64_t written, double seconds
 
 json parameter_figures(const parameter_swapper_stats& s) {
   json j;
-  add_nvme(j, s.bytes_read, s.bytes_written, s.io_busy_seconds);
+  add_nvme(j, s.bytes_read, 0, s.io_busy_seconds);  // the parameter path only reads
   j["io_busy_seconds"] = s.io_busy_seconds;
   j["host_device_copy_bytes"] = s.bytes_copied + s.bytes_staged;
   j["moves_in"] = s.moves_in;
-  j["moves_out"] = s.moves_out;
   j["failed_moves"] = s.failed_moves;
   j["buffer_waits"] = s.buffer_waits;
   j["buffer_slots"] = s.buffer_slots;
@@ -51,8 +50,6 @@ json fetch_figures(const coordinator_stats& s) {
   j["prefetch_backoffs"] = s.prefetch_backoffs;
   j["evictions"] = s.evictions;
   j["arena_waits"] = s.arena_waits;
-  j["write_backs"] = s.write_backs;
-  j["failed_write_backs"] = s.failed_write_backs;
   j["failed_gathers"] = s.failed_gathers;
   j["peak_live_numel"] = s.peak_live_numel;
   j["arena_capacity_bytes"] = s.arena.capacity;
@@ -104,6 +101,15 @@ json optimizer_figures(const optimizer_step& o) {
   j["write_wait_seconds"] = t.write_wait_seconds;
   j["stepped_bytes"] = t.bytes_stepped;
   j["last_step"] = last_step_figures(o.last_step());
+  // The step inside backward (optimizer_step.hpp, "Speculation"); its bytes are in the figures above.
+  const speculation_totals& ahead = o.speculation();
+  j["speculation"] = {{"speculated", ahead.speculated},
+                      {"committed", ahead.committed},
+                      {"dropped", ahead.dropped},
+                      {"declined", ahead.declined},
+                      {"nvme_read_bytes", ahead.bytes_read},
+                      {"nvme_write_bytes", ahead.bytes_written},
+                      {"fetched_master_bytes", ahead.fetched_bytes}};
   return j;
 }
 
@@ -128,9 +134,9 @@ json activation_figures(const activation_stats& s, const footprint_plan& plan) {
 }
 
 json footprint_figures(offload_engine& engine) {
-  parameter_path& path = engine.parameters();
-  const footprint_plan& plan = path.plan();
-  const device_usage dev = path.pinned().owner_device().usage();
+  engine_resources& resources = engine.resources();
+  const footprint_plan& plan = resources.plan();
+  const device_usage dev = resources.pinned().owner_device().usage();
   const auto state = [&](memory_kind m) { return plan.state_bytes.at(static_cast<std::size_t>(m)); };
   json j;
   j["device"] = {{"planned_bytes", plan.device_bytes},
@@ -139,13 +145,13 @@ json footprint_figures(offload_engine& engine) {
                  {"budget_bytes", dev.budget_bytes},
                  {"state_bytes", state(memory_kind::device)}};
   j["pinned_host"] = {{"planned_bytes", plan.pinned_bytes},
-                      {"peak_bytes", path.pinned().peak_bytes_in_use()},
-                      {"current_bytes", path.pinned().bytes_in_use()},
+                      {"peak_bytes", resources.pinned().peak_bytes_in_use()},
+                      {"current_bytes", resources.pinned().bytes_in_use()},
                       {"state_bytes", state(memory_kind::pinned)}};
   // Pageable host memory is not counted as it is used: the plan alone.
   j["pageable_host"] = {{"planned_bytes", plan.pageable_bytes}, {"state_bytes", state(memory_kind::pageable)}};
   json nvme = {{"planned_bytes", plan.nvme_bytes}, {"state_bytes", state(memory_kind::nvme)}};
-  if (const io::swap_store* store = path.store()) {
+  if (const io::swap_store* store = resources.store()) {
     nvme["capacity_bytes"] = store->capacity();
     nvme["used_bytes"] = store->capacity() - store->free_bytes();
     nvme["direct_io"] = store->direct();
@@ -157,6 +163,7 @@ json footprint_figures(offload_engine& engine) {
   j["optimizer_buffer_count"] = plan.optimizer_buffer_count;
   j["optimizer_buffer_bytes"] = plan.optimizer_buffer_bytes;
   j["optimizer_undo_bytes"] = plan.optimizer_undo_bytes;
+  j["optimizer_pending_bytes"] = plan.optimizer_pending_bytes;
   j["gradient_bucket_count"] = plan.gradient_bucket_count;
   j["gradient_bucket_bytes"] = plan.gradient_bucket_bytes;
   j["gradient_buffer_count"] = plan.gradient_buffer_count;
@@ -186,9 +193,9 @@ json group_figures(const comm_stats& s) {
 // The bytes this rank handed the transport, per group. A sub-group that is its world itself (world
 // size 1, one node, no hpZ) is listed with "same_as" and the world's counters; the totals count
 // every group once.
-json comm_figures(parameter_path& path) {
-  communicator& world = path.comm();
-  communicator& gradients = path.gradient_comm();
+json comm_figures(engine_resources& resources) {
+  communicator& world = resources.comm();
+  communicator& gradients = resources.gradient_comm();
   json j;
   j["world_size"] = world.size();
   j["rank"] = world.rank();
@@ -204,7 +211,7 @@ json comm_figures(parameter_path& path) {
   sub("hpz", world.hpz());
   groups["gradient_world"] = group_figures(total_stats(gradients));
   j["groups"] = std::move(groups);
-  const json totals = group_figures(comm_traffic(path));
+  const json totals = group_figures(comm_traffic(resources));
   for (const auto& [key, value] : totals.items()) j[key] = value;
   return j;
 }
@@ -212,8 +219,8 @@ json comm_figures(parameter_path& path) {
 }  // namespace
 
 std::string statistics_json(offload_engine& engine) {
-  const parameter_swapper_stats params = engine.parameters().swapper().stats();
-  const coordinator_stats fetches = engine.parameters().coord().stats();
+  const parameter_swapper_stats params = engine.resources().swapper().stats();
+  const coordinator_stats fetches = engine.resources().coord().stats();
   const gradient_path_stats grads = engine.gradients().stats();
   const optimizer_step_totals& optim = engine.optimizer().totals();
   const activation_stats acts = engine.activations().stats();
@@ -221,7 +228,7 @@ std::string statistics_json(offload_engine& engine) {
   json j;
   // Totals over the stages, per tier and direction.
   j["nvme_read_bytes"] = params.bytes_read + grads.bytes_read + optim.bytes_read + acts.bytes_read;
-  j["nvme_write_bytes"] = params.bytes_written + grads.bytes_written + optim.bytes_written + acts.bytes_written;
+  j["nvme_write_bytes"] = grads.bytes_written + optim.bytes_written + acts.bytes_written;
   j["host_device_copy_bytes"] =
       params.bytes_copied + params.bytes_staged + grads.bytes_to_host + acts.bytes_to_host + acts.bytes_to_device;
   j["fetch_wait_seconds"] = fetches.wait_seconds;
@@ -233,13 +240,13 @@ std::string statistics_json(offload_engine& engine) {
   j["optimizer"] = optimizer_figures(engine.optimizer());
   j["activations"] = activation_figures(acts, engine.plan());
   j["footprint"] = footprint_figures(engine);
-  j["comm"] = comm_figures(engine.parameters());
+  j["comm"] = comm_figures(engine.resources());
   return j.dump();
 }
 
-comm_stats comm_traffic(parameter_path& path) {
-  comm_stats all = total_stats(path.comm());
-  all += total_stats(path.gradient_comm());
+comm_stats comm_traffic(engine_resources& resources) {
+  comm_stats all = total_stats(resources.comm());
+  all += total_stats(resources.gradient_comm());
   return all;
 }
 

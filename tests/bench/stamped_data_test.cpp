@@ -64,6 +64,18 @@ TEST(stamped_data, CheckPassesOnFilledDataAndNamesAChangedBodyByte) {
   EXPECT_NE(bad->find("contents changed"), std::string::npos) << *bad;
 }
 
+// The timed path lays a slot's bodies once and stamps it for block after block: each stamp must
+// leave exactly the bytes a fresh fill for that offset gives, so --verify still checks every byte.
+TEST(stamped_data, AStampedSlotReusedForAnotherOffsetEqualsAFreshFill) {
+  const stamped_data data(11);
+  std::vector<std::byte> slot(block);
+  data.lay_bodies(slot);
+  data.stamp(slot, 5 * block);
+  data.stamp(slot, 2 * block);
+  EXPECT_EQ(slot, filled(11, block, 2 * block));
+  EXPECT_EQ(data.check(slot, 2 * block), std::nullopt);
+}
+
 TEST(stamped_data, CheckFindsASectorFromAnotherRunAsTorn) {
   auto b = filled(9, block, 0);
   const auto other = filled(10, block, 0);

@@ -149,8 +149,9 @@ class tracker_test : public ::testing::Test {
 
   // Runs start+finish of `op` on `m`: "" when allowed, else the refusal's message.
   std::string apply(std::uint32_t m, module_op op) {
-    const std::string refused = usage_message([&] { t_.start(m, op); });
-    if (refused.empty()) t_.finish(m, op, true);
+    module_op begun = op;
+    const std::string refused = usage_message([&] { begun = t_.start(m, op); });
+    if (refused.empty()) t_.finish(m, begun, true);
     return refused;
   }
 };
@@ -176,7 +177,8 @@ TEST_F(tracker_test, AFullMicroBatchPassesAndCountsItsReduces) {
 }
 
 TEST_F(tracker_test, CallsOutOfOrderAreRefusedNamingTheModule) {
-  EXPECT_NE(apply(0, module_op::fetch_forward).find("no micro-batch is open"), std::string::npos);
+  EXPECT_NE(apply(0, module_op::fetch_backward).find("module 'embed': no micro-batch is open"), std::string::npos);
+  EXPECT_NE(apply(0, module_op::acquire_gradients).find("no micro-batch is open"), std::string::npos);
   t_.open();
   EXPECT_NE(apply(2, module_op::fetch_forward).find("module 2 is not a module of this engine (it has 2 modules)"),
             std::string::npos);
@@ -198,6 +200,25 @@ TEST_F(tracker_test, CallsOutOfOrderAreRefusedNamingTheModule) {
   EXPECT_EQ(apply(0, module_op::release), "");
   EXPECT_NE(apply(0, module_op::fetch_backward).find("already handed in"), std::string::npos);
   t_.expect_can_close();
+}
+
+TEST_F(tracker_test, AForwardFetchOutsideAMicroBatchIsAnInferenceFetchThatKeepsTheEngineFromTraining) {
+  EXPECT_EQ(t_.start(1, module_op::fetch_forward), module_op::fetch_inference);
+  EXPECT_NE(usage_message([&] { t_.expect_closed(); }).find("module 'head' is fetched for inference"),
+            std::string::npos)
+      << "a call in progress counts";
+  t_.finish(1, module_op::fetch_inference, true);
+  EXPECT_NE(usage_message([&] { t_.expect_closed(); }).find("module 'head' is fetched for inference"),
+            std::string::npos);
+  EXPECT_NE(apply(1, module_op::fetch_forward).find("'head' is already fetched (for inference)"), std::string::npos);
+  EXPECT_NE(apply(1, module_op::acquire_gradients).find("no micro-batch is open"), std::string::npos);
+  EXPECT_NE(apply(0, module_op::release).find("no micro-batch is open"), std::string::npos)
+      << "only a module fetched for inference is released outside a micro-batch";
+  EXPECT_EQ(apply(1, module_op::release), "");
+  t_.expect_closed();
+  t_.open();
+  EXPECT_EQ(t_.start(0, module_op::fetch_forward), module_op::fetch_forward) << "inside a micro-batch: training";
+  t_.finish(0, module_op::fetch_forward, false);
 }
 
 TEST_F(tracker_test, ABackwardFetchReleasedWithoutGradientsKeepsTheMicroBatchOpen) {

@@ -5,6 +5,10 @@
 // run's bit for bit. The kill moments are drawn uniformly over the window from the first checkpoint
 // to the end of an uninterrupted run, so they land in steps, in saves, in the switch of `latest`
 // and in the teardown alike; the assertions hold wherever they land. Nothing is asserted on time.
+// The demo's states are on NVMe and zoe.optimizer_in_backward is on by default, so every step's
+// backward runs the speculative step (its shadow writes, its pending memory): a kill in backward
+// lands in one. The killed run's swap folder stays behind, and the resumed run reaps it (its own
+// goes when it exits): after each round the run folder's swap folder holds no zoe-swap-* folder.
 //
 // ZOE_SOAK_ROUNDS sets the rounds (5 by default, as scripts/test runs it; 50 for the full soak),
 // ZOE_SOAK_SEED the seed (printed, with every kill time, so a failing round can be replayed).
@@ -12,6 +16,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <map>
 #include <random>
@@ -55,6 +60,16 @@ long last_saved(const std::string& output) {
     if (std::regex_search(line, m, saved)) last = std::max(last, std::stol(m[1]));
   }
   return last;
+}
+
+// The zoe-swap-* folders (one per live or dead engine's store) in the run folder's swap folder.
+std::size_t swap_folders(const scratch_dir& dir) {
+  std::size_t n = 0;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path() / "swap", ec)) {
+    if (entry.path().filename().string().starts_with("zoe-swap-")) ++n;
+  }
+  return n;
 }
 
 // n of the resumed run's "resumed from the checkpoint of step <n>" (-1 when absent).
@@ -116,6 +131,8 @@ TEST(TrainMlpSoak, SigkillAtRandomMomentsResumesBitForBit) {
       before = c.whole_lines();
     }
     killed_mid_run += killed ? 1 : 0;
+    // A run killed mid-run leaves its swap folder; one that exited removed it.
+    EXPECT_EQ(swap_folders(dir), killed ? 1U : 0U) << "round " << round;
     const long saved = last_saved(before);
     const run_result resumed =
         run(tiny_model + " --json --resume --steps " + std::to_string(steps) + " --dir " + dir.path().string());
@@ -127,6 +144,7 @@ TEST(TrainMlpSoak, SigkillAtRandomMomentsResumesBitForBit) {
     SCOPED_TRACE("round " + std::to_string(round) + ", seed " + std::to_string(seed) + ", kill at " +
                  std::to_string(delay_us) + " us");
     ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+    EXPECT_EQ(swap_folders(dir), 0U) << "the resumed run reaps the killed run's swap folder and removes its own";
     // The checkpoint it loaded is at least the last one reported saved: a save that returned is
     // never lost, and one cut short leaves the one before it.
     ASSERT_GE(from, std::max(saved, 1L)) << resumed.output;

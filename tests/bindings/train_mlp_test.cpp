@@ -1,6 +1,7 @@
 // zoe-train-mlp run as a user runs it: its flags, that offloading does not change the math (the
 // loss of every step equals --reference's), and that a run killed with SIGKILL after or during a
 // checkpoint resumes to exactly the losses of an uninterrupted run. Small models: seconds a case.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -117,6 +118,44 @@ TEST(TrainMlp, LossEqualsTheReferenceAtEveryStep) {
     EXPECT_EQ(summary["ranks_per_node"], 1);
     EXPECT_EQ(summary["inter_node_bytes_per_step"], 0);
     EXPECT_EQ(summary["intra_node_bytes_per_step"], 0);
+  }
+}
+
+// The final line puts the step beside what bounds it: io_s is the step's NVMe transfers alone (the
+// parameter reads plus the optimizer's reads and writes), floor_s the larger of compute and I/O,
+// and the bytes a step moved, by zoe's count and the kernel's. Relations between the figures, not
+// their values: the values are timings.
+TEST(TrainMlp, FinalLineCarriesTheFloorAndTheBytesPerStep) {
+  const scratch_dir dir;
+  const run_result r = run(small_model + " --steps 3 --json --dir " + dir.path().string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::vector<nlohmann::json> lines = json_lines(r.output);
+  ASSERT_FALSE(lines.empty());
+  const nlohmann::json& s = lines.back();
+  for (const char* key : {"io_s", "floor_s", "step_over_floor", "nvme_read_bytes_per_step", "nvme_write_bytes_per_step",
+                          "kernel_read_bytes_per_step", "kernel_write_bytes_per_step"}) {
+    ASSERT_TRUE(s.contains(key)) << key << ": " << s.dump();
+  }
+  const double io = s["io_s"].get<double>();
+  const double floor = s["floor_s"].get<double>();
+  EXPECT_GE(io, s["param_io_s"].get<double>());
+  EXPECT_GE(io, s["optimizer_io_s"].get<double>());
+  EXPECT_GE(floor, io);
+  EXPECT_GE(floor, s["compute_s"].get<double>());
+  EXPECT_EQ(floor, std::max(io, s["compute_s"].get<double>()));  // one of the two, as printed
+  EXPECT_GT(s["step_over_floor"].get<double>(), 0.0);
+  // Parameters and optimizer states live on NVMe in the built-in configuration: every step reads
+  // and writes there, and zoe's totals say the same as the statistics of the whole run.
+  EXPECT_GT(s["nvme_read_bytes_per_step"].get<double>(), 0.0);
+  EXPECT_GT(s["nvme_write_bytes_per_step"].get<double>(), 0.0);
+  EXPECT_LE(std::llround(s["nvme_read_bytes_per_step"].get<double>() * 3),
+            s["statistics"]["nvme_read_bytes"].get<long long>());
+  // The kernel's count: -1 only where /proc/self/io cannot be read.
+  if (std::ifstream("/proc/self/io").good()) {
+    EXPECT_GE(s["kernel_read_bytes_per_step"].get<double>(), 0.0);
+    EXPECT_GE(s["kernel_write_bytes_per_step"].get<double>(), 0.0);
+  } else {
+    EXPECT_EQ(s["kernel_read_bytes_per_step"].get<double>(), -1.0);
   }
 }
 

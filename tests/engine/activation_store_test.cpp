@@ -41,7 +41,8 @@ struct rig {
       store = std::make_unique<io::swap_store>(std::move(so));
       if (o.staging_bytes == 0) o.staging_bytes = 2 * store_chunk;
     }
-    acts = std::make_unique<activation_store>(*dev, pinned, store.get(), o);
+    movers = std::make_unique<engine::mover>(store.get(), nullptr, dev.get(), engine::mover_options{});
+    acts = std::make_unique<activation_store>(*dev, pinned, movers.get(), o);
   }
   ~rig() { acts.reset(); }
   rig(const rig&) = delete;
@@ -82,6 +83,7 @@ struct rig {
   allocators::pinned_host_resource pinned;
   std::shared_ptr<fault_plan> faults;
   std::unique_ptr<io::swap_store> store;
+  std::unique_ptr<engine::mover> movers;
   device_stream s = dev->create_stream();
   std::unique_ptr<activation_store> acts;
 };
@@ -365,7 +367,7 @@ TEST(activation_engine, EndMicroBatchClearsTheActivations) {
   c.zoe.activations = {.host_bytes = 1 * MiB, .nvme_bytes = 1 * MiB, .prefetch_bytes = 64 * KiB};
   c.zoe.extra_swap_paths = {dir.path()};
   engine::offload_engine e({{"m", {{"m.w", {64, 64}, kernels::dtype::fp32}}}}, c, *dev);
-  ASSERT_NE(e.parameters().store(), nullptr) << "a store for the activations alone";
+  ASSERT_NE(e.resources().store(), nullptr) << "a store for the activations alone";
   e.set_parameter(0, std::vector<float>(64 * 64, 0.5F));
   const device_stream s = dev->create_stream();
   std::vector<std::byte> data = random_bytes(300 * KiB, 11);
@@ -381,7 +383,7 @@ TEST(activation_engine, EndMicroBatchClearsTheActivations) {
   e.release(0, s.view());
   e.end_micro_batch();
   EXPECT_EQ(e.activations().size(), 0U);
-  EXPECT_EQ(e.parameters().store()->free_bytes(), e.parameters().store()->capacity())
+  EXPECT_EQ(e.resources().store()->free_bytes(), e.resources().store()->capacity())
       << "the activations' extents went back";
   dev->deallocate(p, data.size(), s.view());
   dev->synchronize(s.view());

@@ -76,7 +76,7 @@ struct rig {
   rig(std::vector<engine::module_spec> modules, engine::engine_config config,
       std::shared_ptr<fault_plan> faults = nullptr)
       : stack(stack_options{.modules = std::move(modules), .config = std::move(config), .faults = std::move(faults)}),
-        io(stack.tiers(), stack.dev(), stack.store()) {}
+        io(stack.tiers(), stack.dev(), &stack.movers()) {}
 };
 
 // ---- state contents ----------------------------------------------------------------------------
@@ -143,6 +143,10 @@ engine::checkpoint_meta sample_meta(int n) {
   m.optimizer.adam_w_mode = false;
   m.optimizer.bias_correction = false;
   m.lr = 0.1 / 7.0 * n;
+  // Every other save keeps client bytes (NULs and all), so both kinds of checkpoint are exercised.
+  if (n % 2 == 0) {
+    for (int i = 0; i < 3000; ++i) m.client.push_back(static_cast<char>((i * 31 + n) % 256));
+  }
   return m;
 }
 
@@ -156,6 +160,7 @@ void expect_meta(const engine::checkpoint_meta& got, const engine::checkpoint_me
   EXPECT_EQ(got.optimizer.adam_w_mode, want.optimizer.adam_w_mode);
   EXPECT_EQ(got.optimizer.bias_correction, want.optimizer.bias_correction);
   EXPECT_EQ(got.lr, want.lr);
+  EXPECT_EQ(got.client, want.client);
 }
 
 /// The real file system with small blocks, so a state file takes several writes.
@@ -303,8 +308,8 @@ TEST(checkpoint, latest_names_the_newest_and_each_tag_loads_its_own_states) {
 
   // No staging folder or temporary file is left behind.
   EXPECT_EQ(names_in(run), (std::set<std::string>{"latest", "step-1", "step-2"}));
-  EXPECT_EQ(names_in(run / "step-2"),
-            (std::set<std::string>{"working.bin", "master.bin", "exp_avg.bin", "exp_avg_sq.bin", "manifest.json"}));
+  EXPECT_EQ(names_in(run / "step-2"), (std::set<std::string>{"working.bin", "master.bin", "exp_avg.bin",
+                                                             "exp_avg_sq.bin", "client.bin", "manifest.json"}));
 }
 
 TEST(checkpoint, saving_a_tag_again_replaces_it_whole) {
@@ -656,6 +661,19 @@ TEST_F(checkpoint_refusal, a_manifest_naming_a_file_outside_the_folder) {
   expect_load_refused("'../master.bin'");
 }
 
+TEST_F(checkpoint_refusal, client_bytes_listed_under_another_file_name) {
+  rewrite_manifest([](json& j) {
+    j["client"] = {{"file", "../master.bin"}, {"bytes", 8}, {"xxh3", "0123456789abcdef"}};
+  });
+  expect_load_refused("client.file");
+  expect_load_refused("'../master.bin' is not 'client.bin'");
+}
+
+TEST_F(checkpoint_refusal, client_bytes_listed_but_never_written) {
+  rewrite_manifest([](json& j) { j["client"] = {{"file", "client.bin"}, {"bytes", 8}, {"xxh3", "0123456789abcdef"}}; });
+  expect_load_refused((folder() / "client.bin").string() + "' is missing");
+}
+
 TEST_F(checkpoint_refusal, a_stack_of_another_model) {
   // Another shape for one parameter: the refusal names it, and that stack's states stay as they are.
   std::vector<engine::module_spec> other = small_model();
@@ -741,6 +759,7 @@ class checkpoint_crash : public ::testing::Test {
     EXPECT_TRUE(is_a || is_b) << "crash at operation " << n << ": " << *latest
                               << " loads states that are neither the old checkpoint's nor the new one's";
     EXPECT_EQ(meta.scaler, sample_meta(is_a ? 1 : 2).scaler) << "crash at operation " << n;
+    EXPECT_EQ(meta.client, sample_meta(is_a ? 1 : 2).client) << "crash at operation " << n;
     return is_a ? "a" : "b";
   }
 

@@ -190,6 +190,7 @@ TEST(config_render, every_known_key_is_listed_once_in_a_fixed_order) {
       "zoe.swap.checksums",
       "zoe.swap.engine",
       "zoe.swap.extra_paths",
+      "zoe.swap.shadows",
       "zoe.numa",
       "zoe.placement.working",
       "zoe.placement.gradient",
@@ -202,6 +203,8 @@ TEST(config_render, every_known_key_is_listed_once_in_a_fixed_order) {
       "zoe.comm.backend",
       "zoe.comm.timeout_s",
       "zoe.ranks_per_node",
+      "zoe.optimizer_in_backward",
+      "zoe.optimizer_pending_bytes",
   };
   std::vector<std::string> keys;
   for (const config_entry& e : parse_config("{}").entries) keys.push_back(e.key);

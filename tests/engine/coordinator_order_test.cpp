@@ -13,6 +13,7 @@
 #include <cstring>
 #include <set>
 #include <span>
+#include <map>
 #include <mutex>
 #include <ostream>
 #include <random>
@@ -157,16 +158,31 @@ engine::engine_config order_config() {
 // fetch, release, eviction or end_step looks.
 enum class waits : std::uint8_t { every_fetch, never, every_other };
 
+// The fingerprint recording_communicator takes of a shard: FNV-1a of its first 64 bytes.
+std::uint64_t fingerprint_of(std::span<const std::byte> shard) {
+  std::uint64_t h = 14695981039346656037ULL;
+  for (std::size_t i = 0; i < std::min<std::size_t>(shard.size(), 64); ++i) {
+    h = (h ^ static_cast<unsigned char>(shard[i])) * 1099511628211ULL;
+  }
+  return h;
+}
+
 struct run_result {
   std::vector<std::vector<gathered_part>> gathers;
   engine::coordinator_stats stats;
+  std::map<std::uint64_t, module_id> module_of;  // fingerprint -> the module of its parameter
 };
 
 // Three steps (the first records the trace), then a step that ends after half its fetches (its
 // prefetches are freed unused, some still reading), then a full step again.
 run_result run_schedule(waits how, std::uint64_t arena_bytes, std::uint64_t bucket_numel) {
   engine_stack s({.modules = order_model(), .config = order_config()});
-  for (const auto& p : s.layout().parameters()) s.write_home(p.id, s.shard_data(p.id, 100 + p.id));
+  std::map<std::uint64_t, module_id> module_of;
+  for (const auto& p : s.layout().parameters()) {
+    const std::vector<std::byte> shard = s.shard_data(p.id, 100 + p.id);
+    module_of[fingerprint_of(shard)] = p.module;
+    s.write_home(p.id, shard);
+  }
   recording_communicator comm(s.dev());
   engine::coordinator_options o;
   o.arena_bytes = arena_bytes;
@@ -192,7 +208,7 @@ run_result run_schedule(waits how, std::uint64_t arena_bytes, std::uint64_t buck
   step(order.size() / 2);
   step(order.size());
   c.drop_gathered();
-  return {comm.gathers(), c.stats()};
+  return {comm.gathers(), c.stats(), std::move(module_of)};
 }
 
 std::uint64_t arena_for(std::uint64_t modules) {
@@ -246,6 +262,26 @@ TEST(CoordinatorOrder, BucketsHoldAtMostTheBucketSizeAndOneCollectiveEach) {
   const run_result one = run_schedule(waits::never, arena_for(32), 0);
   for (const auto& g : one.gathers) EXPECT_EQ(g.size(), 1U);
   EXPECT_EQ(one.gathers.size(), one.stats.gathers + one.stats.prefetches);
+}
+
+// A bucket is issued once all its reads arrived: one that held the next modules' prefetches too
+// would keep the module fetched first waiting for reads it does not need. However large the
+// bucket size, a collective gathers one module's parameters.
+TEST(CoordinatorOrder, ABucketGathersOneModulesParametersOnly) {
+  const run_result r = run_schedule(waits::never, arena_for(32), 1'000'000);
+  ASSERT_EQ(r.module_of.size(), 24U);  // the fingerprints tell the parameters apart
+  bool coalesced = false;
+  for (const auto& g : r.gathers) {
+    coalesced = coalesced || g.size() > 1;
+    std::set<module_id> modules;
+    for (const gathered_part& part : g) {
+      ASSERT_TRUE(r.module_of.contains(part.fingerprint));
+      modules.insert(r.module_of.at(part.fingerprint));
+    }
+    EXPECT_EQ(modules.size(), 1U) << "a collective of " << g.size() << " parameters";
+  }
+  EXPECT_TRUE(coalesced);  // a module's three parameters still travel together
+  EXPECT_GT(r.stats.prefetches, 0U);
 }
 
 // Coalesced gathers leave every parameter byte-exact, as per-parameter ones do, forward and backward.

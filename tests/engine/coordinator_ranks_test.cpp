@@ -21,8 +21,9 @@
 #include "zoe/core/device.hpp"
 #include "zoe/engine/comm/communicator.hpp"
 #include "zoe/engine/comm/quantized_collectives.hpp"
-#include "zoe/engine/coordinator/parameter_path.hpp"
+#include "zoe/engine/engine_resources.hpp"
 #include "zoe/engine/optim/gradient_path.hpp"
+#include "zoe/engine/swap/state_io.hpp"
 #include "zoe/kernels/cast.hpp"
 
 namespace zoe::engine {
@@ -75,21 +76,18 @@ std::vector<std::byte> in_type(std::span<const float> v, kernels::dtype type) {
 
 struct ranked_path {
   std::unique_ptr<device> dev = make_host_device(std::uint64_t{256} << 20);
-  std::unique_ptr<parameter_path> path;
+  std::unique_ptr<engine_resources> path;
   std::vector<std::vector<float>> full;  // per parameter
 
   explicit ranked_path(const engine_config& config)
-      : path(std::make_unique<parameter_path>(ranked_model(), config, *dev)) {
+      : path(std::make_unique<engine_resources>(ranked_model(), config, *dev)) {
     const std::size_t world = path->comm().size();
     const std::size_t rank = path->comm().rank();
     for (const parameter_layout& p : path->layout().parameters()) {
       full.push_back(full_values(p, world));
       const std::vector<std::byte> shard =
           in_type(std::span(full.back()).subspan(rank * p.shard_numel, p.shard_numel), p.dtype);
-      void* d = dev->allocate(shard.size());
-      copy(d, shard.data(), shard.size(), copy_kind::host_to_device);
-      path->swapper().swap_out(p.id, d).wait();
-      dev->deallocate(d, shard.size());
+      state_io(path->tiers(), *dev, &path->movers()).write(p.id, working_state(p), shard);
     }
   }
 
@@ -258,13 +256,13 @@ TEST(GradientRanks, QuantizedReductionGivesTheMeanWithinTheQuantizersBound) {
   const std::size_t launched = w == nullptr ? 1 : static_cast<std::size_t>(std::stoul(w));
   if (launched % 2 == 0) config.zoe.ranks_per_node = 2;  // 2 x 2 on 4 ranks, 1 x 2 on 2
   ranked_path r(config);
-  parameter_path& path = *r.path;
+  engine_resources& path = *r.path;
   communicator& comm = path.gradient_comm();
   const std::size_t world = comm.size();
   const std::size_t rank = comm.rank();
   const std::size_t per_node = comm.node_local().size();
   ASSERT_GT(path.plan().qgz_scratch_bytes, 0U);
-  gradient_path gradients(path.tiers(), comm, *r.dev, path.pinned(), path.store(),
+  gradient_path gradients(path.tiers(), comm, *r.dev, path.pinned(), &path.movers(),
                           {.bucket_bytes = path.plan().gradient_bucket_bytes,
                            .bucket_count = static_cast<std::size_t>(path.plan().gradient_bucket_count),
                            .staging_buffer_count = static_cast<std::size_t>(path.plan().gradient_buffer_count),

@@ -78,7 +78,7 @@ TEST(engine_checkpoint_mpi, TrainsSavesAndTrainsOn) {
   EXPECT_EQ(r.e->save_checkpoint(root), str("step-", steps_before));
   train(r, steps_before, steps_after);
   const std::string final_states = states_of(r);
-  if (r.e->parameters().comm().rank() != 0) return;  // rank 0 writes the states
+  if (r.e->resources().comm().rank() != 0) return;  // rank 0 writes the states
   std::ofstream(root / "final-states.bin", std::ios::binary) << final_states;
 }
 

@@ -29,7 +29,7 @@ int probe(std::size_t victim, std::chrono::milliseconds timeout) {
   auto start = std::chrono::steady_clock::now();
   try {
     engine::offload_engine e(zoe::testing::small_model(kernels::dtype::fp32), c, *dev);
-    rank = e.parameters().comm().rank();
+    rank = e.resources().comm().rank();
     for (const engine::parameter_layout& p : e.layout().parameters()) {
       e.set_parameter(p.id, std::vector<float>(p.numel, 0.5F));
     }

@@ -11,6 +11,7 @@
 
 #include <unistd.h>
 
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -92,8 +93,8 @@ struct engine_on_rank {
     e = std::make_unique<offload_engine>(testing::small_model(working), c, *dev, o);
     for (const parameter_layout& p : e->layout().parameters()) e->set_parameter(p.id, initial(p));
   }
-  [[nodiscard]] std::size_t rank() { return e->parameters().comm().rank(); }
-  [[nodiscard]] std::size_t size() { return e->parameters().comm().size(); }
+  [[nodiscard]] std::size_t rank() { return e->resources().comm().rank(); }
+  [[nodiscard]] std::size_t size() { return e->resources().comm().size(); }
   [[nodiscard]] grads_t masters() {
     grads_t out;
     for (const parameter_layout& p : e->layout().parameters()) out.push_back(e->read_state(p.id, state_kind::master));
@@ -260,7 +261,7 @@ TEST(engine_ranks, EachStageReducesAsDeepSpeedDefinesIt) {
     std::uint64_t one_reduction = 0;  // every parameter's reduce-scatter once
     const compared got = train_both(c, reference, exact ? 4 : 12, 2, exact, kernels::dtype::fp32,
                                     [&](engine_on_rank& e, int, std::uint64_t) {
-                                      communicator& g = e.e->parameters().gradient_comm();
+                                      communicator& g = e.e->resources().gradient_comm();
                                       const comm_stats now = g.stats();
                                       const std::uint64_t total = now.of(collective::reduce_scatter).total();
                                       bytes_per_micro_batch.push_back(total - seen);
@@ -331,6 +332,63 @@ TEST(engine_ranks, StageOneReducesAModuleTheLastMicroBatchDidNotReach) {
 // values equal the one-rank run fed the same global batches, bit for bit on 1, 2 and 4 ranks (the
 // exact gradients of EachStageReducesAsDeepSpeedDefinesIt), with the states on the device, in
 // host memory and on NVMe, fp32 and fp16 working copies.
+// The optimizer step inside backward (optimizer_step.hpp, "Speculation") on this world: every
+// state after four steps of two micro-batches each (one committed, one clipped, one skipped for an
+// overflow on rank 0 alone, one committed again) is the same bits with zoe.optimizer_in_backward on
+// as off, and every rank commits and drops the same shards.
+struct speculated_run {
+  std::vector<grads_t> states;  // working, master, exp_avg, exp_avg_sq
+  speculation_totals speculation;
+};
+
+speculated_run train_speculating(const std::string& where, bool in_backward) {
+  engine_config c = ranked_config(where);
+  c.zoe.optimizer_in_backward = in_backward;
+  c.gradient_clipping = 1.0;
+  c.gradient_accumulation_steps = 2;
+  c.fp16.enabled = true;
+  c.fp16.initial_scale_power = 8;  // unit gradients times 256 are normal fp16 numbers
+  c.fp16.hysteresis = 1;
+  engine_on_rank r(c, /*single=*/false, kernels::dtype::fp16);
+  const std::uint64_t slice = 2;
+  const std::array<float, 4> scale = {0.001F, 1.0F, 0.001F, 0.001F};  // step 1 is clipped
+  for (std::size_t step = 0; step < scale.size(); ++step) {
+    for (std::uint64_t mb = 0; mb < 2; ++mb) {
+      grads_t g = mean_gradient(r.e->layout(), step * 2 + mb, r.rank() * slice, slice, /*exact=*/false);
+      for (auto& p : g) {
+        for (float& x : p) x *= scale[step];
+      }
+      if (step == 2 && mb == 1 && r.rank() == 0) g[1][3] = std::numeric_limits<float>::infinity();
+      testing::run_micro_batch(*r.e, *r.dev, g);
+    }
+    const step_result out = r.e->step(r.e->lr());
+    EXPECT_EQ(out.skipped, step == 2) << "step " << step;
+    EXPECT_EQ(out.clip_coefficient < 1.0, step == 1) << "step " << step;
+  }
+  speculated_run run;
+  for (const state_kind k : {state_kind::working, state_kind::master, state_kind::exp_avg, state_kind::exp_avg_sq}) {
+    grads_t values;
+    for (const parameter_layout& p : r.e->layout().parameters()) values.push_back(r.e->read_state(p.id, k));
+    run.states.push_back(std::move(values));
+  }
+  run.speculation = r.e->optimizer().speculation();
+  return run;
+}
+
+TEST(engine_ranks, TheStepInsideBackwardEqualsTheStepAfterItBitForBit) {
+  for (const std::string where : {"nvme", "host"}) {
+    SCOPED_TRACE(where);
+    const speculated_run ahead = train_speculating(where, true);
+    const speculated_run after = train_speculating(where, false);
+    ASSERT_EQ(ahead.states.size(), after.states.size());
+    for (std::size_t k = 0; k < ahead.states.size(); ++k) EXPECT_EQ(ahead.states[k], after.states[k]) << "state " << k;
+    const std::uint64_t shards = testing::small_model(kernels::dtype::fp16).size() * 2;  // two parameters a module
+    EXPECT_EQ(ahead.speculation.committed, 2 * shards) << "steps 0 and 3";
+    EXPECT_EQ(ahead.speculation.dropped, 2 * shards) << "steps 1 (clipped) and 2 (an overflow)";
+    EXPECT_EQ(after.speculation.speculated, 0U);
+  }
+}
+
 TEST(engine_ranks, StageZeroAllReducesWholeGradientsAndEqualsOneRankBitForBit) {
   if (!world_is_one_of({1, 2, 4})) GTEST_SKIP() << "checked bit for bit on 1, 2 and 4 ranks";
   struct run {
@@ -355,11 +413,11 @@ TEST(engine_ranks, StageZeroAllReducesWholeGradientsAndEqualsOneRankBitForBit) {
           const model_layout& layout = e.e->layout();
           EXPECT_EQ(layout.options().world_size, 1U) << "one shard";
           EXPECT_EQ(layout.ranks(), e.size()) << "held by every rank";
-          communicator& g = e.e->parameters().gradient_comm();
+          communicator& g = e.e->resources().gradient_comm();
           const comm_stats now = g.stats();
           EXPECT_EQ(now.of(collective::reduce_scatter).total(), 0U);
           EXPECT_EQ(now.total_bytes(), now.of(collective::all_reduce).total()) << "nothing but the all-reduces";
-          EXPECT_EQ(total_stats(e.e->parameters().comm()).total_bytes(), 0U) << "the coordinator gathers nothing";
+          EXPECT_EQ(total_stats(e.e->resources().comm()).total_bytes(), 0U) << "the coordinator gathers nothing";
           all_reduced.push_back(now.of(collective::all_reduce).total() - seen);
           seen = now.of(collective::all_reduce).total();
           if (one_reduction > 0 || g.size() == 1) return;
@@ -389,7 +447,7 @@ TEST(engine_ranks, StageZeroSavesRankZerosReplicaAndLoadsOnEveryRank) {
                            mean_gradient(trained.e->layout(), 0, trained.rank(), 1, /*exact=*/true));
   (void)trained.e->step(1e-2);
   const grads_t want = trained.masters();
-  communicator& g = trained.e->parameters().gradient_comm();
+  communicator& g = trained.e->resources().gradient_comm();
   const std::uint64_t sent_before = g.stats().of(collective::point_to_point).total();
   const std::string tag = trained.e->save_checkpoint(root);
   EXPECT_EQ(g.stats().of(collective::point_to_point).total(), sent_before) << "no rank sends its replica";
@@ -464,7 +522,7 @@ TEST(engine_ranks, StatisticsCountTheTrafficOfEveryGroup) {
 
 TEST(engine_ranks, EachRankSwapsIntoItsOwnFolderUnderTheSharedPath) {
   engine_on_rank ranked(ranked_config("nvme"));
-  const io::swap_store* store = ranked.e->parameters().store();
+  const io::swap_store* store = ranked.e->resources().store();
   ASSERT_NE(store, nullptr);
   const std::filesystem::path folder = store->folders().at(0);
   EXPECT_EQ(folder.parent_path(), shared_swap_path());

@@ -4,6 +4,7 @@
 #include <random>
 
 #include "zoe/core/str.hpp"
+#include "zoe/engine/swap/state_io.hpp"
 
 namespace zoe::testing {
 
@@ -51,13 +52,13 @@ engine_stack::engine_stack(stack_options options) {
     fake_ = fake.get();
     dev_ = std::move(fake);
   }
-  engine::parameter_path_options po{.arena_bytes = options.arena_bytes, .wrap_backend = {}};
+  engine::engine_resources_options po{.arena_bytes = options.arena_bytes, .wrap_backend = {}};
   if (options.faults) {
     po.wrap_backend = [faults = options.faults](std::unique_ptr<io::io_backend> inner) {
       return std::unique_ptr<io::io_backend>(std::make_unique<fault_injecting_backend>(std::move(inner), faults));
     };
   }
-  path_ = std::make_unique<engine::parameter_path>(std::move(options.modules), config, *dev_, std::move(po));
+  path_ = std::make_unique<engine::engine_resources>(std::move(options.modules), config, *dev_, std::move(po));
 }
 
 engine_stack::~engine_stack() = default;
@@ -91,15 +92,8 @@ std::vector<std::byte> engine_stack::from_device(const void* src, std::size_t by
 }
 
 void engine_stack::write_home(engine::parameter_id p, std::span<const std::byte> data) {
-  void* d = dev_->allocate(data.size());
-  try {
-    to_device(d, data);
-    swapper().swap_out(p, d).wait();
-  } catch (...) {
-    dev_->deallocate(d, data.size());
-    throw;
-  }
-  dev_->deallocate(d, data.size());
+  engine::state_io io(tiers(), *dev_, &movers());
+  io.write(p, engine::working_state(layout().parameter(p)), data);
 }
 
 std::vector<std::byte> engine_stack::read_home(engine::parameter_id p) {

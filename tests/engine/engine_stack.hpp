@@ -1,5 +1,5 @@
 #pragma once
-// The parameter path (engine::parameter_path) on the host device, with its swap store in a
+// The engine's shared resources (engine::engine_resources) on the host device, with its swap store in a
 // scratch folder on a real disk (optionally over the fault-injecting backend), for the swapper and
 // coordinator tests. Helpers write a shard's home and read it back, byte for byte.
 
@@ -15,7 +15,7 @@
 #include "io_test_support.hpp"
 #include "zoe/allocators/pinned_host_resource.hpp"
 #include "zoe/core/device.hpp"
-#include "zoe/engine/coordinator/parameter_path.hpp"
+#include "zoe/engine/engine_resources.hpp"
 
 namespace zoe::testing {
 
@@ -57,12 +57,13 @@ class engine_stack {
   [[nodiscard]] engine::communicator& comm() { return path_->comm(); }
   [[nodiscard]] allocators::pinned_host_resource& pinned() { return path_->pinned(); }
   [[nodiscard]] io::swap_store* store() { return path_->store(); }
+  [[nodiscard]] engine::mover& movers() { return path_->movers(); }
 
   /// Bytes of `p`'s working shard (what a swap moves).
   [[nodiscard]] std::uint64_t shard_bytes(engine::parameter_id p) const;
   /// Random shard contents for `p` from `seed`: random real elements, zero padding.
   [[nodiscard]] std::vector<std::byte> shard_data(engine::parameter_id p, std::uint64_t seed) const;
-  /// Writes `data` to `p`'s home through the swapper (from device memory) and waits; rethrows.
+  /// Writes `data` (host memory) to `p`'s home through state_io and waits; rethrows.
   void write_home(engine::parameter_id p, std::span<const std::byte> data);
   /// Reads `p`'s home through the swapper into device memory and returns it; rethrows.
   [[nodiscard]] std::vector<std::byte> read_home(engine::parameter_id p);
@@ -75,7 +76,7 @@ class engine_stack {
   scratch_dir dir_;
   std::unique_ptr<device> dev_;
   fake_device* fake_ = nullptr;
-  std::unique_ptr<engine::parameter_path> path_;
+  std::unique_ptr<engine::engine_resources> path_;
 };
 
 }  // namespace zoe::testing

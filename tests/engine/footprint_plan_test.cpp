@@ -94,6 +94,24 @@ TEST(footprint_plan, TheSwapStoreIsRoundedAsTheStoreRounds) {
   EXPECT_EQ(plan.swap_block_size, 64 * KiB);
 }
 
+TEST(footprint_plan, BoundedShadowsHoldEachNvmeStateOnce) {
+  const auto layout = small_and_large();
+  auto config = everything_on_nvme(2);
+  const auto full = make_footprint_plan(layout, config, placement(layout, config));
+  config.zoe.shadows = "bounded";
+  const auto bounded = make_footprint_plan(layout, config, placement(layout, config));
+  EXPECT_TRUE(full.shadow_extents);
+  EXPECT_FALSE(bounded.shadow_extents);
+  // The same states; no shadow extents (TheSwapStoreIsRoundedAsTheStoreRounds: 932 KiB of homes,
+  // rounded to 128 KiB stripes) where full shadows take 1664 KiB.
+  EXPECT_EQ(bounded.state_bytes, full.state_bytes);
+  EXPECT_EQ(bounded.nvme_bytes, 1024 * KiB);
+  EXPECT_EQ(full.nvme_bytes, 1664 * KiB);
+  for (const auto& item : bounded.items) {
+    EXPECT_EQ(item.what.find("shadow"), std::string::npos) << item.what;
+  }
+}
+
 TEST(footprint_plan, ShadowExtentsAreListedPerStateWithTheKeysThatPutThemOnNvme) {
   const auto layout = small_and_large();
   // The optimizer on nvme, the working copies in host memory: shadows of the fp32 states only.
@@ -197,6 +215,30 @@ TEST(footprint_plan, ParameterSwapBuffersHoldAtLeastOneChunk) {
   // With only the 4 KiB shard on nvme, a buffer of its size is enough.
   const auto tiny_layout = layout_of({{2048}});
   EXPECT_EQ(make_footprint_plan(tiny_layout, config, placement(tiny_layout, config)).param_buffer_bytes, 4 * KiB);
+}
+
+// The parameter swap buffers are the mover's pool "params", cut into slots of one aio.block_size
+// chunk (or one per buffer when a buffer is smaller): the slots are the item's memory, no more.
+// No other item is a pool yet.
+TEST(footprint_plan, TheParameterSwapBuffersAreTheMoversParamsPool) {
+  const auto layout = small_and_large();
+  auto config = everything_on_nvme(1);
+  for (const std::uint64_t buffer_size : {100'000'000U, 100U}) {
+    config.zero.offload_param->buffer_size = buffer_size;
+    const auto plan = make_footprint_plan(layout, config, placement(layout, config));
+    const plan_item* buffers = item_named(plan, "parameter swap buffers");
+    ASSERT_NE(buffers, nullptr);
+    ASSERT_TRUE(buffers->pool.has_value());
+    EXPECT_EQ(buffers->pool->key, "params");
+    EXPECT_EQ(buffers->pool->slot_bytes, std::min<std::uint64_t>(plan.param_buffer_bytes, config.aio.block_size));
+    EXPECT_EQ(buffers->pool->slot_count, buffers->bytes / buffers->pool->slot_bytes);
+    EXPECT_LE(buffers->pool->slot_count * buffers->pool->slot_bytes, buffers->bytes);
+    for (const plan_item& item : plan.items) {
+      if (&item != buffers) {
+        EXPECT_FALSE(item.pool.has_value()) << item.what;
+      }
+    }
+  }
 }
 
 TEST(footprint_plan, OptimizerSwapBuffersHoldTheLargestSubGroup) {
@@ -338,7 +380,10 @@ TEST(footprint_plan, PinMemoryDecidesPinnedOrPageableHomes) {
     // The gradient in host memory, pinned or not, also comes through the pinned staging buffers.
     EXPECT_EQ(plan.gradient_buffer_bytes, 4096U * 4);
     EXPECT_EQ(plan.pinned_bytes, (pinned ? host : 0U) + plan.gradient_buffer_count * plan.gradient_buffer_bytes);
-    EXPECT_EQ(plan.pageable_bytes, pinned ? 0U : host);
+    // And the speculative step's pending memory: the host states it rewrites (all but the gradient).
+    const std::uint64_t pending = 6144U * (2 + 4 + 4 + 4);
+    EXPECT_EQ(plan.optimizer_pending_bytes, pending);
+    EXPECT_EQ(plan.pageable_bytes, (pinned ? 0U : host) + pending);
     EXPECT_EQ(plan.state_bytes[static_cast<std::size_t>(pinned ? memory_kind::pinned : memory_kind::pageable)], host);
     EXPECT_EQ(plan.nvme_bytes, 0U);
     EXPECT_TRUE(plan.swap_paths.empty());

@@ -198,6 +198,11 @@ TEST(layout, ErrorsNameTheModuleOrParameter) {
                 model_layout({{"a", seven}, {"b", {{"w", {1ULL << 61}}}}}, {});
               }),
               AllOf(HasSubstr("module 'b', parameter 'w'"), HasSubstr("overflow")));
+  EXPECT_THAT(usage_message([] {
+                model_layout({{"mlp", {{"up", {8}, dtype::fp16, false, max_parameter_group + 1}}}}, {});
+              }),
+              AllOf(HasSubstr("module 'mlp', parameter 'up'"), HasSubstr("group 65536 is above 65535")));
+  EXPECT_EQ(model_layout({{"mlp", {{"up", {8}, dtype::fp16, false, max_parameter_group}}}}, {}).group_count(), 65536U);
 }
 
 TEST(layout, ErrorsNameTheOption) {

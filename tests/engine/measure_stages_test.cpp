@@ -39,7 +39,7 @@ std::vector<std::vector<std::vector<float>>> every_state_of(rig& r) {
 }
 
 std::vector<engine::module_id> trace_of(rig& r) {
-  const auto t = r.e->parameters().coord().policy().trace();
+  const auto t = r.e->resources().coord().policy().trace();
   return {t.begin(), t.end()};
 }
 
@@ -59,7 +59,7 @@ TEST(measure_stages, TimesEveryStageOfAnNvmeModelAndChangesNoState) {
 
   EXPECT_EQ(every_state_of(r), before);
   EXPECT_EQ(r.e->scaler().state(), scaler);
-  EXPECT_FALSE(r.e->parameters().coord().policy().recording());
+  EXPECT_FALSE(r.e->resources().coord().policy().recording());
   EXPECT_EQ(trace_of(r), trace);
 }
 
@@ -67,16 +67,16 @@ TEST(measure_stages, ReadsTheParametersAsAStepOfKMicroBatchesDoesWithPrefetch) {
   constexpr std::size_t k = 2;
   rig r = nvme_rig(k);
   train_step(r, 0, k);
-  const engine::coordinator_stats fetches_before = r.e->parameters().coord().stats();
-  const engine::parameter_swapper_stats reads_before = r.e->parameters().swapper().stats();
+  const engine::coordinator_stats fetches_before = r.e->resources().coord().stats();
+  const engine::parameter_swapper_stats reads_before = r.e->resources().swapper().stats();
   const engine::optimizer_step_totals optimizer_before = r.e->optimizer().totals();
 
   (void)r.e->measure_stages();
-  const engine::coordinator_stats fetches = r.e->parameters().coord().stats();
+  const engine::coordinator_stats fetches = r.e->resources().coord().stats();
   // The trace's four fetches once per micro-batch, prefetching along it as a step does.
   EXPECT_EQ(fetches.fetches - fetches_before.fetches, k * 4);
   EXPECT_GT(fetches.prefetches, fetches_before.prefetches);
-  EXPECT_GT(r.e->parameters().swapper().stats().bytes_read, reads_before.bytes_read);
+  EXPECT_GT(r.e->resources().swapper().stats().bytes_read, reads_before.bytes_read);
   // The optimizer's two stage runs, and no step.
   EXPECT_EQ(r.e->optimizer().totals().stage_runs, optimizer_before.stage_runs + 2);
   EXPECT_EQ(r.e->optimizer().totals().steps, optimizer_before.steps);

@@ -92,6 +92,7 @@ struct stack {
         return std::unique_ptr<io::io_backend>(std::make_unique<testing::fault_injecting_backend>(std::move(inner), f));
       };
       store = std::make_unique<io::swap_store>(std::move(so));
+      movers = std::make_unique<mover>(store.get(), &pinned_memory, dev.get(), mover_options{});
     }
     tiers = std::make_unique<tier_manager>(layout, where, plan,
                                            tier_resources{.dev = *dev, .pinned = pinned_memory, .store = store.get()});
@@ -108,7 +109,7 @@ struct stack {
   }
   [[nodiscard]] testing::fake_device& fake() { return static_cast<testing::fake_device&>(*dev); }
   [[nodiscard]] std::unique_ptr<optimizer_step> make_step(optimizer_step_options o) {
-    return std::make_unique<optimizer_step>(*tiers, *dev, pinned_memory, store.get(), o);
+    return std::make_unique<optimizer_step>(*tiers, *dev, pinned_memory, movers.get(), o);
   }
 
   // Writes a whole state through its home's location and marks it resident.
@@ -180,6 +181,7 @@ struct stack {
   std::unique_ptr<device> dev;
   allocators::pinned_host_resource pinned_memory;
   std::unique_ptr<io::swap_store> store;
+  std::unique_ptr<mover> movers;  // the rank's mover the step's reads and writes go through (null without a store)
   std::unique_ptr<tier_manager> tiers;
 };
 

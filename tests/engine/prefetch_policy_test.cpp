@@ -116,6 +116,35 @@ TEST(prefetch_policy, TheFirstStepRecordsAndLaterStepsFollowTheTrace) {
   EXPECT_FALSE(policy.recording());
 }
 
+TEST(prefetch_policy, AnInferenceStepNeitherRecordsNorFollowsNorDepartsFromTheTrace) {
+  const model_layout layout = make_layout({{64}, {32, 16}, {8}});
+  prefetch_policy policy(layout, limits(unlimited, unlimited));
+  // Before any trace: an inference step records nothing.
+  const auto inference = [&](const std::vector<module_id>& order) {
+    policy.begin_step(step_kind::inference);
+    EXPECT_TRUE(policy.inference());
+    for (const module_id m : order) {
+      const fetch_decision d = policy.on_fetch(m);
+      EXPECT_EQ(d.gather, layout.module(m).parameters);
+      EXPECT_THAT(d.prefetch, IsEmpty()) << "an inference fetch prefetches nothing";
+      EXPECT_THAT(policy.lookahead(unlimited), IsEmpty());
+      EXPECT_EQ(policy.on_release(m), layout.module(m).parameters) << "freed at once";
+    }
+    EXPECT_THAT(policy.end_step(), IsEmpty());
+    EXPECT_FALSE(policy.inference());
+  };
+  inference({2, 1});
+  EXPECT_TRUE(policy.recording());
+  EXPECT_THAT(policy.trace(), IsEmpty());
+  (void)run_step(policy, {0, 1, 2});
+  EXPECT_THAT(policy.trace(), ElementsAre(0U, 1U, 2U));
+  // With a trace: an order unlike it departs from nothing, and the next training step follows it.
+  inference({2, 0, 2});
+  EXPECT_FALSE(policy.recording());
+  EXPECT_THAT(policy.trace(), ElementsAre(0U, 1U, 2U));
+  EXPECT_THAT(run_step(policy, {0, 1, 2}).front(), ElementsAre(1U, 2U, 3U));
+}
+
 TEST(prefetch_policy, PrefetchStopsAtTheBucket) {
   const model_layout layout = make_layout({{100 * 8}, {100 * 8}, {100 * 8}, {100 * 8}, {100 * 8}});
   prefetch_policy policy(layout, limits(250 * 8, unlimited));

@@ -73,7 +73,8 @@ rank_states::rank_states(std::vector<engine::module_spec> modules, std::size_t w
   }
   tiers_ = std::make_unique<engine::tier_manager>(
       layout_, where_, plan_, engine::tier_resources{.dev = *dev_, .pinned = *pinned_, .store = store_.get()});
-  io_ = std::make_unique<engine::state_io>(*tiers_, *dev_, store_.get());
+  movers_ = std::make_unique<engine::mover>(store_.get(), nullptr, dev_.get(), engine::mover_options{});
+  io_ = std::make_unique<engine::state_io>(*tiers_, *dev_, movers_.get());
 }
 
 rank_states::~rank_states() = default;

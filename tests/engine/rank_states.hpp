@@ -80,6 +80,7 @@ class rank_states {
   std::unique_ptr<allocators::pinned_host_resource> pinned_;
   std::unique_ptr<io::swap_store> store_;
   std::unique_ptr<engine::tier_manager> tiers_;
+  std::unique_ptr<engine::mover> movers_;
   std::unique_ptr<engine::state_io> io_;
 };
 

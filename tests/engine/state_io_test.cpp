@@ -43,7 +43,7 @@ class state_io_test : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(state_io_test, EveryStateRoundTripsWholeAndInRanges) {
   engine_stack s({.modules = layered_model(2, 2, 20'000), .config = placed_on(GetParam())});
-  engine::state_io io(s.tiers(), s.dev(), s.store());
+  engine::state_io io(s.tiers(), s.dev(), &s.movers());
   for (const engine::parameter_layout& p : s.layout().parameters()) {
     for (const state_kind k : engine::all_states) {
       const std::uint64_t bytes = engine::state_bytes(p, k);
@@ -65,7 +65,7 @@ TEST_P(state_io_test, EveryStateRoundTripsWholeAndInRanges) {
 
 TEST_P(state_io_test, ARangeWriteChangesOnlyItsBytes) {
   engine_stack s({.modules = layered_model(1, 1, 40'000), .config = placed_on(GetParam())});
-  engine::state_io io(s.tiers(), s.dev(), s.store());
+  engine::state_io io(s.tiers(), s.dev(), &s.movers());
   const std::uint64_t bytes = s.tiers().location(0, state_kind::master).bytes;
   std::vector<std::byte> data = random_bytes(bytes, 1);
   io.write(0, state_kind::master, data);
@@ -83,7 +83,7 @@ INSTANTIATE_TEST_SUITE_P(tiers, state_io_test, ::testing::Values("device", "host
 
 TEST(state_io, WrongSizesRangesAndReleasedStatesAreRefusedNamingTheState) {
   engine_stack s({.modules = layered_model(1, 1, 40'000), .config = placed_on("nvme")});
-  engine::state_io io(s.tiers(), s.dev(), s.store());
+  engine::state_io io(s.tiers(), s.dev(), &s.movers());
   const std::uint64_t bytes = s.tiers().location(0, state_kind::exp_avg).bytes;
   std::vector<std::byte> buffer(bytes);
   expect_usage([&] { io.read(0, state_kind::exp_avg, buffer); }, "exp_avg of parameter 'layer0.w0': it is released");
@@ -98,7 +98,7 @@ TEST(state_io, WrongSizesRangesAndReleasedStatesAreRefusedNamingTheState) {
 TEST(state_io, AFailedNvmeReadNamesTheStatePathAndOffsetAndKeepsTheStateResident) {
   auto faults = std::make_shared<fault_plan>();
   engine_stack s({.modules = layered_model(1, 1, 40'000), .config = placed_on("nvme"), .faults = faults});
-  engine::state_io io(s.tiers(), s.dev(), s.store());
+  engine::state_io io(s.tiers(), s.dev(), &s.movers());
   const std::vector<std::byte> data = random_bytes(s.tiers().location(0, state_kind::master).bytes, 3);
   io.write(0, state_kind::master, data);
   faults->add({.op = io::io_op::read, .inject_errno = EIO});
@@ -120,7 +120,7 @@ TEST(state_io, AFailedNvmeReadNamesTheStatePathAndOffsetAndKeepsTheStateResident
 TEST(state_io, AFailedNvmeWriteLeavesTheStateReleasedAndDirty) {
   auto faults = std::make_shared<fault_plan>();
   engine_stack s({.modules = layered_model(1, 1, 40'000), .config = placed_on("nvme"), .faults = faults});
-  engine::state_io io(s.tiers(), s.dev(), s.store());
+  engine::state_io io(s.tiers(), s.dev(), &s.movers());
   const std::vector<std::byte> data = random_bytes(s.tiers().location(0, state_kind::exp_avg_sq).bytes, 4);
   faults->add({.op = io::io_op::write, .inject_errno = ENOSPC});
   EXPECT_THROW(io.write(0, state_kind::exp_avg_sq, data), io_error);

@@ -46,6 +46,11 @@ TEST(statistics_json, AfterNvmeStepsCountsEachStagesBytesAndCarriesThePlan) {
   EXPECT_GT(j.at("optimizer").at("nvme_read_bytes").get<std::uint64_t>(), 0U);
   EXPECT_GT(j.at("optimizer").at("nvme_write_bytes").get<std::uint64_t>(), 0U);
   EXPECT_EQ(j.at("optimizer").at("steps").get<std::uint64_t>(), 2U);
+  // Both steps ran inside backward (no clipping, no overflow): every shard committed twice.
+  const json& ahead = j.at("optimizer").at("speculation");
+  EXPECT_EQ(ahead.at("committed").get<std::uint64_t>(), 2 * r.e->layout().parameters().size());
+  EXPECT_EQ(ahead.at("dropped").get<std::uint64_t>(), 0U);
+  EXPECT_GT(ahead.at("nvme_write_bytes").get<std::uint64_t>(), 0U);
   EXPECT_EQ(j.at("optimizer_steps").get<std::int64_t>(), 2);
   // The totals are the sums of the stages'.
   EXPECT_EQ(j.at("nvme_read_bytes").get<std::uint64_t>(),
@@ -98,6 +103,7 @@ TEST(statistics_json, CountsTheActivationsMovesAndTheirPlannedShares) {
   rig r("nvme", kernels::dtype::fp32, [](engine::engine_config& c) {
     c.zoe.activations.host_bytes = 64 * kib;
     c.zoe.activations.nvme_bytes = 1024 * kib;
+    c.zoe.optimizer_in_backward = false;  // the micro-batch's end would step the shards ahead, reading them
   });
   const device_stream s = r.dev->create_stream();
   const std::vector<std::byte> data(48 * kib, std::byte{7});

@@ -34,9 +34,22 @@ int fault_plan::fired() const {
   return fired_;
 }
 
+void fault_plan::clear() {
+  const std::lock_guard lock(mutex_);
+  rules_.clear();
+}
+
 void fault_plan::release_held() {
   const std::lock_guard lock(mutex_);
   release_ = true;
+  // A reap now has something to do: say so, as a real backend does when results come in, so a
+  // driver asleep on the fd (the mover, with nothing else to wait for) starts them.
+  for (const int fd : notify_fds_) static_cast<void>(::eventfd_write(fd, 1));
+}
+
+void fault_plan::notify_on_release(int eventfd) {
+  const std::lock_guard lock(mutex_);
+  notify_fds_.push_back(eventfd);
 }
 
 bool fault_plan::held_released() const {
@@ -77,6 +90,7 @@ void fault_injecting_backend::submit(std::span<const io::raw_op> ops) {
 
 void fault_injecting_backend::notify_on_result(int eventfd) {
   notify_fd_ = eventfd;
+  plan_->notify_on_release(eventfd);
   inner_->notify_on_result(eventfd);
 }
 

@@ -37,15 +37,21 @@ class fault_plan {
   /// The rule that applies to `op`, consuming one of its `times`, if any.
   [[nodiscard]] std::optional<fault_rule> take(const io::raw_op& op);
   [[nodiscard]] int fired() const;
-  /// Lets the held operations go on: the next submit() or reap() starts them.
+  /// Drops the rules (fired() keeps its count), e.g. before the test reads back what it wrote.
+  void clear();
+  /// Lets the held operations go on: the next submit() or reap() starts them, and every backend's
+  /// notify fd says so.
   void release_held();
   [[nodiscard]] bool held_released() const;
+  /// The eventfd a backend of this plan signals its results on (while the test runs, it stays open).
+  void notify_on_release(int eventfd);
 
  private:
   mutable std::mutex mutex_;
   std::vector<fault_rule> rules_;
   int fired_ = 0;
   bool release_ = false;
+  std::vector<int> notify_fds_;
 };
 
 class fault_injecting_backend final : public io::io_backend {

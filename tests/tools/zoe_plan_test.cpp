@@ -192,10 +192,22 @@ TEST(zoe_plan, AMissingSwapPathIsAWarningNotAShortfall) {
   EXPECT_EQ(p["param_buffer_count"], 2);
   EXPECT_EQ(p["param_buffer_bytes"], 2'002'944) << "1e6 bf16 elements in whole pages";
   EXPECT_EQ(p["swap_paths"], nlohmann::json::array({"/nonexistent/zoe-plan-fixture"}));
+  // The parameter swap buffers are the mover's pool, in 1 MiB slots: 2 x 2'002'944 bytes hold 3.
+  bool pool = false;
+  for (const auto& item : p["items"]) {
+    if (!item.contains("pool")) continue;
+    pool = true;
+    EXPECT_EQ(item["what"], "parameter swap buffers");
+    EXPECT_EQ(item["pool"]["key"], "mover.params");
+    EXPECT_EQ(item["pool"]["slot_bytes"], 1048576);
+    EXPECT_EQ(item["pool"]["slot_count"], 3);
+  }
+  EXPECT_TRUE(pool) << p["items"].dump();
 
   const auto text = plan("--config " + fixture("nvme_missing_path.json") + " --params 1e7 --layers 4");
   EXPECT_TRUE(contains(text.output, "warning: swap path '/nonexistent/zoe-plan-fixture' does not exist"))
       << text.output;
+  EXPECT_TRUE(contains(text.output, "parameter swap buffers (mover.params: 3 slots of 1 MiB)")) << text.output;
 }
 
 TEST(zoe_plan, ConfigAndUsageErrorsExitTwo) {

@@ -173,9 +173,26 @@ typedef struct zoe_parameter_desc {
   const float* data; /**< ZOE_INIT_DATA: numel values, kept by the caller until zoe_engine_create returns */
   float scale;       /**< ZOE_INIT_UNIFORM / ZOE_INIT_NORMAL */
   uint64_t seed;     /**< ZOE_INIT_UNIFORM / ZOE_INIT_NORMAL */
+  /** 1: the parameter is frozen (PyTorch's requires_grad=False). It has no gradient, no Adam
+   *  moments and no fp32 master beyond its working copy (an fp32 one is its own value; a 16-bit one
+   *  keeps only its 16-bit value, the initial values rounded to it), takes no part in the gradient
+   *  norm, clipping or the step, and costs nothing in the footprint plan's gradient and optimizer
+   *  items. zoe_module_gradients gives NULL for its buffer. 0 (the default): trainable. A caller
+   *  built before this field (a smaller struct_size) gets 0. */
+  int frozen;
+  /** The parameter group whose learning rate and weight decay zoe_step_groups applies to it
+   *  (PyTorch's optimizer param_groups): 0 by default (and for a caller built before this field),
+   *  at most ZOE_MAX_PARAMETER_GROUP (ZOE_ERROR_USAGE naming the parameter and the bound above it).
+   *  The model has max(group) + 1 groups; a group with no parameter is allowed. A frozen parameter's
+   *  group counts towards the number but is never stepped. */
+  uint32_t group;
 } zoe_parameter_desc;
+/** The largest zoe_parameter_desc.group: the engine keeps settings for every group up to the
+ *  largest, and zoe_step_groups takes that many, so a stray value (a parameter id passed for a
+ *  group) is refused rather than costing memory; far beyond any optimizer's param_groups. */
+#define ZOE_MAX_PARAMETER_GROUP 65535u
 #define ZOE_PARAMETER_DESC_INIT \
-  { sizeof(zoe_parameter_desc), NULL, 0, NULL, ZOE_FP32, ZOE_INIT_ZEROS, NULL, 0.0f, 0 }
+  { sizeof(zoe_parameter_desc), NULL, 0, NULL, ZOE_FP32, ZOE_INIT_ZEROS, NULL, 0.0f, 0, 0, 0 }
 
 /** Writes elements [first, first + count) of the values the seeded initializer `init`
  *  (ZOE_INIT_ZEROS, ZOE_INIT_UNIFORM or ZOE_INIT_NORMAL) gives a parameter with this `scale` and
@@ -201,6 +218,105 @@ ZOE_API zoe_status zoe_model_add_module(zoe_model* model, const char* name, zoe_
 ZOE_API zoe_status zoe_model_add_parameter(zoe_model* model, zoe_module_id module, const zoe_parameter_desc* desc,
                                            zoe_parameter_id* parameter);
 
+/* ---- collectives supplied by the host program -------------------------------------------------- */
+
+/** How a reduction combines the ranks' elements. */
+typedef enum zoe_reduce_op {
+  ZOE_REDUCE_SUM = 0,
+  ZOE_REDUCE_MEAN = 1 /**< the sum divided by the group's size */
+} zoe_reduce_op;
+
+/** The capacity of the `message` buffer zoe hands every zoe_host_comm callback. */
+#define ZOE_HOST_COMM_MESSAGE_CAPACITY 1024
+
+/** A host program's collectives (torch.distributed under torchrun, say), which zoe runs its own
+ *  over instead of MPI or NCCL: zoe_engine_desc.host_comm.
+ *
+ *  Groups. For each world it makes (zoe_engine_create makes three: the caller's world of
+ *  zoe_all_reduce_sum, the parameter gathers', the gradient reductions'), zoe asks for the world
+ *  group, then for each group of every sub-group kind it uses (node-local: the ranks of one node;
+ *  cross-node: the ranks of one local rank on every node; hpZ: zero_hpz_partition_size consecutive
+ *  ranks), node by node, skipping a kind whose groups are the whole world, single ranks, or those
+ *  of a kind already asked for. It asks on EVERY rank for EVERY group, members or not, in the same
+ *  order (torch.distributed.new_group is collective over the whole world), on the thread calling
+ *  zoe_engine_create. A world of one rank asks for nothing and calls nothing. Ranks: world ranks
+ *  0 .. world_size - 1 (torch's global ranks); inside a group, rank i is world_ranks[i] (ascending),
+ *  and `root`, `from` and `to` count in the group.
+ *
+ *  Collectives. Buffers are device memory of the engine's device (host memory on the host device).
+ *  `count` counts elements of `dtype`; `bytes` counts bytes. A group of `n` ranks, this one `r`:
+ *    all_gather      every rank gives `bytes` at `send`; recv (n * bytes) gets them in rank order;
+ *                    send may be recv + r * bytes (in place)
+ *    reduce_scatter  send holds n blocks of `count`; recv gets the reduction of every rank's block r;
+ *                    recv may be send + r * count elements (in place)
+ *    all_reduce      recv gets the reduction of every rank's `count` at send; send may be recv
+ *    all_to_all      send holds n blocks of `bytes`, block d for rank d; recv gets block r of every
+ *                    rank in rank order; never in place
+ *    broadcast       `bytes` at `buffer` on rank `root` overwrite `buffer` on every other rank
+ *    point_to_point  `bytes` at `buffer` on rank `from` overwrite `buffer` on rank `to`; zoe calls it
+ *                    on those two ranks alone (from != to), with the same arguments on both
+ *    barrier         returns once every rank of the group called it
+ *  zoe packs the parts of its coalesced all-gathers (and of its coalesced reduce-scatters of one
+ *  dtype) into one call on the host device, the bytes between ranks the same; on CUDA it calls once
+ *  per part (packing would take device memory the footprint plan does not hold).
+ *  Reduction order: the host's own, as NCCL's is, so results are bit-identical to zoe's mpi backend
+ *  (its pairwise tree) only where the host's order gives the same sums; with two ranks any order
+ *  does (a + b is b + a). fp16 and bf16 are reduced as the host reduces them.
+ *
+ *  Threads and streams. On the host device (native_stream NULL) zoe calls a collective on the
+ *  worker thread of the stream it was issued on, in stream order, and the call must finish the
+ *  collective before it returns. On a CUDA device zoe calls it on the thread that issues it, when it
+ *  is issued, with native_stream the cudaStream_t the work must be ordered on: the host makes that
+ *  stream wait for the collective (torch: run it under torch.cuda.ExternalStream(native_stream))
+ *  and may return before it completes. Either way zoe makes one call at a time per group, in the
+ *  order zoe issued them, the same on every rank; calls on different groups may run concurrently on
+ *  different threads. barrier, create_group and destroy_group are called on the calling thread of
+ *  the zoe call that needs them. A callback must not call into zoe (zoe_* functions), and must not
+ *  wait on the engine's streams.
+ *
+ *  Failures. Every callback returns ZOE_SUCCESS, or a status (ZOE_ERROR_COMM, ZOE_ERROR_TIMEOUT,
+ *  ...) with a NUL-terminated message written into `message` (ZOE_HOST_COMM_MESSAGE_CAPACITY bytes,
+ *  zeroed; longer text is cut). zoe fails the collective with that status, its message naming the
+ *  collective, the group and the rank ("all_gather on host (world) (world rank 1): <message>"),
+ *  reported where a collective's failure is (the stream's next synchronize on the host device, the
+ *  call itself on CUDA), and refuses the group's later collectives. zoe.comm.timeout_s does not
+ *  apply: a rank that never arrives is the host's to time out (torch: init_process_group's
+ *  timeout). When zoe drops a collective its peers will issue, it refuses its own later ones at
+ *  once; the peers learn of it through the host's timeout. A failed destroy_group is logged.
+ *
+ *  All callbacks are required (ZOE_ERROR_USAGE naming the first missing one). */
+typedef struct zoe_host_comm {
+  size_t struct_size;      /**< sizeof(zoe_host_comm) */
+  void* user;              /**< passed to every callback */
+  uint32_t rank;           /**< this process's world rank, < world_size */
+  uint32_t world_size;     /**< > 0 */
+  uint32_t ranks_per_node; /**< 0: world_size (one node); else divides world_size (zoe.ranks_per_node, when set,
+                                takes its place) */
+  /** Makes the group of `count` world ranks `world_ranks` (ascending) and sets *group to the handle
+   *  zoe passes to the group's collectives; on a rank outside it, to anything (zoe only passes it
+   *  back to destroy_group). */
+  zoe_status (*create_group)(void* user, const uint32_t* world_ranks, size_t count, void** group, char* message,
+                             size_t message_capacity);
+  /** Ends a group create_group made (each once, members' and others' alike, when its world is
+   *  destroyed: on the thread calling zoe_engine_destroy, or zoe_engine_create when it fails). */
+  zoe_status (*destroy_group)(void* user, void* group, char* message, size_t message_capacity);
+  zoe_status (*all_gather)(void* user, void* group, const void* send, void* recv, size_t bytes, void* native_stream,
+                           char* message, size_t message_capacity);
+  zoe_status (*reduce_scatter)(void* user, void* group, const void* send, void* recv, size_t count, zoe_dtype dtype,
+                               zoe_reduce_op op, void* native_stream, char* message, size_t message_capacity);
+  zoe_status (*all_reduce)(void* user, void* group, const void* send, void* recv, size_t count, zoe_dtype dtype,
+                           zoe_reduce_op op, void* native_stream, char* message, size_t message_capacity);
+  zoe_status (*all_to_all)(void* user, void* group, const void* send, void* recv, size_t bytes, void* native_stream,
+                           char* message, size_t message_capacity);
+  zoe_status (*broadcast)(void* user, void* group, void* buffer, size_t bytes, uint32_t root, void* native_stream,
+                          char* message, size_t message_capacity);
+  zoe_status (*point_to_point)(void* user, void* group, void* buffer, size_t bytes, uint32_t from, uint32_t to,
+                               void* native_stream, char* message, size_t message_capacity);
+  zoe_status (*barrier)(void* user, void* group, char* message, size_t message_capacity);
+} zoe_host_comm;
+#define ZOE_HOST_COMM_INIT \
+  { sizeof(zoe_host_comm), NULL, 0, 1, 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL }
+
 /* ---- the engine -------------------------------------------------------------------------------- */
 
 typedef struct zoe_engine zoe_engine;
@@ -216,16 +332,22 @@ typedef struct zoe_engine_desc {
    *  settings (zoe.ranks_per_node, ...) over a shared configuration file. Read as strictly as the
    *  configuration; its errors start "zoe_engine_desc.config_overrides" (with line and column). */
   const char* config_overrides;
+  /** NULL: the ranks talk through zoe.comm.backend (mpi, nccl, single). Non-NULL: through the host
+   *  program's collectives (see zoe_host_comm; the backend is "host", and a zoe.comm.backend other
+   *  than "auto" or "host" is ZOE_ERROR_CONFIG naming it). Copied; `user` must stay valid until
+   *  zoe_engine_destroy returns. */
+  const zoe_host_comm* host_comm;
 } zoe_engine_desc;
 #define ZOE_ENGINE_DESC_INIT \
-  { sizeof(zoe_engine_desc), NULL, NULL, NULL, NULL, NULL }
+  { sizeof(zoe_engine_desc), NULL, NULL, NULL, NULL, NULL, NULL }
 
 /** Parses the configuration (with config_overrides merged over it), lays the model out, plans its
  *  footprint (checked against this machine before anything is allocated), builds every stage and
  *  gives each parameter its initial value. ZOE_ERROR_CONFIG naming the key, ZOE_ERROR_MEMORY naming
  *  the plan item, ZOE_ERROR_IO naming the swap path. Config warnings (unknown keys) go to zoe's log.
- *  Several ranks (a launch by mpirun; zoe.comm.backend): collective, every rank calls it with the
- *  same model and configuration. What each rank holds follows zero_optimization.stage, as in
+ *  Several ranks (a launch by mpirun, zoe.comm.backend; or desc->host_comm, whose create_group it
+ *  calls for each group on this thread): collective, every rank calls it with the same model and
+ *  configuration. What each rank holds follows zero_optimization.stage, as in
  *  DeepSpeed: stage 3 1/world_size of every state; stages 1 and 2 the 16-bit parameters whole,
  *  1/world_size of the optimizer states, and the gradients whole through the step (stage 1) or
  *  1/world_size (stage 2); stage 0 a whole replica of every state, its gradients all-reduced.
@@ -350,25 +472,41 @@ ZOE_API zoe_status zoe_engine_traffic(zoe_engine* engine, zoe_comm_traffic* traf
 
 typedef enum zoe_pass { ZOE_PASS_FORWARD = 0, ZOE_PASS_BACKWARD = 1 } zoe_pass;
 
-/** Opens the next micro-batch. ZOE_ERROR_USAGE when one is open or the step's micro-batches are
- *  all done and zoe_step has not run. One thread. */
+/** Opens the next micro-batch. ZOE_ERROR_USAGE when one is open, the step's micro-batches are all
+ *  done and zoe_step has not run, or an inference fetch (below) is not released yet (naming its
+ *  module). One thread. */
 ZOE_API zoe_status zoe_begin_micro_batch(zoe_engine* engine);
 /** Closes it: every fetch released and every fetched-for-backward module's gradients reduced
- *  (ZOE_ERROR_USAGE naming the module otherwise; the micro-batch stays open). One thread. */
+ *  (ZOE_ERROR_USAGE naming the module otherwise; the micro-batch stays open). A module whose
+ *  parameters are all frozen (zoe_parameter_desc.frozen) may be fetched for backward and released
+ *  without zoe_module_gradients / zoe_reduce_gradients; a module with a trainable parameter may
+ *  not. One thread. */
 ZOE_API zoe_status zoe_end_micro_batch(zoe_engine* engine);
 
 /** Brings module `module`'s parameters to the device for `pass`; work queued on `stream` after
  *  this call sees them (the call blocks only until the gathers are queued). ZOE_ERROR_USAGE for an
- *  unknown module, outside a micro-batch, or when the module is fetched and not yet released;
- *  ZOE_ERROR_IO / ZOE_ERROR_CORRUPT naming the path and offset when its shard cannot be read.
+ *  unknown module, ZOE_PASS_BACKWARD outside a micro-batch, or when the module is fetched and not
+ *  yet released; ZOE_ERROR_IO / ZOE_ERROR_CORRUPT naming the path and offset when its shard cannot
+ *  be read.
+ *  Inference: ZOE_PASS_FORWARD outside a micro-batch is an inference fetch (evaluation, generation
+ *  between training steps): the same parameters, but no gradients (zoe_module_gradients refuses
+ *  it), no micro-batch is opened or counted, and the training steps' prefetch trace neither learns
+ *  its order nor is disturbed by it, so training around it runs as without it. zoe_release ends
+ *  it. The rule is one: while any inference fetch is not released, every call that needs the
+ *  engine between steps (zoe_begin_micro_batch, zoe_step, zoe_step_groups, zoe_read_state,
+ *  zoe_write_state, the checkpoint calls, zoe_measure_stages) is ZOE_ERROR_USAGE naming its module.
+ *  Inference fetches may come at any point outside a micro-batch (between two of one step, too);
+ *  several may be open at once, of different modules. Several ranks: an inference fetch is
+ *  collective like any fetch (every rank fetches the same modules in the same order).
  *  Thread-safe for different modules on one rank. With several ranks a fetch is collective (it
  *  gathers the module's shards from every rank): each rank must fetch the same modules in the same
  *  order, so drive fetches from one thread per rank (or order them yourself), or the ranks' gathers
  *  pair up wrongly and wait until zoe.comm.timeout_s. */
 ZOE_API zoe_status zoe_fetch(zoe_engine* engine, zoe_module_id module, zoe_pass pass, zoe_stream* stream);
-/** Ends the module's fetch once the work queued on `stream` so far is done (an event recorded on
- *  it); its parameter pointers are invalid after this call. ZOE_ERROR_USAGE when it is not fetched,
- *  or fetched for backward with gradients acquired and not reduced. Thread-safe for different
+/** Ends the module's fetch (an inference fetch too) once the work queued on `stream` so far is
+ *  done (an event recorded on it); its parameter pointers are invalid after this call.
+ *  ZOE_ERROR_USAGE when it is not fetched, or fetched for backward with gradients acquired and not
+ *  reduced. Thread-safe for different
  *  modules. */
 ZOE_API zoe_status zoe_release(zoe_engine* engine, zoe_module_id module, zoe_stream* stream);
 /** The device address of parameter `parameter`'s full value (its working dtype, row-major),
@@ -378,10 +516,17 @@ ZOE_API zoe_status zoe_parameter_address(zoe_engine* engine, zoe_parameter_id pa
 
 /** zoe-owned device buffers for module `module`'s gradients, one per parameter in the order they
  *  were added, each numel elements of the parameter's working dtype, zero-filled in order with
- *  `stream`. `count` must equal the module's parameter count. Write d(loss * loss_scale)/d(param)
- *  into them on `stream`, then hand them in with zoe_reduce_gradients. ZOE_ERROR_USAGE when the
- *  module is not fetched for backward, or its gradients were already acquired in this micro-batch.
- *  Thread-safe for different modules. */
+ *  `stream`; NULL in a frozen parameter's slot (it takes no gradient). `count` must equal the
+ *  module's parameter count. Write d(loss * loss_scale)/d(param) into them on `stream`, then hand
+ *  them in with zoe_reduce_gradients. The buffers come from zero_optimization.reduce_bucket_size
+ *  buckets (two with overlap_comm), each reduced whole once every module in it was handed in, in
+ *  the order backward filled them; when none has room the call waits for one to drain. Hand each
+ *  module's gradients in before acquiring many more: a bucket holding gradients not handed in
+ *  drains only after they are. ZOE_ERROR_USAGE when the module is not fetched for backward, its
+ *  gradients were already acquired in this micro-batch, or no bucket can drain until gradients
+ *  acquired by this thread (or by threads themselves waiting here) are handed in: the wait would
+ *  never end, so the call fails naming those modules (the thread that acquires a module's
+ *  gradients is the one counted on to hand them in). Thread-safe for different modules. */
 ZOE_API zoe_status zoe_module_gradients(zoe_engine* engine, zoe_module_id module, zoe_stream* stream, void** buffers,
                                         size_t count);
 /** Hands in the module's gradients once the work queued on `stream` is done: they are reduced
@@ -441,6 +586,29 @@ typedef struct zoe_step_result {
  *  One thread. */
 ZOE_API zoe_status zoe_step(zoe_engine* engine, double lr, zoe_step_result* result);
 
+/** One parameter group's settings for zoe_step_groups. */
+typedef struct zoe_group_hyper {
+  size_t struct_size;  /**< sizeof(zoe_group_hyper) */
+  double lr;           /**< in [0, FLT_MAX], as zoe_step's lr */
+  double weight_decay; /**< finite and >= 0; applied as the configuration's optimizer type says */
+} zoe_group_hyper;
+#define ZOE_GROUP_HYPER_INIT \
+  { sizeof(zoe_group_hyper), 0.0, 0.0 }
+
+/** zoe_step with a learning rate and a weight decay per parameter group (zoe_parameter_desc.group):
+ *  groups[g] for group g. zoe_step(e, lr, r) is zoe_step_groups with every group at lr and the
+ *  configuration's optimizer.params.weight_decay. `count` must be the model's group count
+ *  (max group + 1): ZOE_ERROR_USAGE naming both otherwise, and naming the group for a short
+ *  struct_size, an lr outside [0, FLT_MAX] or a weight_decay that is not finite and >= 0 (checked
+ *  before anything changes). The optimizer (see engine/CONFIG.md, "optimizer"): "AdamW", and
+ *  "Adam" with adam_w_mode true (DeepSpeed's default), run torch.optim.AdamW's formula
+ *    p -= lr * wd * p;  m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2;
+ *    p -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)
+ *  and "Adam" with adam_w_mode false torch.optim.Adam's (g += wd * p first, no decoupled decay),
+ *  both in float. Otherwise as zoe_step. One thread. */
+ZOE_API zoe_status zoe_step_groups(zoe_engine* engine, const zoe_group_hyper* groups, size_t count,
+                                   zoe_step_result* result);
+
 /* ---- reading states (debugging) --------------------------------------------------------------- */
 
 typedef enum zoe_state {
@@ -451,16 +619,37 @@ typedef enum zoe_state {
 } zoe_state;
 
 /** Copies state `state` of parameter `parameter` into `values` (`count` must be its numel) as
- *  fp32. ZOE_ERROR_USAGE for a wrong count, an unknown parameter or state, inside a micro-batch,
- *  or a gradient before any was reduced. One thread. */
+ *  fp32: the whole value on every rank, whatever the stage and world size. Several ranks: when the
+ *  states are partitioned (stages 1-3 at world size > 1) it is collective: every rank calls it in
+ *  the same order with the same parameter and state, and the shards are gathered; at stage 0 each
+ *  rank reads its own whole replica and waits for no other (call it alike on every rank all the
+ *  same, so the program does not depend on the stage). A frozen parameter's ZOE_STATE_PARAMETER is its value (its
+ * 16-bit value widened); its other states are ZOE_ERROR_USAGE naming it. ZOE_ERROR_USAGE for a wrong count, an unknown
+ *  parameter or state, inside a micro-batch, or a gradient before any was reduced. One thread. */
 ZOE_API zoe_status zoe_read_state(zoe_engine* engine, zoe_parameter_id parameter, zoe_state state, float* values,
                                   size_t count);
+/** The mirror of zoe_read_state, between steps (outside a micro-batch): sets state `state` of
+ *  `parameter` to `values` (`count` = its numel, fp32, row-major): ZOE_STATE_PARAMETER sets the
+ *  fp32 master, and the 16-bit working copy becomes its rounding to nearest even, as the step
+ *  rounds it (a frozen 16-bit parameter keeps only that rounding); ZOE_STATE_EXP_AVG /
+ *  ZOE_STATE_EXP_AVG_SQ set an Adam moment. Wherever the state lives (device, host, NVMe). Every
+ *  rank passes the whole value and writes its own part of it; it is not collective (no rank waits
+ *  for another), but every rank must make the same writes before the next collective call for the
+ *  ranks to agree. ZOE_ERROR_USAGE for ZOE_STATE_GRADIENT, an unknown parameter or state, a wrong
+ *  count, NULL values, inside a micro-batch, a moment of a
+ *  frozen parameter, or a value that is NaN or infinite (naming the parameter and the index).
+ *  A failure leaves the states as they were: everything is checked first, and states on NVMe are
+ *  written to their shadow extents and committed once all are written, as the step does. One
+ *  thread. */
+ZOE_API zoe_status zoe_write_state(zoe_engine* engine, zoe_parameter_id parameter, zoe_state state, const float* values,
+                                   size_t count);
 /** The parameter's element count. Thread-safe. */
 ZOE_API zoe_status zoe_parameter_numel(const zoe_engine* engine, zoe_parameter_id parameter, uint64_t* numel);
 
 /* ---- checkpoints ------------------------------------------------------------------------------- */
 
-/** Saves every state (but the gradient), the loss scaler and the learning rate under
+/** Saves every state (but the gradient), the loss scaler and each parameter group's learning rate
+ *  and weight decay as the last step used them under
  *  `directory`/`tag` (tag NULL or "": "step-<n>") and points `directory`/latest at it, crash-safe:
  *  a process killed during the save leaves the previous checkpoint loadable. Between steps only
  *  (ZOE_ERROR_USAGE otherwise). ZOE_ERROR_USAGE, nothing written, for a tag that is `latest`,
@@ -471,6 +660,35 @@ ZOE_API zoe_status zoe_checkpoint_save(zoe_engine* engine, const char* directory
  *  missing, torn, corrupt or of another model, with nothing changed. Between steps only; the next
  *  micro-batch starts a new step. One thread. */
 ZOE_API zoe_status zoe_checkpoint_load(zoe_engine* engine, const char* directory, const char* tag);
+
+/** zoe_checkpoint_save that also keeps `bytes` opaque bytes of the caller's with the checkpoint (a
+ *  framework's scheduler state, data position, random number generators): they go to
+ *  `directory`/`tag`/client.bin within the same crash-safe save, and its size and XXH3-64 to the
+ *  manifest, under the manifest's own checksum, so a blob that is torn or changed makes
+ *  zoe_checkpoint_load fail with ZOE_ERROR_CORRUPT naming client.bin, nothing changed. `client` may
+ *  be NULL when `bytes` is 0, and an empty blob is no blob (as zoe_checkpoint_save: no file, and
+ *  zoe_checkpoint_client gives length 0 after its load); ZOE_ERROR_USAGE for NULL with bytes > 0.
+ *  The blob is held whole in memory at save and load (meant for kilobytes to megabytes, not for
+ *  tensors: those belong in the engine's states). Several ranks: collective as
+ *  zoe_checkpoint_save; rank 0's blob is stored (the other ranks' `client` is not read), and the
+ *  load gives it to every rank. Otherwise as zoe_checkpoint_save. One thread. */
+ZOE_API zoe_status zoe_checkpoint_save_client(zoe_engine* engine, const char* directory, const char* tag,
+                                              const void* client, size_t bytes);
+/** The client blob (zoe_checkpoint_save_client) of the checkpoint this engine last loaded (the last
+ *  zoe_checkpoint_load that succeeded; a failed load changes nothing): zoe_statistics' convention
+ *  for binary bytes, with no NUL: when `capacity` holds the blob it is copied into `buffer`; a NULL
+ *  buffer or a short capacity copies nothing; *length is the blob's size either way (call again
+ *  with a buffer of *length bytes). *length is 0 when that checkpoint had no blob, or none was
+ *  loaded. Every rank gets the same bytes. Not collective. One thread. */
+ZOE_API zoe_status zoe_checkpoint_client(zoe_engine* engine, void* buffer, size_t capacity, size_t* length);
+/** Each parameter group's learning rate and weight decay as the checkpoint this engine last loaded
+ *  stored them (the last step's before its save; zoe_step_groups' order), so that a framework that
+ *  resumes can set its param_groups back: groups[g] for group g, `count` the model's group count
+ *  (ZOE_ERROR_USAGE naming both otherwise, and naming the group for a short struct_size). A
+ *  checkpoint that kept no per-group values (saved before they were kept, or by a model of another
+ *  group count) gives every group its single lr and this configuration's weight decay, as the load
+ *  takes them. ZOE_ERROR_USAGE when no checkpoint was loaded. Not collective. One thread. */
+ZOE_API zoe_status zoe_checkpoint_groups(zoe_engine* engine, zoe_group_hyper* groups, size_t count);
 
 /* ---- statistics and timing --------------------------------------------------------------------- */
 

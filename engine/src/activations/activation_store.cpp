@@ -17,7 +17,6 @@
 #include "zoe/core/str.hpp"
 #include "zoe/core/units.hpp"
 #include "zoe/engine/swap/carried_error.hpp"
-#include "zoe/io/swap_channel.hpp"
 
 namespace zoe::engine {
 namespace {
@@ -53,8 +52,13 @@ struct entry {
 }  // namespace
 
 struct activation_store::impl {
-  impl(device& d, allocators::pinned_host_resource& p, io::swap_store* s, activation_store_options o)
-      : dev(d), pinned(p), store(s), options(o), share(d, p, o.host_bytes) {
+  impl(device& d, allocators::pinned_host_resource& p, mover* m, activation_store_options o)
+      : dev(d),
+        pinned(p),
+        movers(m),
+        store(m != nullptr ? m->store() : nullptr),
+        options(o),
+        share(d, p, o.host_bytes) {
     // A stream of the host device is a thread: only a store that prefetches makes one.
     if (options.prefetch_bytes > 0) prefetch_stream = dev.create_stream();
     if (nvme_enabled()) {
@@ -108,9 +112,17 @@ struct activation_store::impl {
     return staging.span().first(bytes);
   }
 
-  io::swap_channel& nvme_channel() {
-    if (!channel) channel = std::make_unique<io::swap_channel>(*store);
-    return *channel;
+  // One piece of the staging memory to or from NVMe through the rank's mover, waited for. The
+  // compute waits on every spill and every load: demand.
+  void nvme(io::io_op op, const io::swap_extent& extent, std::uint64_t offset, std::span<std::byte> staged,
+            activation_id id) {
+    mover::piece piece;
+    piece.priority = move_priority::demand;
+    piece.buffer = staged;
+    piece.bytes = staged.size();
+    (op == io::io_op::read ? piece.read : piece.write) = mover::io_range{extent, offset};
+    piece.what = str("activation ", id);
+    movers->run(std::move(piece));
   }
 
   // Rethrows the current exception with what it was doing in front, keeping its category.
@@ -146,12 +158,11 @@ struct activation_store::impl {
         dev.copy_async(piece.data(), from + offset, n, copy_kind::device_to_host, stream);
         dev.record(staging_used, stream);
         dev.synchronize(staging_used);
-        const io::swap_request write{.op = io::io_op::write, .extent = extent, .offset = offset, .buffer = piece};
-        nvme_channel().run({&write, 1});
+        nvme(io::io_op::write, extent, offset, piece, id);
         offset += n;
       }
     } catch (...) {
-      store->free(extent);  // run() waited for its requests: nothing is in flight on it
+      store->free(extent);  // the mover's run() waited for its piece: nothing is in flight on it
       rethrow_nvme("writing", id, e.bytes);
     }
     e.extent = extent;
@@ -171,8 +182,7 @@ struct activation_store::impl {
         const auto n = static_cast<std::size_t>(std::min(options.staging_bytes, e.bytes - offset));
         const std::span<std::byte> piece = staging_span(n);
         // Checksums are verified before run() returns: a corrupt chunk throws corruption_error.
-        const io::swap_request read{.op = io::io_op::read, .extent = *e.extent, .offset = offset, .buffer = piece};
-        nvme_channel().run({&read, 1});
+        nvme(io::io_op::read, *e.extent, offset, piece, id);
         if (!staging_used.valid()) staging_used = dev.create_event();
         dev.copy_async(to + offset, piece.data(), n, copy_kind::host_to_device, stream);
         dev.record(staging_used, stream);
@@ -294,12 +304,12 @@ struct activation_store::impl {
 
   device& dev;
   allocators::pinned_host_resource& pinned;
-  io::swap_store* store;
+  mover* movers;
+  io::swap_store* store;  ///< the mover's
   activation_store_options options;
   detail::host_share share;
   allocators::pinned_buffer staging;
   device_event staging_used;  ///< after the last device copy from or to the staging memory
-  std::unique_ptr<io::swap_channel> channel;
   device_stream prefetch_stream;
   std::map<activation_id, entry> entries;  ///< by id: the order of the saves
   activation_id next_id = 1;
@@ -310,9 +320,9 @@ struct activation_store::impl {
   activation_stats stats;
 };
 
-activation_store::activation_store(device& dev, allocators::pinned_host_resource& pinned, io::swap_store* store,
+activation_store::activation_store(device& dev, allocators::pinned_host_resource& pinned, mover* movers,
                                    activation_store_options options)
-    : impl_(std::make_unique<impl>(dev, pinned, store, options)) {}
+    : impl_(std::make_unique<impl>(dev, pinned, movers, options)) {}
 
 activation_store::~activation_store() {
   clear();

@@ -19,6 +19,8 @@ namespace zoe::engine::detail {
 inline constexpr std::int64_t checkpoint_format_version = 1;
 inline constexpr std::string_view manifest_name = "manifest.json";
 inline constexpr std::string_view latest_name = "latest";
+/// The file holding checkpoint_meta::client (only when it is not empty).
+inline constexpr std::string_view client_name = "client.bin";
 /// Appended to a file's name while it is written; it is renamed once durable.
 inline constexpr std::string_view temp_suffix = ".tmp";
 /// The most of a state a save or load holds in staging memory at once (a save holds two such

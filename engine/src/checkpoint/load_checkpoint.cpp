@@ -107,6 +107,29 @@ std::vector<detail::manifest_file> check_files(checkpoint_fs& fs, const std::fil
   return out;
 }
 
+/// The client bytes the manifest lists (client.bin), checked against their size and checksum;
+/// empty when it lists none.
+std::string read_client(checkpoint_fs& fs, const std::filesystem::path& folder, const detail::manifest& m) {
+  if (m.client.bytes == 0) return {};
+  const std::filesystem::path path = folder / detail::client_name;
+  if (!fs.exists(path)) throw checkpoint_error(str("checkpoint file ", quoted(path), " is missing"));
+  std::string bytes;
+  try {
+    bytes = detail::read_whole(fs, path);
+  } catch (const io_error& e) {
+    throw checkpoint_error(str("cannot read checkpoint file ", quoted(path), ": ", e.what()));
+  }
+  if (bytes.size() != m.client.bytes) {
+    throw checkpoint_error(str("checkpoint file ", quoted(path), " has ", bytes.size(), " bytes; the manifest says ",
+                               m.client.bytes, " (truncated or torn)"));
+  }
+  if (const std::uint64_t hash = detail::hash_of(bytes); hash != m.client.xxh3) {
+    throw checkpoint_error(str("checkpoint file ", quoted(path), " fails its checksum: XXH3 ", detail::hash_hex(hash),
+                               ", the manifest says ", detail::hash_hex(m.client.xxh3), " (corrupt)"));
+  }
+  return bytes;
+}
+
 void check_not_in_flight(const tier_manager& tiers, const std::vector<state_kind>& states) {
   for (const parameter_layout& p : tiers.layout().parameters()) {
     for (const state_kind s : states) {
@@ -243,6 +266,7 @@ checkpoint_meta load_on(detail::rank_link& link, const std::filesystem::path& ro
     m = read_manifest(fs, folder);
     detail::check_model(m, layout, folder / detail::manifest_name);
     files = check_files(fs, folder, m, layout, link.rank(), link.size());
+    m.meta.client = read_client(fs, folder, m);
     if (accept) {
       try {
         accept(m.meta);

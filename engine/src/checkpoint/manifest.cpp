@@ -56,6 +56,17 @@ const json& array_member(const json& object, std::string_view key, std::string_v
   return v;
 }
 
+/// The "xxh3" member of `object` (16 hex digits).
+std::uint64_t hash_value(const json& object, std::string_view field, const std::filesystem::path& where) {
+  const std::string hash = value<std::string>(object, "xxh3", field, where);
+  std::uint64_t out = 0;
+  const auto [end, ec] = std::from_chars(hash.data(), hash.data() + hash.size(), out, 16);
+  if (hash.size() != 16 || ec != std::errc{} || end != hash.data() + hash.size()) {
+    refuse(where, str(field, ".xxh3"), str("'", hash, "' is not 16 hex digits"));
+  }
+  return out;
+}
+
 std::string shape_text(const std::vector<std::uint64_t>& shape) {
   std::ostringstream out;
   out << '[';
@@ -66,11 +77,6 @@ std::string shape_text(const std::vector<std::uint64_t>& shape) {
 
 // The field holding the manifest's own checksum, and the hash it holds.
 constexpr const char* self_checksum_key = "manifest_xxh3";
-std::uint64_t text_hash(const std::string& text) {
-  xxh3_stream hash;
-  hash.update(std::as_bytes(std::span(text.data(), text.size())));
-  return hash.digest();
-}
 
 /// Refuses a manifest whose own checksum is missing or does not match. It comes before anything
 /// the manifest says is believed: a flipped byte can make it read as another format version, or
@@ -83,7 +89,7 @@ void check_own_checksum(const json& j, const std::filesystem::path& where) {
   }
   json content = j;
   content.erase(self_checksum_key);
-  const std::string actual = hash_hex(text_hash(content.dump(1)));
+  const std::string actual = hash_hex(hash_of(content.dump(1)));
   if (recorded->get<std::string>() != actual) {
     throw checkpoint_error(str("checkpoint manifest '", where.string(), "' does not match its own checksum (",
                                self_checksum_key, " ", recorded->get<std::string>(), ", its content hashes to ", actual,
@@ -119,6 +125,9 @@ std::string to_json(const manifest& m) {
         {{"state", state_kind_name(f.state)}, {"file", f.name}, {"bytes", f.bytes}, {"xxh3", hash_hex(f.xxh3)}});
   }
   j["files"] = std::move(files);
+  if (m.client.bytes > 0) {
+    j["client"] = {{"file", client_name}, {"bytes", m.client.bytes}, {"xxh3", hash_hex(m.client.xxh3)}};
+  }
   const loss_scaler_state& s = m.meta.scaler;
   j["loss_scaler"] = {{"scale", s.scale},
                       {"cur_iter", s.cur_iter},
@@ -134,9 +143,14 @@ std::string to_json(const manifest& m) {
                     {"adam_w_mode", o.adam_w_mode},
                     {"bias_correction", o.bias_correction}};
   j["lr"] = m.meta.lr;
+  if (!m.meta.groups.empty()) {
+    json groups = json::array();
+    for (const group_hyper& g : m.meta.groups) groups.push_back({{"lr", g.lr}, {"weight_decay", g.weight_decay}});
+    j["groups"] = std::move(groups);
+  }
   // nlohmann writes doubles in the shortest form that reads back to the same bits, and keys in
   // order, so the text parsed back and written again is this text: the checksum covers it.
-  j[self_checksum_key] = hash_hex(text_hash(j.dump(1)));
+  j[self_checksum_key] = hash_hex(hash_of(j.dump(1)));
   return j.dump(1) + "\n";
 }
 
@@ -192,12 +206,16 @@ manifest parse_manifest(std::string_view text, const std::filesystem::path& wher
     f.state = *kind;
     f.name = value<std::string>(files[i], "file", field, where);
     f.bytes = value<std::uint64_t>(files[i], "bytes", field, where);
-    const std::string hash = value<std::string>(files[i], "xxh3", field, where);
-    const auto [end, ec] = std::from_chars(hash.data(), hash.data() + hash.size(), f.xxh3, 16);
-    if (hash.size() != 16 || ec != std::errc{} || end != hash.data() + hash.size()) {
-      refuse(where, str(field, ".xxh3"), str("'", hash, "' is not 16 hex digits"));
-    }
+    f.xxh3 = hash_value(files[i], field, where);
     m.files.push_back(std::move(f));
+  }
+  // Optional: a checkpoint saved without client bytes (or before they were kept) has none.
+  if (j.contains("client")) {
+    const json& c = member(j, "client", "manifest", where);
+    const std::string file = value<std::string>(c, "file", "client", where);
+    if (file != client_name) refuse(where, "client.file", str("'", file, "' is not '", client_name, "'"));
+    m.client.bytes = value<std::uint64_t>(c, "bytes", "client", where);
+    m.client.xxh3 = hash_value(c, "client", where);
   }
   const json& s = member(j, "loss_scaler", "manifest", where);
   loss_scaler_state& scaler = m.meta.scaler;
@@ -220,6 +238,15 @@ manifest parse_manifest(std::string_view text, const std::filesystem::path& wher
   opt.adam_w_mode = value<bool>(o, "adam_w_mode", "optimizer", where);
   opt.bias_correction = value<bool>(o, "bias_correction", "optimizer", where);
   m.meta.lr = value<double>(j, "lr", "manifest", where);
+  // Optional: a checkpoint saved before parameter groups has none.
+  if (j.contains("groups")) {
+    const json& groups = array_member(j, "groups", "manifest", where);
+    for (std::size_t i = 0; i < groups.size(); ++i) {
+      const std::string field = str("groups[", i, "]");
+      m.meta.groups.push_back({.lr = value<double>(groups[i], "lr", field, where),
+                               .weight_decay = value<double>(groups[i], "weight_decay", field, where)});
+    }
+  }
   return m;
 }
 

@@ -30,11 +30,19 @@ struct manifest_file {
   std::uint64_t xxh3 = 0;
 };
 
+/// client.bin (checkpoint_meta::client): listed only when the caller gave bytes.
+struct manifest_client {
+  std::uint64_t bytes = 0;  ///< 0: no client.bin
+  std::uint64_t xxh3 = 0;
+};
+
 struct manifest {
   std::int64_t format_version = 0;
   std::string tag;
   std::vector<manifest_parameter> model;
   std::vector<manifest_file> files;
+  manifest_client client;
+  /// meta.client is never in the text: the save writes it to client.bin, the load reads it back.
   checkpoint_meta meta;
 };
 

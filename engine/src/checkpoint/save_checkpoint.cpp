@@ -1,6 +1,6 @@
-// save_checkpoint: the crash-safe sequence of checkpoint.hpp. The states are written into a
-// staging folder (root/.<tag>.partial), each file under a temporary name, synced and renamed; the
-// folder synced; the manifest last, the same way; then the folder is moved to root/tag (exchanged
+// save_checkpoint: the crash-safe sequence of checkpoint.hpp. The states (and the client bytes) are
+// written into a staging folder (root/.<tag>.partial), each file under a temporary name, synced and
+// renamed; the folder synced; the manifest last, the same way; then the folder is moved to root/tag (exchanged
 // with an older checkpoint of that tag) and root synced; then `latest` replaced the same way and
 // root synced again. A crash at any point leaves root/latest naming a complete checkpoint.
 //
@@ -55,6 +55,10 @@ void check_finite(const checkpoint_meta& meta) {
   expect_finite(meta.optimizer.eps, "optimizer.eps");
   expect_finite(meta.optimizer.weight_decay, "optimizer.weight_decay");
   expect_finite(meta.lr, "lr");
+  for (const group_hyper& g : meta.groups) {
+    expect_finite(g.lr, "groups.lr");
+    expect_finite(g.weight_decay, "groups.weight_decay");
+  }
 }
 
 void check_resident(const tier_manager& tiers, const std::vector<state_kind>& states) {
@@ -219,7 +223,10 @@ void save_on(detail::rank_link& link, const std::filesystem::path& root, const s
   const bool writes = link.rank() == 0;
   const std::filesystem::path staging = detail::staging_folder(root, tag);
   const std::filesystem::path final_folder = root / tag;
-  detail::manifest m{detail::checkpoint_format_version, tag, detail::describe_model(layout), {}, meta};
+  detail::manifest m{.format_version = detail::checkpoint_format_version,
+                     .tag = tag,
+                     .model = detail::describe_model(layout),
+                     .meta = meta};
   bool staged = false;  // staging may hold this save's files
   bool placed = false;  // root/tag is the new checkpoint (what staging holds then is the old one)
   try {
@@ -252,6 +259,10 @@ void save_on(detail::rank_link& link, const std::filesystem::path& root, const s
 
     if (writes) {
       try {
+        if (!meta.client.empty()) {
+          detail::write_durably(fs, staging / detail::client_name, meta.client);
+          m.client = {.bytes = meta.client.size(), .xxh3 = detail::hash_of(meta.client)};
+        }
         fs.sync_directory(staging);
         detail::write_durably(fs, staging / detail::manifest_name, detail::to_json(m));
         fs.sync_directory(staging);

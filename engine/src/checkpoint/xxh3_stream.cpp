@@ -34,6 +34,8 @@ void xxh3_stream::update(std::span<const std::byte> data) noexcept {
 
 std::uint64_t xxh3_stream::digest() const noexcept { return XXH3_64bits_digest(state_->s); }
 
+std::uint64_t hash_of(std::string_view bytes) noexcept { return XXH3_64bits(bytes.data(), bytes.size()); }
+
 std::string hash_hex(std::uint64_t hash) {
   char text[17] = {};
   std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(hash));  // NOLINT

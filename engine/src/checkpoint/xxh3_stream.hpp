@@ -7,6 +7,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 
 namespace zoe::engine::detail {
 
@@ -27,6 +28,9 @@ class xxh3_stream {
   struct state;
   std::unique_ptr<state> state_;
 };
+
+/// XXH3-64 (seed 0) of bytes held whole (a manifest's text, the client bytes). Never throws.
+[[nodiscard]] std::uint64_t hash_of(std::string_view bytes) noexcept;
 
 /// 16 lower-case hex digits, as manifests write hashes.
 [[nodiscard]] std::string hash_hex(std::uint64_t hash);

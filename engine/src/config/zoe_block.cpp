@@ -40,7 +40,7 @@ block_spec swap_block(zoe_settings& z) {
   block_spec b;
   b.fields = {bool_field("checksums", z.checksums),
               choice_field("engine", z.io_engine, {"auto", "uring", "aio", "posix"}),
-              extra_paths_field(z.extra_swap_paths)};
+              extra_paths_field(z.extra_swap_paths), choice_field("shadows", z.shadows, {"full", "bounded"})};
   return b;
 }
 
@@ -96,7 +96,7 @@ constexpr double max_timeout_s = 7.0 * 24 * 3600;
 
 block_spec comm_block(zoe_settings& z) {
   block_spec b;
-  b.fields = {choice_field("backend", z.comm.backend, {"auto", "single", "mpi", "nccl"}),
+  b.fields = {choice_field("backend", z.comm.backend, {"auto", "single", "mpi", "nccl", "host"}),
               number_field("timeout_s", z.comm.timeout_s, 0.0, max_timeout_s)};
   b.finish = [&z](read_context& ctx, const std::string& path, const auto& /*given*/) {
     // number_field's range is closed; a timeout of 0 would fail every collective that waits at all.
@@ -109,6 +109,8 @@ block_spec comm_block(zoe_settings& z) {
 
 // Ranks per node: up to 2^20, far above any node's core count (a typo fails here, not in MPI).
 constexpr std::uint64_t max_ranks_per_node = std::uint64_t{1} << 20;
+// Pending memory: up to 1 PiB (the plan checks it against the machine; this bounds its sums).
+constexpr std::uint64_t max_pending_bytes = std::uint64_t{1} << 50;
 
 }  // namespace
 
@@ -120,7 +122,9 @@ block_spec zoe_block(zoe_settings& zoe) {
               block_field("placement", zoe, placement_block),
               block_field("activations", zoe, activations_block),
               block_field("comm", zoe, comm_block),
-              uint_field("ranks_per_node", zoe.ranks_per_node, 0, max_ranks_per_node)};
+              uint_field("ranks_per_node", zoe.ranks_per_node, 0, max_ranks_per_node),
+              bool_field("optimizer_in_backward", zoe.optimizer_in_backward),
+              uint_field("optimizer_pending_bytes", zoe.optimizer_pending_bytes, 0, max_pending_bytes)};
   return b;
 }
 

@@ -86,18 +86,19 @@ void prefetch_policy::require_open(std::string_view what, module_id module) cons
               " outside a step (call begin_step first)");
 }
 
-void prefetch_policy::begin_step() {
+void prefetch_policy::begin_step(step_kind kind) {
   ZOE_EXPECTS(!open_, "prefetch_policy::begin_step: a step is open already, at fetch ", position_,
               " (call end_step first)");
   open_ = true;
+  inference_ = kind == step_kind::inference;
   position_ = 0;
   cursor_ = 0;
-  if (recording_) trace_.clear();
+  if (recording_ && !inference_) trace_.clear();
 }
 
 fetch_decision prefetch_policy::on_fetch(module_id module) {
   require_open("on_fetch", module);
-  if (!recording_ && (position_ >= trace_.size() || trace_[position_] != module)) depart(module);
+  if (!recording_ && !inference_ && (position_ >= trace_.size() || trace_[position_] != module)) depart(module);
 
   fetch_decision decision;
   for (const parameter_id p : layout_->module(module).parameters) {
@@ -114,7 +115,9 @@ fetch_decision prefetch_policy::on_fetch(module_id module) {
   }
   ++active_[module];
 
-  if (recording_) {
+  if (inference_) {
+    // Neither part of the trace nor served by it.
+  } else if (recording_) {
     trace_.push_back(module);
   } else {
     // The entries of this fetch (and any the prefetch was blocked before) are served by demand now.
@@ -171,11 +174,12 @@ std::vector<parameter_id> prefetch_policy::on_release(module_id module) {
   if (--active_[module] > 0) return release;  // fetched again and still in use
 
   const std::size_t current = position_ - 1;  // the latest fetch; position_ > 0 as a fetch is active
-  const bool reused = !recording_ && reused_soon(module, current);
+  const bool following = !recording_ && !inference_;
+  const bool reused = following && reused_soon(module, current);
   for (const parameter_id p : layout_->module(module).parameters) {
     const param_state& st = params_[p];
     if (st.status == gather_status::released || st.persistent) continue;
-    if (!recording_ && (reused || st.serve_until > current + 1)) continue;
+    if (following && (reused || st.serve_until > current + 1)) continue;
     mark_released(p);
     release.push_back(p);
   }
@@ -197,8 +201,9 @@ std::vector<parameter_id> prefetch_policy::end_step() {
     release.push_back(p);
   }
   ahead_numel_ = 0;
-  if (recording_) complete_trace();
+  if (recording_ && !inference_) complete_trace();
   open_ = false;
+  inference_ = false;
   return release;
 }
 
@@ -266,7 +271,7 @@ void prefetch_policy::mark_released(parameter_id p) noexcept {
 
 std::vector<parameter_id> prefetch_policy::lookahead(std::uint64_t max_numel) const {
   std::vector<parameter_id> out;
-  if (recording_) return out;
+  if (recording_ || inference_) return out;
   std::unordered_set<parameter_id> taken;
   std::uint64_t numel = 0;
   for (std::size_t i = cursor_; i < entries_.size(); ++i) {

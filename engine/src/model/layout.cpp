@@ -70,6 +70,8 @@ model_layout::model_layout(std::vector<module_spec> modules, layout_options opti
       ZOE_EXPECTS(parameters_.size() < std::numeric_limits<parameter_id>::max(), "a layout holds at most ",
                   std::numeric_limits<parameter_id>::max(), " parameters; ", describe(m.name, p.name), " is one more");
       const std::string what = describe(m.name, p.name);
+      ZOE_EXPECTS(p.group <= max_parameter_group, what, ": group ", p.group, " is above ", max_parameter_group,
+                  ", the largest parameter group");
       std::uint64_t numel = 1;
       for (std::size_t d = 0; d < p.shape.size(); ++d) {
         ZOE_EXPECTS(p.shape[d] > 0, what, " has a zero dimension (dimension ", d, " of ", p.shape.size(), ")");
@@ -90,9 +92,13 @@ model_layout::model_layout(std::vector<module_spec> modules, layout_options opti
       pl.name = std::move(p.name);
       pl.shape = std::move(p.shape);
       pl.dtype = p.dtype;
+      pl.frozen = p.frozen;
+      pl.group = p.group;
+      group_count_ = std::max<std::size_t>(group_count_, std::size_t{p.group} + 1);
       pl.numel = numel;
       pl.shard_numel = shard;
       m.parameters.push_back(pl.id);
+      if (!pl.frozen) m.trainable.push_back(pl.id);
       m.numel = checked_add(m.numel, numel, what);
       m.shard_numel = checked_add(m.shard_numel, shard, what);
       total_numel_ = checked_add(total_numel_, numel, what);

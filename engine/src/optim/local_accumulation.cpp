@@ -30,6 +30,7 @@ local_accumulation::local_accumulation(const tier_manager& tiers, std::size_t wo
   std::vector<std::uint64_t> offset(n, 0);
   std::uint64_t host_elements = 0;
   for (const parameter_layout& p : layout.parameters()) {
+    if (p.frozen) continue;  // takes no gradient
     const std::uint64_t elements = p.padded_numel(world_);
     if (tiers.location(p.id, state_kind::gradient).where == tier::device) {
       on_device_[p.id] = true;
@@ -52,6 +53,7 @@ local_accumulation::local_accumulation(const tier_manager& tiers, std::size_t wo
   }
   host_.assign(host_elements, 0.0F);
   for (const parameter_layout& p : layout.parameters()) {
+    if (p.frozen) continue;
     where_[p.id] =
         on_device_[p.id] ? reinterpret_cast<float*>(device_block_ + offset[p.id]) : host_.data() + offset[p.id];
   }
@@ -126,7 +128,7 @@ void local_accumulation::transfer(parameter_id p, void* source, bool overwrite, 
 }
 
 void local_accumulation::add(module_id m, std::span<void* const> memory, stream_view stream) {
-  const std::vector<parameter_id>& params = tiers_.layout().module(m).parameters;
+  const std::vector<parameter_id>& params = tiers_.layout().module(m).trainable;
   ZOE_ASSERT(memory.size() == params.size());
   const bool first = held_[m] == 0;
   for (std::size_t i = 0; i < params.size(); ++i) transfer(params[i], memory[i], first, false, stream);
@@ -135,7 +137,7 @@ void local_accumulation::add(module_id m, std::span<void* const> memory, stream_
 
 void local_accumulation::fold(module_id m, std::span<void* const> memory, stream_view stream) {
   if (held_[m] == 0) return;
-  const std::vector<parameter_id>& params = tiers_.layout().module(m).parameters;
+  const std::vector<parameter_id>& params = tiers_.layout().module(m).trainable;
   ZOE_ASSERT(memory.size() == params.size());
   held_[m] = 0;
   for (std::size_t i = 0; i < params.size(); ++i) transfer(params[i], memory[i], false, true, stream);

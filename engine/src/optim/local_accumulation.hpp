@@ -1,5 +1,6 @@
 #pragma once
-// ZeRO stage 1's gradient accumulation (the gradient path's part for it; gradient_path.cpp calls it).
+// ZeRO stage 1's gradient accumulation (the gradient path's part for it; gradient_path.cpp and
+// gradient_reduction.cpp call it).
 // Stage 0 runs it alike on its one whole shard (DeepSpeed's engine all-reduces unpartitioned
 // gradients only at the accumulation boundary too); its fold is then all-reduced.
 //

@@ -1,22 +1,21 @@
 #pragma once
-// The optimizer step's I/O thread: the one thread that drives the step's swap_channel. The step
-// hands it batches (the reads of one piece, or its writes); the thread submits them, reaps their
-// completions, and reports each batch once all its requests are back, with the first that failed.
-// It never touches the slots' contents or the pool: the step owns those, and gives a slot back only
-// after the batch that uses it is reported.
+// The optimizer step's reads and writes, as a client of the rank's mover (swap/mover.hpp): the step
+// hands in batches (the reads of one piece, or its writes), each request one mover piece in the
+// step's own pinned slot (the mover's I/O thread reads into it or writes from it), and gets each
+// batch back once all its pieces are done, with the first that failed. It never touches the slots'
+// contents: the step owns them, and gives a slot back only after the batch that uses it is back.
 
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <optional>
-#include <span>
-#include <string>
-#include <thread>
 #include <vector>
 
 #include "zoe/engine/swap/carried_error.hpp"
+#include "zoe/engine/swap/mover.hpp"
 #include "zoe/io/swap_channel.hpp"
 
 namespace zoe::engine::detail {
@@ -32,61 +31,44 @@ struct io_batch_result {
 
 class step_io {
  public:
-  /// Starts the thread. `slots` is the pinned memory requests use (registered with the channel as
-  /// one region); the store must outlive the object.
-  step_io(io::swap_store& store, std::span<std::byte> slots);
-  /// Waits for every batch handed in, then joins the thread. Never throws.
+  /// The mover must outlive the object.
+  explicit step_io(mover& movers) : movers_(movers) {}
+  /// Waits for every piece handed to the mover. Never throws.
   ~step_io();
   step_io(const step_io&) = delete;
   step_io& operator=(const step_io&) = delete;
 
-  /// Queues a batch; its result comes from wait_any(). An empty batch is reported at once.
-  void submit(std::uint64_t batch, std::vector<io::swap_request> requests);
+  /// Hands a batch's requests to the mover at `priority`; its result comes from wait_any(). An
+  /// empty batch is reported at once; a request the mover refuses fails at once.
+  void submit(std::uint64_t batch, const std::vector<io::swap_request>& requests, move_priority priority);
   /// Waits for the next finished batch (in the order they finish). usage_error when none is out.
   [[nodiscard]] io_batch_result wait_any();
   /// Batches handed in and not yet returned by wait_any().
   [[nodiscard]] std::size_t outstanding() const noexcept { return outstanding_; }
-  /// Bytes the channel moved, per direction, since the object was made (successful requests).
+  /// Bytes moved per direction since the object was made (successful requests).
   [[nodiscard]] std::uint64_t bytes_read() const;
   [[nodiscard]] std::uint64_t bytes_written() const;
 
  private:
   struct batch_state {
     std::uint64_t id = 0;
-    std::vector<io::swap_request> requests;
     std::size_t left = 0;  ///< requests not yet back
     std::optional<std::size_t> failed_request;
     carried_error failure;
   };
 
-  void run() noexcept;
-  void loop(io::swap_channel& channel);
-  /// Submits the queued batches' requests; a refused submit fails its request at once.
-  void start_queued(io::swap_channel& channel);
-  void on_completion(const io::io_completion& c);
-  /// One request of an active batch is back (`empty`: the batch had none); reports the batch when it was the last.
-  void request_done(std::size_t slot, std::size_t index, const carried_error* failure, bool empty = false);
+  /// Request `index` of `b` is back (on the mover's thread, or here when refused).
+  void request_done(batch_state& b, std::size_t index, io::io_op op, std::size_t bytes, const carried_error* failure);
 
-  io::swap_store& store_;
-  std::span<std::byte> slots_;
+  mover& movers_;
   std::size_t outstanding_ = 0;  // the step's thread only
 
   mutable std::mutex mutex_;
-  std::condition_variable wake_;      // the I/O thread: work queued, or stop
-  std::condition_variable finished_;  // the step's thread: a batch finished
-  std::deque<batch_state> queued_;
+  std::condition_variable finished_;
   std::deque<io_batch_result> done_;
+  std::size_t with_mover_ = 0;  // batches with pieces the mover has not reported
   std::uint64_t bytes_read_ = 0;
   std::uint64_t bytes_written_ = 0;
-  bool stopping_ = false;
-  std::optional<carried_error> broken_;  // the thread stopped: every batch fails with this
-
-  // The I/O thread's own: batches in flight, indexed by user_data >> 16.
-  std::vector<std::optional<batch_state>> active_;
-  std::vector<std::size_t> free_active_;
-  std::vector<io::io_completion> completions_;
-
-  std::thread thread_;  // last: it starts with everything above in place
 };
 
 }  // namespace zoe::engine::detail

@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <optional>
 
-#include "nvme_mover.hpp"
-#include "zoe/allocators/buffer_pool.hpp"
 #include "zoe/core/check.hpp"
 #include "zoe/core/units.hpp"
 
@@ -14,39 +12,53 @@ state_kind working_state(const parameter_layout& p) noexcept {
   return p.dtype == kernels::dtype::fp32 ? state_kind::master : state_kind::working;
 }
 
+namespace {
+// What the pieces of one NVMe read share. Their done callbacks all run on the mover's I/O thread,
+// one at a time: no lock.
+struct nvme_move {
+  parameter_id param = 0;
+  state_kind state = state_kind::working;
+  std::size_t pieces_left = 0;
+  std::optional<carried_error> failure;  ///< the first piece that failed
+  std::shared_ptr<detail::ticket_state> ticket;
+};
+}  // namespace
+
 struct parameter_swapper::impl {
-  impl(tier_manager& t, device& d) : tiers(t), dev(d), copy_stream(d.create_stream()) {}
+  impl(tier_manager& t, device& d, mover* m)
+      : tiers(t), dev(d), movers(m), copy_stream(d.create_stream()), in_stream(d.create_stream()) {}
 
   tier_manager& tiers;
   device& dev;
-  // Host and device homes: one stream for both directions, so a write-back queued after a fetch
-  // of the same state runs after it.
-  device_stream copy_stream;
-  std::optional<allocators::buffer_pool> pool;
-  std::unique_ptr<detail::nvme_mover> mover;  // last: its thread uses the pool
+  mover* movers;
+  std::size_t pool = mover::no_pool;
+  std::size_t slot_bytes = 0;
+  device_stream copy_stream;  ///< host and device homes
+  device_stream in_stream;    ///< NVMe pieces: their hooks copy slot -> device
 
   mutable std::mutex mutex;
-  parameter_swapper_stats stats;  // the copies of host and device homes
+  parameter_swapper_stats stats;
 
   struct started {
     const parameter_layout& param;
     state_kind state;
     const state_location& home;
   };
-  // Takes the state for a move (-> in_flight); usage_error when it cannot be moved now.
-  started begin(parameter_id p, move_kind kind);
-  // Hands a move of `m`'s NVMe home (in: to `device`; out: from it) to the I/O thread.
-  void enqueue_nvme(parameter_id p, const started& m, io::io_op op, std::byte* device,
-                    std::shared_ptr<detail::ticket_state> ticket);
+  // Takes the state for a read (-> in_flight); usage_error when it cannot be read now.
+  started begin(parameter_id p);
+  // Hands a read of `m`'s NVMe home into `device` to the mover, piece by piece.
+  void submit_nvme(parameter_id p, const started& m, std::byte* device, move_priority priority,
+                   std::shared_ptr<detail::ticket_state> ticket);
   std::shared_ptr<detail::ticket_state> new_ticket() {
     auto t = std::make_shared<detail::ticket_state>();
     t->dev = &dev;
     return t;
   }
-  void count_copy(std::uint64_t bytes, bool in) {
+  void finish(nvme_move& m) noexcept;
+  void count_copy(std::uint64_t bytes) {
     const std::lock_guard lock(mutex);
     stats.bytes_copied += bytes;
-    ++(in ? stats.moves_in : stats.moves_out);
+    ++stats.moves_in;
   }
 };
 
@@ -54,36 +66,94 @@ namespace {
 std::string describe(const parameter_layout& p, state_kind s) {
   return str("the ", state_kind_name(s), " state of parameter '", p.name, "'");
 }
+
 }  // namespace
 
-parameter_swapper::impl::started parameter_swapper::impl::begin(parameter_id p, move_kind kind) {
+parameter_swapper::impl::started parameter_swapper::impl::begin(parameter_id p) {
   const parameter_layout& param = tiers.layout().parameter(p);
   const state_kind s = working_state(param);
   // A read of a released state is refused by the tier manager, naming it.
-  ZOE_EXPECTS(tiers.begin_move(p, s, kind), "cannot move ", describe(param, s), ": it is already being moved");
+  ZOE_EXPECTS(tiers.begin_move(p, s, move_kind::read), "cannot move ", describe(param, s),
+              ": it is already being moved");
   return {param, s, tiers.location(p, s)};
 }
 
-void parameter_swapper::impl::enqueue_nvme(parameter_id p, const started& m, io::io_op op, std::byte* device,
-                                           std::shared_ptr<detail::ticket_state> ticket) {
-  ZOE_ASSERT(mover != nullptr);
-  auto move = std::make_unique<detail::nvme_move>();
-  move->op = op;
+void parameter_swapper::impl::submit_nvme(parameter_id p, const started& m, std::byte* device, move_priority priority,
+                                          std::shared_ptr<detail::ticket_state> ticket) {
+  ZOE_ASSERT(pool != mover::no_pool);
+  auto move = std::make_shared<nvme_move>();
   move->param = p;
   move->state = m.state;
-  move->what = describe(m.param, m.state);
-  move->extent = m.home.extent;
-  move->device = device;
-  move->bytes = m.home.bytes;
   move->ticket = std::move(ticket);
-  mover->enqueue(std::move(move));
+  const std::uint64_t bytes = m.home.bytes;
+  move->pieces_left = static_cast<std::size_t>((bytes + slot_bytes - 1) / slot_bytes);
+  const std::string what = describe(m.param, m.state);
+  const std::uint64_t group = movers->new_group();
+  if (priority != move_priority::demand) {
+    // Called only while the ticket is not ready: its pieces are in the mover, which lives until they are done.
+    move->ticket->raise = [movers = movers, group] { movers->raise(group); };
+  }
+  for (std::uint64_t offset = 0; offset < bytes; offset += slot_bytes) {
+    mover::piece piece;
+    piece.priority = priority;
+    piece.pool = pool;
+    piece.bytes = static_cast<std::size_t>(std::min<std::uint64_t>(slot_bytes, bytes - offset));
+    piece.read = mover::io_range{m.home.extent, offset};
+    std::byte* at_device = device + offset;
+    piece.hook = [this, at_device](std::span<std::byte> slot) {
+      dev.copy_async(at_device, slot.data(), slot.size(), copy_kind::host_to_device, in_stream.view());
+      device_event copied = dev.create_event();
+      dev.record(copied, in_stream.view());
+      const std::lock_guard lock(mutex);
+      stats.bytes_staged += slot.size();
+      return copied;
+    };
+    piece.done = [this, move, n = piece.bytes](const carried_error* e) {
+      if (e != nullptr && !move->failure) move->failure = *e;
+      if (e == nullptr) {
+        const std::lock_guard lock(mutex);
+        stats.bytes_read += n;
+      }
+      if (--move->pieces_left == 0) finish(*move);
+    };
+    piece.what = what;
+    piece.group = group;
+    movers->submit(std::move(piece));
+  }
 }
 
-parameter_swapper::parameter_swapper(tier_manager& tiers, device& dev, allocators::pinned_host_resource& pinned,
-                                     io::swap_store* store, parameter_swapper_options options)
-    : impl_(std::make_unique<impl>(tiers, dev)) {
-  if (store == nullptr) return;
-  const std::uint64_t chunk = store->options().io.block_size;
+void parameter_swapper::impl::finish(nvme_move& m) noexcept {
+  std::optional<carried_error> failure = std::move(m.failure);
+  try {
+    // After a failed read the home is intact.
+    if (failure) {
+      tiers.abort_move(m.param, m.state);
+    } else {
+      tiers.finish_move(m.param, m.state);
+    }
+  } catch (...) {
+    if (!failure) failure = carried_error::of(std::current_exception());
+  }
+  // After the move's last copy (and any that went before on the stream), whether it succeeded or
+  // not: the caller's memory is written until then.
+  try {
+    m.ticket->copied = dev.create_event();
+    dev.record(m.ticket->copied, in_stream.view());
+  } catch (...) {
+    if (!failure) failure = carried_error::of(std::current_exception());
+  }
+  {
+    const std::lock_guard lock(mutex);
+    ++stats.moves_in;
+    if (failure) ++stats.failed_moves;
+  }
+  m.ticket->complete(std::move(failure));
+}
+
+parameter_swapper::parameter_swapper(tier_manager& tiers, device& dev, mover* movers)
+    : impl_(std::make_unique<impl>(tiers, dev, movers)) {
+  if (movers == nullptr || movers->store() == nullptr) return;
+  const std::uint64_t chunk = movers->chunk_bytes();
   std::uint64_t largest = 0;
   for (const parameter_layout& param : tiers.layout().parameters()) {
     const state_location& home = tiers.location(param.id, working_state(param));
@@ -92,43 +162,38 @@ parameter_swapper::parameter_swapper(tier_manager& tiers, device& dev, allocator
   // The store may hold only other states (offload_optimizer nvme with the working copies in
   // memory): then there is nothing to swap, and the plan gives no buffers to swap with.
   if (largest == 0) return;
-  // The planned pinned memory (buffer_count buffers of buffer_bytes) is cut into slots of one
-  // aio.block_size chunk: a shard streams through them chunk by chunk, read, copied and returned,
-  // so the memory keeps as many chunks in flight as it holds instead of one shard per buffer. A
-  // write must cover whole checksum chunks (or end at its extent's end), so only a buffer smaller
-  // than a chunk may be a slot of its own, and then it must hold the largest shard whole.
-  const std::uint64_t slot = options.buffer_bytes >= chunk ? chunk : options.buffer_bytes;
-  if (options.buffer_count == 0 || slot == 0 || (largest > slot && slot < chunk)) {
-    throw config_error(str("parameter swap buffers: ", options.buffer_count, " buffers of ",
-                           format_bytes(options.buffer_bytes), " cannot move shards of up to ", format_bytes(largest),
+  const mover_pool_spec none{};
+  const mover_pool_spec& pool = movers->has_pool("params") ? movers->pool_spec(movers->pool("params")) : none;
+  // A piece that starts inside a checksum chunk reads and verifies that chunk whole, so only a
+  // slot smaller than a chunk may be a buffer of its own, and then it must hold the largest shard whole.
+  if (pool.slot_count == 0 || pool.slot_bytes == 0 || (largest > pool.slot_bytes && pool.slot_bytes < chunk)) {
+    throw config_error(str("parameter swap buffers: ", pool.slot_count, " slots of ", format_bytes(pool.slot_bytes),
+                           " cannot move shards of up to ", format_bytes(largest),
                            " from NVMe; a buffer must hold the largest shard or a whole aio.block_size chunk (",
                            format_bytes(chunk),
                            "): raise zero_optimization.offload_param.buffer_count / buffer_size "
                            "or lower aio.block_size"));
   }
-  const std::uint64_t planned = static_cast<std::uint64_t>(options.buffer_count) * options.buffer_bytes;
-  impl_->pool.emplace(pinned, allocators::buffer_pool_options{.buffer_count = static_cast<std::size_t>(planned / slot),
-                                                              .buffer_size = static_cast<std::size_t>(slot),
-                                                              .name = "parameter swap buffers"});
-  impl_->stats.pinned_bytes = planned / slot * slot;
-  impl_->stats.buffer_slots = impl_->pool->buffer_count();
-  impl_->mover = std::make_unique<detail::nvme_mover>(tiers, dev, *store, *impl_->pool, slot);
+  impl_->pool = movers->pool("params");
+  impl_->slot_bytes = pool.slot_bytes;
+  impl_->stats.pinned_bytes = static_cast<std::uint64_t>(pool.slot_count) * pool.slot_bytes;
+  impl_->stats.buffer_slots = pool.slot_count;
 }
 
 parameter_swapper::~parameter_swapper() {
-  impl_->mover.reset();  // finishes the NVMe moves while the pool is still there
   try {
     impl_->dev.synchronize(impl_->copy_stream.view());
+    impl_->dev.synchronize(impl_->in_stream.view());
   } catch (const std::exception&) {  // reported by the stream's owner below; nothing to add
   }
 }
 
-swap_ticket parameter_swapper::swap_in(parameter_id p, void* dst) {
-  const impl::started m = impl_->begin(p, move_kind::read);
+swap_ticket parameter_swapper::swap_in(parameter_id p, void* dst, move_priority priority) {
+  const impl::started m = impl_->begin(p);
   auto ticket = impl_->new_ticket();
   const std::uint64_t bytes = m.home.bytes;
   if (m.home.where == tier::nvme) {
-    impl_->enqueue_nvme(p, m, io::io_op::read, static_cast<std::byte*>(dst), ticket);
+    impl_->submit_nvme(p, m, static_cast<std::byte*>(dst), priority, ticket);
     return swap_ticket(std::move(ticket));
   }
   try {
@@ -141,41 +206,10 @@ swap_ticket parameter_swapper::swap_in(parameter_id p, void* dst) {
     impl_->tiers.abort_move(p, m.state);
     throw;
   }
-  // Queued: a later write of the home is queued behind it on the same stream.
+  // Queued on copy_stream: the ticket's event says when the copy has read the home.
   impl_->tiers.finish_move(p, m.state);
-  impl_->count_copy(bytes, true);
+  impl_->count_copy(bytes);
   ticket->complete(std::nullopt);
-  return swap_ticket(std::move(ticket));
-}
-
-swap_ticket parameter_swapper::swap_out(parameter_id p, const void* src) {
-  const impl::started m = impl_->begin(p, move_kind::write);
-  auto ticket = impl_->new_ticket();
-  const std::uint64_t bytes = m.home.bytes;
-  auto* source = static_cast<std::byte*>(const_cast<void*>(src));  // read only: a write never modifies it
-  if (m.home.where == tier::nvme) {
-    impl_->enqueue_nvme(p, m, io::io_op::write, source, ticket);
-    return swap_ticket(std::move(ticket));
-  }
-  try {
-    void* dst = m.home.where == tier::host ? static_cast<void*>(m.home.host.data()) : m.home.device;
-    const copy_kind kind = m.home.where == tier::host ? copy_kind::device_to_host : copy_kind::device_to_device;
-    impl_->dev.copy_async(dst, source, bytes, kind, impl_->copy_stream.view());
-    // The home holds the data once the copy ran: the stream says so, without a thread waiting on it.
-    impl_->dev.launch_host(impl_->copy_stream.view(), [this, p, s = m.state, ticket] {
-      std::optional<carried_error> failure;
-      try {
-        impl_->tiers.finish_move(p, s);  // the home is current: it clears dirty
-      } catch (...) {
-        failure = carried_error::of(std::current_exception());
-      }
-      ticket->complete(std::move(failure));
-    });
-  } catch (...) {
-    impl_->tiers.abort_move(p, m.state);
-    throw;
-  }
-  impl_->count_copy(bytes, false);
   return swap_ticket(std::move(ticket));
 }
 
@@ -185,10 +219,17 @@ parameter_swapper_stats parameter_swapper::stats() const {
     const std::lock_guard lock(impl_->mutex);
     out = impl_->stats;
   }
-  if (impl_->mover) impl_->mover->add_stats(out);
+  if (impl_->pool != mover::no_pool) {
+    const mover_stats m = impl_->movers->stats();
+    out.buffer_waits = m.slot_waits;
+    out.io_busy_seconds = m.io_busy_seconds;
+    out.peak_buffers_in_use = out.buffer_slots - impl_->movers->pool_low_water(impl_->pool);
+  }
   return out;
 }
 
-std::string parameter_swapper::backend_name() const { return impl_->mover ? impl_->mover->backend_name() : ""; }
+std::string parameter_swapper::backend_name() const {
+  return impl_->pool != mover::no_pool ? impl_->movers->backend_name() : "";
+}
 
 }  // namespace zoe::engine

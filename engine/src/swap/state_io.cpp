@@ -9,7 +9,6 @@
 #include "zoe/core/check.hpp"
 #include "zoe/core/str.hpp"
 #include "zoe/engine/swap/carried_error.hpp"
-#include "zoe/io/swap_channel.hpp"
 
 namespace zoe::engine {
 namespace {
@@ -21,14 +20,12 @@ std::string describe(const parameter_layout& p, state_kind s) {
 }  // namespace
 
 struct state_io::impl {
-  impl(tier_manager& t, device& d, io::swap_store* s) : tiers(t), dev(d), store(s), stream(d.create_stream()) {}
+  impl(tier_manager& t, device& d, mover* m) : tiers(t), dev(d), movers(m), stream(d.create_stream()) {}
 
   tier_manager& tiers;
   device& dev;
-  io::swap_store* store;
+  mover* movers;
   device_stream stream;
-  // Made by the first NVMe access, on the thread that drives this state_io from then on.
-  std::unique_ptr<io::swap_channel> channel;
 
   // Checks the range and takes the state for the move; returns its home.
   const state_location& begin(parameter_id p, state_kind s, std::uint64_t offset, std::uint64_t bytes, move_kind kind);
@@ -36,7 +33,10 @@ struct state_io::impl {
   // the state named.
   template <typename Move>
   void run(parameter_id p, state_kind s, Move&& move);
-  void nvme(io::io_op op, const io::swap_extent& extent, std::uint64_t offset, std::span<std::byte> buffer);
+  // One piece through the mover, in the caller's memory, waited for: state_io is off the hot path,
+  // but its pieces go first (demand) since the caller waits on them.
+  void nvme(io::io_op op, const io::swap_extent& extent, std::uint64_t offset, std::span<std::byte> buffer,
+            const std::string& what);
 };
 
 const state_location& state_io::impl::begin(parameter_id p, state_kind s, std::uint64_t offset, std::uint64_t bytes,
@@ -46,7 +46,7 @@ const state_location& state_io::impl::begin(parameter_id p, state_kind s, std::u
   ZOE_EXPECTS(offset <= home.bytes && bytes <= home.bytes - offset, "state_io: bytes [", offset, ", ", offset + bytes,
               ") pass the end of ", describe(param, s), " (", home.bytes, " bytes)");
   if (kind == move_kind::write && home.where == tier::nvme) {
-    const std::uint64_t granule = store->options().io.block_size;
+    const std::uint64_t granule = movers->chunk_bytes();
     const std::uint64_t end = offset + bytes;
     ZOE_EXPECTS(offset % granule == 0 && (end % granule == 0 || end == home.bytes), "state_io: a write of bytes [",
                 offset, ", ", end, ") of ", describe(param, s),
@@ -73,15 +73,19 @@ void state_io::impl::run(parameter_id p, state_kind s, Move&& move) {
 }
 
 void state_io::impl::nvme(io::io_op op, const io::swap_extent& extent, std::uint64_t offset,
-                          std::span<std::byte> buffer) {
-  ZOE_ASSERT(store != nullptr);
-  if (!channel) channel = std::make_unique<io::swap_channel>(*store);
-  const io::swap_request request{.op = op, .extent = extent, .offset = offset, .buffer = buffer};
-  channel->run({&request, 1});
+                          std::span<std::byte> buffer, const std::string& what) {
+  ZOE_ASSERT(movers != nullptr && movers->store() != nullptr);
+  mover::piece piece;
+  piece.priority = move_priority::demand;
+  piece.buffer = buffer;
+  piece.bytes = buffer.size();
+  (op == io::io_op::read ? piece.read : piece.write) = mover::io_range{extent, offset};
+  piece.what = what;
+  movers->run(std::move(piece));
 }
 
-state_io::state_io(tier_manager& tiers, device& dev, io::swap_store* store)
-    : impl_(std::make_unique<impl>(tiers, dev, store)) {}
+state_io::state_io(tier_manager& tiers, device& dev, mover* movers)
+    : impl_(std::make_unique<impl>(tiers, dev, movers)) {}
 
 state_io::~state_io() = default;
 
@@ -96,7 +100,9 @@ void state_io::read(parameter_id p, state_kind s, std::uint64_t offset, std::spa
         impl_->dev.synchronize(impl_->stream.view());
         break;
       case tier::host: std::memcpy(out.data(), home.host.data() + offset, out.size()); break;
-      case tier::nvme: impl_->nvme(io::io_op::read, home.extent, offset, out); break;
+      case tier::nvme:
+        impl_->nvme(io::io_op::read, home.extent, offset, out, describe(impl_->tiers.layout().parameter(p), s));
+        break;
     }
   });
 }
@@ -123,7 +129,8 @@ void state_io::write(parameter_id p, state_kind s, std::uint64_t offset, std::sp
         // The channel only reads a write's buffer; swap_request holds a mutable span for both directions.
         impl_->nvme(
             io::io_op::write, home.extent, offset,
-            {const_cast<std::byte*>(data.data()), data.size()});  // NOLINT(cppcoreguidelines-pro-type-const-cast)
+            {const_cast<std::byte*>(data.data()), data.size()},  // NOLINT(cppcoreguidelines-pro-type-const-cast)
+            describe(impl_->tiers.layout().parameter(p), s));
         break;
     }
   });
@@ -136,8 +143,25 @@ void state_io::write(parameter_id p, state_kind s, std::span<const std::byte> da
   write(p, s, 0, data);
 }
 
+void state_io::write_shadow(parameter_id p, state_kind s, std::span<const std::byte> data) {
+  const parameter_layout& param = impl_->tiers.layout().parameter(p);
+  const io::swap_extent shadow = impl_->tiers.shadow(p, s);
+  ZOE_EXPECTS(shadow.bytes > 0, "state_io: ", describe(param, s), " has no shadow extent (only NVMe states do)");
+  ZOE_EXPECTS(data.size() == impl_->tiers.location(p, s).bytes, "state_io: writing ", data.size(),
+              " bytes to the shadow of ", describe(param, s), "; it has ", impl_->tiers.location(p, s).bytes);
+  // Taken as for a read: the home is left as it is, so a failed write needs no undo.
+  ZOE_EXPECTS(impl_->tiers.begin_move(p, s, move_kind::read), "state_io: cannot access ", describe(param, s),
+              ": it is being moved by another part of the engine");
+  impl_->run(p, s, [&] {
+    // The channel only reads a write's buffer; swap_request holds a mutable span for both directions.
+    impl_->nvme(io::io_op::write, shadow, 0,
+                {const_cast<std::byte*>(data.data()), data.size()},  // NOLINT(cppcoreguidelines-pro-type-const-cast)
+                str("the shadow of ", describe(param, s)));
+  });
+}
+
 std::uint64_t state_io::write_granule() const noexcept {
-  return impl_->store != nullptr ? impl_->store->options().io.block_size : 4096;
+  return impl_->movers != nullptr ? impl_->movers->chunk_bytes() : 4096;
 }
 
 }  // namespace zoe::engine

@@ -45,6 +45,11 @@ void swap_ticket::synchronize() const {
   wait();
 }
 
+void swap_ticket::raise_to_demand() const noexcept {
+  if (!state_ || !state_->raise || ready()) return;
+  state_->raise();
+}
+
 std::optional<carried_error> swap_ticket::failure() const {
   if (!state_) return std::nullopt;
   const std::lock_guard lock(state_->mutex);

@@ -7,7 +7,7 @@
 #include <numeric>
 #include <string>
 
-#include "../optim/step_pieces.hpp"
+#include "step_pieces.hpp"
 #include "zoe/core/check.hpp"
 #include "zoe/engine/comm/quantized_collectives.hpp"
 #include "zoe/core/str.hpp"
@@ -42,9 +42,11 @@ class plan_builder {
  public:
   explicit plan_builder(footprint_plan& plan) : plan_(plan) {}
 
-  void add(std::string what, memory_kind memory, std::uint64_t bytes, std::vector<std::string> keys) {
+  void add(std::string what, memory_kind memory, std::uint64_t bytes, std::vector<std::string> keys,
+           std::optional<plan_pool> pool = std::nullopt) {
     if (bytes == 0) return;
-    plan_.items.push_back({.what = std::move(what), .memory = memory, .bytes = bytes, .keys = std::move(keys)});
+    plan_.items.push_back(
+        {.what = std::move(what), .memory = memory, .bytes = bytes, .keys = std::move(keys), .pool = std::move(pool)});
     total(memory) = saturating_add(total(memory), bytes);
   }
 
@@ -79,19 +81,22 @@ void add_states(plan_builder& out, footprint_plan& plan, const placement& where)
 // Whether the optimizer step rewrites state `s` of `p` on nvme, and so the tier manager gives it a
 // second (shadow) extent of the same size (tier_manager.hpp): master, exp_avg, exp_avg_sq, and the
 // working copy when it has bytes (an fp32 parameter's working copy is its master).
-bool has_shadow_extent(const parameter_layout& p, state_kind s, const placement& where) {
-  return s != state_kind::gradient && state_bytes(p, s) > 0 && where.where(p.id, s) == tier::nvme;
+bool has_shadow_extent(const parameter_layout& p, state_kind s, const placement& where, const footprint_plan& plan) {
+  return plan.shadow_extents && s != state_kind::gradient && state_bytes(p, s) > 0 &&
+         where.where(p.id, s) == tier::nvme;
 }
 
 // The optimizer step's shadow extents, listed on their own; the swap store's capacity counts them
 // with the homes (add_swap_store).
-void add_shadow_extents(plan_builder& out, const model_layout& layout, const placement& where) {
+void add_shadow_extents(plan_builder& out, const footprint_plan& plan, const model_layout& layout,
+                        const placement& where) {
   for (const state_kind s : all_states) {
     std::uint64_t bytes = 0;
     for (const parameter_layout& p : layout.parameters()) {
-      if (has_shadow_extent(p, s, where)) bytes += state_bytes(p, s);
+      if (has_shadow_extent(p, s, where, plan)) bytes += state_bytes(p, s);
     }
     std::vector<std::string> keys(where.keys(s).begin(), where.keys(s).end());
+    keys.emplace_back("zoe.swap.shadows");
     out.add(str("optimizer step shadow extents of ", state_kind_name(s)), memory_kind::nvme, bytes, std::move(keys));
   }
 }
@@ -133,6 +138,28 @@ void add_optimizer_undo_log(plan_builder& out, footprint_plan& plan, const model
           scratch, std::move(scratch_keys));
 }
 
+// The speculative step's pending memory (optimizer_step.hpp): the host-resident states it rewrites
+// in every shard it may speculate, and the fp32 masters backward's fetches hand it (each freed once
+// read, so far less is in use at once), up to zoe.optimizer_pending_bytes.
+void add_optimizer_pending(plan_builder& out, footprint_plan& plan, const model_layout& layout,
+                           const engine_config& config, const placement& where) {
+  if (!config.zoe.optimizer_in_backward) return;
+  const detail::tier_of tier_of = [&where](parameter_id p, state_kind s) { return where.where(p, s); };
+  std::uint64_t wanted = 0;
+  for (const parameter_layout& p : layout.parameters()) {
+    if (!detail::speculates(p, tier_of)) continue;
+    // Without shadow extents a shard with a state on nvme has nowhere to put its new values.
+    if (!plan.shadow_extents && detail::has_nvme_state(p, tier_of)) continue;
+    wanted = saturating_add(wanted, detail::pending_bytes(p, tier_of) + detail::fetched_master_bytes(p, tier_of));
+  }
+  plan.optimizer_pending_bytes = std::min(wanted, config.zoe.optimizer_pending_bytes);
+  out.add(
+      "optimizer step pending memory (new host states of shards stepped inside backward until step() commits "
+      "them, and the fp32 masters backward's fetches hand it)",
+      memory_kind::pageable, plan.optimizer_pending_bytes,
+      {"zoe.optimizer_in_backward", "zoe.optimizer_pending_bytes"});
+}
+
 // The swap store's capacity for these states and the optimizer step's shadow extents (every extent
 // the tier manager takes). The store rounds every extent to 4 KiB and starts
 // one of block_size or more on a block_size boundary; the tier manager takes the large extents
@@ -156,7 +183,7 @@ void add_swap_store(plan_builder& out, footprint_plan& plan, const model_layout&
       const std::uint64_t bytes = state_bytes(p, s);
       if (bytes == 0 || where.where(p.id, s) != tier::nvme) continue;
       const std::uint64_t rounded = bytes >= block ? round_up(bytes, block) : round_up(bytes, page);
-      extents += has_shadow_extent(p, s, where) ? 2 * rounded : rounded;
+      extents += has_shadow_extent(p, s, where, plan) ? 2 * rounded : rounded;
     }
   }
   // The activations' share counts whole chunks, so each of their extents' rounding is inside it.
@@ -167,7 +194,7 @@ void add_swap_store(plan_builder& out, footprint_plan& plan, const model_layout&
     out.add(str(state_kind_name(s), " on nvme"), memory_kind::nvme, where.bytes(s, tier::nvme), std::move(keys));
   }
   const std::uint64_t before = plan.nvme_bytes;
-  add_shadow_extents(out, layout, where);
+  add_shadow_extents(out, plan, layout, where);
   const std::uint64_t shadows = plan.nvme_bytes - before;
   out.add("activation checkpoints on nvme", memory_kind::nvme, plan.activation_nvme_bytes,
           {"zoe.activations.nvme_bytes", "aio.block_size"});
@@ -179,9 +206,12 @@ void add_swap_store(plan_builder& out, footprint_plan& plan, const model_layout&
 
 // Parameters on nvme come to the device through constant-size pinned buffers, as DeepSpeed's
 // parameter swapper does: buffer_count of buffer_size elements of the working type. A shard larger
-// than a buffer moves in pieces of whole aio.block_size chunks (a write must cover whole checksum
-// chunks), so a buffer is made at least as large as the largest shard or one chunk, whichever is
-// smaller; the plan lists the size it settled on.
+// than a buffer moves in pieces of whole aio.block_size chunks (a piece inside a chunk would read
+// and verify the chunk whole), so a buffer is made at least as large as the largest shard or one
+// chunk, whichever is smaller; the plan lists the size it settled on. That memory is the mover's
+// pool "params", cut into slots of one chunk: a shard streams through them chunk by chunk, so the
+// memory keeps as many chunks in flight as it holds instead of one shard per buffer (or one slot
+// per buffer when a buffer is smaller than a chunk).
 void add_param_buffers(plan_builder& out, footprint_plan& plan, const model_layout& layout, const engine_config& config,
                        const placement& where) {
   std::uint64_t largest_shard = 0;
@@ -204,16 +234,18 @@ void add_param_buffers(plan_builder& out, footprint_plan& plan, const model_layo
   const std::uint64_t chunk = std::min<std::uint64_t>(round_up(largest_shard, page), config.aio.block_size);
   plan.param_buffer_count = block.buffer_count;
   plan.param_buffer_bytes = std::max(round_up(block.buffer_size * element, page), chunk);
-  out.add("parameter swap buffers", memory_kind::pinned,
-          saturating_mul(plan.param_buffer_count, plan.param_buffer_bytes),
-          {"zero_optimization.offload_param.buffer_count", "zero_optimization.offload_param.buffer_size"});
+  const std::uint64_t bytes = saturating_mul(plan.param_buffer_count, plan.param_buffer_bytes);
+  const std::uint64_t slot = std::min<std::uint64_t>(plan.param_buffer_bytes, config.aio.block_size);
+  out.add("parameter swap buffers", memory_kind::pinned, bytes,
+          {"zero_optimization.offload_param.buffer_count", "zero_optimization.offload_param.buffer_size"},
+          plan_pool{.key = "params", .slot_bytes = slot, .slot_count = bytes / slot});
 }
 
 // The optimizer step streams its states on nvme (master, moments, the working copy, and the
 // gradient where zoe.placement sends it there) through buffer_count pinned buffers of the largest
 // sub-group in fp32, as DeepSpeed's optimizer swapper sizes them; the gradient is fp32
 // too. The step cuts that memory into slots of one piece of an fp32 state
-// (optim/step_pieces.hpp), one per state on nvme (or in device memory) of a piece: the buffers are
+// (tiers/step_pieces.hpp), one per state on nvme (or in device memory) of a piece: the buffers are
 // made large enough for one piece's slots whatever the sub-group size.
 void add_optimizer_buffers(plan_builder& out, footprint_plan& plan, const model_layout& layout,
                            const engine_config& config, const placement& where) {
@@ -266,7 +298,7 @@ void add_arena(plan_builder& out, footprint_plan& plan, const model_layout& layo
   std::uint64_t element = 0;
   for (const module_layout& m : layout.modules()) {
     std::uint64_t bytes = 0;
-    for (const parameter_id id : m.parameters) {
+    for (const parameter_id id : m.trainable) {  // a frozen parameter is lent no gradient memory
       const parameter_layout& p = layout.parameter(id);
       element = std::max<std::uint64_t>(element, kernels::dtype_size(p.dtype));
       if (persistent[id]) continue;
@@ -315,7 +347,7 @@ void add_gradient_buckets(plan_builder& out, footprint_plan& plan, const model_l
   std::uint64_t model = 0;
   for (const module_layout& m : layout.modules()) {
     std::uint64_t bytes = 0;
-    for (const parameter_id id : m.parameters) {
+    for (const parameter_id id : m.trainable) {  // a frozen parameter is lent no gradient memory
       const parameter_layout& p = layout.parameter(id);
       element = std::max<std::uint64_t>(element, kernels::dtype_size(p.dtype));
       bytes = saturating_add(bytes, saturating_mul(p.padded_numel(ranks), kernels::dtype_size(p.dtype)));
@@ -358,13 +390,15 @@ void add_gradient_buffers(plan_builder& out, footprint_plan& plan, const model_l
 }
 
 // On a CUDA device the gradient path keeps each device-home gradient's sum of squares and
-// inf/NaN flag on the device until the step's last micro-batch ends (gradient_path.cpp), in one
+// inf/NaN flag on the device until the step's last micro-batch ends (gradient_summary.cpp), in one
 // allocation (rounded as the device rounds one). Listed for every device: the host device's path
 // takes none, so there it is an upper bound.
 void add_gradient_norm_scratch(plan_builder& out, const model_layout& layout, const placement& where) {
   std::uint64_t bytes = 0;
   for (const parameter_layout& p : layout.parameters()) {
-    if (where.where(p.id, state_kind::gradient) == tier::device) bytes += gradient_norm_scratch_bytes(p.shard_numel);
+    if (!p.frozen && where.where(p.id, state_kind::gradient) == tier::device) {
+      bytes += gradient_norm_scratch_bytes(p.shard_numel);
+    }
   }
   out.add("gradient norm scratch (the device homes' sums of squares, on a GPU)", memory_kind::device,
           round_up(bytes, arena_alignment), {"zoe.placement.gradient"});
@@ -381,6 +415,7 @@ void add_local_gradient_accumulation(plan_builder& out, footprint_plan& plan, co
   if (!accumulates_gradients_locally(config, layout.ranks())) return;
   const std::size_t world = layout.options().world_size;
   for (const parameter_layout& p : layout.parameters()) {
+    if (p.frozen) continue;  // takes no gradient
     const std::uint64_t bytes = p.padded_numel(world) * kernels::dtype_size(kernels::dtype::fp32);
     if (where.where(p.id, state_kind::gradient) == tier::device) {
       plan.local_gradient_device_bytes += align_up(bytes, arena_alignment);
@@ -540,6 +575,7 @@ footprint_plan make_footprint_plan(const model_layout& layout, const engine_conf
               layout.options().replicas);
   check_stage_fits_world(config, layout.ranks());
   footprint_plan plan;
+  plan.shadow_extents = config.zoe.shadows != "bounded";
   plan_builder out(plan);
   add_states(out, plan, where);
   add_swap_store(out, plan, layout, config, where);
@@ -550,6 +586,7 @@ footprint_plan make_footprint_plan(const model_layout& layout, const engine_conf
   add_gradient_norm_scratch(out, layout, where);
   add_local_gradient_accumulation(out, plan, layout, config, where);
   add_optimizer_undo_log(out, plan, layout, where);
+  add_optimizer_pending(out, plan, layout, config, where);
   add_arena(out, plan, layout, config);
   add_activations(out, plan, config);
   add_zero_plus_plus(out, plan, layout, config);

@@ -172,6 +172,9 @@ kernels::dtype state_dtype(const parameter_layout& p, state_kind s) noexcept {
 
 std::uint64_t state_bytes(const parameter_layout& p, state_kind s) noexcept {
   if (s == state_kind::working && p.dtype == kernels::dtype::fp32) return 0;
+  // A frozen parameter keeps its value alone: the working copy (a 16-bit one), or the fp32 master
+  // that is its working copy.
+  if (p.frozen && s != state_kind::working && !(s == state_kind::master && p.dtype == kernels::dtype::fp32)) return 0;
   return p.shard_numel * kernels::dtype_size(state_dtype(p, s));
 }
 
@@ -192,7 +195,7 @@ std::vector<sub_group> sub_groups(const model_layout& layout, std::uint64_t sub_
   std::vector<sub_group> out;
   sub_group current;
   for (const parameter_layout& p : layout.parameters()) {
-    current.shard_numel += p.shard_numel;
+    if (!p.frozen) current.shard_numel += p.shard_numel;  // the step passes a frozen one by
     current.last = p.id + 1;
     if (current.shard_numel >= sub_group_size) {
       out.push_back(current);

@@ -152,7 +152,7 @@ tier_manager::tier_manager(const model_layout& layout, const placement& where, c
       continue;
     }
     extents.push_back({i, false});
-    if (has_shadow(loc, all_states[i % state_kind_count])) extents.push_back({i, true});
+    if (plan.shadow_extents && has_shadow(loc, all_states[i % state_kind_count])) extents.push_back({i, true});
   }
   std::stable_sort(extents.begin(), extents.end(), [&m](const allocation& a, const allocation& b) {
     return m.homes[a.index].location.bytes > m.homes[b.index].location.bytes;

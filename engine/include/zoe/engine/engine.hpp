@@ -26,19 +26,22 @@
 // inf/NaN check cover every rank's shards, so all ranks clip and skip alike), fetch and
 // reduce_gradients are collective. A rank that fails or vanishes makes the others' calls fail
 // with a comm_error naming it within zoe.comm.timeout_s. Below stage 3 the parameters are
-// replicated (parameter_path.hpp): a module's first fetch after a step gathers it, later fetches
+// replicated (engine_resources.hpp): a module's first fetch after a step gathers it, later fetches
 // find it on the device.
 //
 // Thread-safety: fetch, release, address, gradient_buffers and reduce_gradients may be called from
 // several threads (for different modules); the rest from one thread, not concurrently with them.
 
+#include <atomic>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "zoe/core/device.hpp"
@@ -46,7 +49,7 @@
 #include "zoe/engine/checkpoint/checkpoint_fs.hpp"
 #include "zoe/engine/config/config.hpp"
 #include "zoe/engine/coordinator/coordinator.hpp"
-#include "zoe/engine/coordinator/parameter_path.hpp"
+#include "zoe/engine/engine_resources.hpp"
 #include "zoe/engine/model/layout.hpp"
 #include "zoe/engine/optim/gradient_path.hpp"
 #include "zoe/engine/optim/loss_scaler.hpp"
@@ -55,13 +58,17 @@
 
 namespace zoe::engine {
 
+namespace detail {
+class speculation_worker;
+}  // namespace detail
+
 struct engine_options {
-  /// Passed to parameter_path_options (tests: a smaller arena, fault injection under the store).
+  /// Passed to engine_resources_options (tests: a smaller arena, fault injection under the store).
   std::optional<std::uint64_t> arena_bytes;
   std::function<std::unique_ptr<io::io_backend>(std::unique_ptr<io::io_backend>)> wrap_backend;
   /// The file system checkpoints go through (tests: a fault-injecting one); null: the real one.
   checkpoint_fs* checkpoint_files = nullptr;
-  /// The two worlds (parameter_path_options::comm / gradient_comm): both or neither; null: made
+  /// The two worlds (engine_resources_options::comm / gradient_comm): both or neither; null: made
   /// from the configuration's zoe.comm.* keys (make_communicator, collective).
   communicator* comm = nullptr;
   communicator* gradient_comm = nullptr;
@@ -89,7 +96,7 @@ struct step_result {
 
 class offload_engine {
  public:
-  /// Lays the model out, plans its footprint and builds every stage (see parameter_path: the plan
+  /// Lays the model out, plans its footprint and builds every stage (see engine_resources: the plan
   /// is checked against this machine before anything is allocated, naming the keys to change).
   /// Every state starts released: set_parameter() (or load_checkpoint()) gives each parameter its
   /// value. Throws config_error naming the key for a configuration the engine cannot run, and what
@@ -101,8 +108,8 @@ class offload_engine {
   offload_engine& operator=(const offload_engine&) = delete;
 
   [[nodiscard]] const engine_config& config() const noexcept { return config_; }
-  [[nodiscard]] const model_layout& layout() const noexcept { return path_->layout(); }
-  [[nodiscard]] const footprint_plan& plan() const noexcept { return path_->plan(); }
+  [[nodiscard]] const model_layout& layout() const noexcept { return resources_->layout(); }
+  [[nodiscard]] const footprint_plan& plan() const noexcept { return resources_->plan(); }
 
   // ---- values --------------------------------------------------------------------------------
   /// Gives `p` its value: `values` holds its numel elements (fp32, row-major). Every rank passes
@@ -110,6 +117,15 @@ class offload_engine {
   /// takes them (padding zero), the working copy their cast to its dtype, both moments zero.
   /// usage_error naming the parameter for another count, or while a micro-batch is open.
   void set_parameter(parameter_id p, std::span<const float> values);
+  /// Sets state `s` of `p` to `values` (its numel elements, fp32, row-major; every rank passes the
+  /// whole value and writes its own shard): master sets the fp32 master and the working copy its
+  /// cast (round to nearest even, as the step writes it); exp_avg / exp_avg_sq an Adam moment. Not
+  /// collective. Either every state it writes takes the new value or none does: states on NVMe are
+  /// written to their shadow extents and committed once all are written, memory homes keep an undo
+  /// copy until then. usage_error naming the parameter for another state, another count, a value
+  /// that is NaN or infinite (naming its index), or while a micro-batch is open; the I/O errors of
+  /// the writes, with every state as it was.
+  void write_state(parameter_id p, state_kind s, std::span<const float> values);
   /// The numel real elements of state `s` of `p`, as fp32 (the gradient: as accumulated so far,
   /// summed and still loss-scaled, averaged over the ranks), whole at any world size: at world size
   /// > 1 it is collective (every rank calls it, in the same order, for the same p and s) and
@@ -119,10 +135,17 @@ class offload_engine {
   [[nodiscard]] std::vector<float> read_state(parameter_id p, state_kind s);
 
   // ---- a micro-batch ---------------------------------------------------------------------------
-  /// Opens the next micro-batch of the step. usage_error when one is open, or when the step's
-  /// micro-batches are all done and step() has not run.
+  /// Opens the next micro-batch of the step. usage_error when one is open, when the step's
+  /// micro-batches are all done and step() has not run, or while an inference fetch is open.
   void begin_micro_batch();
-  /// Forward and backward fetches: coordinator::fetch / release / address.
+  /// Forward and backward fetches: coordinator::fetch / release / address. Outside a micro-batch a
+  /// forward fetch is an inference fetch (a backward one is usage_error naming the module): it
+  /// takes no gradient and counts as no micro-batch; the first one opens an inference step of the
+  /// coordinator (step_kind::inference: the prefetch trace neither learns nor follows its order)
+  /// and the release of the last one open ends it. Inference fetches are collective at world
+  /// size > 1 as any fetch, and may come between any two micro-batches or steps; while one is open
+  /// the calls that need the engine between steps (begin_micro_batch, step, read_state,
+  /// write_state, the checkpoints, measure_stages) are usage_error.
   [[nodiscard]] fetch_handle fetch(module_id m, fetch_pass pass = fetch_pass::forward);
   void release(module_id m, stream_view stream = {});
   [[nodiscard]] void* address(parameter_id p) const;
@@ -134,7 +157,8 @@ class offload_engine {
   /// failure (an NVMe read or write of a gradient) is rethrown and the step's accumulation starts
   /// again at micro-batch 0. usage_error naming the module while one has a fetch not released or
   /// gradients acquired and not reduced: the micro-batch stays open (release / reduce it, then end
-  /// it again). A parameter's failed write-back is rethrown after the micro-batch is counted.
+  /// it again). A failure of the coordinator's step end (a gather's collective) is rethrown after
+  /// the micro-batch is counted.
   void end_micro_batch();
 
   // ---- the step --------------------------------------------------------------------------------
@@ -146,6 +170,15 @@ class offload_engine {
   /// with every state as it was; device_error when the device fails while the step writes states
   /// that live on it in place, after which every later step is refused (optimizer_step.hpp).
   step_result step(double lr);
+  /// step() with each parameter group's own learning rate and weight decay: groups[g] for the
+  /// parameters of group g (parameter_spec::group); step(lr) is this with every group at lr and the
+  /// configuration's optimizer.weight_decay. usage_error, before anything changes, unless there is
+  /// one entry per group (layout().group_count()), each lr in [0, FLT_MAX] and each weight_decay
+  /// finite and >= 0 (naming the group).
+  step_result step(std::span<const group_hyper> groups);
+  /// Each group's settings at the last step taken (or as loaded from a checkpoint; before any
+  /// step, the configuration's lr and weight_decay).
+  [[nodiscard]] std::span<const group_hyper> groups() const noexcept { return groups_; }
 
   // ---- checkpoints -----------------------------------------------------------------------------
   /// Saves every state (but the gradient), the loss scaler and the optimizer settings under
@@ -154,7 +187,10 @@ class offload_engine {
   /// step() has not run). Returns the tag. At world size > 1 it is collective (every rank calls it,
   /// with the same root and tag; root on a file system every rank sees) and fails on every rank
   /// when it fails on one (checkpoint/checkpoint.hpp). The files do not depend on the world size.
-  std::string save_checkpoint(const std::filesystem::path& root, const std::string& tag = "");
+  /// `client`: opaque bytes kept with the checkpoint (checkpoint_meta::client; empty: none); at
+  /// several ranks rank 0's are saved.
+  std::string save_checkpoint(const std::filesystem::path& root, const std::string& tag = "",
+                              std::string_view client = {});
   /// Loads root/tag (root/latest when empty) into every state, the loss scaler and the learning
   /// rate; checkpoint_error naming the file when it is missing, torn, corrupt, of another model, or
   /// holds a scaler state this configuration refuses (nothing changed then). Between steps only
@@ -163,6 +199,13 @@ class offload_engine {
   /// world size > 1 it is collective, and a refusal on one rank is every rank's (no state changed
   /// on any rank).
   void load_checkpoint(const std::filesystem::path& root, const std::string& tag = "");
+  /// What the checkpoint last loaded keeps for the caller.
+  struct loaded_checkpoint {
+    std::string client;               ///< its client bytes (empty: it has none)
+    std::vector<group_hyper> groups;  ///< groups() as the load set them
+  };
+  /// The checkpoint last loaded (by this engine, successfully); nullopt before any load.
+  [[nodiscard]] const std::optional<loaded_checkpoint>& loaded() const noexcept { return loaded_; }
 
   // ---- activation checkpoints -------------------------------------------------------------------
   /// The store activations are saved in during a micro-batch (sized by zoe.activations.*);
@@ -182,7 +225,7 @@ class offload_engine {
   stage_times measure_stages();
 
   // ---- the stages, for statistics and benchmarks -----------------------------------------------
-  [[nodiscard]] parameter_path& parameters() noexcept { return *path_; }
+  [[nodiscard]] engine_resources& resources() noexcept { return *resources_; }
   [[nodiscard]] gradient_path& gradients() noexcept { return *gradients_; }
   [[nodiscard]] optimizer_step& optimizer() noexcept { return *optimizer_; }
   [[nodiscard]] const loss_scaler& scaler() const noexcept { return scaler_; }
@@ -190,10 +233,27 @@ class offload_engine {
 
  private:
   void expect_between_steps(const char* what) const;
+  /// An inference fetch is over (released, or its fetch failed): the last one ends the
+  /// coordinator's inference step.
+  void end_inference_fetch();
+  /// usage_error naming `what` while a step that failed midway waits for its retry (bounded shadows).
+  void expect_no_part_done_step(const char* what) const;
+  /// From the step's last micro-batch on, each shard whose gradient is final is stepped ahead on the
+  /// speculation thread (optimizer_step.hpp, "Speculation") with the settings this computes.
+  void arm_speculation();
+  /// No more shards are handed in; waits for the ones handed in. Never throws.
+  void stop_speculation() noexcept;
+  /// Hands the speculation the master shards backward's fetch of `m` brought (optimizer_step::
+  /// keep_fetched_master), copied on `stream`.
+  void keep_fetched_masters(module_id m, stream_view stream);
+  /// This rank's shard of `values` (a whole parameter's), padding zero.
+  [[nodiscard]] std::vector<float> own_shard(const parameter_layout& param, std::span<const float> values) const;
 
   engine_config config_;
   optimizer_config adam_settings_;
-  std::unique_ptr<parameter_path> path_;
+  /// Whether the gradient path's final gradients go to the speculation thread (read on its worker).
+  std::atomic<bool> ahead_armed_{false};
+  std::unique_ptr<engine_resources> resources_;
   std::unique_ptr<state_io> io_;
   std::unique_ptr<gradient_path> gradients_;
   std::unique_ptr<optimizer_step> optimizer_;
@@ -201,13 +261,22 @@ class offload_engine {
   checkpoint_fs* files_;
   loss_scaler scaler_;
   double lr_ = 0;
+  std::vector<group_hyper> groups_;
+  std::optional<loaded_checkpoint> loaded_;
   device* device_;
   std::size_t micro_batches_done_ = 0;  ///< of the current step
   bool micro_batch_open_ = false;
+  /// Inference fetches not yet released (fetch() and release() run on several threads).
+  mutable std::mutex inference_mutex_;
+  std::size_t inference_fetches_ = 0;
   /// end_micro_batch ended the coordinator's step, then the gradient path refused to end its
   /// micro-batch (a module acquired and not reduced): ending the micro-batch again skips the
   /// coordinator.
   bool coordinator_step_ended_ = false;
+  /// The speculative step's settings per parameter (arm_speculation) and its thread (null with
+  /// zoe.optimizer_in_backward off); last, so it stops before the stages it uses go.
+  std::vector<kernels::adam_config> ahead_adam_;
+  std::unique_ptr<detail::speculation_worker> ahead_;
 };
 
 }  // namespace zoe::engine

@@ -49,6 +49,6 @@ namespace zoe::engine {
 /// The bytes the engine's collectives sent: the coordinator's world and the gradient path's world,
 /// each with its sub-groups, every distinct group once (statistics_json's comm totals). Throws
 /// what a communicator's stats() throws.
-[[nodiscard]] comm_stats comm_traffic(parameter_path& path);
+[[nodiscard]] comm_stats comm_traffic(engine_resources& resources);
 
 }  // namespace zoe::engine

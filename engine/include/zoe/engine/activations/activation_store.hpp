@@ -27,7 +27,7 @@
 
 #include "zoe/allocators/pinned_host_resource.hpp"
 #include "zoe/core/device.hpp"
-#include "zoe/io/swap_store.hpp"
+#include "zoe/engine/swap/mover.hpp"
 
 namespace zoe::engine {
 
@@ -63,10 +63,10 @@ struct activation_stats {
 
 class activation_store {
  public:
-  /// `store` may be null: everything must then fit the host share. With prefetch_bytes, makes a
-  /// stream on `dev` for prefetching (device_error if refused). Everything passed must outlive the
-  /// store.
-  activation_store(device& dev, allocators::pinned_host_resource& pinned, io::swap_store* store,
+  /// `movers` may be null or have no swap store: everything must then fit the host share. NVMe
+  /// spills and loads go through the mover's swap store. With prefetch_bytes, makes a stream on
+  /// `dev` for prefetching (device_error if refused). Everything passed must outlive the store.
+  activation_store(device& dev, allocators::pinned_host_resource& pinned, mover* movers,
                    activation_store_options options);
   ~activation_store();
   activation_store(const activation_store&) = delete;

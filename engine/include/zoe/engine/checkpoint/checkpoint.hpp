@@ -9,9 +9,11 @@
 //     <state>.bin          one file per state kind: each parameter's real (unpadded) elements in
 //                          layout order, at the state's dtype, so the files do not depend on the
 //                          world size or on where the states lived
+//     client.bin           the caller's opaque bytes (checkpoint_meta::client), when it gave any
 //     manifest.json        written last: format version, the model (names, shapes, dtypes), each
-//                          file's size and XXH3-64, the scaler state, the optimizer settings,
-//                          and its own XXH3-64 (manifest_xxh3), so a changed value is refused too
+//                          file's size and XXH3-64 (client.bin's too), the scaler state, the
+//                          optimizer settings, and its own XXH3-64 (manifest_xxh3), so a changed
+//                          value is refused too
 //   ROOT/latest            the tag of the newest complete checkpoint (replaced atomically; written
 //                          as ROOT/latest.tmp, then renamed)
 //   ROOT/.<tag>.partial/   where a save builds <tag> (removed by the save; one left by a crash is
@@ -45,8 +47,9 @@
 // communicator (broadcast, in pieces of 4 MiB) and rank 0 appends them, so the file is written
 // once, in layout order, hashed as it goes; only rank 0 touches the file system. A load
 // validates on every rank (each reads the manifest and checks every file's size; the files'
-// checksums are split over the ranks, file i on rank i mod N), combines the verdicts, and only
-// then has each rank read its own slices (its shard's real elements) straight from the files.
+// checksums are split over the ranks, file i on rank i mod N; client.bin every rank reads and
+// checks whole, since every rank returns it), combines the verdicts, and only then has each rank
+// read its own slices (its shard's real elements) straight from the files.
 // Every verdict is combined with a collective: when one rank fails (a corrupt file, an I/O
 // error, a state it cannot read) every rank throws that rank's error ("rank r of N: " and the
 // message naming the file), and a rank that failed mid-stream goes on taking part (sending
@@ -72,6 +75,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "zoe/core/device.hpp"
 #include "zoe/engine/checkpoint/checkpoint_fs.hpp"
@@ -94,7 +98,14 @@ class checkpoint_error : public error {
 struct checkpoint_meta {
   loss_scaler_state scaler;    ///< the scale and the step count bias correction uses
   optimizer_config optimizer;  ///< the settings the states were stepped with
-  double lr = 0;               ///< the learning rate of the last step taken
+  double lr = 0;               ///< the learning rate of the last step taken (group 0's)
+  /// Each parameter group's settings at the last step taken; empty in a checkpoint saved before
+  /// groups were kept (every group then had `lr` and optimizer.weight_decay).
+  std::vector<group_hyper> groups;
+  /// Opaque bytes of the caller's (a framework's scheduler, data position, RNG states), kept in
+  /// client.bin under the manifest's checksum; empty: none (no file). At several ranks rank 0's
+  /// are saved, and every rank loads them.
+  std::string client;
 };
 
 /// The ranks that save or load a checkpoint together: every rank of `comm` (a world whose size is

@@ -1,13 +1,15 @@
 #pragma once
 // The communicator seam: collectives on device buffers over a group of ranks, in stream order on
 // the device the communicator was made for, plus the node-local, cross-node and hpZ sub-groups that
-// hpZ and qgZ use. Backends: single (world size 1), mpi (Open MPI, real processes) and nccl (GPUs,
-// loaded at run time, bootstrapped through MPI). Every backend counts the bytes it hands the
+// hpZ and qgZ use. Backends: single (world size 1), mpi (Open MPI, real processes), nccl (GPUs,
+// loaded at run time, bootstrapped through MPI) and host (the host program's collectives,
+// host_collectives.hpp: torch.distributed under torchrun). Every backend counts the bytes it hands the
 // transport per group, per collective and per destination (intra-node or inter-node). The mpi
 // backend measures them where it posts each send (every MPI_Isend's byte count, attributed to the
 // destination's node), so its volume is measured, not estimated. The nccl backend cannot see its
 // transport (NCCL picks rings, trees and protocols out of sight): it counts by bytes_to(), the
-// bytes the direct algorithm would send, so its figures are the same rule, not a measurement.
+// bytes the direct algorithm would send, so its figures are the same rule, not a measurement; so
+// does the host backend.
 // single sends nothing.
 //
 // Ranks and nodes: world rank r lives on node r / ranks_per_node with local rank r % ranks_per_node
@@ -223,12 +225,17 @@ class communicator {
 /// group counted once. Throws only std::bad_alloc.
 [[nodiscard]] comm_stats total_stats(communicator& world);
 
+class host_collectives;
+
 /// How make_communicator builds a world.
 struct comm_options {
-  /// "auto" | "single" | "mpi" | "nccl" (zoe.comm.backend). auto: mpi when the process was
-  /// launched by mpirun (its environment says so) with more than one rank, nccl instead on a
-  /// CUDA device where NCCL loads, single otherwise.
+  /// "auto" | "single" | "mpi" | "nccl" | "host" (zoe.comm.backend). auto: host when `host` is
+  /// set, else mpi when the process was launched by mpirun (its environment says so) with more than
+  /// one rank, nccl instead on a CUDA device where NCCL loads, single otherwise.
   std::string backend = "auto";
+  /// The host program's collectives (host_collectives.hpp), for the "host" backend; null: none.
+  /// Set, the backend must be auto or host.
+  std::shared_ptr<host_collectives> host;
   /// Ranks per node (zoe.ranks_per_node); 0: from MPI's shared-memory split. Must divide the world.
   std::size_t ranks_per_node = 0;
   /// Ranks of an hpZ group (zero_optimization.zero_hpz_partition_size); must divide the world size.
@@ -240,10 +247,12 @@ struct comm_options {
 };
 
 /// A new world communicator on `dev` (collective: every rank calls it, in the same order). Each
-/// call makes an independent world with its own sub-groups (for MPI a duplicated communicator), so
+/// call makes an independent world with its own sub-groups (for MPI a duplicated communicator; for
+/// the host backend groups of its own, host_collectives::create_group), so
 /// two users of the engine (the coordinator's gathers and the gradient path's reductions) each
 /// keep their own order of collectives. config_error naming zoe.comm.backend for an unknown
-/// backend or one this build or machine lacks (the error says what is missing), naming
+/// backend or one this build or machine lacks (the error says what is missing), for host without
+/// options.host, or for options.host with a backend other than auto or host; naming
 /// zoe.ranks_per_node / zero_optimization.zero_hpz_partition_size for a size that does not fit
 /// the world; comm_error when the transport fails to start. Like a collective, it waits at most
 /// options.timeout for the other ranks (mpi: comm_error naming the ranks that did not call it, and

@@ -108,6 +108,14 @@ struct optimizer_config {
   bool bias_correction = true;
 };
 
+/// One parameter group's settings at a step (PyTorch's param_groups: lr and weight_decay), as
+/// the step applies them to the parameters of that group (parameter_spec::group).
+struct group_hyper {
+  double lr = 0;
+  double weight_decay = 0;
+  friend bool operator==(const group_hyper&, const group_hyper&) = default;
+};
+
 /// The five states of a shard, in the order the tiers list them.
 enum class state_kind : std::uint8_t { working = 0, gradient = 1, master = 2, exp_avg = 3, exp_avg_sq = 4 };
 inline constexpr std::size_t state_kind_count = 5;
@@ -133,16 +141,21 @@ struct activation_settings {
 
 /// zoe.comm: how the ranks talk (engine/comm/communicator.hpp; comm_options).
 struct comm_settings {
-  std::string backend = "auto";  ///< zoe.comm.backend: auto | single | mpi | nccl
+  std::string backend = "auto";  ///< zoe.comm.backend: auto | single | mpi | nccl | host
   double timeout_s = 300;        ///< zoe.comm.timeout_s: > 0; a collective waiting longer fails naming the rank
 };
 
 /// zoe's own settings (the top-level "zoe" key); see engine/CONFIG.md.
 struct zoe_settings {
-  std::string device_kind = "auto";                     ///< zoe.device.kind: auto | host | cuda
-  std::optional<std::uint64_t> device_budget;           ///< zoe.device.budget_bytes (host device budget)
-  bool checksums = true;                                ///< zoe.swap.checksums
-  std::string io_engine = "auto";                       ///< zoe.swap.engine: auto | uring | aio | posix
+  std::string device_kind = "auto";            ///< zoe.device.kind: auto | host | cuda
+  std::optional<std::uint64_t> device_budget;  ///< zoe.device.budget_bytes (host device budget)
+  bool checksums = true;                       ///< zoe.swap.checksums
+  std::string io_engine = "auto";              ///< zoe.swap.engine: auto | uring | aio | posix
+  /// zoe.swap.shadows: "full" (every NVMe state the step rewrites has a shadow extent: the swap
+  /// files hold those states twice, and a failed step leaves every state as it was) or "bounded"
+  /// (no shadow extents: the step rewrites in place, and a step that fails midway rolls forward
+  /// when retried; optimizer_step.hpp).
+  std::string shadows = "full";
   std::vector<std::filesystem::path> extra_swap_paths;  ///< zoe.swap.extra_paths: striped with nvme_path
   std::string numa_policy = "local";                    ///< zoe.numa: none | local | interleave
   /// zoe.placement.<state>: overrides offload_param / offload_optimizer / max_in_cpu for that
@@ -150,6 +163,14 @@ struct zoe_settings {
   std::array<std::optional<tier_fractions>, state_kind_count> placement{};
   activation_settings activations;  ///< zoe.activations
   comm_settings comm;               ///< zoe.comm
+  /// zoe.optimizer_in_backward: each shard's Adam runs speculatively once its gradient is final
+  /// (at the end of backward's last micro-batch), committed by step() when nothing overflowed and
+  /// clipping left the gradients as they were, dropped otherwise (optimizer_step.hpp).
+  bool optimizer_in_backward = true;
+  /// zoe.optimizer_pending_bytes: pageable host bytes that hold the new values of speculated shards'
+  /// states in host memory until the step commits them (footprint_plan::optimizer_pending_bytes);
+  /// the shards that do not fit step after backward. Shards all on nvme need none.
+  std::uint64_t optimizer_pending_bytes = std::uint64_t{256} << 20;
   /// zoe.ranks_per_node: ranks on one node (consecutive world ranks); 0: from MPI's shared-memory
   /// split. Lets tests run 4 ranks as 2 "nodes" of 2 on one machine.
   std::uint64_t ranks_per_node = 0;

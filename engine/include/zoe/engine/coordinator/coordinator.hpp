@@ -3,9 +3,8 @@
 // module brings each of its parameters' shards from its tier (parameter_swapper) into a full
 // parameter allocated from the defragmenting arena, and gathers it through the communicator. The
 // arena is the one allocator of gathered parameters. Release frees full parameters (the shards
-// stay), writing a parameter back first when it was marked dirty; its memory is freed only once
-// the write is known good. What to gather ahead and what to keep is prefetch_policy's decision;
-// the coordinator carries it out.
+// stay: a gathered parameter is a read-only copy; the optimizer step writes the homes). What to
+// gather ahead and what to keep is prefetch_policy's decision; the coordinator carries it out.
 //
 // Addresses: a gathered parameter's block may be moved by the arena's compaction while nobody uses
 // it; from a fetch_handle's wait() until the module's release it is pinned, so address() is stable.
@@ -21,7 +20,7 @@
 //   shards arrived (a later bucket whose reads finished first waits for it);
 // - a gather once started is always issued, even when its parameter is freed before its use
 //   (a prefetch for a use that did not come): whether its read had finished by then is timing;
-// - the arena's momentary state is timing (frees settle as streams run, write-backs finish): at
+// - the arena's momentary state is timing (frees settle as streams run): at
 //   world size > 1 (or with coordinator_options::rank_independent_order) neither a prefetch's
 //   back-off nor a demand fetch's eviction looks at it. Both look at the bytes of the parameters
 //   gathered or in flight (set only by the calls above): a prefetch backs off when it would take
@@ -34,11 +33,13 @@
 //   the other ranks fail naming this rank within the timeout), rather than issue a collective
 //   with part of it missing.
 //
-// Buckets (zero_optimization.allgather_bucket_size): consecutive gathers of one fetch, at most that
-// many gathered elements together (a parameter larger goes alone), travel as one
-// communicator::all_gather_coalesced (one message per pair of ranks), or one qwZ
+// Buckets (zero_optimization.allgather_bucket_size): consecutive gathers of one fetch and of one
+// module, at most that many gathered elements together (a parameter larger goes alone), travel as
+// one communicator::all_gather_coalesced (one message per pair of ranks), or one qwZ
 // quantized_all_gather; a bucket of one parameter as one all_gather. A bucket never mixes a world
-// gather with an hpZ one.
+// gather with an hpZ one, nor two modules' parameters: a bucket is issued only once all its reads
+// arrived, and the module a fetch waits for must not wait for the reads of modules prefetched
+// behind it.
 //
 // Passes and hpZ (zero_hpz_partition_size > 1: comm.hpz() has more than one rank): a forward
 // fetch's gathers run over the world and leave a secondary shard of each parameter in device
@@ -57,7 +58,7 @@
 //
 // Back-pressure: when the arena is full, a prefetch backs off (the parameter is gathered at its
 // own fetch instead), and a demand fetch waits: it frees parameters gathered ahead that no open
-// fetch holds, waits for reads and write-backs in flight, and then for other callers' releases.
+// fetch holds, waits for reads in flight, and then for other callers' releases.
 // When every open fetch was opened on the calling thread, no other caller's release can come, and
 // that wait would be for ever: it is a memory_error naming the module, the arena and what holds
 // it (the fetch is closed again). A module larger than the whole arena is a memory_error naming
@@ -127,8 +128,6 @@ struct coordinator_stats {
   std::uint64_t prefetch_backoffs = 0;  ///< prefetches dropped: the arena was full or the read could not start
   std::uint64_t evictions = 0;          ///< parameters gathered ahead and freed to make room
   std::uint64_t arena_waits = 0;        ///< demand fetches that waited for arena space
-  std::uint64_t write_backs = 0;        ///< dirty parameters written back
-  std::uint64_t failed_write_backs = 0;
   std::uint64_t failed_gathers = 0;
   std::uint64_t collectives = 0;      ///< all-gathers issued (one per bucket)
   std::uint64_t hpz_gathers = 0;      ///< parameters gathered from the hpZ secondary shards
@@ -153,8 +152,8 @@ class fetch_handle {
   fetch_handle() = default;
   explicit fetch_handle(std::shared_ptr<detail::fetch_state> s) noexcept : state_(std::move(s)) {}
 
-  /// Blocks until every parameter of the module is gathered, the gathers are done on the device
-  /// and no write-back of them is still reading them (so the caller may change them). Throws the failure of a read
+  /// Blocks until every parameter of the module is gathered and the gathers are done on the device.
+  /// Throws the failure of a read
   /// (io_error or corruption_error naming the parameter, path and offset); usage_error once the module was released.
   void wait() const;
   /// Blocks only until the gathers are queued, then makes the work queued on `stream` after this
@@ -172,14 +171,14 @@ class coordinator {
   /// and the policy. Everything passed must outlive the coordinator.
   coordinator(tier_manager& tiers, parameter_swapper& swapper, communicator& comm, device& dev,
               coordinator_options options);
-  /// Writes back the parameters still dirty, then waits for the reads and write-backs in flight
-  /// (a write that fails then is logged: call flush() first to have it thrown). Never throws.
+  /// Waits for the reads and gathers in flight. Never throws.
   ~coordinator();
   coordinator(const coordinator&) = delete;
   coordinator& operator=(const coordinator&) = delete;
 
-  /// Opens a step (a forward and backward pass). usage_error if one is open.
-  void begin_step();
+  /// Opens a step (a forward and backward pass, or with step_kind::inference forward fetches the
+  /// prefetch trace does not see: prefetch_policy.hpp). usage_error if one is open.
+  void begin_step(step_kind kind = step_kind::training);
   /// Starts gathering `module`'s parameters and, following the trace, those ahead of it. Returns
   /// at once unless the arena is full (see back-pressure). usage_error naming the module when no
   /// step is open or it is unknown; memory_error when the module cannot fit the arena at all
@@ -187,28 +186,18 @@ class coordinator {
   /// is open all the same and needs its release; a memory_error leaves no fetch open (see
   /// Back-pressure). `pass`: see Passes and hpZ above.
   [[nodiscard]] fetch_handle fetch(module_id module, fetch_pass pass = fetch_pass::forward);
-  /// The module is done with: frees what the policy says (dirty parameters are written back
-  /// first). The work queued on `stream` so far may still use it: its memory is reused after that
-  /// work. usage_error naming the module when it has no open fetch.
+  /// The module is done with: frees what the policy says. The work queued on `stream` so far may
+  /// still use it: its memory is reused after that work. usage_error naming the module when it
+  /// has no open fetch.
   void release(module_id module, stream_view stream = {});
-  /// Closes the step: frees what was gathered ahead and not used. Rethrows the first write-back
-  /// that failed since the last flush() (the data is still gathered: nothing is lost).
+  /// Closes the step: frees what was gathered ahead and not used.
   void end_step();
-  /// Marks the module's parameters as changed on the device: each is written back to its home
-  /// before its memory is freed. usage_error unless a fetch of the module was waited for and not
-  /// yet released.
-  void mark_dirty(module_id module);
-  /// Writes back every dirty parameter and waits for the writes; rethrows the first failure (an
-  /// io_error naming the parameter, the path and the offset). The failed ones stay gathered and
-  /// dirty: a later flush() writes them again.
-  void flush();
 
-  /// Writes back every dirty parameter (as flush()), then frees every gathered parameter,
-  /// persistent ones too, so that each is gathered again from its home at its next fetch: the
-  /// engine calls it between steps (after end_step), once the optimizer step has rewritten the
-  /// homes. The hpZ secondary shards go too (the next forward fetch leaves new ones). usage_error while a fetch is open
-  /// (naming its module) or a prefetch is still reading (a step is open); rethrows what flush() throws (nothing is
-  /// freed then).
+  /// Frees every gathered parameter, persistent ones too, so that each is gathered again from its
+  /// home at its next fetch: the engine calls it between steps (after end_step), once the optimizer
+  /// step has rewritten the homes. The hpZ secondary shards go too (the next forward fetch leaves
+  /// new ones). usage_error while a fetch is open (naming its module) or a prefetch is still reading
+  /// (a step is open); nothing is freed then.
   void drop_gathered();
 
   /// The device address of gathered parameter `p` (stable while its module's fetch is waited

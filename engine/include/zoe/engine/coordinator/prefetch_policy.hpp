@@ -36,6 +36,11 @@
 //   stage3_model_persistence_threshold (a parameter that would exceed it is skipped and later
 //   smaller ones still count, as in DeepSpeed). These two thresholds compare real elements
 //   (parameter_layout::numel), as DeepSpeed's ds_numel does.
+// - Inference steps (begin_step(step_kind::inference): forward passes outside training, whose order
+//   need not be training's) neither follow, record nor depart from the trace: their fetches gather
+//   their own parameters only (no prefetch), their releases free every non-persistent parameter
+//   (as while recording), and the trace and whether it is recording are as before at their end, so
+//   the training steps around them prefetch exactly as without them.
 // - Demand fetches are never bounded: a module's own parameters are always gathered when it is
 //   fetched (the arena's back-pressure bounds memory); the limits bound only what runs ahead.
 //
@@ -80,6 +85,9 @@ struct fetch_decision {
   std::vector<parameter_id> prefetch;
 };
 
+/// What a step is for: training (its fetches follow or record the trace) or inference (above).
+enum class step_kind : std::uint8_t { training = 0, inference = 1 };
+
 /// The prefetch limits of zero_optimization (stage3_* keys), in elements.
 struct prefetch_limits {
   std::uint64_t prefetch_bucket_size = 50'000'000;
@@ -100,8 +108,9 @@ class prefetch_policy {
       : prefetch_policy(layout, prefetch_limits::from(zero)) {}
 
   // ---- a step ----------------------------------------------------------------------------------
-  /// Starts a step (a forward and backward pass). usage_error if a step is open.
-  void begin_step();
+  /// Starts a step (a forward and backward pass; with step_kind::inference, fetches the trace does
+  /// not see). usage_error if a step is open.
+  void begin_step(step_kind kind = step_kind::training);
   /// The caller fetches `module`: what to gather now for it and ahead of it. usage_error, naming
   /// the module, when no step is open or the module is unknown. May invalidate the trace (above).
   [[nodiscard]] fetch_decision on_fetch(module_id module);
@@ -135,13 +144,16 @@ class prefetch_policy {
   /// True while the policy records (the first step, or a step after its order departed; also
   /// between steps when no trace is complete yet): nothing is prefetched then.
   [[nodiscard]] bool recording() const noexcept { return recording_; }
+  /// True while an inference step is open.
+  [[nodiscard]] bool inference() const noexcept { return inference_; }
   /// While following: the complete trace. While recording: the order recorded so far.
   [[nodiscard]] std::span<const module_id> trace() const noexcept { return trace_; }
   /// Module fetches so far in the open step (the position in the trace).
   [[nodiscard]] std::size_t position() const noexcept { return position_; }
   /// Released parameters further along the trace than the prefetch has reached, in trace order,
   /// up to `max_numel` gathered elements: what to stage (read their shards from NVMe into pinned
-  /// buffers) before their gather. Empty while recording. Does not change any status.
+  /// buffers) before their gather. Empty while recording or in an inference step. Does not change
+  /// any status.
   [[nodiscard]] std::vector<parameter_id> lookahead(std::uint64_t max_numel) const;
 
  private:
@@ -176,6 +188,7 @@ class prefetch_policy {
 
   bool open_ = false;
   bool recording_ = true;
+  bool inference_ = false;  ///< the open step is an inference step
   std::size_t position_ = 0;
   std::vector<std::uint32_t> active_;  ///< per module: fetches not released yet in this step
   std::vector<module_id> trace_;

@@ -32,7 +32,18 @@ struct parameter_spec {
   std::string name;
   std::vector<std::uint64_t> shape;             ///< empty: a scalar (one element)
   kernels::dtype dtype = kernels::dtype::fp16;  ///< the working copy's type (fp32: the master is the working copy)
+  /// No gradient, no Adam moments, no fp32 master beside a 16-bit working copy (placement.hpp's
+  /// state_bytes); the step and the gradient path pass it by.
+  bool frozen = false;
+  /// The parameter group whose learning rate and weight decay the step applies (optimizer param_groups);
+  /// at most max_parameter_group.
+  std::uint32_t group = 0;
 };
+
+/// The largest parameter_spec::group: the engine keeps settings for every group up to the largest,
+/// so a stray value (an id passed for a group) would cost memory and a step call that takes that
+/// many settings; 65536 groups is far beyond any optimizer's param_groups.
+inline constexpr std::uint32_t max_parameter_group = 65535;
 
 struct module_spec {
   std::string name;
@@ -58,6 +69,8 @@ struct parameter_layout {
   std::string name;
   std::vector<std::uint64_t> shape;
   kernels::dtype dtype = kernels::dtype::fp16;
+  bool frozen = false;            ///< parameter_spec::frozen
+  std::uint32_t group = 0;        ///< parameter_spec::group
   std::uint64_t numel = 0;        ///< real elements
   std::uint64_t shard_numel = 0;  ///< elements per rank's shard, padding included
   /// Elements of the padded, flattened parameter: world_size * shard_numel.
@@ -70,6 +83,8 @@ struct module_layout {
   module_id id = 0;
   std::string name;
   std::vector<parameter_id> parameters;
+  /// Its parameters that are not frozen, in order: those that take gradients.
+  std::vector<parameter_id> trainable;
   std::uint64_t numel = 0;        ///< real elements of its parameters
   std::uint64_t shard_numel = 0;  ///< sum of its parameters' shard_numel
 };
@@ -100,6 +115,8 @@ class model_layout {
   /// The granule (elements) that shard_numel is a multiple of for a parameter of `working` type.
   [[nodiscard]] std::uint64_t granule(kernels::dtype working) const noexcept;
   [[nodiscard]] std::uint64_t total_numel() const noexcept { return total_numel_; }
+  /// The parameter groups: the largest parameter_spec::group plus 1 (1 for a model without parameters).
+  [[nodiscard]] std::size_t group_count() const noexcept { return group_count_; }
   [[nodiscard]] std::uint64_t total_shard_numel() const noexcept { return total_shard_numel_; }
 
  private:
@@ -108,6 +125,7 @@ class model_layout {
   std::vector<parameter_layout> parameters_;
   std::uint64_t total_numel_ = 0;
   std::uint64_t total_shard_numel_ = 0;
+  std::size_t group_count_ = 1;
 };
 
 }  // namespace zoe::engine

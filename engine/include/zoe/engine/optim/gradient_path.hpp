@@ -2,7 +2,8 @@
 // The gradient path: gradients arrive per module from backward in device memory, are reduced over
 // the ranks through the communicator (reduce-scatter; a copy at world size 1) and accumulated in
 // fp32 into each shard's gradient state wherever it lives: device, pinned host, or NVMe (a
-// read-modify-write per micro-batch, pipelined through constant-size pinned buffers).
+// read-modify-write per micro-batch, pipelined through constant-size pinned buffers, its reads and
+// writes run by the rank's mover).
 //
 // Buckets: backward writes a module's full (padded, working-dtype) gradients into device memory
 // the path lends out of a bucket of zero_optimization.reduce_bucket_size elements (never smaller
@@ -39,6 +40,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -46,9 +48,9 @@
 #include "zoe/allocators/pinned_host_resource.hpp"
 #include "zoe/core/device.hpp"
 #include "zoe/engine/comm/communicator.hpp"
+#include "zoe/engine/swap/mover.hpp"
 #include "zoe/engine/tiers/footprint_plan.hpp"
 #include "zoe/engine/tiers/tier_manager.hpp"
-#include "zoe/io/swap_store.hpp"
 
 namespace zoe::engine {
 
@@ -69,6 +71,11 @@ struct gradient_path_options {
   /// accumulated whole on this rank, not reduced; the last micro-batch reduces the step's sum once
   /// per parameter (optim/local_accumulation.hpp). Memory: footprint_plan::local_gradient_*_bytes.
   bool accumulate_locally = false;
+  /// Called on the path's worker thread once a parameter's gradient of a step's last micro-batch is
+  /// accumulated and known good (its gradient state resident again), in the order they finish:
+  /// the optimizer step may run on it from then on (optimizer_step.hpp, "Speculation"). Must not
+  /// block for long nor throw (a throw is logged). Empty: nobody is told.
+  std::function<void(parameter_id)> on_final;
 };
 
 /// What the optimizer step needs to know about a step's gradients before it starts.
@@ -97,8 +104,10 @@ class gradient_path {
   /// Allocates the buckets (device) and the staging buffers (pinned, when a gradient is on nvme).
   /// Throws memory_error naming the keys (reduce_bucket_size, overlap_comm, ...) when refused;
   /// usage_error when `comm` is not of the layout's ranks, or qgZ is asked for a replicated layout.
+  /// `movers`: the rank's mover, which reads and writes the nvme homes (null, or one without a
+  /// store, when no gradient is on nvme).
   gradient_path(tier_manager& tiers, communicator& comm, device& dev, allocators::pinned_host_resource& pinned,
-                io::swap_store* store, gradient_path_options options);
+                mover* movers, gradient_path_options options);
   /// Waits for the work in flight. Never throws.
   ~gradient_path();
   gradient_path(const gradient_path&) = delete;
@@ -111,9 +120,12 @@ class gradient_path {
   /// Device memory for module `m`'s gradients in the current micro-batch: one pointer per parameter
   /// of the module (in module order), each padded_numel elements of the parameter's working dtype,
   /// zero-filled in stream order on `stream`. Valid until reduce(m). Blocks while no bucket has room
-  /// (until modules already acquired are reduced and accumulated: a thread that holds every bucket
-  /// with modules it has not reduced would wait for itself). usage_error naming the module when no
-  /// micro-batch is open, the module is unknown, or it was already acquired in this micro-batch.
+  /// (until modules already acquired are reduced and accumulated). usage_error naming the module when
+  /// no micro-batch is open, the module is unknown, or it was already acquired in this micro-batch;
+  /// usage_error naming the modules acquired and not reduced when no bucket can drain until they are
+  /// and no thread but this one and threads waiting here too acquired them: the wait would never
+  /// end (the thread that acquires a module is counted on to reduce it). Nothing changes then but
+  /// the sealing of the bucket being filled.
   [[nodiscard]] std::vector<void*> acquire(module_id m, stream_view stream);
   /// The gradients in acquire(m)'s memory are complete once the work queued on `stream` so far is:
   /// reduces them with their bucket and adds them to the shards' gradient states (asynchronously;

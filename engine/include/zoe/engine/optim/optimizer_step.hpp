@@ -9,8 +9,10 @@
 // optimizer_buffer_bytes, cut into slots of one piece of one fp32 state; a piece takes one slot per
 // state on nvme or in device memory; pipeline_read / pipeline_write false turn the read-ahead /
 // write-behind off: no read starts before the previous piece's Adam is done, and no Adam starts
-// before the previous piece's writes are known good). One I/O thread of the step drives its swap
-// channel; the calling thread runs Adam (with adam_threads). The new 16-bit working copy goes to
+// before the previous piece's writes are known good). The reads and writes are pieces of the rank's
+// mover (swap/mover.hpp; reads as prefetch, writes as write-behind, speculation's reads as
+// write-behind too, behind backward's fetches) in the step's own slots; the calling thread runs Adam
+// (with adam_threads). The new 16-bit working copy goes to
 // its home (device, host or NVMe) in the same pass: nothing reads the masters twice.
 //
 // A step either happens whole or not at all:
@@ -44,15 +46,48 @@
 // the step gives the bits an undisturbed step gives. A write's source slot is not reused until its
 // completion is known good.
 //
+// Speculation (the step inside backward): speculate(p, adam) steps one shard as the step would,
+// ahead of it, once its gradient is final, into space no committed state uses: the new values of
+// its NVMe states go to their shadow extents, those of its host states to pending memory
+// (options.pending_bytes, footprint_plan::optimizer_pending_bytes); no committed state changes.
+// The engine speculates with the settings the step takes when nothing overflowed and clipping
+// leaves the gradients as they are (clip coefficient 1), which the global norm and the overflow
+// check confirm only when backward has ended. run() then commits every speculated shard whose Adam
+// settings equal its own for that shard, bit for bit (the shadows become the homes with the rest
+// of the step's, the pending bytes are copied into the host homes once nothing can fail), steps
+// the others as above, and drops what it did not commit; drop_speculation() drops it all (an
+// overflow skips the step). Adam's arithmetic on a shard does not depend on where the shard lies,
+// so the states a commit leaves are bit-identical to the ones the step would have computed.
+// Only shards with no state in device memory are speculated (detail::speculates: their commit is
+// a switch of extents and host copies, which cannot fail), and only as far as the pending memory
+// reaches; the rest step in run() as before. A run that fails leaves the speculation in place
+// (nothing committed changed), so a retry commits it; a stage run drops it (its writes reuse the
+// shadows).
+//
+// Bounded shadows (zoe.swap.shadows "bounded": the plan gives no NVMe state a shadow extent, so the
+// swap files hold each state once): the NVMe states are written in place, piece by piece, with no
+// undo. A whole step that fails after Adam changed a piece cannot go back: it records how far it got
+// (which pieces are written, which are stepped with their new bytes kept in their slots, the only
+// copy, until written) and part_done() is true; the next run(), which must have the same settings
+// (usage_error naming a parameter otherwise), rolls forward from there: it writes the kept pieces,
+// steps the rest, and leaves the bits an undisturbed step gives. The states must not be read or
+// written meanwhile (the engine refuses to; the gradients stay until the step is done);
+// abandon_part_done() forgets it (a checkpoint load overwrites every state). A failure before any
+// piece changed leaves every state as it was, as with full shadows. A device copy that fails after
+// Adam changed a piece's device part leaves it torn: every later run is refused. Speculation
+// writes only shadow extents, so without them shards with a state on nvme step after backward.
+//
 // The gradient states are only read: the step leaves them as they are. The gradient's type is
 // state_dtype(p, gradient) (fp32, fp16 or bf16: the kernel takes each).
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 
 #include "zoe/allocators/pinned_host_resource.hpp"
 #include "zoe/core/device.hpp"
+#include "zoe/engine/swap/mover.hpp"
 #include "zoe/engine/tiers/footprint_plan.hpp"
 #include "zoe/engine/tiers/tier_manager.hpp"
 #include "zoe/io/swap_store.hpp"
@@ -67,7 +102,9 @@ struct optimizer_step_options {
   std::uint64_t undo_bytes = 0;                  ///< footprint_plan::optimizer_undo_bytes
   bool pipeline_read = true;                     ///< offload_optimizer.pipeline_read
   bool pipeline_write = true;                    ///< offload_optimizer.pipeline_write
-  /// Threads Adam may use (the I/O thread is the step's other one): 0, TBB's default.
+  /// Pageable bytes of speculation's pending memory (footprint_plan::optimizer_pending_bytes).
+  std::uint64_t pending_bytes = 0;
+  /// Threads Adam may use (the mover's I/O thread works for the step): 0, TBB's default.
   kernels::thread_budget adam_threads;
 };
 
@@ -101,6 +138,20 @@ struct optimizer_step_totals {
   std::uint64_t bytes_stepped = 0;
 };
 
+/// What speculation did since the optimizer step was made (statistics). Its reads, writes and Adam
+/// time also count in the figures of the step that follows it (last(), last_step() and the totals),
+/// or in the totals alone when it is dropped without a step (drop_speculation()).
+struct speculation_totals {
+  std::uint64_t speculated = 0;     ///< shards stepped speculatively
+  std::uint64_t committed = 0;      ///< of them, committed by run()
+  std::uint64_t dropped = 0;        ///< of them, dropped (an overflow, clipping, other settings, a stage run)
+  std::uint64_t declined = 0;       ///< speculate() calls that stepped nothing (device states, no pending room, a
+                                    ///< state busy, a failed read or write)
+  std::uint64_t bytes_read = 0;     ///< from NVMe
+  std::uint64_t bytes_written = 0;  ///< to NVMe (the shadow extents)
+  std::uint64_t fetched_bytes = 0;  ///< masters taken from backward's fetch instead of read from NVMe
+};
+
 /// Which stages of the step run_stages() runs.
 struct step_stages {
   bool read = true;   ///< the NVMe reads of every piece into its slots
@@ -108,18 +159,17 @@ struct step_stages {
   bool write = true;  ///< the NVMe writes of every piece's slots to the shadow extents
 };
 
-/// Not thread-safe: one thread runs steps (the step's own I/O thread works for it). Everything
+/// Not thread-safe: one thread runs steps (the mover's I/O thread works for it). Everything
 /// passed must outlive it. No move of any state may be in flight while a step runs (the engine
 /// runs the step between a step's backward and the next forward).
 class optimizer_step {
  public:
-  /// Cuts the pinned memory into slots (from `pinned`, when any state is on nvme) and starts the
-  /// I/O thread. Throws memory_error when the memory is refused, config_error naming
-  /// offload_optimizer.buffer_count when the slots cannot hold one piece's states, usage_error when
-  /// options.undo_bytes is less than the undo log needs (the plan was made for another placement).
-  /// The undo log and the scratch memory (the pageable bytes they need, which the plan lists) are
-  /// taken here too.
-  optimizer_step(tier_manager& tiers, device& dev, allocators::pinned_host_resource& pinned, io::swap_store* store,
+  /// Cuts the pinned memory into slots (from `pinned`, when any state is on nvme); its reads and
+  /// writes go through `movers` (the rank's mover; null when nothing is on nvme). Throws memory_error when the memory
+  /// is refused, config_error naming offload_optimizer.buffer_count when the slots cannot hold one piece's states,
+  /// usage_error when options.undo_bytes is less than the undo log needs (the plan was made for another placement). The
+  /// undo log and the scratch memory (the pageable bytes they need, which the plan lists) are taken here too.
+  optimizer_step(tier_manager& tiers, device& dev, allocators::pinned_host_resource& pinned, mover* movers,
                  optimizer_step_options options);
   ~optimizer_step();
   optimizer_step(const optimizer_step&) = delete;
@@ -134,6 +184,9 @@ class optimizer_step {
   /// parameter and state when one is not resident or in flight, or when `adam`'s settings are invalid (checked before
   /// anything moves).
   void run(const kernels::adam_config& adam);
+  /// run() with Adam settings of its own for each parameter (`adam[p]` for parameter p: the
+  /// learning rate and weight decay of its group); usage_error unless there is one per parameter.
+  void run(std::span<const kernels::adam_config> adam);
   /// The step with only some of its stages, to time each alone over the same data (zoe-bench
   /// optimizer). All three: exactly run(). Otherwise nothing is committed and every state is as it
   /// was before the call: the reads bring the NVMe parts into the slots; Adam runs on the slots
@@ -143,6 +196,34 @@ class optimizer_step {
   /// pipeline runs as in run() (its depth, pipeline_read, pipeline_write). The same states must be
   /// resident and the same errors come (with every state as before). last() has the figures.
   void run_stages(const kernels::adam_config& adam, step_stages which);
+  /// Steps shard `p` speculatively with `adam` (above): reads its committed states, writes its new
+  /// values to the shadow extents and the pending memory, changes no committed state. Returns false,
+  /// having stepped nothing, when `p` is frozen or already speculated, has a state in device memory,
+  /// needs more pending memory than is left, or has a state that is not resident or is in flight;
+  /// and when a read or write fails (logged: the step after backward then meets the failure and
+  /// reports it). usage_error when `adam`'s settings are invalid. Not concurrently with run().
+  bool speculate(parameter_id p, const kernels::adam_config& adam);
+  /// Pending memory for the master shard of fp32 parameter `p` (its working copy), which backward's
+  /// fetch brought: the caller copies the shard there, then hands the copy's completion to
+  /// fetched_master_ready(), and p's speculation reads the master from it instead of its NVMe home
+  /// (the parameter is read once for backward and the step). nullptr, keeping nothing, when p's
+  /// speculation would not read one (not fp32, its master not on nvme, not speculated), one is
+  /// kept already, or the pending memory has no room. Thread-safe against speculate().
+  [[nodiscard]] std::byte* keep_fetched_master(parameter_id p);
+  /// The copy into what keep_fetched_master(p) returned completes with `ready`; before p's
+  /// gradient is final (the speculation waits for it).
+  void fetched_master_ready(parameter_id p, device_event ready);
+  /// Forgets every speculated shard (its shadows and pending bytes are reused). Never throws.
+  void drop_speculation() noexcept;
+  /// Whether the last whole run failed midway with bounded shadows and must be retried (above).
+  [[nodiscard]] bool part_done() const noexcept;
+  /// Forgets a run that failed midway (the caller overwrites every state). Never throws.
+  void abandon_part_done() noexcept;
+  /// Shards speculated and not yet committed or dropped.
+  [[nodiscard]] std::size_t speculated() const noexcept;
+  [[nodiscard]] const speculation_totals& speculation() const noexcept;
+  /// speculation().speculated, readable from any thread while speculate() runs on another.
+  [[nodiscard]] std::uint64_t shards_stepped_ahead() const noexcept;
   /// The last run's figures (also after a failed one).
   [[nodiscard]] const optimizer_step_stats& last() const noexcept;
   /// The figures of the last step that completed whole (run(), or run_stages() with every stage):

@@ -1,9 +1,9 @@
 #pragma once
 // States of a shard read and written synchronously, whole or a range at a time, wherever the
-// state's home is: device memory (a device copy), host memory (a copy), or an NVMe extent (through
-// a swap channel of its own; its I/O engine bounces what is not aligned for O_DIRECT). For what is
-// not on the hot path: initial values, checkpoint save and load, debugging reads, tests. The hot
-// paths (parameter swapper, gradient path, optimizer step) move their own bytes.
+// state's home is: device memory (a device copy), host memory (a copy), or an NVMe extent (one
+// demand piece in the caller's memory through the rank's mover, waited for; the I/O engine bounces
+// what is not aligned for O_DIRECT). For what is not on the hot path: initial values, checkpoint
+// save and load, debugging reads, tests.
 //
 // Every access goes through the tier manager's transitions, so nothing else moves the state
 // meanwhile: a read runs begin_move(read) -> finish_move (the state stays resident), a write
@@ -16,16 +16,17 @@
 
 #include "zoe/core/device.hpp"
 #include "zoe/engine/tiers/tier_manager.hpp"
-#include "zoe/io/swap_store.hpp"
+#include "zoe/engine/swap/mover.hpp"
 
 namespace zoe::engine {
 
-/// Not thread-safe: one thread at a time drives it (its swap channel has one issuer); it may be
-/// handed from one thread to another while idle. The tier manager, device and store must outlive it.
+/// Not thread-safe: one thread at a time drives it (its device stream); it may be handed from one
+/// thread to another while idle. The tier manager, device and mover must outlive it.
 class state_io {
  public:
-  /// `store` may be null when nothing is on nvme. Makes a stream on `dev` (device_error if refused).
-  state_io(tier_manager& tiers, device& dev, io::swap_store* store);
+  /// `movers` may be null, or have no store, when nothing is on nvme. Makes a stream on `dev`
+  /// (device_error if refused).
+  state_io(tier_manager& tiers, device& dev, mover* movers);
   ~state_io();
   state_io(const state_io&) = delete;
   state_io& operator=(const state_io&) = delete;
@@ -47,6 +48,13 @@ class state_io {
   void write(parameter_id p, state_kind s, std::uint64_t offset, std::span<const std::byte> data);
   /// write() of the whole state: `data` must have exactly state_bytes(p, s) bytes.
   void write(parameter_id p, state_kind s, std::span<const std::byte> data);
+  /// Writes `data` (exactly state_bytes(p, s) bytes) to the shadow extent of an NVMe state
+  /// (tier_manager::shadow), leaving its home as it was; tier_manager::commit_shadow then makes it
+  /// the home. The state is held (in flight) meanwhile and resident afterwards, as before. Throws
+  /// usage_error naming the parameter and state when it has no shadow, is not resident or another
+  /// mover has it, or `data` has another size; io_error naming the path when the write fails (the
+  /// home still holds the old value).
+  void write_shadow(parameter_id p, state_kind s, std::span<const std::byte> data);
   /// The alignment of an NVMe write range (the store's aio.block_size); 4096 without a store.
   [[nodiscard]] std::uint64_t write_granule() const noexcept;
 

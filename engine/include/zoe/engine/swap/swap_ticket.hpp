@@ -3,6 +3,7 @@
 // writing one back home. The swapper's I/O thread completes it; any thread may wait on it.
 
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -23,6 +24,8 @@ struct ticket_state {
   std::optional<carried_error> failure;
   device* dev = nullptr;
   device_event copied;  ///< recorded after the move's last device copy (never recorded: nothing to wait for)
+  /// Makes the move's pieces demand pieces (mover::raise); empty when there is nothing to raise.
+  std::function<void()> raise;
 
   /// Completes the ticket (no `error`: it succeeded) and wakes its waiters. Never throws.
   void complete(std::optional<carried_error> error) noexcept;
@@ -47,6 +50,10 @@ class swap_ticket {
   void wait(stream_view stream) const;
   /// wait(), then blocks until the device copies are done too.
   void synchronize() const;
+  /// The compute is about to wait on this move: a prefetch becomes a demand fetch, so the rest of
+  /// it is not served behind other prefetches. Nothing for a move that is over or has no NVMe
+  /// pieces. Never blocks, never throws.
+  void raise_to_demand() const noexcept;
   /// The failure, once ready (nothing if it succeeded or is not ready).
   [[nodiscard]] std::optional<carried_error> failure() const;
 

@@ -35,12 +35,23 @@ inline constexpr std::size_t memory_kind_count = 4;
 /// The memory a home in tier `t` takes: host memory is pinned or pageable. Never throws.
 [[nodiscard]] memory_kind memory_of(tier t, bool pinned) noexcept;
 
+/// A pool of pinned slots of the rank's mover (swap/mover.hpp names it "mover.<key>"), cut from
+/// its plan item's memory: slot_bytes x slot_count is at most the item's bytes.
+struct plan_pool {
+  std::string key;  ///< "params"
+  std::uint64_t slot_bytes = 0;
+  std::uint64_t slot_count = 0;
+};
+
 /// One line of the plan: what, how many bytes of which memory, and the config keys that size it.
 struct plan_item {
   std::string what;  ///< "exp_avg_sq on nvme", "parameter swap buffers", "gathered-parameter arena"
   memory_kind memory = memory_kind::device;
   std::uint64_t bytes = 0;
   std::vector<std::string> keys;  ///< full key paths ("zero_optimization.offload_param.buffer_size")
+  /// Set when the item's memory is a pool of the mover: the engine makes the mover's pools from
+  /// these items, and from nothing else.
+  std::optional<plan_pool> pool;
 };
 
 struct footprint_plan {
@@ -61,6 +72,12 @@ struct footprint_plan {
   /// Pageable host bytes of the optimizer step's undo log: the in-memory states the step rewrites
   /// in shards that also have a state on nvme or in device memory (optimizer_step.hpp).
   std::uint64_t optimizer_undo_bytes = 0;
+  /// Pageable host bytes of the speculative step's pending memory (optimizer_step.hpp): the new
+  /// values of the host-resident states of shards stepped inside backward, held until step()
+  /// commits them, and the fp32 masters backward's fetches hand the speculation (each until it is
+  /// read). zoe.optimizer_pending_bytes, at most what every shard that can be speculated needs; 0
+  /// with zoe.optimizer_in_backward off.
+  std::uint64_t optimizer_pending_bytes = 0;
   /// Device buckets the gradients of backward are written into (gradient_path.hpp): 2 with
   /// overlap_comm, else 1, each of reduce_bucket_size elements but never smaller than the largest
   /// module's gradients.
@@ -101,6 +118,9 @@ struct footprint_plan {
   /// The swap store: its folders (striped) and its block_size (aio.block_size), which the
   /// capacity's rounding assumes. Empty paths when nothing is on nvme.
   std::vector<std::filesystem::path> swap_paths;
+  /// Whether the tier manager gives every NVMe state the step rewrites a shadow extent
+  /// (zoe.swap.shadows "full"; "bounded": none, listed and counted nowhere).
+  bool shadow_extents = true;
   std::uint64_t swap_block_size = 0;
 };
 

@@ -64,7 +64,8 @@ inline constexpr std::size_t tier_count = 3;
 /// Never throws.
 [[nodiscard]] kernels::dtype state_dtype(const parameter_layout& p, state_kind s) noexcept;
 /// Bytes of one state of `p`'s shard (shard_numel elements; 0 for the working copy of an fp32
-/// parameter, whose working copy is the master). Never throws.
+/// parameter, whose working copy is the master; 0 for every state of a frozen parameter but its
+/// value: the 16-bit working copy, or an fp32 one's master). Never throws.
 [[nodiscard]] std::uint64_t state_bytes(const parameter_layout& p, state_kind s) noexcept;
 
 /// The swap store's folders: offload_param.nvme_path (at stage 3), offload_optimizer.nvme_path (at 1-3),

@@ -112,7 +112,8 @@ class tier_manager {
   // ---- the optimizer step's shadow extents (see the header comment) ---------------------------
   /// The shadow extent of (p, s): an extent of the same size as the home's, allocated with it, for
   /// the NVMe states the optimizer step rewrites (master, exp_avg, exp_avg_sq, and the working copy
-  /// when it has bytes); a zero extent (bytes 0) for every other state. Both extents are freed
+  /// when it has bytes) when the plan has shadow extents (footprint_plan::shadow_extents); a zero
+  /// extent (bytes 0) for every other state. Both extents are freed
   /// with the tier manager.
   [[nodiscard]] io::swap_extent shadow(parameter_id p, state_kind s) const;
   /// The shadow now holds the state's data: it becomes the home's extent and the old extent the

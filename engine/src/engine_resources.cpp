@@ -1,4 +1,4 @@
-#include "zoe/engine/coordinator/parameter_path.hpp"
+#include "zoe/engine/engine_resources.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -69,7 +69,7 @@ engine_config as_run(const engine_config& config) {
 // the launcher's unless the backend is single. A stage that cannot run on it is refused here, as
 // every rank decides alike: a throw once the worlds exist unwinds past them, which tells the
 // peers this rank failed.
-void check_stage_before_worlds(const engine_config& config, const parameter_path_options& o) {
+void check_stage_before_worlds(const engine_config& config, const engine_resources_options& o) {
   std::optional<std::size_t> world;
   if (o.comm != nullptr) {
     world = o.comm->size();
@@ -84,15 +84,15 @@ void check_stage_before_worlds(const engine_config& config, const parameter_path
   if (world) check_stage_fits_world(config, *world);
 }
 
-parameter_path::worlds make_worlds(const engine_config& config, device& dev, const parameter_path_options& o) {
+engine_resources::worlds make_worlds(const engine_config& config, device& dev, const engine_resources_options& o) {
   check_stage_before_worlds(config, o);
-  parameter_path::worlds w;
+  engine_resources::worlds w;
   ZOE_EXPECTS((o.comm == nullptr) == (o.gradient_comm == nullptr),
-              "parameter_path_options: give both communicators (comm and gradient_comm) or neither");
+              "engine_resources_options: give both communicators (comm and gradient_comm) or neither");
   if (o.comm != nullptr) {
     ZOE_EXPECTS(o.comm != o.gradient_comm && o.comm->size() == o.gradient_comm->size() &&
                     o.comm->rank() == o.gradient_comm->rank(),
-                "parameter_path_options: comm and gradient_comm must be two distinct worlds of the same ranks");
+                "engine_resources_options: comm and gradient_comm must be two distinct worlds of the same ranks");
     w.comm = o.comm;
     w.gradient_comm = o.gradient_comm;
     return w;
@@ -120,8 +120,8 @@ comm_options comm_options_of(const engine_config& config) {
   return o;
 }
 
-parameter_path::parameter_path(std::vector<module_spec> modules, const engine_config& config, device& dev,
-                               parameter_path_options options)
+engine_resources::engine_resources(std::vector<module_spec> modules, const engine_config& config, device& dev,
+                                   engine_resources_options options)
     : config_(as_run(config)),
       worlds_(make_worlds(config_, dev, options)),
       comm_(worlds_.comm),
@@ -151,16 +151,24 @@ parameter_path::parameter_path(std::vector<module_spec> modules, const engine_co
     store_ = std::make_unique<io::swap_store>(std::move(so));
   }
   tiers_ = std::make_unique<tier_manager>(*layout_, *placement_, plan_, tier_resources{dev, *pinned_, store_.get()});
-  swapper_ = std::make_unique<parameter_swapper>(
-      *tiers_, dev, *pinned_, store_.get(),
-      parameter_swapper_options{.buffer_count = plan_.param_buffer_count, .buffer_bytes = plan_.param_buffer_bytes});
+  // The rank's one mover: every NVMe byte of the engine goes through its thread, channel and pools,
+  // which are the plan's items that name a pool (zoe-plan lists them), and nothing else.
+  mover_options mo{.queue_depth = config_.aio.queue_depth};
+  for (const plan_item& item : plan_.items) {
+    if (!item.pool || !store_) continue;
+    mo.pools.push_back({.key = item.pool->key,
+                        .slot_bytes = static_cast<std::size_t>(item.pool->slot_bytes),
+                        .slot_count = static_cast<std::size_t>(item.pool->slot_count)});
+  }
+  mover_ = std::make_unique<mover>(store_.get(), pinned_.get(), &dev, std::move(mo));
+  swapper_ = std::make_unique<parameter_swapper>(*tiers_, dev, mover_.get());
   communicator& gather_world = replica_world_ ? *replica_world_ : *comm_;
   coordinator_ =
       std::make_unique<coordinator>(*tiers_, *swapper_, gather_world, dev, coordinator_options_of(config_, plan_));
 }
 
-// Members go in reverse order: the coordinator's reads and write-backs finish before the swapper
+// Members go in reverse order: the coordinator's reads and gathers finish before the swapper
 // stops, and the swapper's before the homes and the store go.
-parameter_path::~parameter_path() = default;
+engine_resources::~engine_resources() = default;
 
 }  // namespace zoe::engine

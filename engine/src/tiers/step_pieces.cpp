@@ -11,6 +11,7 @@ constexpr std::uint64_t page = 4096;
 }  // namespace
 
 bool has_nvme_state(const parameter_layout& p, const tier_of& where) {
+  if (p.frozen) return false;  // never stepped: it takes no slot and no undo
   return std::any_of(all_states.begin(), all_states.end(),
                      [&](state_kind s) { return state_bytes(p, s) > 0 && where(p.id, s) == tier::nvme; });
 }
@@ -22,7 +23,7 @@ bool takes_slot(const parameter_layout& p, state_kind s, const tier_of& where) {
 }
 
 bool staged_in_memory(const parameter_layout& p, const tier_of& where) {
-  if (has_nvme_state(p, where)) return false;
+  if (p.frozen || has_nvme_state(p, where)) return false;
   const auto in = [&](tier t) {
     return std::any_of(all_states.begin(), all_states.end(),
                        [&](state_kind s) { return state_bytes(p, s) > 0 && where(p.id, s) == t; });
@@ -37,9 +38,33 @@ bool working_alone_on_device(const parameter_layout& p, const tier_of& where) {
 }
 
 bool logs_undo(const parameter_layout& p, state_kind s, const tier_of& where) {
-  if (s == state_kind::gradient || state_bytes(p, s) == 0 || where(p.id, s) == tier::nvme) return false;
+  if (p.frozen || s == state_kind::gradient || state_bytes(p, s) == 0 || where(p.id, s) == tier::nvme) return false;
   if (has_nvme_state(p, where)) return true;
   return staged_in_memory(p, where) && !working_alone_on_device(p, where);
+}
+
+bool speculates(const parameter_layout& p, const tier_of& where) {
+  return !p.frozen && std::none_of(all_states.begin(), all_states.end(), [&](state_kind s) {
+    return state_bytes(p, s) > 0 && where(p.id, s) == tier::device;
+  });
+}
+
+std::uint64_t pending_bytes(const parameter_layout& p, const tier_of& where) {
+  std::uint64_t bytes = 0;
+  for (const state_kind s : all_states) {
+    if (s != state_kind::gradient && state_bytes(p, s) > 0 && where(p.id, s) == tier::host) {
+      bytes += round_up(state_bytes(p, s), pending_alignment);
+    }
+  }
+  return bytes;
+}
+
+std::uint64_t fetched_master_bytes(const parameter_layout& p, const tier_of& where) {
+  if (!speculates(p, where) || state_bytes(p, state_kind::working) > 0 ||
+      where(p.id, state_kind::master) != tier::nvme) {
+    return 0;
+  }
+  return round_up(state_bytes(p, state_kind::master), pending_alignment);
 }
 
 std::uint64_t staging_slot_bytes(const model_layout& layout, const tier_of& where, const piece_geometry& geometry) {

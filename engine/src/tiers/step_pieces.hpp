@@ -1,8 +1,10 @@
 #pragma once
-// The optimizer step's pieces (optimizer_step.hpp): how many elements one piece holds, how large a
-// pinned slot is, which states of a shard go through a slot, and the pieces of the shards with a
-// state on nvme in sub-group order. The footprint plan sizes the optimizer's pinned buffers with
-// the same geometry, so the step can always cut them into enough slots.
+// The optimizer step's pieces (optim/optimizer_step.hpp): how many elements one piece holds, how
+// large a pinned slot is, which states of a shard go through a slot, and the pieces of the shards
+// with a state on nvme in sub-group order. The footprint plan sizes the optimizer's pinned buffers
+// with the same geometry, so the step can always cut them into enough slots. It lives in tiers/,
+// below optim/, because the plan is its lowest user; it knows layouts and placements, nothing of
+// optim/.
 
 #include <cstddef>
 #include <cstdint>
@@ -50,6 +52,18 @@ struct piece_geometry {
 /// host memory need none (stepped last, once nothing can fail), nor do shards whose rewritten
 /// device states are written in place on the device: a device that fails there loses them with it.
 [[nodiscard]] bool logs_undo(const parameter_layout& p, state_kind s, const tier_of& where);
+/// Whether the step may run `p` speculatively inside backward (optimizer_step.hpp): a stepped shard
+/// with no state in device memory, so that its commit is a switch of shadow extents and host memcpys,
+/// which cannot fail.
+[[nodiscard]] bool speculates(const parameter_layout& p, const tier_of& where);
+/// Pending bytes a speculation of `p` takes: each state it rewrites in host memory, in whole
+/// pending_alignment units (0 when every rewritten state is on nvme).
+inline constexpr std::uint64_t pending_alignment = 64;
+[[nodiscard]] std::uint64_t pending_bytes(const parameter_layout& p, const tier_of& where);
+/// Pending bytes of `p`'s master as backward's fetch brings it, which its speculation reads instead
+/// of the NVMe home: an fp32 parameter (its working copy is its master) that speculates, with its
+/// master on nvme; 0 for any other.
+[[nodiscard]] std::uint64_t fetched_master_bytes(const parameter_layout& p, const tier_of& where);
 /// `chunk` is aio.block_size (default_piece_chunk without a store).
 [[nodiscard]] piece_geometry make_piece_geometry(const model_layout& layout, const tier_of& where, std::uint64_t chunk);
 

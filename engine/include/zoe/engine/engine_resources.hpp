@@ -1,10 +1,11 @@
 #pragma once
-// The parameter path wired together: a shard's way from its tier to a gathered parameter and back,
-// built from a model, a configuration and a device exactly as the footprint plan sizes it — the
-// layout, the placement, the plan, pinned memory, the swap store on the configured paths, the tier
-// manager, the parameter swapper, the communicator and the coordinator. The engine object
-// (offload_engine) holds one and builds its gradient path and optimizer step on it; zoe-bench params
-// and the engine tests use it alone.
+// The engine's shared resources: what every stage of the engine builds on, made once from a model,
+// a configuration and a device exactly as the footprint plan sizes it — the layout, the placement,
+// the plan, pinned memory, the swap store on the configured paths, the tier manager, the parameter
+// swapper, the two communicators and the coordinator. Not a path of its own: it owns the stages up
+// to the coordinator and lends them out. The engine object (offload_engine) holds one and builds its
+// state I/O, gradient path, optimizer step and activation store on it; zoe-bench's params and
+// optimizer runs and the engine tests use it alone.
 
 #include <cstdint>
 #include <functional>
@@ -26,13 +27,13 @@
 
 namespace zoe::engine {
 
-struct parameter_path_options {
+struct engine_resources_options {
   /// Overrides the plan's arena size (tests of back-pressure); unset: the plan's.
   std::optional<std::uint64_t> arena_bytes;
   /// Passed to swap_store_options::wrap_backend (fault injection in tests).
   std::function<std::unique_ptr<io::io_backend>(std::unique_ptr<io::io_backend>)> wrap_backend;
   /// The worlds to use instead of making them from the configuration (tests: a fake, or worlds
-  /// made once for several engines). Both or neither; they must outlive the path, be distinct
+  /// made once for several engines). Both or neither; they must outlive the resources, be distinct
   /// objects of the same ranks, and be of one size.
   communicator* comm = nullptr;           ///< the coordinator's gathers
   communicator* gradient_comm = nullptr;  ///< the gradient path's reductions and the step's collectives
@@ -42,8 +43,8 @@ struct parameter_path_options {
 /// and zero_optimization.zero_hpz_partition_size. Never throws but std::bad_alloc.
 [[nodiscard]] comm_options comm_options_of(const engine_config& config);
 
-/// Owns every stage of the path; destroyed in reverse order of construction. Not copyable.
-class parameter_path {
+/// Owns every resource above; destroyed in reverse order of construction. Not copyable.
+class engine_resources {
  public:
   /// The worlds come first (the layout's size is theirs); a struct so both are made before the
   /// members that depend on them.
@@ -55,7 +56,7 @@ class parameter_path {
   };
 
   /// Makes the two worlds (make_communicator(comm_options_of(config)) twice, collective: every
-  /// rank constructs its paths in the same order) unless options passes them in, lays `modules` out
+  /// rank constructs its resources in the same order) unless options passes them in, lays `modules` out
   /// at the world's size, this rank holding shard rank() of every parameter, and builds every
   /// stage for `config` on `dev` (which must outlive it). Each rank's swap files live in its own
   /// folder, zoe-swap-rank-<r>-<pid>-<random>, under each swap path (one shared path for all).
@@ -73,11 +74,11 @@ class parameter_path {
   /// memory is limited to the plan's pinned_bytes (0: nothing is pinned, and the resource has no
   /// limit). Otherwise throws what the stages throw: config_error for a plan that cannot work,
   /// io_error naming a swap path that cannot hold the store, memory_error when memory is refused.
-  parameter_path(std::vector<module_spec> modules, const engine_config& config, device& dev,
-                 parameter_path_options options = {});
-  ~parameter_path();
-  parameter_path(const parameter_path&) = delete;
-  parameter_path& operator=(const parameter_path&) = delete;
+  engine_resources(std::vector<module_spec> modules, const engine_config& config, device& dev,
+                   engine_resources_options options = {});
+  ~engine_resources();
+  engine_resources(const engine_resources&) = delete;
+  engine_resources& operator=(const engine_resources&) = delete;
 
   [[nodiscard]] const model_layout& layout() const noexcept { return *layout_; }
   [[nodiscard]] const placement& where() const noexcept { return *placement_; }
@@ -85,6 +86,8 @@ class parameter_path {
   [[nodiscard]] allocators::pinned_host_resource& pinned() noexcept { return *pinned_; }
   [[nodiscard]] io::swap_store* store() noexcept { return store_.get(); }
   [[nodiscard]] tier_manager& tiers() noexcept { return *tiers_; }
+  /// The rank's mover: every client that moves bytes to or from NVMe submits its pieces here.
+  [[nodiscard]] mover& movers() noexcept { return *mover_; }
   [[nodiscard]] parameter_swapper& swapper() noexcept { return *swapper_; }
   /// The coordinator's world: its gathers, and nothing else, so their order is the coordinator's
   /// (at stage 0 on several ranks it carries nothing: every rank holds whole parameters, and the
@@ -96,7 +99,7 @@ class parameter_path {
   [[nodiscard]] coordinator& coord() noexcept { return *coordinator_; }
 
  private:
-  engine_config config_;  ///< the configuration as the path runs it (stages 0-2: every parameter persistent)
+  engine_config config_;  ///< the configuration as the resources run it (stages 0-2: every parameter persistent)
   worlds worlds_;
   communicator* comm_;
   communicator* gradient_comm_;
@@ -108,6 +111,7 @@ class parameter_path {
   std::unique_ptr<allocators::pinned_host_resource> pinned_;
   std::unique_ptr<io::swap_store> store_;
   std::unique_ptr<tier_manager> tiers_;
+  std::unique_ptr<mover> mover_;
   std::unique_ptr<parameter_swapper> swapper_;
   std::unique_ptr<coordinator> coordinator_;
 };
