@@ -131,8 +131,9 @@ TEST(TrainMlpSoak, SigkillAtRandomMomentsResumesBitForBit) {
       before = c.whole_lines();
     }
     killed_mid_run += killed ? 1 : 0;
-    // A run killed mid-run leaves its swap folder; one that exited removed it.
-    EXPECT_EQ(swap_folders(dir), killed ? 1U : 0U) << "round " << round;
+    // A run killed mid-run leaves its swap folder (none when the kill came after the engine was
+    // destroyed, while the process wrote its report); one that exited removed it.
+    EXPECT_LE(swap_folders(dir), killed ? 1U : 0U) << "round " << round;
     const long saved = last_saved(before);
     const run_result resumed =
         run(tiny_model + " --json --resume --steps " + std::to_string(steps) + " --dir " + dir.path().string());
