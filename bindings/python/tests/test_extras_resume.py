@@ -87,12 +87,12 @@ def test_a_run_killed_after_its_checkpoints_resumes_bit_for_bit(tmp_path):
 
     resumed = _run_to_end(killed_work)
     resumed_losses = _losses(resumed)
-    first = min(resumed_losses)
+    # No step left to run: the killed run saved the last one (its line still in the pipe).
+    first = min(resumed_losses, default=_STEPS + 1)
     # The latest complete checkpoint is the last one announced, or one finished after it whose line
     # was still in the pipe when the kill came (the child runs ahead of the lines read here, so no
-    # upper bound follows from the step the kill came after); never an older one, and the kill
-    # left at least one step to run.
-    assert saved[-1] + 1 <= first <= _STEPS, f"resumed at step {first} after saves {saved} {why}"
+    # upper bound follows from the step the kill came after); never an older one.
+    assert saved[-1] + 1 <= first <= _STEPS + 1, f"resumed at step {first} after saves {saved} {why}"
     assert sorted(resumed_losses) == list(range(first, _STEPS + 1))
     for step, loss in _losses(before).items():
         assert loss == reference[step], f"step {step} before the kill {why}"
