@@ -42,22 +42,29 @@ static int kernel_bytes(uint64_t* read, uint64_t* written) {
 
 int mlp_byte_mark_now(zoe_engine* engine, mlp_byte_mark* mark) {
   memset(mark, 0, sizeof *mark);
+  /* The statistics may grow between the call that sizes them and the one that copies them (a
+   * figure of the engine's threads gains a digit): a short capacity copies nothing, so size again. */
+  char* text = NULL;
+  size_t capacity = 0;
   size_t length = 0;
-  if (zoe_statistics(engine, NULL, 0, &length) != ZOE_SUCCESS) {
-    fprintf(stderr, "zoe-train-mlp: zoe_statistics: %s\n", zoe_last_error());
-    return -1;
-  }
-  char* text = malloc(length + 1);
-  if (text == NULL) {
-    fprintf(stderr, "zoe-train-mlp: out of memory for zoe_statistics' %zu bytes\n", length + 1);
-    return -1;
-  }
   int rc = 0;
-  if (zoe_statistics(engine, text, length + 1, &length) != ZOE_SUCCESS) {
-    fprintf(stderr, "zoe-train-mlp: zoe_statistics: %s\n", zoe_last_error());
-    rc = -1;
-  } else if (first_number(text, "nvme_read_bytes", &mark->zoe_read) != 0 ||
-             first_number(text, "nvme_write_bytes", &mark->zoe_written) != 0) {
+  for (;;) {
+    if (zoe_statistics(engine, text, capacity, &length) != ZOE_SUCCESS) {
+      fprintf(stderr, "zoe-train-mlp: zoe_statistics: %s\n", zoe_last_error());
+      rc = -1;
+      break;
+    }
+    if (text != NULL && length < capacity) break;
+    free(text);
+    capacity = length + 256;
+    text = malloc(capacity);
+    if (text == NULL) {
+      fprintf(stderr, "zoe-train-mlp: out of memory for zoe_statistics' %zu bytes\n", capacity);
+      return -1;
+    }
+  }
+  if (rc == 0 && (first_number(text, "nvme_read_bytes", &mark->zoe_read) != 0 ||
+                  first_number(text, "nvme_write_bytes", &mark->zoe_written) != 0)) {
     fprintf(stderr, "zoe-train-mlp: zoe_statistics has no nvme_read_bytes / nvme_write_bytes totals\n");
     rc = -1;
   }

@@ -72,7 +72,6 @@ struct host_exchange::state {
   };
   std::vector<failure> failures;
   std::size_t alive = 0;
-  std::vector<std::shared_ptr<engine::host_collectives>> ranks;
 };
 
 namespace {
@@ -281,14 +280,14 @@ host_exchange::host_exchange(std::size_t size, std::size_t ranks_per_node, std::
   state_->ranks_per_node = ranks_per_node;
   state_->timeout = timeout;
   state_->created.assign(size, 0);
-  for (std::size_t r = 0; r < size; ++r) state_->ranks.push_back(std::make_shared<rank_host>(state_, r));
+  for (std::size_t r = 0; r < size; ++r) ranks_.push_back(std::make_shared<rank_host>(state_, r));
 }
 
 host_exchange::~host_exchange() = default;
 
 std::size_t host_exchange::size() const noexcept { return state_->size; }
 
-std::shared_ptr<engine::host_collectives> host_exchange::rank(std::size_t rank) { return state_->ranks.at(rank); }
+std::shared_ptr<engine::host_collectives> host_exchange::rank(std::size_t rank) { return ranks_.at(rank); }
 
 void host_exchange::fail_call(std::string what, std::size_t nth, std::string message) {
   const std::lock_guard lock(state_->mutex);

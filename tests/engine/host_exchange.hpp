@@ -16,6 +16,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "zoe/engine/comm/host_collectives.hpp"
 
@@ -50,6 +51,8 @@ class host_exchange {
 
  private:
   std::shared_ptr<state> state_;
+  // Held here, not in the state they point to: a state owning its ranks would keep itself alive.
+  std::vector<std::shared_ptr<engine::host_collectives>> ranks_;
 };
 
 }  // namespace zoe::testing
