@@ -543,7 +543,11 @@ TEST(gradient_path, AnAcquireOnlyItsOwnThreadCouldUnblockIsRefusedNamingTheModul
 // first waits (the other thread may still reduce), the second finds every holder waiting and is
 // refused; once it reduces its module, the first finds only its own module in the way and is
 // refused too. Nothing waits for ever, and after both reduce, the micro-batch completes.
-TEST(gradient_path, ThreadsWaitingOnEachOthersBucketsAreRefusedNotLeftWaiting) {
+// DISABLED: racy as written (about 2 runs in 100 hang): `second` cannot tell when `first` is really
+// waiting, and when `first` is refused instead it leaves module 0 unreduced while the test joins
+// `second`, which then waits for it. The refusal itself works (the one-thread case above); this
+// two-thread schedule needs a hook to see a thread enter the wait. To mend next (closing note).
+TEST(gradient_path, DISABLED_ThreadsWaitingOnEachOthersBucketsAreRefusedNotLeftWaiting) {
   bench b(home_kind::pinned, true, 1, nullptr, false, false, layered_model(4, 1, 150'000, {kernels::dtype::fp32}));
   ASSERT_EQ(b.s.plan().gradient_bucket_count, 2U);
   const std::string name0 = "'" + b.s.layout().module(0).name + "'";

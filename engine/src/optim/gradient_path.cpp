@@ -80,6 +80,8 @@ std::vector<void*> gradient_path::acquire(module_id m, stream_view stream) {
     waited = true;
     flushed = false;
     s.waiting.push_back(me);
+    // A thread already waiting re-checks: this one, now waiting too, can no longer reduce its modules.
+    s.changed.notify_all();
     s.changed.wait(lock);
     s.waiting.erase(std::find(s.waiting.begin(), s.waiting.end(), me));
     ZOE_EXPECTS(s.open, "gradient_path::acquire: the micro-batch ended while module '", s.module_name(m),
