@@ -1,6 +1,7 @@
 // Argument checks and traffic counting shared by the communicator backends.
 #include "collective.hpp"
 
+#include <cstdint>
 #include <limits>
 #include <string>
 
@@ -84,6 +85,48 @@ void check_overlap(collective_call call, const void* send, std::uint64_t send_by
   const auto r = reinterpret_cast<std::uintptr_t>(recv);
   ZOE_EXPECTS(s + send_bytes <= r || r + recv_bytes <= s, describe(call), ": send [", send, ", +", send_bytes,
               " bytes) overlaps recv [", recv, ", +", recv_bytes, " bytes) other than in place");
+}
+
+std::uint64_t check_all_gather(collective_call call, const gather_part& part, std::size_t size, std::size_t rank) {
+  const std::uint64_t total = blocks_bytes(call, part.bytes, size);
+  check_buffer(call, "send", part.send, part.bytes);
+  check_buffer(call, "recv", part.recv, total);
+  // In place: send is recv's own block (an address computed as an integer, only compared).
+  const auto own = reinterpret_cast<const void*>(reinterpret_cast<std::uintptr_t>(part.recv) + part.bytes * rank);
+  check_overlap(call, part.send, part.bytes, part.recv, total, own);
+  return total;
+}
+
+std::uint64_t check_reduce_scatter(collective_call call, const reduce_part& part, reduce_op op, std::size_t size,
+                                   std::size_t rank) {
+  const std::uint64_t block = element_bytes(call, part.count, part.type, op);
+  const std::uint64_t total = blocks_bytes(call, block, size);
+  check_buffer(call, "send", part.send, total);
+  check_buffer(call, "recv", part.recv, block);
+  // In place: recv is send's own block (compared as addresses: recv - rank * block may lie before
+  // any object when it is not).
+  const bool in_place = part.send != nullptr && reinterpret_cast<std::uintptr_t>(part.recv) ==
+                                                    reinterpret_cast<std::uintptr_t>(part.send) + block * rank;
+  check_overlap(call, part.send, total, part.recv, block, in_place ? part.send : nullptr);
+  return block;
+}
+
+std::uint64_t check_all_to_all(collective_call call, const void* send, const void* recv, std::uint64_t bytes,
+                               std::size_t size) {
+  const std::uint64_t total = blocks_bytes(call, bytes, size);
+  check_buffer(call, "send", send, total);
+  check_buffer(call, "recv", recv, total);
+  check_overlap(call, send, total, recv, total, size == 1 ? recv : nullptr);
+  return total;
+}
+
+std::uint64_t check_all_reduce(collective_call call, const void* send, const void* recv, std::size_t count,
+                               kernels::dtype type, reduce_op op) {
+  const std::uint64_t bytes = element_bytes(call, count, type, op);
+  check_buffer(call, "send", send, bytes);
+  check_buffer(call, "recv", recv, bytes);
+  check_overlap(call, send, bytes, recv, bytes, recv);
+  return bytes;
 }
 
 void traffic_counter::count(collective what, traffic sent) noexcept {

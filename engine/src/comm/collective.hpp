@@ -34,6 +34,25 @@ void check_buffer(collective_call call, std::string_view which, const void* buff
 void check_overlap(collective_call call, const void* send, std::uint64_t send_bytes, const void* recv,
                    std::uint64_t recv_bytes, const void* in_place);
 
+// One collective's checks, the same in every backend, for a group of `size` ranks of which this is
+// `rank`. Each throws usage_error naming the call (as the checks above).
+
+/// An all-gather (one part of a coalesced one): send of part.bytes, recv of size blocks of it, in
+/// place when send is recv's own block. Returns recv's bytes.
+std::uint64_t check_all_gather(collective_call call, const gather_part& part, std::size_t size, std::size_t rank);
+/// A reduce-scatter (one part of a coalesced one): send of size blocks of part.count elements, recv
+/// of one, in place when recv is send's own block. Returns the block's bytes.
+std::uint64_t check_reduce_scatter(collective_call call, const reduce_part& part, reduce_op op, std::size_t size,
+                                   std::size_t rank);
+/// An all-to-all: send and recv of size blocks of `bytes` each, in place only in a group of one.
+/// Returns their bytes.
+std::uint64_t check_all_to_all(collective_call call, const void* send, const void* recv, std::uint64_t bytes,
+                               std::size_t size);
+/// An all-reduce: send and recv of `count` elements of `type`, in place when send == recv. Returns
+/// their bytes.
+std::uint64_t check_all_reduce(collective_call call, const void* send, const void* recv, std::size_t count,
+                               kernels::dtype type, reduce_op op);
+
 /// Where chunk `i` of `count` elements split over `size` ranks begins: count * i / size, computed
 /// without forming count * i, which may not fit. Chunk i is [chunk_first(i), chunk_first(i + 1)):
 /// the split of an all-reduce (bytes_to) and of the mpi backend's reduce-scatter phase alike.

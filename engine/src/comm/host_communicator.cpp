@@ -184,7 +184,7 @@ class host_communicator final : public communicator {
 
   void all_gather(const void* send, void* recv, std::size_t bytes, stream_view stream) override {
     const collective_call call{collective::all_gather, state_->name()};
-    check_gather(call, {send, recv, bytes});
+    check_all_gather(call, {send, recv, bytes}, size(), rank());
     const std::array alone{local_copy{send, recv, bytes}};
     issue(call, stream, state_->members().sent(call.what, bytes), alone,
           [=](host_collectives& h, handle g, void* native) { h.all_gather(g, send, recv, bytes, native); });
@@ -195,7 +195,7 @@ class host_communicator final : public communicator {
     std::uint64_t packed = 0;
     std::vector<local_copy> alone;
     for (const gather_part& p : parts) {
-      check_gather(call, p);
+      check_all_gather(call, p, size(), rank());
       packed += p.bytes;
       alone.push_back({p.send, p.recv, p.bytes});
     }
@@ -235,7 +235,7 @@ class host_communicator final : public communicator {
   void reduce_scatter(const void* send, void* recv, std::size_t count, kernels::dtype type, reduce_op op,
                       stream_view stream) override {
     const collective_call call{collective::reduce_scatter, state_->name()};
-    const std::uint64_t block = checked_block(call, {send, recv, count, type}, op);
+    const std::uint64_t block = check_reduce_scatter(call, {send, recv, count, type}, op, size(), rank());
     const std::array alone{local_copy{send, recv, block}};
     issue(
         call, stream, state_->members().sent(call.what, block), alone,
@@ -247,7 +247,7 @@ class host_communicator final : public communicator {
     std::uint64_t packed = 0;
     std::vector<local_copy> alone;
     for (const reduce_part& p : parts) {
-      const std::uint64_t block = checked_block(call, p, op);
+      const std::uint64_t block = check_reduce_scatter(call, p, op, size(), rank());
       packed += block;
       alone.push_back({p.send, p.recv, block});
     }
@@ -290,10 +290,7 @@ class host_communicator final : public communicator {
 
   void all_to_all(const void* send, void* recv, std::size_t bytes, stream_view stream) override {
     const collective_call call{collective::all_to_all, state_->name()};
-    const std::uint64_t total = blocks_bytes(call, bytes, size());
-    check_buffer(call, "send", send, total);
-    check_buffer(call, "recv", recv, total);
-    check_overlap(call, send, total, recv, total, size() == 1 ? recv : nullptr);
+    const std::uint64_t total = check_all_to_all(call, send, recv, bytes, size());
     const std::array alone{local_copy{send, recv, total}};
     issue(call, stream, state_->members().sent(call.what, bytes), alone,
           [=](host_collectives& h, handle g, void* native) { h.all_to_all(g, send, recv, bytes, native); });
@@ -302,10 +299,7 @@ class host_communicator final : public communicator {
   void all_reduce(const void* send, void* recv, std::size_t count, kernels::dtype type, reduce_op op,
                   stream_view stream) override {
     const collective_call call{collective::all_reduce, state_->name()};
-    const std::uint64_t bytes = element_bytes(call, count, type, op);
-    check_buffer(call, "send", send, bytes);
-    check_buffer(call, "recv", recv, bytes);
-    check_overlap(call, send, bytes, recv, bytes, recv);
+    const std::uint64_t bytes = check_all_reduce(call, send, recv, count, type, op);
     const std::array alone{local_copy{send, recv, bytes}};
     issue(call, stream, state_->members().sent(call.what, bytes, 0, kernels::dtype_size(type)), alone,
           [=](host_collectives& h, handle g, void* native) { h.all_reduce(g, send, recv, count, type, op, native); });
@@ -378,27 +372,6 @@ class host_communicator final : public communicator {
   // "all_gather on host (world) (world rank 2)": every message names this rank.
   [[nodiscard]] std::string who(const collective_call& call) const {
     return str(describe(call), " (world rank ", state_->members().world_rank(), ")");
-  }
-
-  void check_gather(const collective_call& call, const gather_part& p) const {
-    const std::uint64_t total = blocks_bytes(call, p.bytes, size());
-    check_buffer(call, "send", p.send, p.bytes);
-    check_buffer(call, "recv", p.recv, total);
-    check_overlap(call, p.send, p.bytes, p.recv, total, offset(p.recv, rank() * p.bytes));
-  }
-
-  // Checks one reduce-scatter's arguments and returns its block's bytes.
-  [[nodiscard]] std::uint64_t checked_block(const collective_call& call, const reduce_part& p, reduce_op op) const {
-    const std::uint64_t block = element_bytes(call, p.count, p.type, op);
-    const std::uint64_t total = blocks_bytes(call, block, size());
-    check_buffer(call, "send", p.send, total);
-    check_buffer(call, "recv", p.recv, block);
-    // In place: recv is send's own block (compared as addresses: recv - rank * block may lie
-    // before any object when it is not).
-    const bool in_place = p.send != nullptr && reinterpret_cast<std::uintptr_t>(p.recv) ==
-                                                   reinterpret_cast<std::uintptr_t>(p.send) + block * rank();
-    check_overlap(call, p.send, total, p.recv, block, in_place ? p.send : nullptr);
-    return block;
   }
 
   // Hands one checked collective to the host in the group's turn (a null `fn`: nothing for this

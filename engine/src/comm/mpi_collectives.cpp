@@ -16,26 +16,6 @@
 namespace zoe::engine::detail {
 namespace {
 
-// The in-place form of a collective whose rank-r block of `block` bytes sits in `recv`: `send` is
-// in place when it is recv + rank * block (check_overlap's `in_place` argument).
-const void* in_place_send(const void* recv, std::uint64_t block, std::size_t rank) {
-  return recv == nullptr ? nullptr : static_cast<const std::byte*>(recv) + block * rank;
-}
-
-// Checks one reduce-scatter's arguments (of `n` ranks, this one `r`) and returns its block's bytes.
-std::uint64_t checked_block(collective_call c, const reduce_part& part, reduce_op op, std::size_t n, std::size_t r) {
-  const std::uint64_t block = element_bytes(c, part.count, part.type, op);
-  const std::uint64_t total = blocks_bytes(c, block, n);
-  check_buffer(c, "send", part.send, total);
-  check_buffer(c, "recv", part.recv, block);
-  // In place: recv is send's own block (compared as addresses: recv - rank * block may lie before
-  // any object when it is not).
-  const bool in_place = part.send != nullptr && reinterpret_cast<std::uintptr_t>(part.recv) ==
-                                                    reinterpret_cast<std::uintptr_t>(part.send) + block * r;
-  check_overlap(c, part.send, total, part.recv, block, in_place ? part.send : nullptr);
-  return block;
-}
-
 // The exchange of exchange_blocks() on host memory: `bytes` of `in` (block p of it for peer p when
 // block_per_peer) to every peer, block p of `out` from peer p, this rank's own block copied.
 void swap_blocks(mpi_exchange& x, std::size_t n, std::size_t r, const std::byte* in, std::byte* out,
@@ -65,14 +45,9 @@ void mpi_group::exchange_blocks(collective what, const void* send, void* recv, s
   const collective_call c = call(what);
   const std::size_t n = size();
   const std::size_t r = rank();
-  const std::uint64_t total = blocks_bytes(c, bytes, n);
+  const std::uint64_t total =
+      block_per_peer ? check_all_to_all(c, send, recv, bytes, n) : check_all_gather(c, {send, recv, bytes}, n, r);
   const std::uint64_t send_bytes = block_per_peer ? total : bytes;
-  check_buffer(c, "send", send, send_bytes);
-  check_buffer(c, "recv", recv, total);
-  // In place: an all-gather's send is recv's own block; an all-to-all has only the identity of one
-  // rank (NCCL has no in-place all-to-all).
-  const void* in_place = block_per_peer ? (n == 1 ? recv : nullptr) : in_place_send(recv, bytes, r);
-  check_overlap(c, send, send_bytes, recv, total, in_place);
   traffic_.count_call();
   launch(what, stream, send, send_bytes, recv, total,
          [n, r, bytes, block_per_peer](mpi_exchange& x, const std::byte* in, std::byte* out) {
@@ -86,10 +61,7 @@ void mpi_group::all_gather_coalesced(std::span<const gather_part> parts, stream_
   const std::size_t r = rank();
   std::uint64_t packed = 0;
   for (const gather_part& part : parts) {
-    const std::uint64_t total = blocks_bytes(c, part.bytes, n);
-    check_buffer(c, "send", part.send, part.bytes);
-    check_buffer(c, "recv", part.recv, total);
-    check_overlap(c, part.send, part.bytes, part.recv, total, in_place_send(part.recv, part.bytes, r));
+    check_all_gather(c, part, n, r);
     packed += part.bytes;
   }
   traffic_.count_call();
@@ -126,7 +98,7 @@ void mpi_group::reduce_scatter(const void* send, void* recv, std::size_t count, 
   const collective_call c = call(collective::reduce_scatter);
   const std::size_t n = size();
   const std::size_t r = rank();
-  const std::uint64_t block = checked_block(c, {send, recv, count, type}, op, n, r);
+  const std::uint64_t block = check_reduce_scatter(c, {send, recv, count, type}, op, n, r);
   const std::uint64_t total = block * n;
   traffic_.count_call();
   launch(c.what, stream, send, total, recv, block,
@@ -152,7 +124,7 @@ void mpi_group::reduce_scatter_coalesced(std::span<const reduce_part> parts, red
   blocks.reserve(parts.size());
   std::uint64_t packed = 0;  // every part's block for one rank
   for (const reduce_part& part : parts) {
-    blocks.push_back(checked_block(c, part, op, n, r));
+    blocks.push_back(check_reduce_scatter(c, part, op, n, r));
     packed += blocks.back();
   }
   const std::uint64_t total = blocks_bytes(c, packed, n);
@@ -213,10 +185,7 @@ void mpi_group::all_reduce(const void* send, void* recv, std::size_t count, kern
   const collective_call c = call(collective::all_reduce);
   const std::size_t n = size();
   const std::size_t r = rank();
-  const std::uint64_t total = element_bytes(c, count, type, op);
-  check_buffer(c, "send", send, total);
-  check_buffer(c, "recv", recv, total);
-  check_overlap(c, send, total, recv, total, recv);
+  const std::uint64_t total = check_all_reduce(c, send, recv, count, type, op);
   const std::size_t element = kernels::dtype_size(type);
   traffic_.count_call();
   // A reduce-scatter of n chunks (chunk i to rank i) then an all-gather of the reduced chunks.

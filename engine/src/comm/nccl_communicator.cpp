@@ -339,10 +339,7 @@ class nccl_communicator final : public communicator {
 
   void all_gather(const void* send, void* recv, std::size_t bytes, stream_view stream) override {
     const collective_call call{collective::all_gather, state_->name()};
-    const std::uint64_t total = blocks_bytes(call, bytes, size());
-    check_buffer(call, "send", send, bytes);
-    check_buffer(call, "recv", recv, total);
-    check_overlap(call, send, bytes, recv, total, offset(recv, rank() * bytes));
+    check_all_gather(call, {send, recv, bytes}, size(), rank());
     issue(call, stream, state_->members().sent(call.what, bytes), [&](const nccl::api& a, nccl::comm_t c) {
       return a.all_gather(send, recv, bytes, nccl::data_type::uint8, c, native(stream));
     });
@@ -353,10 +350,7 @@ class nccl_communicator final : public communicator {
     const collective_call call{collective::all_gather, state_->name()};
     std::uint64_t bytes = 0;
     for (const gather_part& p : parts) {
-      const std::uint64_t total = blocks_bytes(call, p.bytes, size());
-      check_buffer(call, "send", p.send, p.bytes);
-      check_buffer(call, "recv", p.recv, total);
-      check_overlap(call, p.send, p.bytes, p.recv, total, offset(p.recv, rank() * p.bytes));
+      check_all_gather(call, p, size(), rank());
       bytes += p.bytes;
     }
     issue(call, stream, state_->members().sent(call.what, bytes), [&](const nccl::api& a, nccl::comm_t c) {
@@ -373,7 +367,7 @@ class nccl_communicator final : public communicator {
   void reduce_scatter(const void* send, void* recv, std::size_t count, kernels::dtype type, reduce_op op,
                       stream_view stream) override {
     const collective_call call{collective::reduce_scatter, state_->name()};
-    const std::uint64_t bytes = checked_block(call, {send, recv, count, type}, op);
+    const std::uint64_t bytes = check_reduce_scatter(call, {send, recv, count, type}, op, size(), rank());
     if (reduce_alone(call, std::array{reduce_part{send, recv, count, type}}, stream)) return;
     issue(call, stream, state_->members().sent(call.what, bytes), [&](const nccl::api& a, nccl::comm_t c) {
       return a.reduce_scatter(send, recv, count, nccl_type(type), nccl_op(op), c, native(stream));
@@ -385,7 +379,7 @@ class nccl_communicator final : public communicator {
   void reduce_scatter_coalesced(std::span<const reduce_part> parts, reduce_op op, stream_view stream) override {
     const collective_call call{collective::reduce_scatter, state_->name()};
     std::uint64_t bytes = 0;
-    for (const reduce_part& p : parts) bytes += checked_block(call, p, op);
+    for (const reduce_part& p : parts) bytes += check_reduce_scatter(call, p, op, size(), rank());
     if (reduce_alone(call, parts, stream)) return;
     issue(call, stream, state_->members().sent(call.what, bytes), [&](const nccl::api& a, nccl::comm_t c) {
       return grouped(a, [&] {
@@ -401,10 +395,7 @@ class nccl_communicator final : public communicator {
 
   void all_to_all(const void* send, void* recv, std::size_t bytes, stream_view stream) override {
     const collective_call call{collective::all_to_all, state_->name()};
-    const std::uint64_t total = blocks_bytes(call, bytes, size());
-    check_buffer(call, "send", send, total);
-    check_buffer(call, "recv", recv, total);
-    check_overlap(call, send, total, recv, total, size() == 1 ? recv : nullptr);
+    check_all_to_all(call, send, recv, bytes, size());
     issue(call, stream, state_->members().sent(call.what, bytes), [&](const nccl::api& a, nccl::comm_t c) {
       if (send == recv) return nccl::result::success;  // world size 1: the identity
       return grouped(a, [&] {
@@ -424,10 +415,7 @@ class nccl_communicator final : public communicator {
   void all_reduce(const void* send, void* recv, std::size_t count, kernels::dtype type, reduce_op op,
                   stream_view stream) override {
     const collective_call call{collective::all_reduce, state_->name()};
-    const std::uint64_t bytes = element_bytes(call, count, type, op);
-    check_buffer(call, "send", send, bytes);
-    check_buffer(call, "recv", recv, bytes);
-    check_overlap(call, send, bytes, recv, bytes, recv);
+    const std::uint64_t bytes = check_all_reduce(call, send, recv, count, type, op);
     if (reduce_alone(call, std::array{reduce_part{send, recv, count, type}}, stream)) return;
     issue(call, stream, state_->members().sent(call.what, bytes, 0, kernels::dtype_size(type)),
           [&](const nccl::api& a, nccl::comm_t c) {
@@ -537,10 +525,6 @@ class nccl_communicator final : public communicator {
     return static_cast<const std::byte*>(p) + bytes;
   }
   static void* offset(void* p, std::uint64_t bytes) noexcept { return static_cast<std::byte*>(p) + bytes; }
-  // `p` less `back` bytes, as an address only (it may lie before p's buffer, and is only compared).
-  static const void* before(const void* p, std::uint64_t back) noexcept {
-    return reinterpret_cast<const void*>(reinterpret_cast<std::uintptr_t>(p) - back);
-  }
 
   // A group of one reduces nothing: its reductions are copies (none in place), and NCCL is not
   // asked. Its one-rank ncclAvg out of place leaves the elements past the last multiple of four
@@ -556,17 +540,6 @@ class nccl_communicator final : public communicator {
     }
     traffic_.count(call.what, {});
     return true;
-  }
-
-  // Checks one reduce-scatter's arguments and returns its block's bytes.
-  std::uint64_t checked_block(const collective_call& call, const reduce_part& p, reduce_op op) const {
-    const std::uint64_t block = element_bytes(call, p.count, p.type, op);
-    const std::uint64_t total = blocks_bytes(call, block, size());
-    check_buffer(call, "send", p.send, total);
-    check_buffer(call, "recv", p.recv, block);
-    // In place: recv is send's own block, i.e. send == recv - rank() * block.
-    check_overlap(call, p.send, total, p.recv, block, before(p.recv, rank() * block));
-    return block;
   }
 
   // "all_gather on nccl (world) (world rank 2)": every message names this rank, as the mpi backend's do.
