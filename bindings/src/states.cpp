@@ -22,6 +22,26 @@ zoe::engine::state_kind state_of(int s) {
                                   "or ZOE_STATE_EXP_AVG_SQ)"));
 }
 
+// zoe_read_state and zoe_write_state: the parameter and state named, `count` its element count and
+// `values` given, and no micro-batch or inference fetch open.
+struct state_target {
+  zoe::engine::parameter_id id;
+  zoe::engine::state_kind kind;
+};
+
+state_target expect_state_target(zoe_engine& e, zoe_parameter_id parameter, zoe_state state, const float* values,
+                                 std::size_t count) {
+  const zoe::engine::parameter_id id = zoe::bindings::layout_id(e, parameter);
+  const zoe::engine::state_kind kind = state_of(zoe::bindings::enum_value(state));
+  const zoe::engine::parameter_layout& p = e.engine->layout().parameter(id);
+  if (count != p.numel) {
+    throw zoe::usage_error(zoe::str("parameter '", p.name, "' has ", p.numel, " elements; count is ", count));
+  }
+  zoe::bindings::expect_pointer(values, "values");
+  e.tracker.expect_closed();
+  return {id, kind};
+}
+
 }  // namespace
 
 using zoe::bindings::expect_pointer;
@@ -42,14 +62,7 @@ zoe_status zoe_read_state(zoe_engine* engine, zoe_parameter_id parameter, zoe_st
                           size_t count) {
   return guarded("zoe_read_state", [&] {
     zoe_engine& e = live(engine, "engine");
-    const zoe::engine::parameter_id id = zoe::bindings::layout_id(e, parameter);
-    const zoe::engine::state_kind kind = state_of(zoe::bindings::enum_value(state));
-    const zoe::engine::parameter_layout& p = e.engine->layout().parameter(id);
-    if (count != p.numel) {
-      throw zoe::usage_error(zoe::str("parameter '", p.name, "' has ", p.numel, " elements; count is ", count));
-    }
-    expect_pointer(values, "values");
-    e.tracker.expect_closed();
+    const auto [id, kind] = expect_state_target(e, parameter, state, values, count);
     const std::vector<float> read = e.engine->read_state(id, kind);
     std::copy(read.begin(), read.end(), values);
   });
@@ -59,14 +72,7 @@ zoe_status zoe_write_state(zoe_engine* engine, zoe_parameter_id parameter, zoe_s
                            size_t count) {
   return guarded("zoe_write_state", [&] {
     zoe_engine& e = live(engine, "engine");
-    const zoe::engine::parameter_id id = zoe::bindings::layout_id(e, parameter);
-    const zoe::engine::state_kind kind = state_of(zoe::bindings::enum_value(state));
-    const zoe::engine::parameter_layout& p = e.engine->layout().parameter(id);
-    if (count != p.numel) {
-      throw zoe::usage_error(zoe::str("parameter '", p.name, "' has ", p.numel, " elements; count is ", count));
-    }
-    expect_pointer(values, "values");
-    e.tracker.expect_closed();
+    const auto [id, kind] = expect_state_target(e, parameter, state, values, count);
     e.engine->write_state(id, kind, {values, count});
   });
 }
