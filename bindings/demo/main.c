@@ -193,15 +193,14 @@ static int train(const mlp_options* o, const zoe_ranks* launch, size_t micro_bat
   mlp_step_bytes moved;
   memset(&moved, 0, sizeof moved);
   for (long step = first; step <= o->steps; ++step) {
-    const double t0 = mlp_now();
-    double sum_sq = 0.0;
-    zoe_step_result r = ZOE_STEP_RESULT_INIT;
+    /* The marks lie outside the step's time: each renders zoe_statistics' JSON. */
     mlp_byte_mark bytes_before;
     mlp_byte_mark bytes_after;
     if (mlp_byte_mark_now(t.engine, &bytes_before) != 0) goto done;
+    const double t0 = mlp_now();
+    double sum_sq = 0.0;
+    zoe_step_result r = ZOE_STEP_RESULT_INIT;
     if (mlp_trainer_step(&t, step, o->lr, &sum_sq, &r) != 0) goto done;
-    if (mlp_byte_mark_now(t.engine, &bytes_after) != 0) goto done;
-    mlp_step_bytes_add(&moved, &bytes_before, &bytes_after);
     ++ran;
     /* The global batch's mean loss: the ranks' squared errors added (in the pairwise tree, as the
      * leaves of each rank's rows were), divided once by every element of the batch. A signal that
@@ -212,6 +211,8 @@ static int train(const mlp_options* o, const zoe_ranks* launch, size_t micro_bat
     const double loss = global[0] / ((double)o->batch * (double)o->hidden);
     const int stop = global[1] > 0.0;
     const double seconds = mlp_now() - t0;
+    if (mlp_byte_mark_now(t.engine, &bytes_after) != 0) goto done;
+    mlp_step_bytes_add(&moved, &bytes_before, &bytes_after);
     if (step == first) {
       only = seconds;
     } else {
@@ -240,13 +241,7 @@ static int train(const mlp_options* o, const zoe_ranks* launch, size_t micro_bat
   s.ranks_per_node = t.ranks.ranks_per_node;
   if (traffic_per_step(&t, &before, ran, &s) != 0) goto done;
   /* The statistics of training alone: zoe_measure_stages' own reads and writes would count too. */
-  size_t length = 0;
-  char* statistics = NULL;
-  if (zoe_statistics(t.engine, NULL, 0, &length) == ZOE_SUCCESS && (statistics = malloc(length + 1)) != NULL &&
-      mlp_check(zoe_statistics(t.engine, statistics, length + 1, &length), "zoe_statistics") != 0) {
-    free(statistics);
-    statistics = NULL;
-  }
+  char* statistics = mlp_statistics_json(t.engine);
   s.statistics = statistics;
   zoe_stage_times st = ZOE_STAGE_TIMES_INIT;
   if (first <= o->steps) {

@@ -40,31 +40,36 @@ static int kernel_bytes(uint64_t* read, uint64_t* written) {
   return found == 3;
 }
 
-int mlp_byte_mark_now(zoe_engine* engine, mlp_byte_mark* mark) {
-  memset(mark, 0, sizeof *mark);
+char* mlp_statistics_json(zoe_engine* engine) {
   /* The statistics may grow between the call that sizes them and the one that copies them (a
    * figure of the engine's threads gains a digit): a short capacity copies nothing, so size again. */
   char* text = NULL;
   size_t capacity = 0;
   size_t length = 0;
-  int rc = 0;
   for (;;) {
     if (zoe_statistics(engine, text, capacity, &length) != ZOE_SUCCESS) {
       fprintf(stderr, "zoe-train-mlp: zoe_statistics: %s\n", zoe_last_error());
-      rc = -1;
-      break;
+      free(text);
+      return NULL;
     }
-    if (text != NULL && length < capacity) break;
+    if (text != NULL && length < capacity) return text;
     free(text);
     capacity = length + 256;
     text = malloc(capacity);
     if (text == NULL) {
       fprintf(stderr, "zoe-train-mlp: out of memory for zoe_statistics' %zu bytes\n", capacity);
-      return -1;
+      return NULL;
     }
   }
-  if (rc == 0 && (first_number(text, "nvme_read_bytes", &mark->zoe_read) != 0 ||
-                  first_number(text, "nvme_write_bytes", &mark->zoe_written) != 0)) {
+}
+
+int mlp_byte_mark_now(zoe_engine* engine, mlp_byte_mark* mark) {
+  memset(mark, 0, sizeof *mark);
+  char* text = mlp_statistics_json(engine);
+  if (text == NULL) return -1;
+  int rc = 0;
+  if (first_number(text, "nvme_read_bytes", &mark->zoe_read) != 0 ||
+      first_number(text, "nvme_write_bytes", &mark->zoe_written) != 0) {
     fprintf(stderr, "zoe-train-mlp: zoe_statistics has no nvme_read_bytes / nvme_write_bytes totals\n");
     rc = -1;
   }

@@ -24,6 +24,9 @@ typedef struct mlp_step_bytes {
   long steps;
 } mlp_step_bytes;
 
+/* zoe_statistics' JSON, malloc'd (the caller frees it), sized again when it grew between the call
+ * that sizes it and the one that copies it; NULL with a message when it fails. */
+char* mlp_statistics_json(zoe_engine* engine);
 /* The counters now. 0, or -1 with a message (zoe_statistics failed, or its JSON lacked the totals). */
 int mlp_byte_mark_now(zoe_engine* engine, mlp_byte_mark* mark);
 /* Adds what moved between `before` and `after` as one more step. */
