@@ -29,8 +29,8 @@ value_range range_of(engine::state_kind s) {
 
 }  // namespace
 
-std::uint64_t write_initial_states(engine::engine_resources& path, device& dev) {
-  const engine::model_layout& layout = path.layout();
+std::uint64_t write_initial_states(engine::engine_resources& resources, device& dev) {
+  const engine::model_layout& layout = resources.layout();
   std::uint64_t largest = 0;
   for (const auto& p : layout.parameters()) {
     for (const engine::state_kind s : engine::all_states) largest = std::max(largest, engine::state_bytes(p, s));
@@ -38,7 +38,7 @@ std::uint64_t write_initial_states(engine::engine_resources& path, device& dev) 
   // Staged in pinned memory: O_DIRECT writes and device copies take it at full speed.
   const host_buffer staging(largest);
   std::vector<float> values;
-  engine::state_io io(path.tiers(), dev, &path.movers());
+  engine::state_io io(resources.tiers(), dev, &resources.movers());
   std::uint64_t written = 0;
   for (const auto& p : layout.parameters()) {
     for (const engine::state_kind s : engine::all_states) {

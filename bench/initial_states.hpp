@@ -1,7 +1,8 @@
 #pragma once
-// Initial values for every state of every shard of a parameter path, written to their homes
-// wherever they are (device memory, host memory, an NVMe extent), as a checkpoint load or the
-// engine's initialization would leave them: what zoe-bench optimizer steps from.
+// Initial values for every state of every shard of an engine's resources (engine_resources),
+// written to their homes wherever they are (device memory, host memory, an NVMe extent), as a
+// checkpoint load or the engine's initialization would leave them: what zoe-bench optimizer steps
+// from.
 
 #include <cstdint>
 
@@ -14,7 +15,7 @@ namespace zoe::bench {
 /// copies in [-1, 1), exp_avg in [-1e-3, 1e-3), exp_avg_sq in [1e-8, 1e-6), gradients in
 /// [-1e-2, 1e-2); never subnormal, so no CPU path slows down on them; padding zero) and writes them
 /// to the state's home through engine::state_io (resident and clean afterwards). `dev` is the
-/// path's device. Returns the bytes written. Throws what state_io::write throws.
-std::uint64_t write_initial_states(engine::engine_resources& path, device& dev);
+/// resources' device. Returns the bytes written. Throws what state_io::write throws.
+std::uint64_t write_initial_states(engine::engine_resources& resources, device& dev);
 
 }  // namespace zoe::bench

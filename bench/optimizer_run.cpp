@@ -49,11 +49,11 @@ std::uint64_t adam_bytes(const engine::model_layout& layout) {
   return out;
 }
 
-std::uint64_t bytes_on_nvme(engine::engine_resources& path) {
+std::uint64_t bytes_on_nvme(engine::engine_resources& resources) {
   std::uint64_t out = 0;
-  for (const auto& p : path.layout().parameters()) {
+  for (const auto& p : resources.layout().parameters()) {
     for (const engine::state_kind s : engine::all_states) {
-      const engine::state_location& home = path.tiers().location(p.id, s);
+      const engine::state_location& home = resources.tiers().location(p.id, s);
       if (home.where == engine::tier::nvme) out += home.bytes;
     }
   }
@@ -131,12 +131,12 @@ nlohmann::json run_optimizer(const optimizer_settings& s) {
   device& dev = *selected.dev;
   std::cerr << tag << "device " << dev.name() << " (" << selected.reason << ")\n";
 
-  engine::engine_resources path(make_model(s), s.config, dev);
-  const engine::footprint_plan& plan = path.plan();
-  const engine::model_layout& layout = path.layout();
+  engine::engine_resources resources(make_model(s), s.config, dev);
+  const engine::footprint_plan& plan = resources.plan();
+  const engine::model_layout& layout = resources.layout();
   const bool nvme = s.offload == "nvme";
   const std::uint64_t step_bytes = adam_bytes(layout);
-  const std::uint64_t nvme_bytes = bytes_on_nvme(path);
+  const std::uint64_t nvme_bytes = bytes_on_nvme(resources);
   const std::vector<engine::sub_group> groups = engine::sub_groups(layout, s.sub_group_size);
   std::uint64_t largest_group = 0;
   for (const auto& g : groups) largest_group = std::max(largest_group, g.shard_numel);
@@ -153,9 +153,9 @@ nlohmann::json run_optimizer(const optimizer_settings& s) {
             << "), " << format_bytes(plan.optimizer_undo_bytes) << " undo log\n";
   std::cerr << tag << "writing initial states (" << format_bytes(step_bytes) << " stepped per step, "
             << format_bytes(nvme_bytes) << " of it on nvme)\n";
-  (void)write_initial_states(path, dev);
+  (void)write_initial_states(resources, dev);
 
-  engine::optimizer_step step(path.tiers(), dev, path.pinned(), &path.movers(),
+  engine::optimizer_step step(resources.tiers(), dev, resources.pinned(), &resources.movers(),
                               {.sub_group_size = s.sub_group_size,
                                .buffer_count = static_cast<std::size_t>(plan.optimizer_buffer_count),
                                .buffer_bytes = static_cast<std::size_t>(plan.optimizer_buffer_bytes),
@@ -254,7 +254,7 @@ nlohmann::json run_optimizer(const optimizer_settings& s) {
                    {"pieces", last_step.pieces},
                    {"max_pieces_in_flight", last_step.max_pieces_in_flight},
                    {"undo_bytes", last_step.undo_bytes},
-                   {"pinned_bytes", path.pinned().peak_bytes_in_use()},
+                   {"pinned_bytes", resources.pinned().peak_bytes_in_use()},
                    {"step_pinned_bytes", last_step.pinned_bytes},
                    {"planned_pinned_bytes", plan.pinned_bytes}};
   if (probe) {

@@ -38,24 +38,24 @@ std::vector<engine::module_spec> make_model(const params_settings& s, kernels::d
 
 // Writes random bytes to every working shard's NVMe home once (initialization, as a checkpoint
 // load would), through a channel of the store, and marks them written.
-void fill_homes(engine::engine_resources& path) {
+void fill_homes(engine::engine_resources& resources) {
   std::uint64_t largest = 0;
-  for (const auto& p : path.layout().parameters()) {
-    largest = std::max(largest, path.tiers().location(p.id, engine::working_state(p)).bytes);
+  for (const auto& p : resources.layout().parameters()) {
+    largest = std::max(largest, resources.tiers().location(p.id, engine::working_state(p)).bytes);
   }
-  ZOE_CHECK(path.store() != nullptr, internal_error, "no parameter is on nvme");
+  ZOE_CHECK(resources.store() != nullptr, internal_error, "no parameter is on nvme");
   const host_buffer memory(largest);
   std::mt19937_64 rng(std::random_device{}());
   auto* words = reinterpret_cast<std::uint64_t*>(memory.span().data());
-  io::swap_channel channel(*path.store());
-  for (const auto& p : path.layout().parameters()) {
+  io::swap_channel channel(*resources.store());
+  for (const auto& p : resources.layout().parameters()) {
     const engine::state_kind state = engine::working_state(p);
-    const engine::state_location& home = path.tiers().location(p.id, state);
+    const engine::state_location& home = resources.tiers().location(p.id, state);
     ZOE_CHECK(home.where == engine::tier::nvme, internal_error, "parameter '", p.name, "' is not on nvme");
     for (std::size_t i = 0; i < home.bytes / sizeof(std::uint64_t); ++i) words[i] = rng();
     const io::swap_request write{io::io_op::write, home.extent, 0, memory.span().first(home.bytes), 0};
     channel.run({&write, 1});
-    path.tiers().mark_written(p.id, state);
+    resources.tiers().mark_written(p.id, state);
   }
 }
 
@@ -115,11 +115,11 @@ nlohmann::json run_params(const params_settings& s) {
   device& dev = *selected.dev;
   std::cerr << "zoe-bench params: device " << dev.name() << " (" << selected.reason << ")\n";
 
-  engine::engine_resources path(make_model(s, type), s.config, dev);
-  const engine::footprint_plan& plan = path.plan();
+  engine::engine_resources resources(make_model(s, type), s.config, dev);
+  const engine::footprint_plan& plan = resources.plan();
   std::uint64_t step_bytes = 0;
-  for (const auto& p : path.layout().parameters()) {
-    step_bytes += path.tiers().location(p.id, engine::working_state(p)).bytes;
+  for (const auto& p : resources.layout().parameters()) {
+    step_bytes += resources.tiers().location(p.id, engine::working_state(p)).bytes;
   }
   std::cerr << "zoe-bench params: " << s.params << " parameters in " << s.layers << " layers, "
             << format_bytes(step_bytes) << " of " << s.dtype
@@ -127,7 +127,7 @@ nlohmann::json run_params(const params_settings& s) {
             << " swap buffers of " << format_bytes(plan.param_buffer_bytes) << "), " << format_bytes(plan.arena_bytes)
             << " arena\n";
   std::cerr << "zoe-bench params: writing " << format_bytes(step_bytes) << " of states once\n";
-  fill_homes(path);
+  fill_homes(resources);
 
   // The raw limit: the same bytes read through the I/O engine at the same aio settings, into
   // pinned huge-page buffers of the same kind as the swap buffers.
@@ -153,7 +153,7 @@ nlohmann::json run_params(const params_settings& s) {
             << " ms; compute " << compute_ms << " ms per layer" << (s.compute_ms ? "" : " (1.5x the raw read)") << "\n";
 
   // The first step records the trace; the timed ones follow it, alternating with raw reads.
-  (void)run_step(path.coord(), s.layers, compute);
+  (void)run_step(resources.coord(), s.layers, compute);
   std::vector<double> raw_rates;
   std::vector<double> swap_rates;
   std::vector<double> ratios;
@@ -161,7 +161,7 @@ nlohmann::json run_params(const params_settings& s) {
   std::vector<double> step_seconds;
   for (int i = 1; i <= s.steps; ++i) {
     const double raw_seconds = run_pass(*raw, layout, memory, io::io_op::read, nullptr, {});
-    const step_result step = run_step(path.coord(), s.layers, compute);
+    const step_result step = run_step(resources.coord(), s.layers, compute);
     raw_rates.push_back(gib_per_s(step_bytes, raw_seconds));
     swap_rates.push_back(gib_per_s(step_bytes, step.seconds));
     ratios.push_back(swap_rates.back() / raw_rates.back());
@@ -172,12 +172,12 @@ nlohmann::json run_params(const params_settings& s) {
               << " s), waited " << std::setprecision(3) << wait_fractions.back() << " of the step\n";
   }
 
-  const engine::coordinator_stats cs = path.coord().stats();
-  const engine::parameter_swapper_stats ss = path.swapper().stats();
+  const engine::coordinator_stats cs = resources.coord().stats();
+  const engine::parameter_swapper_stats ss = resources.swapper().stats();
   const device_usage du = dev.usage();
   return {{"bench", "params"},
           {"device", dev.name()},
-          {"engine", path.swapper().backend_name()},
+          {"engine", resources.swapper().backend_name()},
           {"params", s.params},
           {"layers", s.layers},
           {"per_layer", s.per_layer},
@@ -196,7 +196,7 @@ nlohmann::json run_params(const params_settings& s) {
           {"swap_in_over_io", median(ratios)},
           {"wait_fraction", median(wait_fractions)},
           {"step_seconds", median(step_seconds)},
-          {"peak_pinned_bytes", path.pinned().peak_bytes_in_use()},
+          {"peak_pinned_bytes", resources.pinned().peak_bytes_in_use()},
           {"planned_pinned_bytes", plan.pinned_bytes},
           {"peak_device_bytes", du.peak_bytes},
           {"planned_device_bytes", plan.device_bytes},
