@@ -41,7 +41,8 @@ mover::mover(io::swap_store* store, allocators::pinned_host_resource* pinned, de
   }
   if (store_ != nullptr) {
     paths_ = std::max<std::size_t>(1, store_->options().paths.size());
-    const std::size_t depth = options.queue_depth > 0 ? options.queue_depth : store_->options().io.queue_depth;
+    // The store's io.queue_depth is the config's aio.queue_depth.
+    const std::size_t depth = store_->options().io.queue_depth;
     budget_ = depth * paths_;
     // One request per path stays free for demand pieces (when there is more than one to share).
     background_budget_ = depth > 1 ? budget_ - paths_ : budget_;

@@ -84,8 +84,6 @@ struct mover_pool_spec {
 
 struct mover_options {
   std::vector<mover_pool_spec> pools;
-  /// Requests in flight per swap path (the config's aio.queue_depth). 0: the store's io.queue_depth.
-  std::size_t queue_depth = 0;
 };
 
 struct mover_stats {
