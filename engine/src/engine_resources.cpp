@@ -153,7 +153,7 @@ engine_resources::engine_resources(std::vector<module_spec> modules, const engin
   tiers_ = std::make_unique<tier_manager>(*layout_, *placement_, plan_, tier_resources{dev, *pinned_, store_.get()});
   // The rank's one mover: every NVMe byte of the engine goes through its thread, channel and pools,
   // which are the plan's items that name a pool (zoe-plan lists them), and nothing else.
-  mover_options mo{.queue_depth = config_.aio.queue_depth};
+  mover_options mo;
   for (const plan_item& item : plan_.items) {
     if (!item.pool || !store_) continue;
     mo.pools.push_back({.key = item.pool->key,

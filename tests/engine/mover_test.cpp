@@ -45,6 +45,14 @@ struct backend_watch {
   std::atomic<double> fail_rate{0};
   std::uint64_t failed = 0;
 
+  /// Requests at the backends now (held ones included).
+  std::size_t at_backend() {
+    const std::lock_guard lock(mutex);
+    std::size_t n = 0;
+    for (const auto& [fd, count] : in_flight) n += count;
+    return n;
+  }
+
   void release() {
     hold_length = 0;
     const std::lock_guard lock(mutex);
@@ -290,9 +298,10 @@ TEST_P(mover_round_trip, EveryClientReadsBackWhatItCommittedUnderFailures) {
   EXPECT_GT(failures.load(), 0) << "no failure was injected: the schedule tested nothing of it";
   const engine::mover_stats s = r.m->stats();
   EXPECT_EQ(s.failed_pieces, static_cast<std::uint64_t>(failures.load()));
-  // The pools were the only memory the NVMe pieces used, and every slot is back.
-  EXPECT_LE(r.m->pool_low_water(a), 3U);
-  EXPECT_LE(r.m->pool_low_water(b), 2U);
+  // The pieces went through both pools' slots (a low water is never above the slot count, so
+  // only being below it says anything).
+  EXPECT_LT(r.m->pool_low_water(a), 3U);
+  EXPECT_LT(r.m->pool_low_water(b), 2U);
 }
 
 INSTANTIATE_TEST_SUITE_P(Seeds, mover_round_trip, ::testing::Values(1, 2, 3, 4, 5));
@@ -395,98 +404,97 @@ TEST(MoverPriority, DemandIsNeverQueuedBehindPrefetchesOrWriteBehinds) {
   for (std::uint64_t k = 0; k < 3; ++k) EXPECT_EQ(got[k], values[k]);
 }
 
-// A prefetch the compute comes to wait on is raised to demand. At queue depth 2 on one path the
-// background's share is one request, which a held prefetch (4096 bytes) keeps; the prefetch the
-// compute then waits on (8192 bytes) is queued behind it and would wait until the hold ends.
-// Raised, it takes the request kept for demand and completes while the hold lasts. Bounded: a
-// mover that does not raise it fails here instead of hanging.
-TEST(MoverPriority, ARaisedPrefetchIsNotServedBehindOtherPrefetches) {
-  rig r(1, 2, {{.key = "slots", .slot_bytes = 64 * KiB, .slot_count = 8}});
-  const std::size_t pool = r.m->pool("slots");
-  const io::swap_extent small = r.store->allocate(4096);
-  const std::vector<std::byte> small_value = pattern(4096, 1);
-  r.m->run(write_piece(pool, small_value, small));
-  const io::swap_extent big = r.store->allocate(8192);
-  const std::vector<std::byte> big_value = pattern(8192, 2);
-  r.m->run(write_piece(pool, big_value, big));
+// A piece whose done fails the test on an error, then sets `over`.
+mover::piece signalling(mover::piece p, std::promise<void>& over) {
+  p.done = [&over](const carried_error* e) {
+    if (e != nullptr) ADD_FAILURE() << e->message;
+    over.set_value();
+  };
+  return p;
+}
 
-  r.watch->hold_length = 4096;
+// One path at queue depth 2, so the background's share is one request; a 4096-byte value `small`
+// and an 8192-byte value `big` written, and from then on every operation of 4096 bytes (a read of
+// `small`) held at the backend until release().
+struct small_reads_held {
+  explicit small_reads_held(std::uint64_t seed)
+      : r(1, 2, {{.key = "slots", .slot_bytes = 64 * KiB, .slot_count = 8}}),
+        pool(r.m->pool("slots")),
+        small(r.store->allocate(4096)),
+        small_value(pattern(4096, seed)),
+        big(r.store->allocate(8192)),
+        big_value(pattern(8192, seed + 1)) {
+    r.m->run(write_piece(pool, small_value, small));
+    r.m->run(write_piece(pool, big_value, big));
+    r.watch->hold_length = 4096;
+  }
+
+  rig r;
+  std::size_t pool;
+  io::swap_extent small;
+  std::vector<std::byte> small_value;
+  io::swap_extent big;
+  std::vector<std::byte> big_value;
+};
+
+// A prefetch the compute comes to wait on is raised to demand. The background's share is one
+// request, which a held prefetch (4096 bytes) keeps; the prefetch the compute then waits on (8192
+// bytes) is queued behind it and would wait until the hold ends. Raised, it takes the request kept
+// for demand and completes while the hold lasts. Bounded: a mover that does not raise it fails
+// here instead of hanging.
+TEST(MoverPriority, ARaisedPrefetchIsNotServedBehindOtherPrefetches) {
+  small_reads_held h(1);
   std::vector<std::byte> held(4096);
   std::promise<void> held_done;
-  mover::piece first = read_piece(pool, held, small, move_priority::prefetch);
-  first.group = r.m->new_group();
-  first.done = [&](const carried_error* e) {
-    if (e != nullptr) ADD_FAILURE() << e->message;
-    held_done.set_value();
-  };
-  r.m->submit(std::move(first));
+  mover::piece first = signalling(read_piece(h.pool, held, h.small, move_priority::prefetch), held_done);
+  first.group = h.r.m->new_group();
+  h.r.m->submit(std::move(first));
 
   std::vector<std::byte> waited(8192);
   std::promise<void> waited_done;
-  mover::piece second = read_piece(pool, waited, big, move_priority::prefetch);
-  const std::uint64_t group = r.m->new_group();
+  mover::piece second = signalling(read_piece(h.pool, waited, h.big, move_priority::prefetch), waited_done);
+  const std::uint64_t group = h.r.m->new_group();
   second.group = group;
-  second.done = [&](const carried_error* e) {
-    if (e != nullptr) ADD_FAILURE() << e->message;
-    waited_done.set_value();
-  };
-  r.m->submit(std::move(second));
-  r.m->raise(group);  // the compute waits on it now
+  h.r.m->submit(std::move(second));
+  h.r.m->raise(group);  // the compute waits on it now
 
   const bool in_time = waited_done.get_future().wait_for(std::chrono::seconds(30)) == std::future_status::ready;
-  r.watch->release();  // either way, so the mover can finish and the test end
+  h.r.watch->release();  // either way, so the mover can finish and the test end
   ASSERT_TRUE(in_time) << "the prefetch the compute waits on was served behind a held prefetch";
-  EXPECT_EQ(waited, big_value);
+  EXPECT_EQ(waited, h.big_value);
   held_done.get_future().wait();
-  EXPECT_EQ(held, small_value);
+  EXPECT_EQ(held, h.small_value);
 }
 
 // A raised prefetch whose request is already at the drive is the compute's from then on: it leaves
-// the background's share, so the next prefetch may start in its place. At queue depth 2 on one
-// path the share is one request; the held first prefetch takes it, is raised, and the second
-// prefetch then completes while the hold lasts. Bounded: it fails instead of hanging.
+// the background's share, so the next prefetch may start in its place. The share is one request;
+// the held first prefetch takes it, is raised, and the second prefetch then completes while the
+// hold lasts. Bounded: it fails instead of hanging.
 TEST(MoverPriority, ARaisedRequestInFlightLeavesTheBackgroundsShare) {
-  rig r(1, 2, {{.key = "slots", .slot_bytes = 64 * KiB, .slot_count = 8}});
-  const std::size_t pool = r.m->pool("slots");
-  const io::swap_extent small = r.store->allocate(4096);
-  const std::vector<std::byte> small_value = pattern(4096, 3);
-  r.m->run(write_piece(pool, small_value, small));
-  const io::swap_extent big = r.store->allocate(8192);
-  const std::vector<std::byte> big_value = pattern(8192, 4);
-  r.m->run(write_piece(pool, big_value, big));
-
-  r.watch->hold_length = 4096;
+  small_reads_held h(3);
   std::vector<std::byte> held(4096);
   std::promise<void> held_done;
-  mover::piece first = read_piece(pool, held, small, move_priority::prefetch);
-  const std::uint64_t group = r.m->new_group();
+  mover::piece first = signalling(read_piece(h.pool, held, h.small, move_priority::prefetch), held_done);
+  const std::uint64_t group = h.r.m->new_group();
   first.group = group;
-  first.done = [&](const carried_error* e) {
-    if (e != nullptr) ADD_FAILURE() << e->message;
-    held_done.set_value();
-  };
-  r.m->submit(std::move(first));
-  // Its request at the drive (held there) before the raise.
+  h.r.m->submit(std::move(first));
+  // Its request at the drive (held there) before the raise. (The mover's peak_in_flight cannot say
+  // so: the writes above already made it 1.)
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (r.m->stats().peak_in_flight == 0 && std::chrono::steady_clock::now() < until) std::this_thread::yield();
-  ASSERT_EQ(r.m->stats().peak_in_flight, 1U);
-  r.m->raise(group);
+  while (h.r.watch->at_backend() == 0 && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+  ASSERT_EQ(h.r.watch->at_backend(), 1U);
+  h.r.m->raise(group);
 
   std::vector<std::byte> next(8192);
   std::promise<void> next_done;
-  mover::piece second = read_piece(pool, next, big, move_priority::prefetch);
-  second.done = [&](const carried_error* e) {
-    if (e != nullptr) ADD_FAILURE() << e->message;
-    next_done.set_value();
-  };
-  r.m->submit(std::move(second));
+  h.r.m->submit(signalling(read_piece(h.pool, next, h.big, move_priority::prefetch), next_done));
 
   const bool in_time = next_done.get_future().wait_for(std::chrono::seconds(30)) == std::future_status::ready;
-  r.watch->release();  // either way, so the mover can finish and the test end
+  h.r.watch->release();  // either way, so the mover can finish and the test end
   ASSERT_TRUE(in_time) << "the raised request kept the background's share";
-  EXPECT_EQ(next, big_value);
+  EXPECT_EQ(next, h.big_value);
   held_done.get_future().wait();
-  EXPECT_EQ(held, small_value);
+  EXPECT_EQ(held, h.small_value);
 }
 
 // A piece that cannot fit its slot, or names no pool, is refused before anything is queued.

@@ -41,7 +41,8 @@ mover::mover(io::swap_store* store, allocators::pinned_host_resource* pinned, de
   }
   if (store_ != nullptr) {
     paths_ = std::max<std::size_t>(1, store_->options().paths.size());
-    const std::size_t depth = options.queue_depth > 0 ? options.queue_depth : store_->options().io.queue_depth;
+    // The store's io.queue_depth is the config's aio.queue_depth.
+    const std::size_t depth = store_->options().io.queue_depth;
     budget_ = depth * paths_;
     // One request per path stays free for demand pieces (when there is more than one to share).
     background_budget_ = depth > 1 ? budget_ - paths_ : budget_;
@@ -310,8 +311,7 @@ bool mover::step(active& a, io::swap_channel* channel, bool hooks) {
           if (!lease) {
             if (!a.waited) {
               a.waited = true;
-              const std::lock_guard lock(mutex_);
-              ++stats_.slot_waits;
+              ++unpublished_.slot_waits;
             }
             return progressed;
           }
@@ -384,8 +384,12 @@ void mover::submit_io(active& a, io::swap_channel& channel, io::io_op op) {
   ++in_flight_;
   a.background = a.p.priority != move_priority::demand;
   if (a.background) ++background_in_flight_;
-  const std::lock_guard lock(mutex_);
-  stats_.peak_in_flight = std::max(stats_.peak_in_flight, in_flight_);
+  // Only a new peak is published (at most budget_ times), not every request.
+  if (in_flight_ > peak_in_flight_) {
+    peak_in_flight_ = in_flight_;
+    const std::lock_guard lock(mutex_);
+    stats_.peak_in_flight = peak_in_flight_;
+  }
 }
 
 void mover::on_io(const io::io_completion& c) {
@@ -399,10 +403,7 @@ void mover::on_io(const io::io_completion& c) {
             carried_error{c.corrupt ? error_category::corrupt : error_category::io, c.os_errno, c.message});
     return;
   }
-  {
-    const std::lock_guard lock(mutex_);
-    (read ? stats_.bytes_read : stats_.bytes_written) += a.bytes.size();
-  }
+  (read ? unpublished_.bytes_read : unpublished_.bytes_written) += a.bytes.size();
   if (read) {
     a.at = stage::want_hook;
     return;
@@ -429,7 +430,12 @@ void mover::report(active& a, const carried_error* e) noexcept {
   if (a.reported) return;
   a.reported = true;
   {
+    // The counts since the last report go out with this one, under one lock: every piece done is
+    // counted before its client hears of it.
     const std::lock_guard lock(mutex_);
+    stats_.bytes_read += std::exchange(unpublished_.bytes_read, 0);
+    stats_.bytes_written += std::exchange(unpublished_.bytes_written, 0);
+    stats_.slot_waits += std::exchange(unpublished_.slot_waits, 0);
     ++stats_.pieces;
     if (e != nullptr) ++stats_.failed_pieces;
   }

@@ -12,18 +12,6 @@ state_kind working_state(const parameter_layout& p) noexcept {
   return p.dtype == kernels::dtype::fp32 ? state_kind::master : state_kind::working;
 }
 
-namespace {
-// What the pieces of one NVMe read share. Their done callbacks all run on the mover's I/O thread,
-// one at a time: no lock.
-struct nvme_move {
-  parameter_id param = 0;
-  state_kind state = state_kind::working;
-  std::size_t pieces_left = 0;
-  std::optional<carried_error> failure;  ///< the first piece that failed
-  std::shared_ptr<detail::ticket_state> ticket;
-};
-}  // namespace
-
 struct parameter_swapper::impl {
   impl(tier_manager& t, device& d, mover* m)
       : tiers(t), dev(d), movers(m), copy_stream(d.create_stream()), in_stream(d.create_stream()) {}
@@ -39,6 +27,7 @@ struct parameter_swapper::impl {
   mutable std::mutex mutex;
   parameter_swapper_stats stats;
 
+  struct nvme_move;
   struct started {
     const parameter_layout& param;
     state_kind state;
@@ -62,6 +51,20 @@ struct parameter_swapper::impl {
   }
 };
 
+// What the pieces of one NVMe read share. Their hooks and done callbacks all run on the mover's
+// I/O thread, one at a time: no lock. The byte counts go to the stats once, when the move finishes.
+struct parameter_swapper::impl::nvme_move {
+  impl* owner = nullptr;
+  parameter_id param = 0;
+  state_kind state = state_kind::working;
+  std::byte* device = nullptr;  ///< where the shard goes
+  std::size_t pieces_left = 0;
+  std::uint64_t bytes_read = 0;
+  std::uint64_t bytes_staged = 0;
+  std::optional<carried_error> failure;  ///< the first piece that failed
+  std::shared_ptr<detail::ticket_state> ticket;
+};
+
 namespace {
 std::string describe(const parameter_layout& p, state_kind s) {
   return str("the ", state_kind_name(s), " state of parameter '", p.name, "'");
@@ -82,8 +85,10 @@ void parameter_swapper::impl::submit_nvme(parameter_id p, const started& m, std:
                                           std::shared_ptr<detail::ticket_state> ticket) {
   ZOE_ASSERT(pool != mover::no_pool);
   auto move = std::make_shared<nvme_move>();
+  move->owner = this;
   move->param = p;
   move->state = m.state;
+  move->device = device;
   move->ticket = std::move(ticket);
   const std::uint64_t bytes = m.home.bytes;
   move->pieces_left = static_cast<std::size_t>((bytes + slot_bytes - 1) / slot_bytes);
@@ -99,22 +104,20 @@ void parameter_swapper::impl::submit_nvme(parameter_id p, const started& m, std:
     piece.pool = pool;
     piece.bytes = static_cast<std::size_t>(std::min<std::uint64_t>(slot_bytes, bytes - offset));
     piece.read = mover::io_range{m.home.extent, offset};
-    std::byte* at_device = device + offset;
-    piece.hook = [this, at_device](std::span<std::byte> slot) {
-      dev.copy_async(at_device, slot.data(), slot.size(), copy_kind::host_to_device, in_stream.view());
-      device_event copied = dev.create_event();
-      dev.record(copied, in_stream.view());
-      const std::lock_guard lock(mutex);
-      stats.bytes_staged += slot.size();
+    // The pieces' done callbacks keep the move; a piece's hook runs before its done.
+    piece.hook = [mv = move.get(), offset](std::span<std::byte> slot) {
+      impl& self = *mv->owner;
+      self.dev.copy_async(mv->device + offset, slot.data(), slot.size(), copy_kind::host_to_device,
+                          self.in_stream.view());
+      device_event copied = self.dev.create_event();
+      self.dev.record(copied, self.in_stream.view());
+      mv->bytes_staged += slot.size();
       return copied;
     };
-    piece.done = [this, move, n = piece.bytes](const carried_error* e) {
+    piece.done = [move, n = piece.bytes](const carried_error* e) {
       if (e != nullptr && !move->failure) move->failure = *e;
-      if (e == nullptr) {
-        const std::lock_guard lock(mutex);
-        stats.bytes_read += n;
-      }
-      if (--move->pieces_left == 0) finish(*move);
+      if (e == nullptr) move->bytes_read += n;
+      if (--move->pieces_left == 0) move->owner->finish(*move);
     };
     piece.what = what;
     piece.group = group;
@@ -144,6 +147,8 @@ void parameter_swapper::impl::finish(nvme_move& m) noexcept {
   }
   {
     const std::lock_guard lock(mutex);
+    stats.bytes_read += m.bytes_read;
+    stats.bytes_staged += m.bytes_staged;
     ++stats.moves_in;
     if (failure) ++stats.failed_moves;
   }

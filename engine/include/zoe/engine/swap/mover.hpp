@@ -84,8 +84,6 @@ struct mover_pool_spec {
 
 struct mover_options {
   std::vector<mover_pool_spec> pools;
-  /// Requests in flight per swap path (the config's aio.queue_depth). 0: the store's io.queue_depth.
-  std::size_t queue_depth = 0;
 };
 
 struct mover_stats {
@@ -227,7 +225,16 @@ class mover {
   std::vector<bool> pool_blocked_;  ///< advance()'s: the pools a waiting piece holds back
   std::size_t in_flight_ = 0;
   std::size_t background_in_flight_ = 0;
-  std::size_t hooked_ = 0;               ///< pieces waiting on a hook's device event
+  std::size_t hooked_ = 0;          ///< pieces waiting on a hook's device event
+  std::size_t peak_in_flight_ = 0;  ///< stats_.peak_in_flight, read without the lock
+  /// Counts not yet in stats_: report() adds them under the lock it takes anyway, so a request or
+  /// a wait for a slot takes no lock of its own.
+  struct unpublished_counts {
+    std::uint64_t bytes_read = 0;
+    std::uint64_t bytes_written = 0;
+    std::uint64_t slot_waits = 0;
+  };
+  unpublished_counts unpublished_;
   std::optional<carried_error> broken_;  ///< why there is no channel (every NVMe piece fails with it)
   std::optional<std::chrono::steady_clock::time_point> busy_since_;
   std::jthread thread_;  // last: started once everything above exists
