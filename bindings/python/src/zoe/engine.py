@@ -47,13 +47,15 @@ def _step_result(result):
     )
 
 
-class Engine:
+class Engine(_handles.Handle):
     """An engine (zoe_engine_create) over `model` with `config`: a dict, a path (str or PathLike)
     or JSON text (a str starting with '{'), with `config_overrides` (a dict or JSON text) merged
     over it as an RFC 7386 patch. device None: the engine opens the device the configuration's
     zoe.device names (Engine.device, closed with the engine). Several ranks: collective, as are
     close() and the collectives named in zoe.h. close() or a `with` block destroys it (removing
     its swap files); one never closed is closed at interpreter exit."""
+
+    _destroy = "zoe_engine_destroy"
 
     def __init__(self, model, config, device=None, config_overrides=None, host_comm=None):
         if not isinstance(model, Model):
@@ -90,11 +92,6 @@ class Engine:
         self.device = device
         _handles.register(self, _handles.ENGINE)
 
-    def _require_open(self):
-        if self._handle is None:
-            raise UsageError("this zoe.Engine is closed")
-        return self._handle
-
     def _parameter(self, p):
         if not 0 <= p < len(self.parameters):
             raise UsageError(f"parameter {p} is not a parameter of this engine's model ({len(self.parameters)} parameters)")
@@ -104,10 +101,6 @@ class Engine:
         if not 0 <= m < len(self.modules):
             raise UsageError(f"module {m} is not a module of this engine's model ({len(self.modules)} modules)")
         return m
-
-    @property
-    def closed(self):
-        return self._handle is None
 
     def ranks(self):
         """The engine's zoe.Ranks (its communicator's)."""
@@ -350,18 +343,8 @@ class Engine:
     def close(self):
         """Destroys the engine (idempotent): waits for its work, frees its memory and removes its
         swap files. zoe.UsageError, the engine left open, while streams of its own device live."""
-        if self._handle is None:
-            return
-        _capi.call("zoe_engine_destroy", self._handle)
-        self._handle = None
+        super().close()
         self._host_comm = None
-        _handles.unregister(self)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
     def __repr__(self):
         return f"<zoe.Engine {'closed' if self._handle is None else 'open'}, {len(self.parameters)} parameters>"
