@@ -252,6 +252,11 @@ def call(name, *args):
         raise error_for_status(status, last_error() or f"{name} failed with status {status}")
 
 
+def float_pointer(array):
+    """A float* to a float32 numpy array's data (the array must outlive the call)."""
+    return array.ctypes.data_as(POINTER(c_float))
+
+
 def encode(text, what):
     """`text` as the NUL-terminated UTF-8 C string zoe reads; None stays NULL."""
     if text is None:

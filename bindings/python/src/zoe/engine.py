@@ -22,10 +22,6 @@ Traffic = namedtuple("Traffic", "intra_node_bytes inter_node_bytes collectives")
 Traffic.__doc__ = "A zoe_comm_traffic: bytes this rank sent in the engine's collectives so far."
 
 
-def _float_pointer(array):
-    return array.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
-
-
 def _host_comm_address(host_comm):
     """The address of a zoe_host_comm: a ctypes structure (zoe._host_comm's), or an object whose
     ctypes `_as_parameter_` is one (or a pointer to one)."""
@@ -62,13 +58,13 @@ class Engine(_handles.Handle):
             raise UsageError(f"Engine needs a zoe.Model, not {type(model).__name__}")
         if device is not None and not isinstance(device, Device):
             raise UsageError(f"Engine device must be a zoe.Device or None, not {type(device).__name__}")
-        self._config = Config(config, config_overrides)
+        config = Config(config, config_overrides)
         desc = _capi.EngineDesc(
             model=model._require_open(),
             device=None if device is None else device._require_open(),
             host_comm=_host_comm_address(host_comm),
         )
-        keep = self._config.fill(desc)
+        keep = config.fill(desc)
         handle = ctypes.c_void_p()
         _capi.call("zoe_engine_create", ctypes.byref(desc), ctypes.byref(handle))
         del keep
@@ -79,7 +75,7 @@ class Engine(_handles.Handle):
         self.parameters = list(model.parameters)
         self.modules = list(model.modules)
         self._module_parameters = [model.module_parameters(m) for m in range(len(model.modules))]
-        self._default_lr = self._config.learning_rate()
+        self._default_lr = config.learning_rate()
         if device is None:
             own = ctypes.c_void_p()
             try:
@@ -230,7 +226,7 @@ class Engine(_handles.Handle):
             raise UsageError(f"read_state of {info.name!r}: state {state!r} is not one of {sorted(_capi.STATES)}")
         values = np.empty(info.shape, dtype=np.float32)
         _capi.call(
-            "zoe_read_state", self._require_open(), int(parameter), _capi.STATES[state], _float_pointer(values), values.size
+            "zoe_read_state", self._require_open(), int(parameter), _capi.STATES[state], _capi.float_pointer(values), values.size
         )
         return values
 
@@ -243,7 +239,7 @@ class Engine(_handles.Handle):
             raise UsageError(f"write_state of {info.name!r}: state {state!r} is not one of {sorted(_capi.STATES)}")
         array = np.ascontiguousarray(np.asarray(values, dtype=np.float32).reshape(-1))
         _capi.call(
-            "zoe_write_state", self._require_open(), int(parameter), _capi.STATES[state], _float_pointer(array), array.size
+            "zoe_write_state", self._require_open(), int(parameter), _capi.STATES[state], _capi.float_pointer(array), array.size
         )
 
     # ---- checkpoints ------------------------------------------------------------------------------
@@ -252,28 +248,19 @@ class Engine(_handles.Handle):
         """Saves every state but the gradients under directory/tag (None: "step-<n>"), with `client`
         (bytes, or None) stored beside them (zoe_checkpoint_save_client; checkpoint_client() gives
         it back after a load)."""
-        if client is not None:
+        where = self._checkpoint_arguments(directory, tag)
+        if client is None:
+            _capi.call("zoe_checkpoint_save", *where)
+        else:
             blob = bytes(client)
-            _capi.call(
-                "zoe_checkpoint_save_client",
-                self._require_open(),
-                _capi.encode(str(directory), "checkpoint directory"),
-                _capi.encode(tag, "checkpoint tag"),
-                blob,
-                len(blob),
-            )
-            return
-        _capi.call(
-            "zoe_checkpoint_save",
-            self._require_open(),
-            _capi.encode(str(directory), "checkpoint directory"),
-            _capi.encode(tag, "checkpoint tag"),
-        )
+            _capi.call("zoe_checkpoint_save_client", *where, blob, len(blob))
 
     def checkpoint_load(self, directory, tag=None):
         """Loads directory/tag (None: the latest)."""
-        _capi.call(
-            "zoe_checkpoint_load",
+        _capi.call("zoe_checkpoint_load", *self._checkpoint_arguments(directory, tag))
+
+    def _checkpoint_arguments(self, directory, tag):
+        return (
             self._require_open(),
             _capi.encode(str(directory), "checkpoint directory"),
             _capi.encode(tag, "checkpoint tag"),

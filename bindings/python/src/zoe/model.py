@@ -80,7 +80,10 @@ class Model(_handles.Handle):
                 )
         elif data is not None:
             raise UsageError(f"parameter {name!r}: data is given but init is {init!r} (not 'data')")
-        frozen, group = self._extension_fields(name, frozen, group)
+        group = operator.index(group)
+        if group < 0 or group > 0xFFFFFFFF:
+            raise UsageError(f"parameter {name!r}: group {group} is not in [0, 2^32)")
+        frozen = bool(frozen)
         shape_array = (ctypes.c_uint64 * max(len(dims), 1))(*dims)
         desc = _capi.ParameterDesc(
             name=_capi.encode(name, "parameter name"),
@@ -88,7 +91,7 @@ class Model(_handles.Handle):
             shape=shape_array,
             dtype=_capi.DTYPES[dtype],
             init=_capi.INITS[init],
-            data=None if values is None else values.ctypes.data_as(ctypes.POINTER(ctypes.c_float)),
+            data=None if values is None else _capi.float_pointer(values),
             scale=float(scale),
             seed=int(seed),
             frozen=int(frozen),
@@ -103,13 +106,6 @@ class Model(_handles.Handle):
         self.parameters.append(ParameterInfo(str(name), int(module), dims, dtype, frozen, group))
         self._module_parameters[int(module)].append(parameter.value)
         return parameter.value
-
-    @staticmethod
-    def _extension_fields(name, frozen, group):
-        group = operator.index(group)
-        if group < 0 or group > 0xFFFFFFFF:
-            raise UsageError(f"parameter {name!r}: group {group} is not in [0, 2^32)")
-        return bool(frozen), group
 
     def module_parameters(self, module):
         """The ids of module `module`'s parameters, in the order added."""
@@ -137,7 +133,7 @@ def initializer_fill(init, scale, seed, first, count):
         float(scale),
         int(seed),
         int(first),
-        values.ctypes.data_as(ctypes.POINTER(ctypes.c_float)),
+        _capi.float_pointer(values),
         values.size,
     )
     return values
