@@ -183,11 +183,6 @@ PROTOTYPES = {
 }
 
 
-def exports(name):
-    """Whether the loaded library exports function `name` (one older than this package may not)."""
-    return not isinstance(getattr(lib(), name), _Missing)
-
-
 class _Missing:
     """Stands for a function the loaded library does not export, or one this package has no
     prototype for (never called without one: ctypes would guess its argument types)."""
