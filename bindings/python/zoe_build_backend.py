@@ -136,7 +136,7 @@ def _build_from_source():
             f"{_SOURCE_TREE} is not a zoe source tree to build one in (bindings/python must be built where it "
             "sits in zoe's sources)"
         )
-    missing = [tool for tool in ("cmake",) if shutil.which(tool) is None]
+    missing = [] if shutil.which("cmake") else ["cmake"]
     compilers = [os.environ.get("CXX"), "c++", "g++", "clang++"]
     if not any(c and shutil.which(c) for c in compilers):
         missing.append("a C++ compiler (c++, g++ or clang++; or $CXX)")

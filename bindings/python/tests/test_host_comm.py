@@ -20,6 +20,8 @@ torch = pytest.importorskip("torch")
 import zoe  # noqa: E402
 from zoe._host_comm import MESSAGE_CAPACITY, HostComm  # noqa: E402
 
+from test_core_train import host_view  # noqa: E402
+
 IN, OUT, BATCH, STEPS = 4, 3, 4, 3
 CONFIG = {
     "zero_optimization": {"stage": 3},
@@ -32,11 +34,6 @@ CONFIG = {
 def samples():
     rng = np.random.default_rng(5)
     return rng.standard_normal((BATCH, IN)).astype(np.float32), rng.standard_normal((BATCH, OUT)).astype(np.float32)
-
-
-def host_view(address, shape):
-    count = int(np.prod(shape))
-    return np.ctypeslib.as_array((ctypes.c_float * count).from_address(address)).reshape(shape)
 
 
 def mean_gradient(w, b, x, t):

@@ -183,11 +183,6 @@ PROTOTYPES = {
 }
 
 
-def exports(name):
-    """Whether the loaded library exports function `name` (one older than this package may not)."""
-    return not isinstance(getattr(lib(), name), _Missing)
-
-
 class _Missing:
     """Stands for a function the loaded library does not export, or one this package has no
     prototype for (never called without one: ctypes would guess its argument types)."""
@@ -250,6 +245,11 @@ def call(name, *args):
     status = getattr(lib(), name)(*args)
     if status != 0:
         raise error_for_status(status, last_error() or f"{name} failed with status {status}")
+
+
+def float_pointer(array):
+    """A float* to a float32 numpy array's data (the array must outlive the call)."""
+    return array.ctypes.data_as(POINTER(c_float))
 
 
 def encode(text, what):

@@ -14,6 +14,9 @@ import os
 import sys
 import threading
 
+from . import _capi
+from .errors import UsageError
+
 # Teardown order at exit: lower first.
 STREAM, ENGINE, DEVICE, MODEL = range(4)
 
@@ -51,6 +54,38 @@ def _forget_in_child():
     global _lock
     _lock = threading.Lock()
     _open.clear()
+
+
+class Handle:
+    """What Device, Stream, Model and Engine share: a C handle (None once closed) that
+    `_destroy` (the zoe_*_destroy function's name) destroys at close(), idempotently, and `with`
+    closing it. A subclass registers itself once its handle is open."""
+
+    _destroy = None
+    _handle = None
+
+    def _require_open(self):
+        if self._handle is None:
+            raise UsageError(f"this zoe.{type(self).__name__} is closed")
+        return self._handle
+
+    @property
+    def closed(self):
+        return self._handle is None
+
+    def close(self):
+        """Destroys the handle (idempotent)."""
+        if self._handle is None:
+            return
+        _capi.call(self._destroy, self._handle)
+        self._handle = None
+        unregister(self)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
 
 
 atexit.register(close_all)

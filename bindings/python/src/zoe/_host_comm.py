@@ -27,14 +27,13 @@ import ctypes
 import threading
 from ctypes import POINTER, c_int, c_size_t, c_uint32, c_void_p
 
-from .errors import Error
+from . import _capi, errors
 
 __all__ = ["MESSAGE_CAPACITY", "HostCommStruct", "HostComm"]
 
-# zoe.h's ZOE_HOST_COMM_MESSAGE_CAPACITY, and the zoe_status values the callbacks return.
+# zoe.h's ZOE_HOST_COMM_MESSAGE_CAPACITY, and the names of its zoe_dtype and zoe_reduce_op values.
 MESSAGE_CAPACITY = 1024
-_SUCCESS, _USAGE, _MEMORY, _COMM, _TIMEOUT = 0, 2, 6, 8, 9
-_DTYPES = {0: "fp32", 1: "fp16", 2: "bf16"}
+_DTYPES = {value: name for name, value in _capi.DTYPES.items()}
 _OPS = {0: "sum", 1: "mean"}
 
 # zoe_status (*)(void* user, ..., char* message, size_t message_capacity): enums are C ints, the
@@ -75,15 +74,15 @@ class HostCommStruct(ctypes.Structure):
 
 
 def _status_of(exc):
-    if isinstance(exc, Error) and exc.status > 0:
+    if isinstance(exc, errors.Error) and exc.status > 0:
         return exc.status
     if isinstance(exc, builtins.TimeoutError):
-        return _TIMEOUT
+        return errors.TimeoutError.status
     if isinstance(exc, builtins.MemoryError):
-        return _MEMORY
+        return errors.MemoryError.status
     if isinstance(exc, (ValueError, TypeError)):
-        return _USAGE
-    return _COMM
+        return errors.UsageError.status
+    return errors.CommError.status
 
 
 def _write_message(address, capacity, text):
@@ -101,13 +100,13 @@ def _guarded(body):
         message, capacity = args[-2], args[-1]
         try:
             body(*args[:-2])
-            return _SUCCESS
+            return 0  # ZOE_SUCCESS
         except BaseException as exc:  # noqa: BLE001: nothing may unwind into C
             try:
                 _write_message(message, capacity, f"{type(exc).__name__}: {exc}")
                 return _status_of(exc)
             except BaseException:  # noqa: BLE001
-                return _COMM
+                return errors.CommError.status
 
     return callback
 

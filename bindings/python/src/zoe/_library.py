@@ -5,7 +5,7 @@ At run time the first of these that exists is loaded:
   2. the library shipped inside the package (zoe/_lib/, put there when the wheel was built);
   3. an installed zoe: pkg-config's zoe-c libdir, then the dynamic linker's search (ldconfig's
      cache, LD_LIBRARY_PATH) for zoe_c.
-How the wheel's copy is chosen at build time is bindings/python/build_backend.py's business.
+How the wheel's copy is chosen at build time is bindings/python/zoe_build_backend.py's business.
 """
 
 import ctypes
@@ -26,10 +26,8 @@ class LibraryNotFoundError(OSError):
 def _shipped():
     if not _PACKAGE_LIB_DIR.is_dir():
         return None
-    # The real file (libzoe_c.so.0.1.0) or its link; whichever is there.
-    for candidate in sorted(_PACKAGE_LIB_DIR.glob("libzoe_c.so*"), key=lambda p: len(p.name)):
-        return candidate
-    return None
+    # The real file (libzoe_c.so.0.1.0) or its link; whichever is there, the shortest name first.
+    return min(_PACKAGE_LIB_DIR.glob("libzoe_c.so*"), key=lambda p: len(p.name), default=None)
 
 
 def _pkg_config():

@@ -19,13 +19,15 @@ def _stream_handle(stream):
     return stream._require_open()
 
 
-class Device:
+class Device(_handles.Handle):
     """A device (zoe_device_create): kind "auto" (CUDA when usable, else the host device; the
     environment variable ZOE_DEVICE overrides), "host" (host memory under a hard budget) or
     "cuda". budget_bytes is the host device's budget (0: ZOE_DEVICE_BUDGET, else half of memory).
     close() (or leaving a `with` block) destroys it; every engine and stream on it must be closed
     first. An engine's own device (Engine(..., device=None).device) is borrowed: it closes with
     the engine, and its close() does nothing."""
+
+    _destroy = "zoe_device_destroy"
 
     def __init__(self, kind="auto", budget_bytes=0, cuda_ordinal=0):
         if kind not in _capi.DEVICE_KINDS:
@@ -50,15 +52,13 @@ class Device:
         return device
 
     def _require_open(self):
-        if self._handle is None:
-            raise UsageError("this zoe.Device is closed")
-        if self._owner is not None and self._owner._handle is None:
+        if self._owner is not None and self._owner.closed:
             raise UsageError("this zoe.Device belonged to an engine that is closed")
-        return self._handle
+        return super()._require_open()
 
     @property
     def closed(self):
-        return self._handle is None or (self._owner is not None and self._owner._handle is None)
+        return super().closed or (self._owner is not None and self._owner.closed)
 
     @property
     def kind(self):
@@ -109,26 +109,19 @@ class Device:
     def close(self):
         """Destroys the device (idempotent). zoe.UsageError, the device left open, while engines
         or streams use it."""
-        if self._handle is None or self._owner is not None:
-            return
-        _capi.call("zoe_device_destroy", self._handle)
-        self._handle = None
-        _handles.unregister(self)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
+        if self._owner is None:
+            super().close()
 
     def __repr__(self):
         state = "closed" if self._handle is None else ("borrowed" if self._owner is not None else "open")
         return f"<zoe.Device {state}>"
 
 
-class Stream:
+class Stream(_handles.Handle):
     """A stream of `device` (zoe_stream_create); work zoe queues for a call on it runs in order
-    with the caller's work on it. close() waits for its work, then destroys it."""
+    with the caller's work on it. close() waits for its work, then destroys it (idempotent)."""
+
+    _destroy = "zoe_stream_destroy"
 
     def __init__(self, device):
         if not isinstance(device, Device):
@@ -138,15 +131,6 @@ class Stream:
         self._handle = handle.value
         self.device = device
         _handles.register(self, _handles.STREAM)
-
-    def _require_open(self):
-        if self._handle is None:
-            raise UsageError("this zoe.Stream is closed")
-        return self._handle
-
-    @property
-    def closed(self):
-        return self._handle is None
 
     @property
     def native(self):
@@ -158,20 +142,6 @@ class Stream:
     def synchronize(self):
         """Blocks until the work queued on the stream is done; raises that work's failure."""
         _capi.call("zoe_stream_synchronize", self._require_open())
-
-    def close(self):
-        """Waits for the stream's work and destroys it (idempotent)."""
-        if self._handle is None:
-            return
-        _capi.call("zoe_stream_destroy", self._handle)
-        self._handle = None
-        _handles.unregister(self)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
     def __repr__(self):
         return f"<zoe.Stream {'closed' if self._handle is None else 'open'}>"

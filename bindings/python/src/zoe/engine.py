@@ -22,10 +22,6 @@ Traffic = namedtuple("Traffic", "intra_node_bytes inter_node_bytes collectives")
 Traffic.__doc__ = "A zoe_comm_traffic: bytes this rank sent in the engine's collectives so far."
 
 
-def _float_pointer(array):
-    return array.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
-
-
 def _host_comm_address(host_comm):
     """The address of a zoe_host_comm: a ctypes structure (zoe._host_comm's), or an object whose
     ctypes `_as_parameter_` is one (or a pointer to one)."""
@@ -47,7 +43,7 @@ def _step_result(result):
     )
 
 
-class Engine:
+class Engine(_handles.Handle):
     """An engine (zoe_engine_create) over `model` with `config`: a dict, a path (str or PathLike)
     or JSON text (a str starting with '{'), with `config_overrides` (a dict or JSON text) merged
     over it as an RFC 7386 patch. device None: the engine opens the device the configuration's
@@ -55,18 +51,20 @@ class Engine:
     close() and the collectives named in zoe.h. close() or a `with` block destroys it (removing
     its swap files); one never closed is closed at interpreter exit."""
 
+    _destroy = "zoe_engine_destroy"
+
     def __init__(self, model, config, device=None, config_overrides=None, host_comm=None):
         if not isinstance(model, Model):
             raise UsageError(f"Engine needs a zoe.Model, not {type(model).__name__}")
         if device is not None and not isinstance(device, Device):
             raise UsageError(f"Engine device must be a zoe.Device or None, not {type(device).__name__}")
-        self._config = Config(config, config_overrides)
+        config = Config(config, config_overrides)
         desc = _capi.EngineDesc(
             model=model._require_open(),
             device=None if device is None else device._require_open(),
             host_comm=_host_comm_address(host_comm),
         )
-        keep = self._config.fill(desc)
+        keep = config.fill(desc)
         handle = ctypes.c_void_p()
         _capi.call("zoe_engine_create", ctypes.byref(desc), ctypes.byref(handle))
         del keep
@@ -77,7 +75,7 @@ class Engine:
         self.parameters = list(model.parameters)
         self.modules = list(model.modules)
         self._module_parameters = [model.module_parameters(m) for m in range(len(model.modules))]
-        self._default_lr = self._config.learning_rate()
+        self._default_lr = config.learning_rate()
         if device is None:
             own = ctypes.c_void_p()
             try:
@@ -90,11 +88,6 @@ class Engine:
         self.device = device
         _handles.register(self, _handles.ENGINE)
 
-    def _require_open(self):
-        if self._handle is None:
-            raise UsageError("this zoe.Engine is closed")
-        return self._handle
-
     def _parameter(self, p):
         if not 0 <= p < len(self.parameters):
             raise UsageError(f"parameter {p} is not a parameter of this engine's model ({len(self.parameters)} parameters)")
@@ -104,10 +97,6 @@ class Engine:
         if not 0 <= m < len(self.modules):
             raise UsageError(f"module {m} is not a module of this engine's model ({len(self.modules)} modules)")
         return m
-
-    @property
-    def closed(self):
-        return self._handle is None
 
     def ranks(self):
         """The engine's zoe.Ranks (its communicator's)."""
@@ -237,7 +226,7 @@ class Engine:
             raise UsageError(f"read_state of {info.name!r}: state {state!r} is not one of {sorted(_capi.STATES)}")
         values = np.empty(info.shape, dtype=np.float32)
         _capi.call(
-            "zoe_read_state", self._require_open(), int(parameter), _capi.STATES[state], _float_pointer(values), values.size
+            "zoe_read_state", self._require_open(), int(parameter), _capi.STATES[state], _capi.float_pointer(values), values.size
         )
         return values
 
@@ -250,7 +239,7 @@ class Engine:
             raise UsageError(f"write_state of {info.name!r}: state {state!r} is not one of {sorted(_capi.STATES)}")
         array = np.ascontiguousarray(np.asarray(values, dtype=np.float32).reshape(-1))
         _capi.call(
-            "zoe_write_state", self._require_open(), int(parameter), _capi.STATES[state], _float_pointer(array), array.size
+            "zoe_write_state", self._require_open(), int(parameter), _capi.STATES[state], _capi.float_pointer(array), array.size
         )
 
     # ---- checkpoints ------------------------------------------------------------------------------
@@ -259,28 +248,19 @@ class Engine:
         """Saves every state but the gradients under directory/tag (None: "step-<n>"), with `client`
         (bytes, or None) stored beside them (zoe_checkpoint_save_client; checkpoint_client() gives
         it back after a load)."""
-        if client is not None:
+        where = self._checkpoint_arguments(directory, tag)
+        if client is None:
+            _capi.call("zoe_checkpoint_save", *where)
+        else:
             blob = bytes(client)
-            _capi.call(
-                "zoe_checkpoint_save_client",
-                self._require_open(),
-                _capi.encode(str(directory), "checkpoint directory"),
-                _capi.encode(tag, "checkpoint tag"),
-                blob,
-                len(blob),
-            )
-            return
-        _capi.call(
-            "zoe_checkpoint_save",
-            self._require_open(),
-            _capi.encode(str(directory), "checkpoint directory"),
-            _capi.encode(tag, "checkpoint tag"),
-        )
+            _capi.call("zoe_checkpoint_save_client", *where, blob, len(blob))
 
     def checkpoint_load(self, directory, tag=None):
         """Loads directory/tag (None: the latest)."""
-        _capi.call(
-            "zoe_checkpoint_load",
+        _capi.call("zoe_checkpoint_load", *self._checkpoint_arguments(directory, tag))
+
+    def _checkpoint_arguments(self, directory, tag):
+        return (
             self._require_open(),
             _capi.encode(str(directory), "checkpoint directory"),
             _capi.encode(tag, "checkpoint tag"),
@@ -350,18 +330,8 @@ class Engine:
     def close(self):
         """Destroys the engine (idempotent): waits for its work, frees its memory and removes its
         swap files. zoe.UsageError, the engine left open, while streams of its own device live."""
-        if self._handle is None:
-            return
-        _capi.call("zoe_engine_destroy", self._handle)
-        self._handle = None
+        super().close()
         self._host_comm = None
-        _handles.unregister(self)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
     def __repr__(self):
         return f"<zoe.Engine {'closed' if self._handle is None else 'open'}, {len(self.parameters)} parameters>"

@@ -38,6 +38,11 @@ class Error(Exception):
         # Pickles (multiprocessing, pytest-xdist) rebuild the same class with the same fields.
         return (type(self), (self.message, self.status))
 
+    def __str__(self):
+        # The message alone, also for the classes deriving from OSError (IOError, TimeoutError),
+        # whose own __str__ would read (message, status) as (errno, strerror).
+        return self.message
+
 
 class InternalError(Error):
     """ZOE_ERROR_INTERNAL: a bug in zoe (an invariant did not hold)."""
@@ -61,13 +66,6 @@ class IOError(Error, builtins.OSError):  # noqa: A001 (zoe.IOError is ZOE_ERROR_
     """ZOE_ERROR_IO: a file operation failed (the message names the path and offset)."""
 
     status = 4
-
-    def __init__(self, message, status=None):
-        # OSError's own __init__ would reinterpret the arguments as (errno, strerror).
-        Error.__init__(self, message, status)
-
-    def __str__(self):
-        return self.message
 
 
 class CorruptError(Error):
@@ -98,12 +96,6 @@ class TimeoutError(Error, builtins.TimeoutError):  # noqa: A001
     """ZOE_ERROR_TIMEOUT: a bounded wait ran out."""
 
     status = 9
-
-    def __init__(self, message, status=None):
-        Error.__init__(self, message, status)
-
-    def __str__(self):
-        return self.message
 
 
 _BY_STATUS = {

@@ -26,9 +26,11 @@ def _shape_of(shape, name):
     return dims
 
 
-class Model:
+class Model(_handles.Handle):
     """An empty model (zoe_model_create) to add modules and parameters to; one thread per model.
     An Engine reads it when made; the model may be closed afterwards."""
+
+    _destroy = "zoe_model_destroy"
 
     def __init__(self):
         handle = ctypes.c_void_p()
@@ -40,11 +42,6 @@ class Model:
         # zoe_engine_create reads ZOE_INIT_DATA values from the caller's memory: kept here.
         self._data = []
         _handles.register(self, _handles.MODEL)
-
-    def _require_open(self):
-        if self._handle is None:
-            raise UsageError("this zoe.Model is closed")
-        return self._handle
 
     def add_module(self, name):
         """Adds a module (the unit of fetch and release); returns its id (0, 1, ... in order)."""
@@ -83,7 +80,10 @@ class Model:
                 )
         elif data is not None:
             raise UsageError(f"parameter {name!r}: data is given but init is {init!r} (not 'data')")
-        frozen, group = self._extension_fields(name, frozen, group)
+        group = operator.index(group)
+        if group < 0 or group > 0xFFFFFFFF:
+            raise UsageError(f"parameter {name!r}: group {group} is not in [0, 2^32)")
+        frozen = bool(frozen)
         shape_array = (ctypes.c_uint64 * max(len(dims), 1))(*dims)
         desc = _capi.ParameterDesc(
             name=_capi.encode(name, "parameter name"),
@@ -91,7 +91,7 @@ class Model:
             shape=shape_array,
             dtype=_capi.DTYPES[dtype],
             init=_capi.INITS[init],
-            data=None if values is None else values.ctypes.data_as(ctypes.POINTER(ctypes.c_float)),
+            data=None if values is None else _capi.float_pointer(values),
             scale=float(scale),
             seed=int(seed),
             frozen=int(frozen),
@@ -107,35 +107,14 @@ class Model:
         self._module_parameters[int(module)].append(parameter.value)
         return parameter.value
 
-    @staticmethod
-    def _extension_fields(name, frozen, group):
-        group = operator.index(group)
-        if group < 0 or group > 0xFFFFFFFF:
-            raise UsageError(f"parameter {name!r}: group {group} is not in [0, 2^32)")
-        return bool(frozen), group
-
     def module_parameters(self, module):
         """The ids of module `module`'s parameters, in the order added."""
         return list(self._module_parameters[module])
 
-    @property
-    def closed(self):
-        return self._handle is None
-
     def close(self):
         """Destroys the model (idempotent); engines made from it are not affected."""
-        if self._handle is None:
-            return
-        _capi.call("zoe_model_destroy", self._handle)
-        self._handle = None
+        super().close()
         self._data = []
-        _handles.unregister(self)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
     def __repr__(self):
         return f"<zoe.Model {len(self.modules)} modules, {len(self.parameters)} parameters>"
@@ -154,7 +133,7 @@ def initializer_fill(init, scale, seed, first, count):
         float(scale),
         int(seed),
         int(first),
-        values.ctypes.data_as(ctypes.POINTER(ctypes.c_float)),
+        _capi.float_pointer(values),
         values.size,
     )
     return values
