@@ -273,7 +273,7 @@ class Engine:
         os.makedirs(save_dir, exist_ok=True)
         if tag is None:  # zoe's own default, named here so the client blob can be found by it
             tag = f"step-{0 if self._last_step is None else self._last_step.optimizer_steps}"
-        state.save_checkpoint(self._zoe, os.fspath(save_dir), str(tag), blob)
+        self._zoe.checkpoint_save(os.fspath(save_dir), str(tag), client=blob)
         return True
 
     def load_checkpoint(self, load_dir, tag=None, load_optimizer_states=True, load_lr_scheduler_states=True):
@@ -284,7 +284,8 @@ class Engine:
         load_dir = os.fspath(load_dir)
         tag = state.latest_tag(load_dir) if tag is None else str(tag)
         path = os.path.join(load_dir, tag)
-        saved = state.read_client_blob(state.load_checkpoint(self._zoe, load_dir, tag), path)
+        self._zoe.checkpoint_load(load_dir, tag)
+        saved = state.read_client_blob(self._zoe.checkpoint_client(), path)
         state.restore_groups(self.optimizer, saved["param_groups"], path)
         if load_lr_scheduler_states and self.lr_scheduler is not None and saved["lr_scheduler"] is not None:
             self.lr_scheduler.load_state_dict(saved["lr_scheduler"])
