@@ -163,13 +163,11 @@ class Engine:
         with self._runtime.compute():
             try:
                 (loss * scale if scale != 1.0 else loss).backward(retain_graph=retain_graph)
-            except BaseException:
-                # What autograd did reach is handed in; the micro-batch closes so the engine goes on.
+            finally:
+                # Also after an autograd error: what it did reach is handed in and the micro-batch
+                # closes, so the engine goes on.
                 self._runtime.finish_backward()
                 self._backwards += 1
-                raise
-            self._runtime.finish_backward()
-        self._backwards += 1
         return loss
 
     def is_gradient_accumulation_boundary(self):

@@ -208,19 +208,20 @@ class Runtime:
             self._release(unit)
 
     def _post_forward_hook(self, units):
+        def fetch_for_backward(_grad):
+            for unit in units:
+                self.ensure_bound(unit)
+
+        # One wrapped function per module, registered on its outputs at every forward.
+        counted = self.timed(fetch_for_backward)
+
         def hook(_module, _args, output):
             for unit in reversed(units):
                 self._release_forward(unit)
             if torch.is_grad_enabled():
-                needs_grad = [t for t in _tensors(output) if t.requires_grad]
-
-                def fetch_for_backward(_grad):
-                    for unit in units:
-                        self.ensure_bound(unit)
-
-                counted = self.timed(fetch_for_backward)
-                for t in needs_grad:
-                    t.register_hook(counted)
+                for t in _tensors(output):
+                    if t.requires_grad:
+                        t.register_hook(counted)
 
         return hook
 
