@@ -8,13 +8,9 @@ import torch
 
 import zoe.torch
 from models import GPT2, counting_batches
-from torch_training import BETAS, EPS, offload_config, train_torch, train_zoe, with_budget
+from torch_training import BETAS, EPS, cross_entropy, offload_config, train_torch, train_zoe, with_budget
 
 torch.set_num_threads(1)
-
-
-def cross_entropy(logits, targets):
-    return torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
 
 
 def test_no_grad_forward_is_an_inference_between_steps(tmp_path):
