@@ -81,13 +81,20 @@ class Engine:
         self.optimizer = ZoeOptimizer(groups, dict(settings.optimizer_defaults))
         # Before zoe's engine exists: a scheduler that cannot be built leaves nothing to undo.
         self.lr_scheduler = self._scheduler(lr_scheduler, settings)
-        with layout.zoe_model(settings.dtype, values=_shared_values) as zoe_model:
+        converted = []  # the slots whose values _shared_values could not share
+
+        def values(slot):
+            shared = _shared_values(slot)
+            if shared is None:
+                converted.append(slot)
+            return shared
+
+        with layout.zoe_model(settings.dtype, values=values) as zoe_model:
             # The ranks of the launch: mpirun's (zoe's own backend) or torchrun's (its process group).
-            self._zoe = ZoeEngine(zoe_model, document, device=device, config_overrides=patch, **engine_comm(document))
+            self._zoe = ZoeEngine(zoe_model, document, device=device, config_overrides=patch, **engine_comm())
         try:
-            for slot in layout.slots:
-                if _shared_values(slot) is None:
-                    self._zoe.write_state(slot.id, slot.param.detach().to("cpu", torch.float32).numpy())
+            for slot in converted:
+                self._zoe.write_state(slot.id, slot.param.detach().to("cpu", torch.float32).numpy())
             self._device = _torch_device(self._zoe.device)
             self._stream = Stream(self._zoe.device)
         except BaseException:
