@@ -19,16 +19,7 @@ import torch
 
 import zoe.torch
 from models import GPT2, LoRAMLP, counting_batches, regression_batches
-from torch_training import (
-    BETAS,
-    EPS,
-    assert_losses_close,
-    cross_entropy,
-    offload_config,
-    train_torch,
-    train_zoe,
-    with_budget,
-)
+from torch_training import BETAS, EPS, assert_losses_close, cross_entropy, offload_config, train_torch, train_zoe, with_budget
 
 torch.set_num_threads(1)
 
