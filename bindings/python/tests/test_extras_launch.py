@@ -19,7 +19,7 @@ def no_launcher(monkeypatch):
 
 def test_a_plain_process_is_one_rank(no_launcher):
     assert launch.torchrun_world_size() == 0
-    assert launch.engine_comm({}) == {}
+    assert launch.engine_comm() == {}
 
 
 def test_torchrun_environment_is_read(no_launcher):
@@ -31,7 +31,7 @@ def test_torchrun_environment_is_read(no_launcher):
 def test_world_size_of_one_needs_no_communicator(no_launcher):
     for key, value in dict(_TORCHRUN, RANK="0", WORLD_SIZE="1", LOCAL_RANK="0").items():
         no_launcher.setenv(key, value)
-    assert launch.engine_comm({}) == {}
+    assert launch.engine_comm() == {}
 
 
 @pytest.mark.parametrize(

@@ -2,7 +2,6 @@
 launch (torch.distributed over gloo, through zoe's host communicator) each train as one rank does
 with the same global batch."""
 
-import importlib.util
 import json
 import os
 import shutil
@@ -89,10 +88,6 @@ def _free_port():
         return s.getsockname()[1]
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("zoe.torch.process_group") is None,
-    reason="zoe.torch.process_group (capi-hostcomm's adapter over torch.distributed) is not in this tree yet",
-)
 def test_torchrun_two_ranks_over_gloo_equal_one_rank(tmp_path, one_rank):
     out = tmp_path / "out.json"
     port = str(_free_port())

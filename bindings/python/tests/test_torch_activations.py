@@ -7,15 +7,11 @@ import torch
 
 import zoe.torch
 from models import GPT2, counting_batches
-from torch_training import assert_losses_close, offload_config, train_torch, train_zoe, with_budget
+from torch_training import assert_losses_close, cross_entropy, offload_config, train_torch, train_zoe, with_budget
 
 torch.set_num_threads(1)
 
 STEPS = 5
-
-
-def cross_entropy(logits, targets):
-    return torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
 
 
 def test_saved_tensors_go_through_zoe_and_training_is_unchanged(tmp_path):

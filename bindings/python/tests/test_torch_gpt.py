@@ -7,15 +7,19 @@ import torch
 
 import zoe.torch
 from models import GPT2, token_batches
-from torch_training import assert_losses_close, model_state_bytes, offload_config, train_torch, train_zoe, with_budget
+from torch_training import (
+    assert_losses_close,
+    cross_entropy,
+    model_state_bytes,
+    offload_config,
+    train_torch,
+    train_zoe,
+    with_budget,
+)
 
 torch.set_num_threads(1)
 
 STEPS = 20
-
-
-def cross_entropy(logits, targets):
-    return torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
 
 
 def tiny_gpt():

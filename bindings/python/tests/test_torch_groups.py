@@ -7,16 +7,21 @@ import torch
 
 import zoe.torch
 from models import GPT2, token_batches
-from torch_training import BETAS, EPS, assert_losses_close, offload_config, train_torch, train_zoe, with_budget
+from torch_training import (
+    BETAS,
+    EPS,
+    assert_losses_close,
+    cross_entropy,
+    offload_config,
+    train_torch,
+    train_zoe,
+    with_budget,
+)
 from zoe.torch import schedulers
 
 torch.set_num_threads(1)
 
 STEPS = 20
-
-
-def cross_entropy(logits, targets):
-    return torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
 
 
 def no_decay_groups(model, weight_decay=0.1):

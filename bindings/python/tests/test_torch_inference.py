@@ -1,5 +1,5 @@
-"""A forward under torch.no_grad() between steps is an inference: outputs equal torch's, and no
-micro-batch opens, so training goes on as before."""
+"""A forward under torch.no_grad() between steps is an inference: zoe's inference fetch hands the
+parameters out, outputs equal torch's, and no micro-batch opens, so training goes on as before."""
 
 import copy
 
@@ -8,13 +8,9 @@ import torch
 
 import zoe.torch
 from models import GPT2, counting_batches
-from torch_training import BETAS, EPS, offload_config, train_torch, train_zoe, with_budget
+from torch_training import BETAS, EPS, cross_entropy, offload_config, train_torch, train_zoe, with_budget
 
 torch.set_num_threads(1)
-
-
-def cross_entropy(logits, targets):
-    return torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
 
 
 def test_no_grad_forward_is_an_inference_between_steps(tmp_path):
@@ -29,8 +25,16 @@ def test_no_grad_forward_is_an_inference_between_steps(tmp_path):
     with engine:
         train_zoe(engine, batches[:2], cross_entropy, 2)
         engine.eval()
+        zero_copy = []
+
+        def check(module, _args):  # after zoe's pre-hook: the parameters are zoe's fetched memory
+            zero_copy.extend(p.data_ptr() == engine.parameter_address(p) for p in module.parameters(recurse=False))
+
+        hook = model.h[0].attn.c_attn.register_forward_pre_hook(check)
         with torch.no_grad():
             logits = engine(probe)
+        hook.remove()
+        assert zero_copy and all(zero_copy)  # an inference fetch, not a copy of the masters
         assert all(p.numel() == 0 for p in model.parameters())  # nothing left behind
         engine.train()
         reference.eval()

@@ -19,16 +19,12 @@ import torch
 
 import zoe.torch
 from models import GPT2, LoRAMLP, counting_batches, regression_batches
-from torch_training import BETAS, EPS, assert_losses_close, offload_config, train_torch, train_zoe, with_budget
+from torch_training import BETAS, EPS, assert_losses_close, cross_entropy, offload_config, train_torch, train_zoe, with_budget
 
 torch.set_num_threads(1)
 
 STEPS = 20
 TYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
-
-
-def cross_entropy(logits, targets):
-    return torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
 
 
 def train_mixed_precision(model, batches, dtype):

@@ -8,15 +8,11 @@ import torch
 import zoe
 import zoe.torch
 from models import GPT2, token_batches
-from torch_training import offload_config, train_torch, train_zoe, with_budget
+from torch_training import cross_entropy, offload_config, train_torch, train_zoe, with_budget
 
 torch.set_num_threads(1)
 
 STEPS = 5
-
-
-def cross_entropy(logits, targets):
-    return torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
 
 
 def test_state_dict_equals_torch_after_the_same_steps(tmp_path):

@@ -96,6 +96,11 @@ def mse(out, y):
     return F.mse_loss(out.float(), y)
 
 
+def cross_entropy(logits, targets):
+    """A language model's loss: logits (batch, tokens, vocab) against token ids (batch, tokens)."""
+    return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
+
+
 def train_torch(model, batches, loss_fn, steps, lr=1e-3, weight_decay=0.01, gas=1, clip=0.0, optimizer=None,
                 scheduler=None):
     """The reference: torch.optim.AdamW in ordinary memory; the loss of every micro-batch."""

@@ -165,15 +165,12 @@ def _zoe_config(args, folder, largest_module):
 
 
 def _largest_module(model):
-    """Elements of the largest zoe module: a module's own parameters, or a tied parameter alone."""
-    uses = {}
-    for module in model.modules():
-        for p in module.parameters(recurse=False):
-            uses[p] = uses.get(p, 0) + 1
-    own = [
-        sum(p.numel() for p in module.parameters(recurse=False) if uses[p] == 1) for module in model.modules()
-    ]
-    return max(own + [p.numel() for p in uses])
+    """Elements of the largest zoe module zoe.torch makes of the model (layout.py: a module's own
+    parameters, or a tied parameter alone)."""
+    from zoe.torch.layout import Layout
+
+    layout = Layout(model, dict.fromkeys(model.parameters(), 0))
+    return max(sum(slot.param.numel() for slot in unit.slots) for unit in layout.units)
 
 
 def _timed(clock, key, fn):

@@ -81,13 +81,20 @@ class Engine:
         self.optimizer = ZoeOptimizer(groups, dict(settings.optimizer_defaults))
         # Before zoe's engine exists: a scheduler that cannot be built leaves nothing to undo.
         self.lr_scheduler = self._scheduler(lr_scheduler, settings)
-        with layout.zoe_model(settings.dtype, values=_shared_values) as zoe_model:
+        converted = []  # the slots whose values _shared_values could not share
+
+        def values(slot):
+            shared = _shared_values(slot)
+            if shared is None:
+                converted.append(slot)
+            return shared
+
+        with layout.zoe_model(settings.dtype, values=values) as zoe_model:
             # The ranks of the launch: mpirun's (zoe's own backend) or torchrun's (its process group).
-            self._zoe = ZoeEngine(zoe_model, document, device=device, config_overrides=patch, **engine_comm(document))
+            self._zoe = ZoeEngine(zoe_model, document, device=device, config_overrides=patch, **engine_comm())
         try:
-            for slot in layout.slots:
-                if _shared_values(slot) is None:
-                    self._zoe.write_state(slot.id, slot.param.detach().to("cpu", torch.float32).numpy())
+            for slot in converted:
+                self._zoe.write_state(slot.id, slot.param.detach().to("cpu", torch.float32).numpy())
             self._device = _torch_device(self._zoe.device)
             self._stream = Stream(self._zoe.device)
         except BaseException:
@@ -163,13 +170,11 @@ class Engine:
         with self._runtime.compute():
             try:
                 (loss * scale if scale != 1.0 else loss).backward(retain_graph=retain_graph)
-            except BaseException:
-                # What autograd did reach is handed in; the micro-batch closes so the engine goes on.
+            finally:
+                # Also after an autograd error: what it did reach is handed in and the micro-batch
+                # closes, so the engine goes on.
                 self._runtime.finish_backward()
                 self._backwards += 1
-                raise
-            self._runtime.finish_backward()
-        self._backwards += 1
         return loss
 
     def is_gradient_accumulation_boundary(self):
@@ -273,7 +278,7 @@ class Engine:
         os.makedirs(save_dir, exist_ok=True)
         if tag is None:  # zoe's own default, named here so the client blob can be found by it
             tag = f"step-{0 if self._last_step is None else self._last_step.optimizer_steps}"
-        state.save_checkpoint(self._zoe, os.fspath(save_dir), str(tag), blob)
+        self._zoe.checkpoint_save(os.fspath(save_dir), str(tag), client=blob)
         return True
 
     def load_checkpoint(self, load_dir, tag=None, load_optimizer_states=True, load_lr_scheduler_states=True):
@@ -284,7 +289,8 @@ class Engine:
         load_dir = os.fspath(load_dir)
         tag = state.latest_tag(load_dir) if tag is None else str(tag)
         path = os.path.join(load_dir, tag)
-        saved = state.read_client_blob(state.load_checkpoint(self._zoe, load_dir, tag), path)
+        self._zoe.checkpoint_load(load_dir, tag)
+        saved = state.read_client_blob(self._zoe.checkpoint_client(), path)
         state.restore_groups(self.optimizer, saved["param_groups"], path)
         if load_lr_scheduler_states and self.lr_scheduler is not None and saved["lr_scheduler"] is not None:
             self.lr_scheduler.load_state_dict(saved["lr_scheduler"])

@@ -26,7 +26,8 @@ finish_backward hands in what never completed (a parameter the loss did not reac
 gradient) and closes the micro-batch.
 
 The micro-batch opens lazily at the first fetch with grad enabled; a forward under
-torch.no_grad() with no micro-batch open is an inference (_read_for_inference).
+torch.no_grad() with no micro-batch open fetches outside one: zoe's inference fetch (no micro-batch
+opened or counted, no gradients).
 """
 
 import contextlib
@@ -74,7 +75,6 @@ class Runtime:
         self._pending = {}  # Unit -> its trainable Slots whose gradient has not accumulated yet
         self._handed_in = set()  # Units whose gradients zoe has for this micro-batch
         self._uses = {u: 0 for u in layout.units}  # forward uses in this micro-batch
-        self._read = set()  # Units bound to copies of their masters for an inference forward
         self.micro_batch_open = False
         self.active = False  # inside engine(...) or engine.backward(...)
         # What zoe adds to the model's compute, for the benchmark: seconds spent inside the hooks
@@ -150,30 +150,16 @@ class Runtime:
             self.micro_batch_open = True
 
     def _fetch(self, unit, pass_):
+        # Under torch.no_grad() outside a micro-batch the forward fetch is zoe's inference fetch.
         if torch.is_grad_enabled():
             self.open_micro_batch()
-        elif not self.micro_batch_open:
-            self._read_for_inference(unit)
-            return
         self._zoe.fetch(unit.id, pass_, self._stream)
         self._synchronize()
         self._bind(unit)
 
-    def _read_for_inference(self, unit):
-        # zoe.h has no inference fetch yet (zoe_fetch needs a micro-batch, and opening one would
-        # count towards the step): an evaluation between steps reads the module's masters
-        # (zoe_read_state) into torch memory of the working dtype while it runs.
-        for slot in unit.slots:
-            values = torch.from_numpy(self._zoe.read_state(slot.id))
-            slot.param.data = values.to(self._device, self._dtype)
-        self._read.add(unit)
-
     def _release(self, unit):
         self._unbind(unit)
-        if unit in self._read:
-            self._read.discard(unit)
-        else:
-            self._zoe.release(unit.id, self._stream)
+        self._zoe.release(unit.id, self._stream)
 
     # ---- forward ------------------------------------------------------------------------------------
 
@@ -222,19 +208,20 @@ class Runtime:
             self._release(unit)
 
     def _post_forward_hook(self, units):
+        def fetch_for_backward(_grad):
+            for unit in units:
+                self.ensure_bound(unit)
+
+        # One wrapped function per module, registered on its outputs at every forward.
+        counted = self.timed(fetch_for_backward)
+
         def hook(_module, _args, output):
             for unit in reversed(units):
                 self._release_forward(unit)
             if torch.is_grad_enabled():
-                needs_grad = [t for t in _tensors(output) if t.requires_grad]
-
-                def fetch_for_backward(_grad):
-                    for unit in units:
-                        self.ensure_bound(unit)
-
-                counted = self.timed(fetch_for_backward)
-                for t in needs_grad:
-                    t.register_hook(counted)
+                for t in _tensors(output):
+                    if t.requires_grad:
+                        t.register_hook(counted)
 
         return hook
 

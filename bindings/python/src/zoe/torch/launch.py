@@ -67,17 +67,15 @@ def init_distributed(dist_backend=None, timeout=None, init_method=None):
     return True
 
 
-def engine_comm(config=None):
+def engine_comm():
     """The zoe.Engine keyword arguments that put the engine on the ranks of this launch:
     {} under mpirun (zoe's mpi backend) or for one rank; {"host_comm": ...} over
     torch.distributed's default group under torchrun (made by init_distributed when the script
-    has not). `config` is accepted for the choice's sake (unused today: zoe.comm.backend stays the
-    configuration's, and the engine refuses a backend other than auto or host beside a host_comm,
-    naming it).
+    has not). zoe.comm.backend stays the configuration's: the engine refuses a backend other than
+    auto or host beside a host_comm, naming it.
 
     Raises ValueError when both launchers claim the process (mpirun's ranks and a torchrun
     WORLD_SIZE that differ), naming both."""
-    del config
     launched = zoe.launcher_ranks()
     torchrun = torchrun_world_size()
     if launched.world_size > 1:

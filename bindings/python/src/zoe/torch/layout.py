@@ -30,17 +30,14 @@ class Slot:
 class Unit:
     """One zoe module: the parameters fetched and released together."""
 
-    __slots__ = ("id", "name", "slots", "parent")
+    __slots__ = ("id", "name", "slots", "trainable", "parent")
 
     def __init__(self, name):
         self.name = name
         self.slots = []
+        self.trainable = ()  # the slots that take a gradient (set once the layout is complete)
         self.parent = False  # used by a torch module whose submodules have parameters too
         self.id = None
-
-    @property
-    def trainable(self):
-        return [s for s in self.slots if s.trainable]
 
 
 def _check_dtype(name, param):
@@ -103,6 +100,9 @@ class Layout:
             self.params_of[module] = [(n, self.slot_of[p]) for n, p in own]
             self.module_name[module] = module_name or "<root>"
         self.slots = [s for u in self.units for s in u.slots]
+        # Read by the hooks for every module in every backward: computed once here.
+        for u in self.units:
+            u.trainable = tuple(s for s in u.slots if s.trainable)
 
     def _add_unit(self, name):
         unit = Unit(name)

@@ -4,8 +4,7 @@ Under torchrun a program already has a process group (gloo on CPU, nccl on GPU) 
 zoe.Engine(model, config, host_comm=host_comm_for()) runs the engine's collectives over it. zoe
 asks, on every rank in the same order, for each group it needs (dist.new_group makes them: it is
 collective over the whole world), and hands each collective raw device addresses, which become
-torch tensors without a copy: host memory through ctypes arrays and torch.from_numpy, CUDA memory
-through an object with __cuda_array_interface__ and torch.as_tensor. On CUDA the collective is
+torch tensors without a copy (tensors.over_address, as the hooks' parameters). On CUDA the collective is
 issued under torch.cuda.ExternalStream(zoe's stream), so zoe's stream waits for it.
 
 What torch lacks is made up here: gloo has no reduce_scatter (the send buffer is all-reduced in a
@@ -14,43 +13,32 @@ divided by the group's size). The reductions add in torch's order (gloo's, NCCL'
 pairwise tree: bit-identical to another world size only where that order gives the same sums.
 """
 
-import ctypes
 import os
 
-import numpy as np
 import torch
 import torch.distributed as dist
 
 from .._host_comm import HostComm
 from ..errors import UsageError
+from .tensors import ZOE_DTYPES, over_address
 
 __all__ = ["host_comm_for", "TorchCollectives"]
 
-_TORCH_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+_TORCH_DTYPES = {name: dtype for dtype, name in ZOE_DTYPES.items()}
 
 
-class _CudaBytes:
-    """`nbytes` of CUDA memory at `address`, for torch.as_tensor (no copy)."""
-
-    def __init__(self, address, nbytes):
-        self.__cuda_array_interface__ = {
-            "shape": (nbytes,),
-            "typestr": "|u1",
-            "data": (address, False),
-            "version": 2,
-        }
+def _device(stream):
+    """Where zoe's buffers of a collective are: CUDA memory when zoe gave a stream, else host."""
+    return torch.device("cpu") if stream is None else torch.device("cuda")
 
 
 def _bytes(address, nbytes, stream):
-    """A uint8 tensor over `nbytes` at `address`: CUDA memory when zoe gave a stream, else host."""
-    if stream is not None:
-        return torch.as_tensor(_CudaBytes(address, nbytes), device="cuda")
-    return torch.from_numpy(np.ctypeslib.as_array((ctypes.c_uint8 * nbytes).from_address(address)))
+    """A uint8 tensor over `nbytes` at `address` (no copy)."""
+    return over_address(address, (nbytes,), torch.uint8, _device(stream))
 
 
 def _view(address, count, dtype, stream):
-    torch_dtype = _TORCH_DTYPES[dtype]
-    return _bytes(address, count * torch_dtype.itemsize, stream).view(torch_dtype)
+    return over_address(address, (count,), _TORCH_DTYPES[dtype], _device(stream))
 
 
 def _overlaps(a, b):

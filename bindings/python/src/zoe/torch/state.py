@@ -3,10 +3,7 @@
 zoe keeps every parameter state (masters, moments) and saves them in its checkpoint itself; what
 only the Python side knows (the client state, the param groups' lr and weight decay as schedulers
 left them, the scheduler's own state, the step counters) travels in the checkpoint's client blob
-(zoe_checkpoint_save_client), so one crash-safe checkpoint holds all of it. A libzoe_c without
-that call gets the blob in `directory/<tag>.zoe-torch`, written and fsynced under a temporary name
-and renamed before zoe's checkpoint is saved: a crash between the two leaves `latest` at the
-previous checkpoint, whose blob is intact.
+(zoe_checkpoint_save_client), so one crash-safe checkpoint holds all of it.
 """
 
 import io
@@ -14,40 +11,7 @@ import os
 
 import torch
 
-from .. import _capi
 from ..errors import CorruptError, UsageError
-
-_SIDE_SUFFIX = ".zoe-torch"
-
-
-def _zoe_keeps_client():
-    return not isinstance(getattr(_capi.lib(), "zoe_checkpoint_save_client"), _capi._Missing)
-
-
-def save_checkpoint(zoe_engine, directory, tag, blob):
-    """zoe's checkpoint directory/tag with the client blob."""
-    if _zoe_keeps_client():
-        zoe_engine.checkpoint_save(directory, tag, client=blob)
-        return
-    side = os.path.join(directory, tag + _SIDE_SUFFIX)
-    with open(side + ".tmp", "wb") as f:
-        f.write(blob)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(side + ".tmp", side)
-    zoe_engine.checkpoint_save(directory, tag)
-
-
-def load_checkpoint(zoe_engine, directory, tag):
-    """Loads zoe's checkpoint directory/tag; returns its client blob (None when it has none)."""
-    zoe_engine.checkpoint_load(directory, tag)
-    if _zoe_keeps_client():
-        return zoe_engine.checkpoint_client()
-    try:
-        with open(os.path.join(directory, tag + _SIDE_SUFFIX), "rb") as f:
-            return f.read()
-    except FileNotFoundError:
-        return None
 
 
 def state_dict(module, layout, zoe_engine):
