@@ -36,16 +36,6 @@ std::vector<unsigned char> blob(std::size_t n) {
   return out;
 }
 
-// zoe_checkpoint_client's bytes (a failure is a test failure).
-std::vector<unsigned char> client_of(zoe_engine* e) {
-  std::size_t length = 1;
-  EXPECT_EQ(zoe_checkpoint_client(e, nullptr, 0, &length), ZOE_SUCCESS) << zoe_last_error();
-  std::vector<unsigned char> out(length);
-  EXPECT_EQ(zoe_checkpoint_client(e, out.data(), out.size(), &length), ZOE_SUCCESS) << zoe_last_error();
-  EXPECT_EQ(length, out.size());
-  return out;
-}
-
 void save_with(const c_rig& r, const char* tag, const std::vector<unsigned char>& client) {
   ASSERT_EQ(zoe_checkpoint_save_client(r.engine(), r.dir().c_str(), tag, client.data(), client.size()), ZOE_SUCCESS)
       << zoe_last_error();
@@ -53,19 +43,18 @@ void save_with(const c_rig& r, const char* tag, const std::vector<unsigned char>
 
 void one_step(const c_rig& r, std::uint64_t seed) {
   r.micro_batch(r.values(seed, 0.1F));
-  zoe_step_result result = ZOE_STEP_RESULT_INIT;
-  ASSERT_EQ(zoe_step(r.engine(), 0.01, &result), ZOE_SUCCESS) << zoe_last_error();
+  r.step(0.01);
 }
 
 TEST(checkpoint_client, TheBlobComesBackFromTheLoadWithTheStates) {
   c_rig r(two_modules, {.placement = "nvme"});
   ASSERT_NE(r.engine(), nullptr);
-  EXPECT_TRUE(client_of(r.engine()).empty()) << "no checkpoint loaded yet";
+  EXPECT_TRUE(checkpoint_client(r.engine()).empty()) << "no checkpoint loaded yet";
   one_step(r, 1);
   const std::vector<float> saved = r.read(0, ZOE_STATE_PARAMETER);
   const std::vector<unsigned char> client = blob(100000);
   save_with(r, "a", client);
-  EXPECT_TRUE(client_of(r.engine()).empty()) << "a save does not set what the last load gave";
+  EXPECT_TRUE(checkpoint_client(r.engine()).empty()) << "a save does not set what the last load gave";
   one_step(r, 2);
   ASSERT_NE(r.read(0, ZOE_STATE_PARAMETER), saved);
 
@@ -73,7 +62,7 @@ TEST(checkpoint_client, TheBlobComesBackFromTheLoadWithTheStates) {
   ASSERT_NE(other.engine(), nullptr);
   for (const c_rig* to : {&r, &other}) {
     ASSERT_EQ(zoe_checkpoint_load(to->engine(), r.dir().c_str(), "a"), ZOE_SUCCESS) << zoe_last_error();
-    EXPECT_EQ(client_of(to->engine()), client);
+    EXPECT_EQ(checkpoint_client(to->engine()), client);
     EXPECT_EQ(to->read(0, ZOE_STATE_PARAMETER), saved);
   }
 }
@@ -90,9 +79,9 @@ TEST(checkpoint_client, ACheckpointWithoutABlobLoadsWithLengthZero) {
   EXPECT_FALSE(std::filesystem::exists(r.dir() / "empty" / "client.bin"));
   for (const char* tag : {"without", "empty"}) {
     ASSERT_EQ(zoe_checkpoint_load(r.engine(), r.dir().c_str(), "with"), ZOE_SUCCESS) << zoe_last_error();
-    ASSERT_EQ(client_of(r.engine()).size(), 10U);
+    ASSERT_EQ(checkpoint_client(r.engine()).size(), 10U);
     ASSERT_EQ(zoe_checkpoint_load(r.engine(), r.dir().c_str(), tag), ZOE_SUCCESS) << zoe_last_error();
-    EXPECT_TRUE(client_of(r.engine()).empty()) << tag;
+    EXPECT_TRUE(checkpoint_client(r.engine()).empty()) << tag;
   }
 }
 
@@ -107,7 +96,7 @@ TEST(checkpoint_client, ATornOrCorruptBlobIsRefusedNamingTheFileAndChangesNothin
   save_with(r, "bad", blob(5000));
   one_step(r, 2);
   const std::filesystem::path file = r.dir() / "bad" / "client.bin";
-  const std::vector<unsigned char> good = client_of(r.engine());
+  const std::vector<unsigned char> good = checkpoint_client(r.engine());
   const std::vector<float> before = r.read(2, ZOE_STATE_PARAMETER);
   struct damage {
     const char* what;
@@ -131,11 +120,11 @@ TEST(checkpoint_client, ATornOrCorruptBlobIsRefusedNamingTheFileAndChangesNothin
     EXPECT_EQ(zoe_checkpoint_load(r.engine(), r.dir().c_str(), "bad"), ZOE_ERROR_CORRUPT) << d.what;
     EXPECT_THAT(zoe_last_error(), AllOf(HasSubstr(file.string()), HasSubstr(d.says))) << d.what;
     EXPECT_EQ(r.read(2, ZOE_STATE_PARAMETER), before) << d.what;
-    EXPECT_EQ(client_of(r.engine()), good) << d.what;
+    EXPECT_EQ(checkpoint_client(r.engine()), good) << d.what;
     std::filesystem::rename(kept, file);
   }
   ASSERT_EQ(zoe_checkpoint_load(r.engine(), r.dir().c_str(), "bad"), ZOE_SUCCESS) << zoe_last_error();
-  EXPECT_EQ(client_of(r.engine()), blob(5000));
+  EXPECT_EQ(checkpoint_client(r.engine()), blob(5000));
 }
 
 TEST(checkpoint_client, AShortBufferGetsOnlyTheLength) {
@@ -163,6 +152,17 @@ TEST(checkpoint_client, AShortBufferGetsOnlyTheLength) {
 // Group 0: a and c, group 1: b, group 2: d.
 const std::vector<c_module> grouped = {{"layer0", {{"a", {300}, ZOE_FP32, 0, 0}, {"b", {200}, ZOE_FP32, 0, 1}}},
                                        {"layer1", {{"c", {100}, ZOE_FP32, 0, 0}, {"d", {50}, ZOE_FP32, 0, 2}}}};
+// Each group's settings of the step saved; none is the configuration's lr (the rig's 0.01).
+const zoe_group_hyper group_settings[3] = {
+    {sizeof(zoe_group_hyper), 0.02, 0.1}, {sizeof(zoe_group_hyper), 0.002, 0.0}, {sizeof(zoe_group_hyper), 0.3, 0.5}};
+
+// One micro-batch stepped at group_settings, then saved as `tag`.
+void step_groups_and_save(const c_rig& r, const char* tag) {
+  r.micro_batch(r.values(1, 0.1F));
+  zoe_step_result result = ZOE_STEP_RESULT_INIT;
+  ASSERT_EQ(zoe_step_groups(r.engine(), group_settings, 3, &result), ZOE_SUCCESS) << zoe_last_error();
+  ASSERT_EQ(zoe_checkpoint_save(r.engine(), r.dir().c_str(), tag), ZOE_SUCCESS) << zoe_last_error();
+}
 
 TEST(checkpoint_client, TheGroupSettingsOfTheLoadedCheckpointAreGivenBack) {
   c_rig r(grouped, {});
@@ -170,26 +170,21 @@ TEST(checkpoint_client, TheGroupSettingsOfTheLoadedCheckpointAreGivenBack) {
   zoe_group_hyper got[3] = {ZOE_GROUP_HYPER_INIT, ZOE_GROUP_HYPER_INIT, ZOE_GROUP_HYPER_INIT};
   EXPECT_EQ(zoe_checkpoint_groups(r.engine(), got, 3), ZOE_ERROR_USAGE);
   EXPECT_THAT(zoe_last_error(), HasSubstr("no checkpoint was loaded"));
-  const zoe_group_hyper set[3] = {
-      {sizeof(zoe_group_hyper), 0.01, 0.1}, {sizeof(zoe_group_hyper), 0.002, 0.0}, {sizeof(zoe_group_hyper), 0.3, 0.5}};
-  r.micro_batch(r.values(1, 0.1F));
-  zoe_step_result result = ZOE_STEP_RESULT_INIT;
-  ASSERT_EQ(zoe_step_groups(r.engine(), set, 3, &result), ZOE_SUCCESS) << zoe_last_error();
-  ASSERT_EQ(zoe_checkpoint_save(r.engine(), r.dir().c_str(), "g"), ZOE_SUCCESS) << zoe_last_error();
+  ASSERT_NO_FATAL_FAILURE(step_groups_and_save(r, "g"));
 
   c_rig other(grouped, {});
   ASSERT_NE(other.engine(), nullptr);
   ASSERT_EQ(zoe_checkpoint_load(other.engine(), r.dir().c_str(), "g"), ZOE_SUCCESS) << zoe_last_error();
   ASSERT_EQ(zoe_checkpoint_groups(other.engine(), got, 3), ZOE_SUCCESS) << zoe_last_error();
   for (int g = 0; g < 3; ++g) {
-    EXPECT_EQ(got[g].lr, set[g].lr) << "group " << g;
-    EXPECT_EQ(got[g].weight_decay, set[g].weight_decay) << "group " << g;
+    EXPECT_EQ(got[g].lr, group_settings[g].lr) << "group " << g;
+    EXPECT_EQ(got[g].weight_decay, group_settings[g].weight_decay) << "group " << g;
   }
   // Steps after the load do not change what the checkpoint kept.
   other.micro_batch(other.values(2, 0.1F));
-  ASSERT_EQ(zoe_step(other.engine(), 0.5, &result), ZOE_SUCCESS) << zoe_last_error();
+  other.step(0.5);
   ASSERT_EQ(zoe_checkpoint_groups(other.engine(), got, 3), ZOE_SUCCESS) << zoe_last_error();
-  EXPECT_EQ(got[2].lr, 0.3);
+  EXPECT_EQ(got[2].lr, group_settings[2].lr);
 
   EXPECT_EQ(zoe_checkpoint_groups(other.engine(), got, 2), ZOE_ERROR_USAGE);
   EXPECT_THAT(zoe_last_error(), AllOf(HasSubstr("count is 2"), HasSubstr("3 parameter groups")));
@@ -220,12 +215,7 @@ void drop_group_settings(const std::filesystem::path& manifest) {
 TEST(checkpoint_client, ACheckpointWithoutGroupSettingsLoadsWithItsRateForEveryGroup) {
   c_rig r(grouped, {});
   ASSERT_NE(r.engine(), nullptr);
-  const zoe_group_hyper set[3] = {
-      {sizeof(zoe_group_hyper), 0.01, 0.1}, {sizeof(zoe_group_hyper), 0.002, 0.0}, {sizeof(zoe_group_hyper), 0.3, 0.5}};
-  r.micro_batch(r.values(1, 0.1F));
-  zoe_step_result result = ZOE_STEP_RESULT_INIT;
-  ASSERT_EQ(zoe_step_groups(r.engine(), set, 3, &result), ZOE_SUCCESS) << zoe_last_error();
-  ASSERT_EQ(zoe_checkpoint_save(r.engine(), r.dir().c_str(), "old"), ZOE_SUCCESS) << zoe_last_error();
+  ASSERT_NO_FATAL_FAILURE(step_groups_and_save(r, "old"));
   drop_group_settings(r.dir() / "old" / "manifest.json");
   std::vector<std::vector<float>> saved;
   for (zoe_parameter_id p = 0; p < r.parameter_count(); ++p) saved.push_back(r.read(p, ZOE_STATE_PARAMETER));
@@ -236,16 +226,16 @@ TEST(checkpoint_client, ACheckpointWithoutGroupSettingsLoadsWithItsRateForEveryG
   for (zoe_parameter_id p = 0; p < other.parameter_count(); ++p) {
     EXPECT_EQ(other.read(p, ZOE_STATE_PARAMETER), saved[p]) << "parameter " << p;
   }
-  // The manifest's lr (group 0's at the last step) for every group, and the configuration's decay
-  // (the rig's 0.01), as every group stepped before groups were kept.
+  // The manifest's lr (group 0's at the last step, not the configuration's) for every group, and the
+  // configuration's decay (the rig's 0.01), as every group stepped before groups were kept.
   zoe_group_hyper got[3] = {ZOE_GROUP_HYPER_INIT, ZOE_GROUP_HYPER_INIT, ZOE_GROUP_HYPER_INIT};
   ASSERT_EQ(zoe_checkpoint_groups(other.engine(), got, 3), ZOE_SUCCESS) << zoe_last_error();
   for (int g = 0; g < 3; ++g) {
-    EXPECT_EQ(got[g].lr, 0.01) << "group " << g;
+    EXPECT_EQ(got[g].lr, group_settings[0].lr) << "group " << g;
     EXPECT_EQ(got[g].weight_decay, 0.01) << "group " << g;
   }
   other.micro_batch(other.values(2, 0.1F));
-  EXPECT_EQ(zoe_step(other.engine(), 0.01, &result), ZOE_SUCCESS) << zoe_last_error();
+  other.step(0.01);
 }
 
 }  // namespace

@@ -9,7 +9,6 @@
 #include <gtest/gtest.h>
 
 #include <cstddef>
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -46,32 +45,6 @@ c_rig_options torch_sizing(bool overlap_comm) {
                        R"(, "stage3_prefetch_bucket_size": )" + largest + R"(, "stage3_max_reuse_distance": 0}})"};
 }
 
-std::vector<zoe_parameter_id> parameters_of(zoe_module_id m) {
-  static const std::vector<std::vector<zoe_parameter_id>> ids = {{0}, {1, 2}, {3, 4}, {5, 6}};
-  return ids[m];
-}
-
-// zoe_module_gradients of `m` (fetched for backward) filled with `grads`; the status of the call.
-zoe_status acquire_and_fill(const c_rig& r, zoe_module_id m, const std::vector<std::vector<float>>& grads) {
-  const std::vector<zoe_parameter_id> params = parameters_of(m);
-  std::vector<void*> buffers(params.size());
-  const zoe_status st = zoe_module_gradients(r.engine(), m, r.stream(), buffers.data(), buffers.size());
-  if (st != ZOE_SUCCESS) return st;
-  EXPECT_EQ(zoe_stream_synchronize(r.stream()), ZOE_SUCCESS);  // the host device: host memory
-  for (std::size_t i = 0; i < params.size(); ++i) {
-    std::memcpy(buffers[i], grads[params[i]].data(), grads[params[i]].size() * sizeof(float));
-  }
-  return st;
-}
-
-void forward(const c_rig& r) {
-  ASSERT_EQ(zoe_begin_micro_batch(r.engine()), ZOE_SUCCESS) << zoe_last_error();
-  for (zoe_module_id m = 0; m < 4; ++m) {
-    ASSERT_EQ(zoe_fetch(r.engine(), m, ZOE_PASS_FORWARD, r.stream()), ZOE_SUCCESS) << zoe_last_error();
-    ASSERT_EQ(zoe_release(r.engine(), m, r.stream()), ZOE_SUCCESS) << zoe_last_error();
-  }
-}
-
 class gradient_order : public ::testing::TestWithParam<bool> {};
 
 TEST_P(gradient_order, GradientsHeldAcrossBackwardAreRefusedNamingTheModuleNotWaitedForEver) {
@@ -83,13 +56,13 @@ TEST_P(gradient_order, GradientsHeldAcrossBackwardAreRefusedNamingTheModuleNotWa
 
   // zoe.torch's order before the fix: wte's gradients acquired when the head's backward begins,
   // handed in after every other module's.
-  forward(held);
+  held.forward();
   ASSERT_EQ(zoe_fetch(held.engine(), wte, ZOE_PASS_BACKWARD, held.stream()), ZOE_SUCCESS) << zoe_last_error();
-  ASSERT_EQ(acquire_and_fill(held, wte, grads), ZOE_SUCCESS) << zoe_last_error();
+  ASSERT_EQ(held.hand_in(wte, grads), ZOE_SUCCESS) << zoe_last_error();
   int refused = 0;
   for (zoe_module_id m = 3; m >= 1; --m) {
     ASSERT_EQ(zoe_fetch(held.engine(), m, ZOE_PASS_BACKWARD, held.stream()), ZOE_SUCCESS) << zoe_last_error();
-    zoe_status st = acquire_and_fill(held, m, grads);
+    zoe_status st = held.hand_in(m, grads);
     if (st != ZOE_SUCCESS) {
       ++refused;
       EXPECT_EQ(st, ZOE_ERROR_USAGE);
@@ -97,7 +70,7 @@ TEST_P(gradient_order, GradientsHeldAcrossBackwardAreRefusedNamingTheModuleNotWa
       // The refusal changed nothing: wte handed in, the refused module's gradients come.
       ASSERT_EQ(zoe_reduce_gradients(held.engine(), wte, held.stream()), ZOE_SUCCESS) << zoe_last_error();
       ASSERT_EQ(zoe_release(held.engine(), wte, held.stream()), ZOE_SUCCESS) << zoe_last_error();
-      st = acquire_and_fill(held, m, grads);
+      st = held.hand_in(m, grads);
       ASSERT_EQ(st, ZOE_SUCCESS) << zoe_last_error();
     }
     ASSERT_EQ(zoe_reduce_gradients(held.engine(), m, held.stream()), ZOE_SUCCESS) << zoe_last_error();
@@ -107,11 +80,7 @@ TEST_P(gradient_order, GradientsHeldAcrossBackwardAreRefusedNamingTheModuleNotWa
   ASSERT_EQ(zoe_end_micro_batch(held.engine()), ZOE_SUCCESS) << zoe_last_error();
 
   ordinary.micro_batch(grads);
-  zoe_step_result a = ZOE_STEP_RESULT_INIT;
-  zoe_step_result b = ZOE_STEP_RESULT_INIT;
-  ASSERT_EQ(zoe_step(held.engine(), 0.01, &a), ZOE_SUCCESS) << zoe_last_error();
-  ASSERT_EQ(zoe_step(ordinary.engine(), 0.01, &b), ZOE_SUCCESS) << zoe_last_error();
-  EXPECT_EQ(a.grad_norm, b.grad_norm);
+  EXPECT_EQ(held.step(0.01).grad_norm, ordinary.step(0.01).grad_norm);
   for (zoe_parameter_id p = 0; p < grads.size(); ++p) {
     EXPECT_EQ(held.read(p, ZOE_STATE_PARAMETER), ordinary.read(p, ZOE_STATE_PARAMETER)) << "parameter " << p;
   }
@@ -123,21 +92,19 @@ TEST_P(gradient_order, GradientsHandedInAtOnceNeedOneBucketOfTheLargestModule) {
   c_rig r(tied_model(), torch_sizing(GetParam()));
   ASSERT_NE(r.engine(), nullptr);
   const auto grads = r.values(7, 0.05F);
-  forward(r);
+  r.forward();
   ASSERT_EQ(zoe_fetch(r.engine(), wte, ZOE_PASS_BACKWARD, r.stream()), ZOE_SUCCESS) << zoe_last_error();
   for (zoe_module_id m = 3; m >= 1; --m) {
     ASSERT_EQ(zoe_fetch(r.engine(), m, ZOE_PASS_BACKWARD, r.stream()), ZOE_SUCCESS) << zoe_last_error();
-    ASSERT_EQ(acquire_and_fill(r, m, grads), ZOE_SUCCESS) << zoe_last_error();
+    ASSERT_EQ(r.hand_in(m, grads), ZOE_SUCCESS) << zoe_last_error();
     ASSERT_EQ(zoe_reduce_gradients(r.engine(), m, r.stream()), ZOE_SUCCESS) << zoe_last_error();
     ASSERT_EQ(zoe_release(r.engine(), m, r.stream()), ZOE_SUCCESS) << zoe_last_error();
   }
-  ASSERT_EQ(acquire_and_fill(r, wte, grads), ZOE_SUCCESS) << zoe_last_error();
+  ASSERT_EQ(r.hand_in(wte, grads), ZOE_SUCCESS) << zoe_last_error();
   ASSERT_EQ(zoe_reduce_gradients(r.engine(), wte, r.stream()), ZOE_SUCCESS) << zoe_last_error();
   ASSERT_EQ(zoe_release(r.engine(), wte, r.stream()), ZOE_SUCCESS) << zoe_last_error();
   ASSERT_EQ(zoe_end_micro_batch(r.engine()), ZOE_SUCCESS) << zoe_last_error();
-  zoe_step_result result = ZOE_STEP_RESULT_INIT;
-  ASSERT_EQ(zoe_step(r.engine(), 0.01, &result), ZOE_SUCCESS) << zoe_last_error();
-  EXPECT_GT(result.grad_norm, 0.0);
+  EXPECT_GT(r.step(0.01).grad_norm, 0.0);
 }
 
 INSTANTIATE_TEST_SUITE_P(bucket_counts, gradient_order, ::testing::Bool(),

@@ -25,7 +25,6 @@
 
 namespace {
 
-using ::testing::AllOf;
 using ::testing::HasSubstr;
 using zoe::testing::host_exchange;
 using handle = zoe::engine::host_collectives::group_handle;
@@ -257,8 +256,8 @@ TEST(CApiHostComm, AHostFailureIsItsStatusNamingTheCallTheGroupAndTheRank) {
     const zoe_host_comm comm = c_host_comm(*ex.rank(r));
     rank_run run;
     EXPECT_EQ(open(run, &comm), ZOE_ERROR_COMM);
-    EXPECT_THAT(last_error(), AllOf(HasSubstr("create_group on host (world) of world ranks 0-1 (world rank " +
-                                              std::to_string(r) + "): the process group is gone")));
+    EXPECT_THAT(last_error(), HasSubstr("create_group on host (world) of world ranks 0-1 (world rank " +
+                                        std::to_string(r) + "): the process group is gone"));
     EXPECT_EQ(run.engine, nullptr);
   });
 }

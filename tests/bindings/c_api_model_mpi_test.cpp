@@ -114,14 +114,6 @@ std::filesystem::path shared_folder(const c_rig& r) {
   return std::filesystem::temp_directory_path() / ("zoe-c-api-mpi-" + std::to_string(static_cast<long>(id)));
 }
 
-std::vector<unsigned char> client_of(zoe_engine* e) {
-  std::size_t length = 0;
-  EXPECT_EQ(zoe_checkpoint_client(e, nullptr, 0, &length), ZOE_SUCCESS) << zoe_last_error();
-  std::vector<unsigned char> out(length);
-  EXPECT_EQ(zoe_checkpoint_client(e, out.data(), out.size(), &length), ZOE_SUCCESS) << zoe_last_error();
-  return out;
-}
-
 TEST(model_ranks, ACheckpointKeepsRankZerosClientBytesAndGivesThemToEveryRank) {
   c_rig r(model, {.placement = "nvme"});
   ASSERT_NE(r.engine(), nullptr);
@@ -138,9 +130,9 @@ TEST(model_ranks, ACheckpointKeepsRankZerosClientBytesAndGivesThemToEveryRank) {
       << zoe_last_error();
   const std::string kept = "scheduler state of rank 0";
   r.micro_batch(r.values(5 + me.rank, 0.05F));
-  ASSERT_EQ(zoe_step(r.engine(), 0.5, &result), ZOE_SUCCESS) << zoe_last_error();
+  r.step(0.5);
   ASSERT_EQ(zoe_checkpoint_load(r.engine(), root.c_str(), "a"), ZOE_SUCCESS) << zoe_last_error();
-  EXPECT_EQ(client_of(r.engine()), std::vector<unsigned char>(kept.begin(), kept.end()));
+  EXPECT_EQ(checkpoint_client(r.engine()), std::vector<unsigned char>(kept.begin(), kept.end()));
   EXPECT_EQ(r.read(3, ZOE_STATE_PARAMETER), saved);
   zoe_group_hyper got[3] = {ZOE_GROUP_HYPER_INIT, ZOE_GROUP_HYPER_INIT, ZOE_GROUP_HYPER_INIT};
   ASSERT_EQ(zoe_checkpoint_groups(r.engine(), got, 3), ZOE_SUCCESS) << zoe_last_error();
@@ -152,7 +144,7 @@ TEST(model_ranks, ACheckpointKeepsRankZerosClientBytesAndGivesThemToEveryRank) {
   c_rig alone(model, one_rank({}, 1));
   ASSERT_NE(alone.engine(), nullptr);
   ASSERT_EQ(zoe_checkpoint_load(alone.engine(), root.c_str(), "a"), ZOE_SUCCESS) << zoe_last_error();
-  EXPECT_EQ(client_of(alone.engine()), std::vector<unsigned char>(kept.begin(), kept.end()));
+  EXPECT_EQ(checkpoint_client(alone.engine()), std::vector<unsigned char>(kept.begin(), kept.end()));
   EXPECT_EQ(alone.read(3, ZOE_STATE_PARAMETER), saved);
   // Every rank is done with the folder before rank 0 removes it.
   double done = 1;

@@ -50,18 +50,13 @@ std::string c_rig::config(const c_rig_options& o, const std::filesystem::path& d
             "zoe": {"comm": {"timeout_s": 60}}})";
 }
 
-c_rig::c_rig(const std::vector<c_module>& modules, const c_rig_options& options) : dir_(make_dir()) {
-  zoe_device_options d = ZOE_DEVICE_OPTIONS_INIT;
-  d.kind = ZOE_DEVICE_HOST;
-  d.budget_bytes = std::uint64_t{256} << 20;
-  EXPECT_EQ(zoe_device_create(&d, &device_), ZOE_SUCCESS) << zoe_last_error();
-  EXPECT_EQ(zoe_stream_create(device_, &stream_), ZOE_SUCCESS) << zoe_last_error();
+zoe_model* make_model(const std::vector<c_module>& modules) {
   zoe_model* model = nullptr;
   EXPECT_EQ(zoe_model_create(&model), ZOE_SUCCESS);
+  std::uint64_t parameters = 0;
   for (const c_module& m : modules) {
     zoe_module_id id = 0;
     EXPECT_EQ(zoe_model_add_module(model, m.name.c_str(), &id), ZOE_SUCCESS) << zoe_last_error();
-    modules_.emplace_back();
     for (const c_parameter& p : m.parameters) {
       zoe_parameter_desc desc = ZOE_PARAMETER_DESC_INIT;
       desc.name = p.name.c_str();
@@ -70,15 +65,39 @@ c_rig::c_rig(const std::vector<c_module>& modules, const c_rig_options& options)
       desc.dtype = p.dtype;
       desc.init = ZOE_INIT_UNIFORM;
       desc.scale = 0.5F;
-      desc.seed = dtypes_.size() + 1;
+      desc.seed = ++parameters;
       desc.frozen = p.frozen;
       desc.group = p.group;
       zoe_parameter_id pid = 0;
       EXPECT_EQ(zoe_model_add_parameter(model, id, &desc, &pid), ZOE_SUCCESS) << zoe_last_error();
-      modules_.back().push_back(pid);
+    }
+  }
+  return model;
+}
+
+std::vector<unsigned char> checkpoint_client(zoe_engine* e) {
+  std::size_t length = 1;  // a call that leaves it unset gives a byte too many
+  EXPECT_EQ(zoe_checkpoint_client(e, nullptr, 0, &length), ZOE_SUCCESS) << zoe_last_error();
+  std::vector<unsigned char> out(length);
+  EXPECT_EQ(zoe_checkpoint_client(e, out.data(), out.size(), &length), ZOE_SUCCESS) << zoe_last_error();
+  EXPECT_EQ(length, out.size());
+  return out;
+}
+
+// The model's ids are given in order: module m is the m-th, parameter p the p-th over the modules.
+c_rig::c_rig(const std::vector<c_module>& modules, const c_rig_options& options) : dir_(make_dir()) {
+  zoe_device_options d = ZOE_DEVICE_OPTIONS_INIT;
+  d.kind = ZOE_DEVICE_HOST;
+  d.budget_bytes = std::uint64_t{256} << 20;
+  EXPECT_EQ(zoe_device_create(&d, &device_), ZOE_SUCCESS) << zoe_last_error();
+  EXPECT_EQ(zoe_stream_create(device_, &stream_), ZOE_SUCCESS) << zoe_last_error();
+  zoe_model* model = make_model(modules);
+  for (const c_module& m : modules) {
+    modules_.emplace_back();
+    for (const c_parameter& p : m.parameters) {
+      modules_.back().push_back(static_cast<zoe_parameter_id>(dtypes_.size()));
       dtypes_.push_back(p.dtype);
       frozen_.push_back(p.frozen);
-      module_of_.push_back(id);
     }
   }
   const std::string json = config(options, dir_);
@@ -131,42 +150,58 @@ std::vector<std::vector<float>> c_rig::values(std::uint64_t seed, float scale) c
   return out;
 }
 
-void c_rig::micro_batch(const std::vector<std::vector<float>>& grads) const {
+void c_rig::forward() const {
   ASSERT_EQ(zoe_begin_micro_batch(engine_), ZOE_SUCCESS) << zoe_last_error();
   for (zoe_module_id m = 0; m < modules_.size(); ++m) {
     ASSERT_EQ(zoe_fetch(engine_, m, ZOE_PASS_FORWARD, stream_), ZOE_SUCCESS) << zoe_last_error();
     ASSERT_EQ(zoe_release(engine_, m, stream_), ZOE_SUCCESS) << zoe_last_error();
   }
+}
+
+zoe_status c_rig::hand_in(zoe_module_id m, const std::vector<std::vector<float>>& grads) const {
+  std::vector<void*> buffers(modules_[m].size());
+  const zoe_status st = zoe_module_gradients(engine_, m, stream_, buffers.data(), buffers.size());
+  if (st != ZOE_SUCCESS) return st;
+  EXPECT_EQ(zoe_stream_synchronize(stream_), ZOE_SUCCESS);  // the host device: the buffers are host memory
+  for (std::size_t i = 0; i < buffers.size(); ++i) {
+    const zoe_parameter_id p = modules_[m][i];
+    if (frozen_[p] != 0) {
+      EXPECT_EQ(buffers[i], nullptr) << "parameter " << p << " is frozen";
+      continue;
+    }
+    const std::vector<float>& g = grads[p];
+    if (dtypes_[p] == ZOE_FP32) {
+      std::memcpy(buffers[i], g.data(), g.size() * sizeof(float));
+      continue;
+    }
+    if (dtypes_[p] != ZOE_BF16) {
+      ADD_FAILURE() << "parameter " << p << ": the rig writes fp32 and bf16 gradients";
+      continue;
+    }
+    for (std::size_t k = 0; k < g.size(); ++k) static_cast<std::uint16_t*>(buffers[i])[k] = to_bf16(g[k]);
+  }
+  return st;
+}
+
+void c_rig::micro_batch(const std::vector<std::vector<float>>& grads) const {
+  forward();
   for (zoe_module_id m = static_cast<zoe_module_id>(modules_.size()); m-- > 0;) {
     ASSERT_EQ(zoe_fetch(engine_, m, ZOE_PASS_BACKWARD, stream_), ZOE_SUCCESS) << zoe_last_error();
     bool trainable = false;
     for (const zoe_parameter_id p : modules_[m]) trainable = trainable || frozen_[p] == 0;
     if (trainable) {
-      std::vector<void*> buffers(modules_[m].size());
-      ASSERT_EQ(zoe_module_gradients(engine_, m, stream_, buffers.data(), buffers.size()), ZOE_SUCCESS)
-          << zoe_last_error();
-      ASSERT_EQ(zoe_stream_synchronize(stream_), ZOE_SUCCESS);  // the host device: the buffers are host memory
-      for (std::size_t i = 0; i < buffers.size(); ++i) {
-        const zoe_parameter_id p = modules_[m][i];
-        if (frozen_[p] != 0) {
-          EXPECT_EQ(buffers[i], nullptr) << "parameter " << p << " is frozen";
-          continue;
-        }
-        const std::vector<float>& g = grads[p];
-        for (std::size_t k = 0; k < g.size(); ++k) {
-          if (dtypes_[p] == ZOE_FP32) {
-            static_cast<float*>(buffers[i])[k] = g[k];
-          } else {
-            ASSERT_EQ(dtypes_[p], ZOE_BF16) << "the rig writes fp32 and bf16 gradients";
-            static_cast<std::uint16_t*>(buffers[i])[k] = to_bf16(g[k]);
-          }
-        }
-      }
+      ASSERT_EQ(hand_in(m, grads), ZOE_SUCCESS) << zoe_last_error();
       ASSERT_EQ(zoe_reduce_gradients(engine_, m, stream_), ZOE_SUCCESS) << zoe_last_error();
     }
     ASSERT_EQ(zoe_release(engine_, m, stream_), ZOE_SUCCESS) << zoe_last_error();
   }
   ASSERT_EQ(zoe_end_micro_batch(engine_), ZOE_SUCCESS) << zoe_last_error();
+}
+
+zoe_step_result c_rig::step(double lr) const {
+  zoe_step_result result = ZOE_STEP_RESULT_INIT;
+  EXPECT_EQ(zoe_step(engine_, lr, &result), ZOE_SUCCESS) << zoe_last_error();
+  return result;
 }
 
 }  // namespace zoe::testing

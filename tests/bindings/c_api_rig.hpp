@@ -49,9 +49,17 @@ class c_rig {
 
   /// zoe_read_state of the whole value (a failure is a test failure, and an empty vector).
   [[nodiscard]] std::vector<float> read(zoe_parameter_id p, zoe_state s) const;
-  /// One micro-batch: forward over the modules, backward in reverse, handing in `grads[p]` (fp32,
-  /// numel values per parameter, rounded to the working dtype) for each trainable parameter.
+  /// One micro-batch: forward(), then backward over the modules in reverse, each trainable one's
+  /// gradients handed in (hand_in) and reduced.
   void micro_batch(const std::vector<std::vector<float>>& grads) const;
+  /// zoe_begin_micro_batch, then every module fetched for forward and released, in order.
+  void forward() const;
+  /// zoe_module_gradients of module `m` (fetched for backward), each trainable parameter's buffer
+  /// filled with `grads[p]` (fp32, numel values per parameter, rounded to the working dtype) and a
+  /// frozen one's expected NULL; the status of zoe_module_gradients (nothing filled unless success).
+  zoe_status hand_in(zoe_module_id m, const std::vector<std::vector<float>>& grads) const;
+  /// zoe_step at `lr` (a failure is a test failure).
+  zoe_step_result step(double lr) const;
   /// Deterministic values for every parameter (numel each) from `seed`, of magnitude `scale`.
   [[nodiscard]] std::vector<std::vector<float>> values(std::uint64_t seed, float scale) const;
 
@@ -60,7 +68,7 @@ class c_rig {
   [[nodiscard]] zoe_stream* stream() const { return stream_; }
   [[nodiscard]] const std::filesystem::path& dir() const { return dir_; }
   [[nodiscard]] std::size_t parameter_count() const { return dtypes_.size(); }
-  [[nodiscard]] zoe_module_id module_of(zoe_parameter_id p) const { return module_of_[p]; }
+  [[nodiscard]] zoe_dtype dtype(zoe_parameter_id p) const { return dtypes_[p]; }
 
  private:
   std::filesystem::path dir_;
@@ -70,8 +78,15 @@ class c_rig {
   std::vector<std::vector<zoe_parameter_id>> modules_;  ///< parameter ids per module
   std::vector<zoe_dtype> dtypes_;
   std::vector<int> frozen_;
-  std::vector<zoe_module_id> module_of_;
 };
+
+/// The model of `modules` (the caller destroys it): each parameter's desc as the test names it,
+/// initialized uniform (scale 0.5) from its id; a failure is a test failure.
+[[nodiscard]] zoe_model* make_model(const std::vector<c_module>& modules);
+
+/// The client bytes of the checkpoint `e` last loaded (zoe_checkpoint_client; a failure is a test
+/// failure).
+[[nodiscard]] std::vector<unsigned char> checkpoint_client(zoe_engine* e);
 
 /// `v` rounded to bf16 (nearest even) and widened again.
 [[nodiscard]] float bf16_rounded(float v);

@@ -48,8 +48,7 @@ TEST_P(write_state_placements, ValuesAndMomentsRoundTrip) {
   }
   // A step runs from the written states: with lr 0 and no decay, Adam leaves the value as written.
   r.micro_batch(r.values(4, 0.01F));
-  zoe_step_result result = ZOE_STEP_RESULT_INIT;
-  ASSERT_EQ(zoe_step(r.engine(), 0.0, &result), ZOE_SUCCESS) << zoe_last_error();
+  r.step(0.0);
   for (zoe_parameter_id p = 0; p < r.parameter_count(); ++p) EXPECT_EQ(r.read(p, ZOE_STATE_PARAMETER), value[p]) << p;
 }
 

@@ -285,9 +285,9 @@ TEST(HostCommunicator, AbortRefusesThisRanksLaterCollectivesAndNoHostCallIsMade)
     rig.world->abort("a fetch was cut short");
     const std::vector<float> mine = values_of(r, 1);
     std::vector<float> out(2, -1.0F);
-    EXPECT_THAT([&] { rig.world->all_gather(mine.data(), out.data(), 4, rig.stream.view()); },
-                ::testing::ThrowsMessage<comm_error>(
-                    AllOf(HasSubstr("host (world) aborted by world rank 0: a fetch was cut short"))));
+    EXPECT_THAT(
+        [&] { rig.world->all_gather(mine.data(), out.data(), 4, rig.stream.view()); },
+        ::testing::ThrowsMessage<comm_error>(HasSubstr("host (world) aborted by world rank 0: a fetch was cut short")));
     EXPECT_THAT([&] { rig.world->node_local().barrier(); },
                 ::testing::ThrowsMessage<comm_error>(HasSubstr("aborted by world rank 0")));
   });

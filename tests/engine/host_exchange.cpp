@@ -4,15 +4,14 @@
 #include <condition_variable>
 #include <cstdint>
 #include <cstring>
-#include <exception>
 #include <limits>
 #include <map>
 #include <mutex>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
+#include "rank_threads.hpp"
 #include "zoe/core/error.hpp"
 #include "zoe/core/str.hpp"
 
@@ -305,22 +304,6 @@ std::size_t host_exchange::groups_alive() const {
   return state_->alive;
 }
 
-void host_exchange::run(const std::function<void(std::size_t)>& body) {
-  std::vector<std::exception_ptr> failures(size());
-  std::vector<std::thread> threads;
-  for (std::size_t r = 0; r < size(); ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        body(r);
-      } catch (...) {
-        failures[r] = std::current_exception();
-      }
-    });
-  }
-  for (std::thread& t : threads) t.join();
-  for (const std::exception_ptr& f : failures) {
-    if (f) std::rethrow_exception(f);
-  }
-}
+void host_exchange::run(const std::function<void(std::size_t)>& body) { run_rank_threads(size(), body); }
 
 }  // namespace zoe::testing

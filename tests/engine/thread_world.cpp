@@ -6,9 +6,9 @@
 #include <exception>
 #include <mutex>
 #include <string>
-#include <thread>
 #include <utility>
 
+#include "rank_threads.hpp"
 #include "zoe/core/check.hpp"
 #include "zoe/core/error.hpp"
 #include "zoe/core/str.hpp"
@@ -350,25 +350,6 @@ thread_world::~thread_world() = default;
 engine::communicator& thread_world::rank(std::size_t rank) { return *ranks_.at(rank); }
 std::size_t thread_world::size() const noexcept { return ranks_.size(); }
 
-void thread_world::run(const std::function<void(std::size_t)>& body) {
-  std::vector<std::exception_ptr> failures(size());
-  {
-    std::vector<std::jthread> threads;
-    for (std::size_t r = 0; r < size(); ++r) {
-      threads.emplace_back([&, r] {
-        try {
-          body(r);
-        } catch (...) {
-          failures[r] = std::current_exception();
-        }
-      });
-    }
-  }
-  for (const std::exception_ptr& f : failures) {
-    if (f) {
-      std::rethrow_exception(f);
-    }
-  }
-}
+void thread_world::run(const std::function<void(std::size_t)>& body) { run_rank_threads(size(), body); }
 
 }  // namespace zoe::testing
