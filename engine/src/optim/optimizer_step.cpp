@@ -74,6 +74,17 @@ bool same_settings(const kernels::adam_config& a, const kernels::adam_config& b)
          a.step == b.step && same(a.grad_scale, b.grad_scale);
 }
 
+// Adds the work `from` did (Adam's time, the bytes read, written and stepped, and the pieces where
+// `to` counts them) to `to`: a step's figures, speculation's, or the totals.
+template <class Figures>
+void add_work(Figures& to, const optimizer_step_stats& from) noexcept {
+  to.adam_seconds += from.adam_seconds;
+  to.bytes_read += from.bytes_read;
+  to.bytes_written += from.bytes_written;
+  to.bytes_stepped += from.bytes_stepped;
+  if constexpr (requires { to.pieces; }) to.pieces += from.pieces;
+}
+
 // Bytes Adam reads and writes for `count` elements of `p`: the fp32 states both ways, the gradient
 // read, the working copy written.
 std::uint64_t stepped_bytes(const parameter_layout& p, std::uint64_t count) {
@@ -436,11 +447,7 @@ void optimizer_step::impl::execute(std::span<const kernels::adam_config> adam, s
   if (whole) {
     clear_pending();  // every speculation was committed or dropped
     // The step's figures include what speculation did for it inside backward.
-    stats.adam_seconds += ahead.adam_seconds;
-    stats.bytes_read += ahead.bytes_read;
-    stats.bytes_written += ahead.bytes_written;
-    stats.bytes_stepped += ahead.bytes_stepped;
-    stats.pieces += ahead.pieces;
+    add_work(stats, ahead);
     ahead = {};
   }
   stats.seconds = seconds_since(started);
@@ -457,12 +464,9 @@ void optimizer_step::impl::account(bool whole, bool failed) noexcept {
     ++totals.stage_runs;
   }
   totals.seconds += stats.seconds;
-  totals.adam_seconds += stats.adam_seconds;
   totals.read_wait_seconds += stats.read_wait_seconds;
   totals.write_wait_seconds += stats.write_wait_seconds;
-  totals.bytes_read += stats.bytes_read;
-  totals.bytes_written += stats.bytes_written;
-  totals.bytes_stepped += stats.bytes_stepped;
+  add_work(totals, stats);
 }
 
 void optimizer_step::impl::hold_states() {
@@ -993,11 +997,7 @@ bool optimizer_step::impl::speculate(parameter_id id, const kernels::adam_config
   let_go();
   spec_totals.bytes_read += stats.bytes_read;
   spec_totals.bytes_written += stats.bytes_written;
-  ahead.bytes_read += stats.bytes_read;
-  ahead.bytes_written += stats.bytes_written;
-  ahead.adam_seconds += stats.adam_seconds;
-  ahead.bytes_stepped += stats.bytes_stepped;
-  ahead.pieces += stats.pieces;
+  add_work(ahead, stats);
   stats = outer;
   if (!stepped) {
     give_back();
@@ -1017,10 +1017,7 @@ void optimizer_step::impl::drop_speculation() noexcept {
   }
   clear_pending();
   // No step takes what it did: the totals do.
-  totals.adam_seconds += ahead.adam_seconds;
-  totals.bytes_read += ahead.bytes_read;
-  totals.bytes_written += ahead.bytes_written;
-  totals.bytes_stepped += ahead.bytes_stepped;
+  add_work(totals, ahead);
   ahead = {};
 }
 
