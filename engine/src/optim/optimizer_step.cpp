@@ -229,6 +229,9 @@ struct optimizer_step::impl {
   std::mutex fetched_mutex;  // the compute thread registers, the speculation thread takes
   std::vector<std::optional<fetched_master>> fetched;
   const speculated_shard* speculating = nullptr;  // while speculate() runs the pipeline
+  // speculate()'s settings for the pipeline, one slot per parameter (only the speculated one's is
+  // read): made once, not per speculated shard.
+  std::vector<kernels::adam_config> speculation_adam;
   const std::byte* speculating_master = nullptr;  // its fetched master, if it has one
   speculation_totals spec_totals;
   std::atomic<std::uint64_t> stepped_ahead{0};  // spec_totals.speculated, for other threads
@@ -282,6 +285,7 @@ optimizer_step::impl::impl(tier_manager& t, device& d, allocators::pinned_host_r
       committing(t.layout().parameters().size(), false),
       space(o.pending_bytes),
       fetched(t.layout().parameters().size()),
+      speculation_adam(t.layout().parameters().size()),
       stream(d.create_stream()) {
   try {
     if (o.pending_bytes > 0) pending.reset(new std::byte[static_cast<std::size_t>(o.pending_bytes)]);
@@ -965,7 +969,8 @@ bool optimizer_step::impl::speculate(parameter_id id, const kernels::adam_config
     end += round_up(state_bytes(p, s), detail::pending_alignment);
   }
   // The pipeline and step_piece take one setting per parameter: only this one's is read.
-  const std::vector<kernels::adam_config> each(layout().parameters().size(), adam);
+  speculation_adam[id] = adam;
+  const std::span<const kernels::adam_config> each = speculation_adam;
   const optimizer_step_stats outer = stats;  // the last run's figures stay the last run's
   stats = {};
   bool stepped = true;
