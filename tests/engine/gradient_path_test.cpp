@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <limits>
 #include <memory>
 #include <mutex>
@@ -543,11 +544,10 @@ TEST(gradient_path, AnAcquireOnlyItsOwnThreadCouldUnblockIsRefusedNamingTheModul
 // first waits (the other thread may still reduce), the second finds every holder waiting and is
 // refused; once it reduces its module, the first finds only its own module in the way and is
 // refused too. Nothing waits for ever, and after both reduce, the micro-batch completes.
-// DISABLED: racy as written (about 2 runs in 100 hang): `second` cannot tell when `first` is really
-// waiting, and when `first` is refused instead it leaves module 0 unreduced while the test joins
-// `second`, which then waits for it. The refusal itself works (the one-thread case above); this
-// two-thread schedule needs a hook to see a thread enter the wait. To mend next (closing note).
-TEST(gradient_path, DISABLED_ThreadsWaitingOnEachOthersBucketsAreRefusedNotLeftWaiting) {
+// Deterministic: `first`, once counted in bucket_waits, counts as waiting until its acquire returns
+// or throws (it no longer leaves the waiters' list on each wake), and `second` flushes nothing (no
+// sealed bucket is ready), so it cannot wake `first` out of the list before it checks.
+TEST(gradient_path, ThreadsWaitingOnEachOthersBucketsAreRefusedNotLeftWaiting) {
   bench b(home_kind::pinned, true, 1, nullptr, false, false, layered_model(4, 1, 150'000, {kernels::dtype::fp32}));
   ASSERT_EQ(b.s.plan().gradient_bucket_count, 2U);
   const std::string name0 = "'" + b.s.layout().module(0).name + "'";
@@ -586,6 +586,39 @@ TEST(gradient_path, DISABLED_ThreadsWaitingOnEachOthersBucketsAreRefusedNotLeftW
   b.backward(3, 9, true);
   b.path.end_micro_batch();
   b.expect_gradients_match("two threads refused, then reduced");
+}
+
+// Two threads wait for a bucket the main thread holds: they sleep until it reduces, and do not wake
+// each other (each entering the wait, or flushing with nothing to issue, woke the other, which did
+// the same: the two spun, a whole core between them).
+TEST(gradient_path, ThreadsWaitingForABucketSleep) {
+  bench b(home_kind::pinned, true, 1, nullptr, false, false, layered_model(4, 1, 150'000, {kernels::dtype::fp32}));
+  ASSERT_EQ(b.s.plan().gradient_bucket_count, 2U);
+  b.path.begin_micro_batch(0, 1);
+  const std::vector<void*> m0 = b.path.acquire(0, b.stream.view());
+  const std::vector<void*> m1 = b.path.acquire(1, b.stream.view());
+  std::vector<void*> m2;
+  std::vector<void*> m3;
+  std::thread third([&] { m2 = b.path.acquire(2, b.stream.view()); });
+  std::thread fourth([&] { m3 = b.path.acquire(3, b.stream.view()); });
+  while (b.path.stats().bucket_waits < 2) std::this_thread::yield();  // both wait now
+  const std::clock_t cpu = std::clock();
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  const double busy = static_cast<double>(std::clock() - cpu) / CLOCKS_PER_SEC;
+  EXPECT_LT(busy, 0.1) << "the process ran " << busy << " s of CPU while two threads waited 0.5 s for a bucket";
+  b.fill(0, m0, 9, true);
+  b.path.reduce(0, b.stream.view());
+  b.fill(1, m1, 9, true);
+  b.path.reduce(1, b.stream.view());
+  third.join();
+  b.fill(2, m2, 9, true);
+  b.path.reduce(2, b.stream.view());
+  fourth.join();
+  b.fill(3, m3, 9, true);
+  b.path.reduce(3, b.stream.view());
+  b.path.end_micro_batch();
+  EXPECT_EQ(b.path.stats().bucket_waits, 2U);
+  b.expect_gradients_match("two waiters");
 }
 
 // A module never acquired adds nothing; in micro-batch 0 its gradient is zeroed, whatever its

@@ -56,6 +56,10 @@ class gradient_buckets {
   [[nodiscard]] std::vector<batch> take_ready();
   /// Whether a sealed bucket waits to be handed out by take_ready().
   [[nodiscard]] bool sealed_pending() const noexcept { return !sealed_.empty(); }
+  /// Whether take_ready() would hand out a bucket now.
+  [[nodiscard]] bool ready_pending() const noexcept {
+    return !sealed_.empty() && buckets_[sealed_.front()].unreduced == 0;
+  }
 
   /// `modules` modules of bucket `index` are done: once none is left, the bucket is empty again.
   void release(std::size_t index, std::size_t modules = 1) noexcept;

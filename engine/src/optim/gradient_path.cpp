@@ -60,33 +60,46 @@ std::vector<void*> gradient_path::acquire(module_id m, stream_view stream) {
               "' was already acquired in micro-batch ", s.index);
   const std::uint64_t need = s.module_bytes(m);
   std::optional<detail::gradient_buckets::lease> lease;
-  bool waited = false;
   const std::thread::id me = std::this_thread::get_id();
-  bool flushed = false;
-  while (!(lease = s.buckets->try_take(need))) {
-    // A bucket sealed (now or before) whose modules are all reduced must be issued before waiting
-    // for a bucket to drain: it may be the one to drain.
-    if (!flushed && s.buckets->sealed_pending()) {
-      lock.unlock();
-      s.flush();
-      lock.lock();
-      flushed = true;
-      continue;
-    }
-    // Back-pressure: every bucket is busy until a module in it is reduced and accumulated, unless
-    // only this thread (or threads waiting here too) could reduce one: then nothing ever would.
-    if (s.no_bucket_can_drain(me)) throw usage_error(s.no_bucket(m, need));
-    if (!waited) ++s.counters.bucket_waits;
-    waited = true;
-    flushed = false;
-    s.waiting.push_back(me);
-    // A thread already waiting re-checks: this one, now waiting too, can no longer reduce its modules.
-    s.changed.notify_all();
-    s.changed.wait(lock);
+  // From its first wait until it returns or throws, this thread counts as waiting: it cannot reduce
+  // its modules meanwhile, whether it sleeps, re-checks or flushes. Re-registering on every wake
+  // woke the other waiters each time, which woke it back: two waiters spun on each other.
+  bool waiting = false;
+  const auto stop_waiting = [&] {
+    if (!std::exchange(waiting, false)) return;
+    if (!lock.owns_lock()) lock.lock();  // a flush that threw
     s.waiting.erase(std::find(s.waiting.begin(), s.waiting.end(), me));
-    ZOE_EXPECTS(s.open, "gradient_path::acquire: the micro-batch ended while module '", s.module_name(m),
-                "' waited for a bucket");
+  };
+  try {
+    while (!(lease = s.buckets->try_take(need))) {
+      // A sealed bucket whose modules are all reduced (sealed by this try_take or before) must be
+      // issued before waiting for a bucket to drain: it may be the one to drain. Only such a
+      // bucket: a flush wakes the waiters, and one with nothing to issue would wake them for nothing.
+      if (s.buckets->ready_pending()) {
+        lock.unlock();
+        s.flush();
+        lock.lock();
+        continue;
+      }
+      // Back-pressure: every bucket is busy until a module in it is reduced and accumulated, unless
+      // only this thread (or threads waiting here too) could reduce one: then nothing ever would.
+      if (s.no_bucket_can_drain(me)) throw usage_error(s.no_bucket(m, need));
+      if (!waiting) {
+        ++s.counters.bucket_waits;
+        s.waiting.push_back(me);
+        waiting = true;
+        // A thread already waiting re-checks: this one, now waiting too, can no longer reduce its modules.
+        s.changed.notify_all();
+      }
+      s.changed.wait(lock);
+      ZOE_EXPECTS(s.open, "gradient_path::acquire: the micro-batch ended while module '", s.module_name(m),
+                  "' waited for a bucket");
+    }
+  } catch (...) {
+    stop_waiting();
+    throw;
   }
+  stop_waiting();
   slot.stage = impl::module_stage::acquired;
   slot.acquired_on = me;
   slot.bucket = lease->bucket;

@@ -74,6 +74,17 @@ bool same_settings(const kernels::adam_config& a, const kernels::adam_config& b)
          a.step == b.step && same(a.grad_scale, b.grad_scale);
 }
 
+// Adds the work `from` did (Adam's time, the bytes read, written and stepped, and the pieces where
+// `to` counts them) to `to`: a step's figures, speculation's, or the totals.
+template <class Figures>
+void add_work(Figures& to, const optimizer_step_stats& from) noexcept {
+  to.adam_seconds += from.adam_seconds;
+  to.bytes_read += from.bytes_read;
+  to.bytes_written += from.bytes_written;
+  to.bytes_stepped += from.bytes_stepped;
+  if constexpr (requires { to.pieces; }) to.pieces += from.pieces;
+}
+
 // Bytes Adam reads and writes for `count` elements of `p`: the fp32 states both ways, the gradient
 // read, the working copy written.
 std::uint64_t stepped_bytes(const parameter_layout& p, std::uint64_t count) {
@@ -218,6 +229,9 @@ struct optimizer_step::impl {
   std::mutex fetched_mutex;  // the compute thread registers, the speculation thread takes
   std::vector<std::optional<fetched_master>> fetched;
   const speculated_shard* speculating = nullptr;  // while speculate() runs the pipeline
+  // speculate()'s settings for the pipeline, one slot per parameter (only the speculated one's is
+  // read): made once, not per speculated shard.
+  std::vector<kernels::adam_config> speculation_adam;
   const std::byte* speculating_master = nullptr;  // its fetched master, if it has one
   speculation_totals spec_totals;
   std::atomic<std::uint64_t> stepped_ahead{0};  // spec_totals.speculated, for other threads
@@ -271,6 +285,7 @@ optimizer_step::impl::impl(tier_manager& t, device& d, allocators::pinned_host_r
       committing(t.layout().parameters().size(), false),
       space(o.pending_bytes),
       fetched(t.layout().parameters().size()),
+      speculation_adam(t.layout().parameters().size()),
       stream(d.create_stream()) {
   try {
     if (o.pending_bytes > 0) pending.reset(new std::byte[static_cast<std::size_t>(o.pending_bytes)]);
@@ -436,11 +451,7 @@ void optimizer_step::impl::execute(std::span<const kernels::adam_config> adam, s
   if (whole) {
     clear_pending();  // every speculation was committed or dropped
     // The step's figures include what speculation did for it inside backward.
-    stats.adam_seconds += ahead.adam_seconds;
-    stats.bytes_read += ahead.bytes_read;
-    stats.bytes_written += ahead.bytes_written;
-    stats.bytes_stepped += ahead.bytes_stepped;
-    stats.pieces += ahead.pieces;
+    add_work(stats, ahead);
     ahead = {};
   }
   stats.seconds = seconds_since(started);
@@ -457,12 +468,9 @@ void optimizer_step::impl::account(bool whole, bool failed) noexcept {
     ++totals.stage_runs;
   }
   totals.seconds += stats.seconds;
-  totals.adam_seconds += stats.adam_seconds;
   totals.read_wait_seconds += stats.read_wait_seconds;
   totals.write_wait_seconds += stats.write_wait_seconds;
-  totals.bytes_read += stats.bytes_read;
-  totals.bytes_written += stats.bytes_written;
-  totals.bytes_stepped += stats.bytes_stepped;
+  add_work(totals, stats);
 }
 
 void optimizer_step::impl::hold_states() {
@@ -961,7 +969,8 @@ bool optimizer_step::impl::speculate(parameter_id id, const kernels::adam_config
     end += round_up(state_bytes(p, s), detail::pending_alignment);
   }
   // The pipeline and step_piece take one setting per parameter: only this one's is read.
-  const std::vector<kernels::adam_config> each(layout().parameters().size(), adam);
+  speculation_adam[id] = adam;
+  const std::span<const kernels::adam_config> each = speculation_adam;
   const optimizer_step_stats outer = stats;  // the last run's figures stay the last run's
   stats = {};
   bool stepped = true;
@@ -993,11 +1002,7 @@ bool optimizer_step::impl::speculate(parameter_id id, const kernels::adam_config
   let_go();
   spec_totals.bytes_read += stats.bytes_read;
   spec_totals.bytes_written += stats.bytes_written;
-  ahead.bytes_read += stats.bytes_read;
-  ahead.bytes_written += stats.bytes_written;
-  ahead.adam_seconds += stats.adam_seconds;
-  ahead.bytes_stepped += stats.bytes_stepped;
-  ahead.pieces += stats.pieces;
+  add_work(ahead, stats);
   stats = outer;
   if (!stepped) {
     give_back();
@@ -1017,10 +1022,7 @@ void optimizer_step::impl::drop_speculation() noexcept {
   }
   clear_pending();
   // No step takes what it did: the totals do.
-  totals.adam_seconds += ahead.adam_seconds;
-  totals.bytes_read += ahead.bytes_read;
-  totals.bytes_written += ahead.bytes_written;
-  totals.bytes_stepped += ahead.bytes_stepped;
+  add_work(totals, ahead);
   ahead = {};
 }
 
