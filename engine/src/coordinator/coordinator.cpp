@@ -165,7 +165,7 @@ struct coordinator::impl {
   }
 
   void pump();  // under the lock
-  void mark_arrivals();
+  bool mark_arrivals();
   void issue(const gather_bucket& bucket);
   void communicate(const std::vector<parameter_id>& members, bool hpz);
   void fail_gather(parameter_id p, const carried_error& e);
@@ -228,8 +228,9 @@ void coordinator::impl::pump() {
 // A read that arrived before its bucket is issued: the gather stream waits for its copies now and
 // the block is unpinned, so that compaction may move it while the bucket waits for its other reads
 // or its seal (a pinned block the arena cannot move could leave the fetch that fills the bucket
-// without room, waiting for a seal that only its own return brings).
-void coordinator::impl::mark_arrivals() {
+// without room, waiting for a seal that only its own return brings). True when one arrived.
+bool coordinator::impl::mark_arrivals() {
+  bool any = false;
   for (const gather_bucket& b : gathers) {
     for (const parameter_id p : b.members) {
       gathered_parameter& g = params[p];
@@ -238,8 +239,10 @@ void coordinator::impl::mark_arrivals() {
       g.block.record_use(stream.view());
       g.block.unpin();
       g.arrived = true;
+      any = true;
     }
   }
+  return any;
 }
 
 void coordinator::impl::issue(const gather_bucket& bucket) {
@@ -482,8 +485,11 @@ allocators::arena_block coordinator::impl::allocate_waiting(parameter_id p, std:
     // Ordered, what to evict was decided before (start); here the space only settles.
     if (!ordered && evict_one()) continue;
     // Space comes back as reads arrive (their parameters become evictable once gathered); after
-    // that only other callers' releases free any.
-    mark_arrivals();
+    // that only other callers' releases free any. A read that arrived since the allocation failed
+    // unpinned its block, so compaction may now move it: try again before waiting or refusing
+    // (refusing here failed 1 run in 8 of CoordinatorOrder.TheGathersAreTheSameWhateverTheTiming,
+    // with every block movable and enough space free).
+    if (mark_arrivals()) continue;
     const swap_ticket* reading = nullptr;
     for (const gather_bucket& b : gathers) {
       for (const parameter_id m : b.members) {
