@@ -39,7 +39,9 @@ def arguments():
     parser.add_argument("--lr", type=float, default=3e-3, help="AdamW's peak lr, warmed up over 5 steps (default 3e-3)")
     parser.add_argument("--folder", help="where the swap files go (default: a new temporary folder)")
     parser.add_argument("--device", default="auto", choices=("auto", "host", "cuda"), help="zoe's device")
-    parser.add_argument("--reference", action="store_true", help="also train with torch.optim.AdamW in memory, to compare")
+    parser.add_argument(
+        "--reference", action="store_true", help="also train with torch.optim.AdamW in memory, to compare"
+    )
     return parser.parse_args()
 
 

@@ -129,5 +129,6 @@ def test_an_installed_zoe_c_of_the_package_version_is_used_not_shipped(tmp_path)
 def test_an_installed_zoe_c_of_another_version_is_not_used(tmp_path):
     path = fake_pkg_config(tmp_path / "bin", "0.0.1", tmp_path)
     result = run_backend(tmp_path, clean_env(PATH=path))
-    assert f"the installed zoe-c is 0.0.1, not {zoe.version()}: building libzoe_c {zoe.version()} instead" in result.stderr
+    version = zoe.version()
+    assert f"the installed zoe-c is 0.0.1, not {version}: building libzoe_c {version} instead" in result.stderr
     assert result.returncode != 0 and "building libzoe_c from source needs cmake" in result.stderr

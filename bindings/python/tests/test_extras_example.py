@@ -1,8 +1,9 @@
 """examples/torch_gpt.py does what it says: a GPT-2-shaped model (tied head) trains on NVMe on a
 device budget below a quarter of its model states, with zoe's gather and bucket keys sized to the
-model, its loss falls, and with --reference its losses equal plain torch's within 1e-5. With those keys zoe.torch once held the tied embedding's gradient bucket
-through backward and zoe_module_gradients waited for ever at the first step; the example runs in a
-child process, so a hang fails this test at the timeout instead of stalling the suite."""
+model, its loss falls, and with --reference its losses equal plain torch's within 1e-5. With those
+keys zoe.torch once held the tied embedding's gradient bucket through backward and
+zoe_module_gradients waited for ever at the first step; the example runs in a child process, so a
+hang fails this test at the timeout instead of stalling the suite."""
 
 import os
 import re
