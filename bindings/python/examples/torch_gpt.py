@@ -9,7 +9,9 @@ a head tied to the token embedding), randomly initialised and built under zoe.to
 never sits whole in host memory. The text is synthetic (every sequence follows one hidden rule,
 so the loss falls): nothing is downloaded. The training loop is DeepSpeed's, with
 deepspeed.initialize replaced by zoe.torch.initialize. The swap files go to a temporary folder
-(--folder to choose one on a fast disk), removed at the end.
+(--folder to choose one on a fast disk), removed at the end. --reference also trains the same
+model from the same weights and batches with torch.optim.AdamW in ordinary memory (the same
+schedule and clipping) and prints its loss beside zoe's, with their relative difference.
 """
 
 import argparse
@@ -19,6 +21,7 @@ import tempfile
 import torch
 
 import zoe.torch
+from zoe.torch import schedulers
 from zoe.torch._gpt import GPT2
 
 MIB = 1 << 20
@@ -36,6 +39,9 @@ def arguments():
     parser.add_argument("--lr", type=float, default=3e-3, help="AdamW's peak lr, warmed up over 5 steps (default 3e-3)")
     parser.add_argument("--folder", help="where the swap files go (default: a new temporary folder)")
     parser.add_argument("--device", default="auto", choices=("auto", "host", "cuda"), help="zoe's device")
+    parser.add_argument(
+        "--reference", action="store_true", help="also train with torch.optim.AdamW in memory, to compare"
+    )
     return parser.parse_args()
 
 
@@ -67,6 +73,30 @@ def config_for(args, folder):
     }
 
 
+def build(args):
+    torch.manual_seed(0)
+    return GPT2(vocab=args.vocab, context=args.seq, width=args.hidden, heads=args.heads, layers=args.layers)
+
+
+def reference_losses(args, config, batches):
+    """Plain torch on the same weights (the same seed, built without Init) and batches: AdamW with
+    the configuration's hyperparameters, its schedule and its clipping, in ordinary memory."""
+    model = build(args)
+    hyper = config["optimizer"]["params"]
+    optimizer = torch.optim.AdamW(model.parameters(), lr=hyper["lr"], weight_decay=hyper["weight_decay"])
+    schedule = schedulers.build(config["scheduler"], optimizer)
+    losses = []
+    for x, y in batches:
+        loss = model(x, y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), config["gradient_clipping"])
+        optimizer.step()
+        optimizer.zero_grad()
+        schedule.step()
+        losses.append(loss.item())
+    return losses
+
+
 def size_to_model(config, model):
     """zoe's defaults, as DeepSpeed's, are sized for billions of parameters: a model this small would
     sit whole in the gather and bucket memory they ask for. Sized to the largest set of parameters
@@ -91,9 +121,8 @@ def main():
     folder = args.folder or tempfile.mkdtemp(prefix="zoe-example-")
     try:
         config = config_for(args, folder)
-        torch.manual_seed(0)
         with zoe.torch.Init(config=config):
-            model = GPT2(vocab=args.vocab, context=args.seq, width=args.hidden, heads=args.heads, layers=args.layers)
+            model = build(args)
         count = sum(p.numel() for p in model.parameters())
         size_to_model(config, model)
         # The device budget: what zoe's plan asks for this model (a module or two at a time), plus
@@ -108,16 +137,25 @@ def main():
             f"({states / budget:.1f}x smaller); swap files in {folder}"
         )
 
-        engine, optimizer, _, scheduler = zoe.torch.initialize(model=model, config=config)
         generator = torch.Generator().manual_seed(1)
+        batches = [synthetic_batch(generator, args) for _ in range(args.steps)]
+        reference = reference_losses(args, config, batches) if args.reference else None
+        engine, optimizer, _, scheduler = zoe.torch.initialize(model=model, config=config)
         with engine:
-            for step in range(1, args.steps + 1):
-                x, y = synthetic_batch(generator, args)
+            worst = 0.0
+            for step, (x, y) in enumerate(batches, 1):
                 x, y = x.to(engine.device), y.to(engine.device)
                 loss = engine(x, y)
                 engine.backward(loss)
                 engine.step()
-                print(f"step {step:3d}  loss {loss.item():.4f}  lr {optimizer.param_groups[0]['lr']:.2e}", flush=True)
+                line = f"step {step:3d}  loss {loss.item():.4f}  lr {optimizer.param_groups[0]['lr']:.2e}"
+                if reference:
+                    difference = abs(loss.item() - reference[step - 1]) / abs(reference[step - 1])
+                    worst = max(worst, difference)
+                    line += f"  torch {reference[step - 1]:.4f}  relative difference {difference:.1e}"
+                print(line, flush=True)
+            if reference:
+                print(f"zoe against plain torch: largest relative loss difference {worst:.1e}")
             stats = engine.zoe_engine.statistics()
             memory = stats["footprint"]["device"]
             print(

@@ -1,8 +1,9 @@
 """examples/torch_gpt.py does what it says: a GPT-2-shaped model (tied head) trains on NVMe on a
 device budget below a quarter of its model states, with zoe's gather and bucket keys sized to the
-model, and its loss falls. With those keys zoe.torch once held the tied embedding's gradient bucket
-through backward and zoe_module_gradients waited for ever at the first step; the example runs in a
-child process, so a hang fails this test at the timeout instead of stalling the suite."""
+model, its loss falls, and with --reference its losses equal plain torch's within 1e-5. With those
+keys zoe.torch once held the tied embedding's gradient bucket through backward and
+zoe_module_gradients waited for ever at the first step; the example runs in a child process, so a
+hang fails this test at the timeout instead of stalling the suite."""
 
 import os
 import re
@@ -24,7 +25,8 @@ def test_example_trains_beyond_the_device_budget_and_the_loss_falls(tmp_path):
     if not os.path.exists(_EXAMPLE):
         pytest.skip(f"{_EXAMPLE} is not here (an installed package has no examples)")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([_SRC, os.environ.get("PYTHONPATH", "")]), OMP_NUM_THREADS="1")
-    args = ["--layers", "2", "--hidden", "128", "--heads", "2", "--vocab", "32", "--seq", "32", "--steps", "25"]
+    args = ["--layers", "2", "--hidden", "128", "--heads", "2", "--vocab", "32", "--seq", "32", "--steps", "25",
+            "--reference"]
     try:
         run = subprocess.run(
             [sys.executable, _EXAMPLE, *args, "--device", "host", "--folder", str(tmp_path)],
@@ -45,6 +47,8 @@ def test_example_trains_beyond_the_device_budget_and_the_loss_falls(tmp_path):
     losses = [float(x) for x in re.findall(r"^step +\d+ +loss ([\d.]+)", run.stdout, re.MULTILINE)]
     assert len(losses) == 25, run.stdout
     assert sum(losses[-5:]) / 5 < 0.5 * losses[0], run.stdout
+    differences = [float(x) for x in re.findall(r"relative difference ([\d.e+-]+)$", run.stdout, re.MULTILINE)]
+    assert len(differences) == 25 and max(differences) <= 1e-5, run.stdout
 
     peak = re.search(r"device peak ([\d.]+) MiB of the ([\d.]+) MiB budget", run.stdout)
     assert peak and float(peak[1]) <= float(peak[2]), run.stdout

@@ -88,14 +88,17 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def test_torchrun_two_ranks_over_gloo_equal_one_rank(tmp_path, one_rank):
+# What torchrun --nproc_per_node 2 sets. Either the script makes no process group of its own, so
+# zoe.torch.initialize makes it (gloo on the CPU) as deepspeed.init_distributed would, or the
+# script makes it (init_process_group("gloo")) and zoe's collectives run on that group.
+@pytest.mark.parametrize("group_by", ["initialize", "script"])
+def test_torchrun_two_ranks_over_gloo_equal_one_rank(tmp_path, one_rank, group_by):
     out = tmp_path / "out.json"
     port = str(_free_port())
-    # What torchrun --nproc_per_node 2 sets; the script makes no process group of its own, so
-    # zoe.torch.initialize makes it (gloo on the CPU) as deepspeed.init_distributed would.
+    extra = ["script-group"] if group_by == "script" else []
     processes = [
         subprocess.Popen(
-            [sys.executable, _SCRIPT, str(out), str(_STEPS)],
+            [sys.executable, _SCRIPT, str(out), str(_STEPS)] + extra,
             env=_env(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=port),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,

@@ -24,11 +24,12 @@ torch.set_num_threads(1)
 STEPS = 20
 
 
-def no_decay_groups(model, weight_decay=0.1):
-    """The usual split: matrices decay, biases and LayerNorm weights do not."""
+def no_decay_groups(model, weight_decay=0.1, **rest_options):
+    """The usual split: matrices decay, biases and LayerNorm weights do not (`rest_options`, such
+    as an lr of their own, go to the second group)."""
     decay = [p for p in model.parameters() if p.dim() >= 2]
     rest = [p for p in model.parameters() if p.dim() < 2]
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": rest, "weight_decay": 0.0}]
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": rest, "weight_decay": 0.0, **rest_options}]
 
 
 def warmup_then_decay(step):
@@ -42,13 +43,15 @@ def model_and_reference():
 
 
 def test_no_decay_groups_and_lambda_lr_equal_torch(tmp_path):
+    # The groups differ in lr as well as in weight decay, so that zoe.torch handing zoe one
+    # group's lr (or weight decay) for every group fails the comparison.
     model, reference = model_and_reference()
     batches = token_batches(STEPS)
-    ref_opt = torch.optim.AdamW(no_decay_groups(reference), lr=2e-3, betas=BETAS, eps=EPS)
+    ref_opt = torch.optim.AdamW(no_decay_groups(reference, lr=6e-3), lr=2e-3, betas=BETAS, eps=EPS)
     ref_sched = torch.optim.lr_scheduler.LambdaLR(ref_opt, warmup_then_decay)
     want = train_torch(reference, batches, cross_entropy, STEPS, optimizer=ref_opt, scheduler=ref_sched)
 
-    optimizer = torch.optim.AdamW(no_decay_groups(model), lr=2e-3, betas=BETAS, eps=EPS)
+    optimizer = torch.optim.AdamW(no_decay_groups(model, lr=6e-3), lr=2e-3, betas=BETAS, eps=EPS)
     config = with_budget(model, offload_config(tmp_path, model), optimizer=optimizer)
     engine, zoe_optimizer, _, scheduler = zoe.torch.initialize(
         model=model,
@@ -58,10 +61,15 @@ def test_no_decay_groups_and_lambda_lr_equal_torch(tmp_path):
     )
     with engine:
         assert [g["weight_decay"] for g in zoe_optimizer.param_groups] == [0.1, 0.0]
+        assert [g["lr"] for g in zoe_optimizer.param_groups] == [base * warmup_then_decay(0) for base in (2e-3, 6e-3)]
         got = train_zoe(engine, batches, cross_entropy, STEPS)
         assert engine.get_lr() == ref_sched.get_last_lr()
         assert scheduler.last_epoch == STEPS
+        state = engine.state_dict()
     assert_losses_close(got, want, rtol=1e-5)
+    # Weight decay moves the loss little in 20 steps; the weights show it plainly.
+    for key, value in reference.state_dict().items():
+        torch.testing.assert_close(state[key], value, rtol=1e-4, atol=1e-5, msg=lambda m, key=key: f"{key}: {m}")
 
 
 def test_lr_set_by_hand_between_steps_equals_torch(tmp_path):

@@ -44,6 +44,9 @@ def test_gradients_reach_zoe_as_torch_computes_them(tmp_path):
     engine, _, _, _ = zoe.torch.initialize(model=model, config=with_budget(model, offload_config(tmp_path, model)))
     with engine:
         engine.backward(mse(engine(x), y))
+        # param.grad was zoe's lent buffer: autograd accumulated into it, nothing was copied in
+        # (a module used twice is copied, below).
+        assert engine._runtime.gradient_copy_bytes == 0
         ids = {p.name: i for i, p in enumerate(engine.zoe_engine.parameters)}
         for name, p in reference.named_parameters():
             got = torch.from_numpy(engine.zoe_engine.read_state(ids[name], "gradient"))
@@ -60,4 +63,7 @@ def test_module_called_twice_per_step_equals_torch(tmp_path):
     engine, _, _, _ = zoe.torch.initialize(model=model, config=with_budget(model, offload_config(tmp_path, model)))
     with engine:
         got = train_zoe(engine, batches, mse, 10)
+        # The shared layer's gradient arrives in a tensor of autograd's own and is copied in: the
+        # path test_gradients_reach_zoe_as_torch_computes_them's MLP never takes.
+        assert engine._runtime.gradient_copy_bytes > 0
     assert_losses_close(got, want, rtol=1e-5)

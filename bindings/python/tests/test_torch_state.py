@@ -83,3 +83,26 @@ def test_load_state_dict_writes_zoe_and_names_a_bad_key(tmp_path):
         loss = cross_entropy(engine(idx), targets)
         engine.backward(loss)
         assert loss.item() == pytest.approx(cross_entropy(trained(idx), targets).item(), rel=1e-6)
+
+
+def test_a_checkpoint_named_by_tag_loads_though_it_is_not_the_latest(tmp_path):
+    torch.manual_seed(0)
+    model = GPT2(vocab=64, context=16, width=32, heads=2, layers=2)
+    (tmp_path / "swap").mkdir()
+    config = with_budget(model, offload_config(tmp_path / "swap", model))
+    batches = token_batches(4)
+    engine, _, _, _ = zoe.torch.initialize(model=model, config=config)
+    with engine:
+        train_zoe(engine, batches[:2], cross_entropy, 2)
+        engine.save_checkpoint(tmp_path / "ckpt", tag="early")
+        early = engine.state_dict()
+        train_zoe(engine, batches[2:], cross_entropy, 2)
+        engine.save_checkpoint(tmp_path / "ckpt")  # step-4, now the latest
+        assert not torch.equal(engine.state_dict()["h.0.attn.c_attn.weight"], early["h.0.attn.c_attn.weight"])
+        path, _ = engine.load_checkpoint(tmp_path / "ckpt", tag="early")
+        assert path == str(tmp_path / "ckpt" / "early")
+        assert engine.global_steps == 2
+        for key, value in engine.state_dict().items():
+            assert torch.equal(value, early[key]), key
+        path, _ = engine.load_checkpoint(tmp_path / "ckpt")
+        assert path == str(tmp_path / "ckpt" / "step-4") and engine.global_steps == 4

@@ -102,8 +102,10 @@ def cross_entropy(logits, targets):
 
 
 def train_torch(model, batches, loss_fn, steps, lr=1e-3, weight_decay=0.01, gas=1, clip=0.0, optimizer=None,
-                scheduler=None):
-    """The reference: torch.optim.AdamW in ordinary memory; the loss of every micro-batch."""
+                scheduler=None, norms=None):
+    """The reference: torch.optim.AdamW in ordinary memory; the loss of every micro-batch. With
+    clipping, each step's gradient norm before clipping is appended to `norms` when given (a test
+    asserts with them that the clip bit, so that zoe's clipping is compared, not assumed)."""
     if optimizer is None:
         optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=BETAS, eps=EPS, weight_decay=weight_decay)
     losses = []
@@ -114,12 +116,24 @@ def train_torch(model, batches, loss_fn, steps, lr=1e-3, weight_decay=0.01, gas=
             (loss / gas).backward()
             losses.append(loss.item())
         if clip:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+            norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+            if norms is not None:
+                norms.append(norm.item())
         optimizer.step()
         optimizer.zero_grad()
         if scheduler is not None:
             scheduler.step()
     return losses
+
+
+def assert_states_on_nvme(engine):
+    """The configuration's NVMe placement took effect: zoe's plan puts the masters and both Adam
+    moments on NVMe, and the training read parameters from it and read and wrote optimizer states."""
+    figures = engine.zoe_engine.statistics()
+    planned = {item["what"] for item in figures["footprint"]["items"]}
+    assert {"master on nvme", "exp_avg on nvme", "exp_avg_sq on nvme"} <= planned, sorted(planned)
+    assert figures["parameters"]["nvme_read_bytes"] > 0, figures["parameters"]
+    assert figures["optimizer"]["nvme_read_bytes"] > 0 and figures["optimizer"]["nvme_write_bytes"] > 0
 
 
 def train_zoe(engine, batches, loss_fn, steps, gas=1):
