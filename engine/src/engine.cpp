@@ -29,7 +29,7 @@ engine_resources_options resources_options(engine_options& o) {
 }
 
 gradient_path_options gradient_options(engine_resources& resources, const engine_config& config,
-                                       std::function<void(parameter_id)> on_final) {
+                                       std::function<void(const final_gradient&)> on_final) {
   const footprint_plan& plan = resources.plan();
   return {.bucket_bytes = plan.gradient_bucket_bytes,
           .bucket_count = static_cast<std::size_t>(plan.gradient_bucket_count),
@@ -68,12 +68,9 @@ offload_engine::offload_engine(std::vector<module_spec> modules, const engine_co
       adam_settings_(config.optimizer.value_or(optimizer_config{})),
       resources_(std::make_unique<engine_resources>(std::move(modules), config, dev, resources_options(options))),
       io_(std::make_unique<state_io>(resources_->tiers(), dev, &resources_->movers())),
-      gradients_(std::make_unique<gradient_path>(resources_->tiers(), resources_->gradient_comm(), dev,
-                                                 resources_->pinned(), &resources_->movers(),
-                                                 gradient_options(*resources_, config,
-                                                                  [this](parameter_id p) {
-                                                                    if (ahead_armed_.load()) ahead_->hand_in(p);
-                                                                  }))),
+      gradients_(std::make_unique<gradient_path>(
+          resources_->tiers(), resources_->gradient_comm(), dev, resources_->pinned(), &resources_->movers(),
+          gradient_options(*resources_, config, [this](const final_gradient& g) { on_final_gradient(g); }))),
       optimizer_(std::make_unique<optimizer_step>(resources_->tiers(), dev, resources_->pinned(), &resources_->movers(),
                                                   step_options(resources_->plan(), config))),
       activations_(std::make_unique<activation_store>(dev, resources_->pinned(), &resources_->movers(),
@@ -86,6 +83,10 @@ offload_engine::offload_engine(std::vector<module_spec> modules, const engine_co
       device_(&dev) {
   if (config_.zoe.optimizer_in_backward) {
     ahead_ = std::make_unique<detail::speculation_worker>([this](parameter_id p) {
+      if (ahead_forgone_.load()) {
+        optimizer_->forgo(p);  // it would be dropped: no reads or writes for nothing
+        return;
+      }
       try {
         optimizer_->speculate(p, ahead_adam_[p]);
       } catch (const std::exception& e) {  // settings the step itself would refuse: it says so then
@@ -272,8 +273,9 @@ void offload_engine::keep_fetched_masters(module_id m, stream_view stream) {
   // A dequantized gather (qwZ) is not the master's bits.
   if (config_.zero.zero_quantized_weights) return;
   // Backward's fetch of m brought each fp32 parameter's master (its working copy) to the device:
-  // this rank's shard of it goes to the speculation, which then reads no master from NVMe. Queued
-  // on `stream` before the gradients are handed in, so before the speculation can start.
+  // this rank's shard of it goes to the speculation (or, when that is forgone or dropped, to the
+  // step after backward), which then reads no master from NVMe. Queued on `stream` before the
+  // gradients are handed in, so before the speculation can start.
   const std::uint64_t shard = layout().shard_of(resources_->comm().rank());
   for (const parameter_id p : layout().module(m).parameters) {
     const std::byte* gathered = nullptr;
@@ -282,11 +284,13 @@ void offload_engine::keep_fetched_masters(module_id m, stream_view stream) {
     } catch (const usage_error&) {
       return;  // not fetched (the gradient path names what is wrong); its master is read from NVMe
     }
-    std::byte* kept = optimizer_->keep_fetched_master(p);
-    if (kept == nullptr) continue;
-    const std::uint64_t bytes = state_bytes(layout().parameter(p), state_kind::master);
-    device_->copy_async(kept, gathered + shard * bytes, static_cast<std::size_t>(bytes), copy_kind::device_to_host,
-                        stream);
+    const std::vector<std::span<std::byte>> kept = optimizer_->keep_fetched_master(p);
+    if (kept.empty()) continue;
+    const std::byte* from = gathered + shard * state_bytes(layout().parameter(p), state_kind::master);
+    for (const std::span<std::byte> piece : kept) {
+      device_->copy_async(piece.data(), from, piece.size(), copy_kind::device_to_host, stream);
+      from += piece.size();
+    }
     device_event ready = device_->create_event();
     device_->record(ready, stream);
     optimizer_->fetched_master_ready(p, std::move(ready));
@@ -353,11 +357,25 @@ void offload_engine::arm_speculation() {
   const detail::prepared_step prepared = detail::prepare_step(config_, adam_settings_, gradient_summary{},
                                                               scaler_.scale(), lr_, scaler_.optimizer_steps() + 1);
   ahead_adam_.assign(layout().parameters().size(), prepared.adam);
+  ahead_scale_ = scaler_.scale();
+  ahead_sum_ = 0;
+  ahead_forgone_.store(false);
   for (const parameter_layout& p : layout().parameters()) {
     ahead_adam_[p.id].lr = static_cast<float>(groups_[p.group].lr);
     ahead_adam_[p.id].weight_decay = static_cast<float>(groups_[p.group].weight_decay);
   }
   ahead_armed_.store(true);
+}
+
+void offload_engine::on_final_gradient(const final_gradient& g) {
+  if (!ahead_armed_.load()) return;
+  // The step's summary is known only when backward has ended, but the parts seen so far bound it
+  // from below (on every rank: the other ranks' parts only add): once they show that the step will
+  // skip (an inf or NaN, whatever the loss scale) or clip, every speculation from here on would be
+  // dropped, so none runs (step 1 of a run often clips).
+  if (g.sum_of_squares) ahead_sum_ += *g.sum_of_squares;
+  if (g.overflow || detail::surely_clipped(config_, ahead_sum_, ahead_scale_)) ahead_forgone_.store(true);
+  ahead_->hand_in(g.param);
 }
 
 void offload_engine::stop_speculation() noexcept {

@@ -107,6 +107,7 @@ json optimizer_figures(const optimizer_step& o) {
                       {"committed", ahead.committed},
                       {"dropped", ahead.dropped},
                       {"declined", ahead.declined},
+                      {"forgone", ahead.forgone},
                       {"nvme_read_bytes", ahead.bytes_read},
                       {"nvme_write_bytes", ahead.bytes_written},
                       {"fetched_master_bytes", ahead.fetched_bytes}};

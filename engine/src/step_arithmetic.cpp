@@ -35,4 +35,16 @@ prepared_step prepare_step(const engine_config& config, const optimizer_config& 
   return out;
 }
 
+bool surely_clipped(const engine_config& config, double partial, double loss_scale) noexcept {
+  if (!(config.gradient_clipping > 0) || !(partial >= 0)) return false;
+  // `partial` may have been added in another order than summary()'s: a bound below it, by far more
+  // than fp64 rounding can move a sum of non-negative terms.
+  const gradient_summary lower{.sum_of_squares = partial * (1 - 1e-9), .overflow = false};
+  const float clipped = prepare_step(config, optimizer_config{}, lower, loss_scale, 0, 1).adam.grad_scale;
+  // The speculation's: a summary of sum 0 (engine.cpp, arm_speculation).
+  const float ahead = prepare_step(config, optimizer_config{}, gradient_summary{}, loss_scale, 0, 1).adam.grad_scale;
+  // grad_scale falls as the sum grows (float rounding keeps the order): the step's is at most `clipped`.
+  return clipped < ahead;
+}
+
 }  // namespace zoe::engine::detail

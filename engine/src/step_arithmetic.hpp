@@ -29,4 +29,11 @@ struct prepared_step {
                                          const gradient_summary& g, double loss_scale, double lr,
                                          std::int64_t step) noexcept;
 
+/// Whether gradients of config.gradient_accumulation_steps micro-batches at loss scale `loss_scale`
+/// whose sum of squares is at least `partial` (some of the step's parameters, added in any order)
+/// are certainly clipped: prepare_step's grad_scale is then below the one of a sum of 0 whatever the
+/// other parameters add, so a shard stepped with clip coefficient 1 (the speculation) would be
+/// dropped. False without gradient_clipping, and when `partial` is not a number.
+[[nodiscard]] bool surely_clipped(const engine_config& config, double partial, double loss_scale) noexcept;
+
 }  // namespace zoe::engine::detail

@@ -13,12 +13,15 @@
 #include <functional>
 #include <memory>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine_rig.hpp"
 #include "fault_injecting_backend.hpp"
 #include "zoe/engine/engine.hpp"
+#include "zoe/engine/statistics.hpp"
 
 namespace zoe::testing {
 namespace {
@@ -98,22 +101,24 @@ TEST_P(speculative_step, EqualsTheStepAfterBackwardBitForBitWhetherCommittedOrDr
     EXPECT_EQ(spec.committed, may ? shards : 0) << what;
     EXPECT_EQ(spec.dropped, 0U) << what;
 
-    // Large gradients: clipping scales them, the speculation is dropped and the step runs after backward.
+    // Large gradients: clipping scales them, the speculation is dropped and the step runs after
+    // backward; from the first final gradient that shows the step clips, none is speculated.
     EXPECT_LT(step(1.0F, 2, false).clip_coefficient, 1.0) << what;
     expect_same_states(ahead, after, "after a clipped step, " + what);
-    EXPECT_EQ(spec.dropped, may ? shards : 0) << what;
+    EXPECT_EQ(spec.dropped + spec.forgone, may ? shards : 0) << what;
 
     if (fp16) {
       // An overflow skips the step: the speculation is dropped, no state changes.
       EXPECT_TRUE(step(0.001F, 3, true).skipped) << what;
       expect_same_states(ahead, after, "after an overflow, " + what);
-      EXPECT_EQ(spec.dropped, may ? 2 * shards : 0) << what;
+      EXPECT_EQ(spec.dropped + spec.forgone, may ? 2 * shards : 0) << what;
     }
 
     // And committed again, at the step count the skipped step did not advance.
     EXPECT_EQ(step(0.001F, 4, false).clip_coefficient, 1.0) << what;
     expect_same_states(ahead, after, "after the last step, " + what);
     EXPECT_EQ(spec.committed, may ? 2 * shards : 0) << what;
+    EXPECT_EQ(spec.speculated, spec.committed + spec.dropped) << what;
     EXPECT_EQ(ahead.e->optimizer().speculated(), 0U) << what;
     EXPECT_EQ(after.e->optimizer().speculation().speculated, 0U) << "zoe.optimizer_in_backward off, " << what;
   }
@@ -168,6 +173,101 @@ TEST(speculative_step, ReadsTheMasterBackwardFetchedInsteadOfReadingItAgain) {
   EXPECT_EQ(ahead.e->optimizer().totals().bytes_read + masters, after.e->optimizer().totals().bytes_read)
       << "the step read every master but the ones backward fetched";
   EXPECT_EQ(ahead.e->optimizer().totals().bytes_written, after.e->optimizer().totals().bytes_written);
+
+  // A step that clips forgoes the speculation: the step after backward reads the masters backward
+  // fetched, not NVMe.
+  for (std::uint64_t j = 0; j < 2; ++j) {
+    const auto g = gradients(after.e->layout(), 10 + j, 1.0F);
+    ahead.micro_batch(g);
+    after.micro_batch(g);
+  }
+  EXPECT_LT(ahead.e->step(ahead.e->lr()).clip_coefficient, 1.0);
+  after.e->step(after.e->lr());
+  expect_same_states(ahead, after, "after a clipped step with the masters backward fetched");
+  EXPECT_EQ(ahead.e->optimizer().speculation().fetched_bytes, 2 * masters);
+  EXPECT_EQ(ahead.e->optimizer().totals().bytes_read + 2 * masters, after.e->optimizer().totals().bytes_read);
+  EXPECT_EQ(ahead.e->optimizer().totals().bytes_written, after.e->optimizer().totals().bytes_written);
+}
+
+// NVMe bytes of everything the engine moved (statistics_json's totals: what zoe-train-mlp reports).
+std::pair<std::uint64_t, std::uint64_t> nvme_bytes(rig& r) {
+  const nlohmann::json j = nlohmann::json::parse(engine::statistics_json(*r.e));
+  return {j.at("nvme_read_bytes").get<std::uint64_t>(), j.at("nvme_write_bytes").get<std::uint64_t>()};
+}
+
+TEST(speculative_step, AStepKnownToClipOrSkipSpendsNoNvmeBytesOnSpeculation) {
+  // fp16 on nvme: large gradients clip, an inf skips the step; either is known from the first final
+  // gradient that shows it (here the first: every parameter's gradient alone has a norm above
+  // gradient_clipping, and the inf lies in layer1.w, the parameter backward finishes first).
+  const tiers_case nvme{"nvme", "nvme"};
+  rig ahead("nvme", kernels::dtype::fp16, placed(nvme, true, true));
+  rig after("nvme", kernels::dtype::fp16, placed(nvme, false, true));
+  const std::uint64_t shards = ahead.e->layout().parameters().size();
+  const auto step = [&](float grad_scale, std::uint64_t seed, bool poison) {
+    for (std::uint64_t j = 0; j < 2; ++j) {
+      auto g = gradients(after.e->layout(), seed * 10 + j, grad_scale);
+      if (poison && j == 1) g[2][3] = std::numeric_limits<float>::infinity();
+      ahead.micro_batch(g);
+      after.micro_batch(g);
+    }
+    return std::pair{ahead.e->step(ahead.e->lr()), after.e->step(after.e->lr())};
+  };
+  const engine::speculation_totals& spec = ahead.e->optimizer().speculation();
+  const auto before = nvme_bytes(after);
+  EXPECT_EQ(nvme_bytes(ahead), before) << "the same set-up";
+
+  const auto [clipped, clipped_too] = step(1.0F, 1, false);
+  EXPECT_LT(clipped.clip_coefficient, 1.0);
+  expect_same_states(ahead, after, "after a clipped step");
+  EXPECT_EQ(nvme_bytes(ahead), nvme_bytes(after)) << "NVMe bytes read and written: a speculation was dropped";
+  EXPECT_EQ(spec.forgone, shards);
+  EXPECT_EQ(spec.speculated, 0U);
+
+  const auto [skipped, skipped_too] = step(0.001F, 2, true);
+  EXPECT_TRUE(skipped.skipped);
+  EXPECT_TRUE(skipped_too.skipped);
+  expect_same_states(ahead, after, "after an overflow");
+  EXPECT_EQ(nvme_bytes(ahead), nvme_bytes(after)) << "NVMe bytes read and written: a speculation was dropped";
+  EXPECT_EQ(spec.forgone, 2 * shards);
+
+  // Small gradients: every shard stepped inside backward and committed, each master read once (by
+  // backward's fetch), the step's bytes no more than after backward.
+  const auto [committed, committed_too] = step(0.001F, 3, false);
+  EXPECT_EQ(committed.clip_coefficient, 1.0);
+  expect_same_states(ahead, after, "after a committed step");
+  EXPECT_EQ(spec.committed, shards);
+  EXPECT_EQ(spec.dropped, 0U);
+  EXPECT_EQ(nvme_bytes(ahead).second, nvme_bytes(after).second);
+  EXPECT_LE(nvme_bytes(ahead).first, nvme_bytes(after).first);
+}
+
+TEST(speculative_step, KeepsAsMuchOfAFetchedMasterAsThePendingMemoryHolds) {
+  // Pieces of 1 Ki fp32 elements (aio.block_size 4 KiB), so layer1.w's 2 Ki-element shard is two;
+  // room for one: backward reaches layer1 first and keeps its first piece, read once for backward
+  // and the step, and its second piece is read from NVMe.
+  const tiers_case nvme{"nvme", "nvme"};
+  const auto one_piece = [&](bool in_backward) {
+    return [=](engine::engine_config& c) {
+      placed(nvme, in_backward, false)(c);
+      c.aio.block_size = 4096;
+      c.zoe.optimizer_pending_bytes = 4096;
+    };
+  };
+  rig ahead("nvme", kernels::dtype::fp32, one_piece(true));
+  rig after("nvme", kernels::dtype::fp32, one_piece(false));
+  for (std::uint64_t j = 0; j < 2; ++j) {
+    const auto g = gradients(after.e->layout(), j, 0.001F);
+    ahead.micro_batch(g);
+    after.micro_batch(g);
+  }
+  ahead.e->step(ahead.e->lr());
+  after.e->step(after.e->lr());
+  expect_same_states(ahead, after, "with part of a master backward fetched");
+  const engine::speculation_totals& spec = ahead.e->optimizer().speculation();
+  EXPECT_EQ(spec.committed, ahead.e->layout().parameters().size());
+  EXPECT_GE(spec.fetched_bytes, 4096U) << "layer1.w's first piece";
+  EXPECT_EQ(ahead.e->optimizer().totals().bytes_read + spec.fetched_bytes, after.e->optimizer().totals().bytes_read)
+      << "each piece backward fetched is not read again";
 }
 
 TEST(speculative_step, RunsWhileBackwardGoesOnWithEarlierLayers) {

@@ -136,7 +136,11 @@ void gradient_path::impl::process(job& j) {
     }
     if (j.last && options.on_final) {
       try {
-        options.on_final(p);
+        // A device home's sum is on the device until summary() (CUDA); the host's and nvme's are here.
+        const bool summed_here = home(p).where != tier::device;
+        options.on_final(final_gradient{.param = p,
+                                        .sum_of_squares = summed_here ? std::optional<double>(sums[p]) : std::nullopt,
+                                        .overflow = summed_here && overflows[p] != 0});
       } catch (const std::exception& e) {
         log::error("gradient_path: telling that the gradient of '", param(p).name, "' is final failed: ", e.what());
       }

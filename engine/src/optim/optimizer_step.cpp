@@ -124,23 +124,44 @@ struct optimizer_step::impl {
     kernels::adam_config adam;
     std::array<std::uint64_t, state_kind_count> pending_at{};
   };
-  // A parameter's master shard as backward's fetch brought it (in pending memory at `at`, complete
-  // once `ready` has), which its speculation reads instead of the NVMe home.
+  // The leading pieces of a parameter's master shard as backward's fetch brought them (complete once
+  // `ready` has), which its speculation reads instead of the NVMe home: piece i (elements [i,
+  // i + 1) x piece_numel) in pending memory at chunks[i], each taken on its own, so a master is kept
+  // as far as the pending memory has room, in whatever runs are free. Read in order; the first
+  // `given_back` are read and free again, for backward's later fetches to keep theirs there while
+  // the speculation goes on (it lags behind backward: its I/O is five times the fetch's).
   struct fetched_master {
-    std::uint64_t at = 0;
-    std::uint64_t bytes = 0;
+    parameter_id param = 0;
+    std::vector<std::uint64_t> chunks;
+    std::uint64_t bytes = 0;  // of the pieces kept
+    std::size_t given_back = 0;
     device_event ready;
   };
 
   const model_layout& layout() const noexcept { return tiers.layout(); }
   bool speculate(parameter_id id, const kernels::adam_config& adam);
+  void forgo(parameter_id id) noexcept;
   void drop_speculation() noexcept;
-  std::byte* keep_fetched_master(parameter_id id);
+  std::vector<std::span<std::byte>> keep_fetched_master(parameter_id id);
+  // Bytes of fp32 piece i of p's master (the last piece may be short).
+  std::uint64_t master_piece_bytes(const parameter_layout& p, std::size_t i) const noexcept;
+  // What backward's fetch kept of `piece`'s master for this run: the speculated shard's, or in a
+  // whole run the one of a shard not speculated (forgone, declined or dropped). nullptr: none.
+  fetched_master* master_kept_for(const detail::piece& piece) noexcept;
+  // `piece` of that master, or nullptr (it is read from NVMe).
+  const std::byte* kept_master(const detail::piece& piece) noexcept;
+  // Copies `piece` of that master into `slot` and frees it, if it is kept.
+  void take_kept_master(const detail::piece& piece, std::byte* slot) noexcept;
+  // Before a whole run reads them: waits for backward's copies into the fetched masters kept, and
+  // forgets those whose copy was never recorded.
+  void settle_fetched();
   void fetched_master_ready(parameter_id id, device_event ready);
   // Takes p's fetched master out of the registry (nullopt when there is none).
   std::optional<fetched_master> take_fetched(parameter_id id);
-  // Waits for a fetched master's copy and frees its pending memory. Never throws (logs).
+  // Waits for a fetched master's copy and frees the pending memory it still holds. Never throws (logs).
   void forget_fetched(fetched_master& f) noexcept;
+  // Frees the kept pieces of a fetched master before piece `end` (read into slots).
+  void give_back_fetched(fetched_master& f, std::size_t end) noexcept;
   // Forgets every fetched master (none was speculated with) and frees all the pending memory.
   void clear_pending() noexcept;
   // Whether every NVMe state of `p` the step rewrites has a shadow extent (speculation writes there).
@@ -232,7 +253,7 @@ struct optimizer_step::impl {
   // speculate()'s settings for the pipeline, one slot per parameter (only the speculated one's is
   // read): made once, not per speculated shard.
   std::vector<kernels::adam_config> speculation_adam;
-  const std::byte* speculating_master = nullptr;  // its fetched master, if it has one
+  fetched_master* speculating_master = nullptr;  // its fetched master, if it has one
   speculation_totals spec_totals;
   std::atomic<std::uint64_t> stepped_ahead{0};  // spec_totals.speculated, for other threads
   // What speculation did for the coming step (its reads, writes, Adam), counted in that step's
@@ -394,6 +415,7 @@ void optimizer_step::impl::execute(std::span<const kernels::adam_config> adam, s
   for (std::size_t i = 0; i < pieces.size(); ++i) {
     if (!committing[pieces[i].param] && progress[i] != piece_progress::written) active.push_back(i);
   }
+  settle_fetched();
   hold_states();
   past_undo = false;
   try {
@@ -591,11 +613,10 @@ void optimizer_step::impl::run_nvme_pieces(std::span<const kernels::adam_config>
         for (std::size_t k = 0; k < state_kind_count; ++k) {
           if (held_back[k] != nullptr) staging[k] = held_back[k];
         }
-        if (speculating_master != nullptr) {
-          const std::size_t fp32 = kernels::dtype_size(kernels::dtype::fp32);
-          std::memcpy(staging[index_of(state_kind::master)], speculating_master + piece.first * fp32,
-                      static_cast<std::size_t>(piece.count * fp32));
-        }
+      }
+      // The master's piece backward's fetch kept, which start_reads did not read.
+      take_kept_master(piece, staging[index_of(state_kind::master)]);
+      if (speculating != nullptr) {
         step_piece(p, piece.first, piece.count, staging, false, false, adam);
       } else if (bounded && whole) {
         // In place, with no undo: once Adam ran, the piece can only go forward (a device copy that
@@ -660,7 +681,7 @@ void optimizer_step::impl::start_reads(std::size_t at, bool read) {
     for (const state_kind s : slot_states) {
       // The working copy is only written; a stage without reads leaves the slots as they are.
       if (!read || s == state_kind::working || where(p.id, s) != tier::nvme) continue;
-      if (s == state_kind::master && speculating_master != nullptr) continue;  // backward's fetch brought it
+      if (s == state_kind::master && kept_master(piece) != nullptr) continue;  // backward's fetch brought it
       const std::uint64_t size = kernels::dtype_size(state_dtype(p, s));
       requests.push_back({.op = io::io_op::read,
                           .extent = tiers.location(p.id, s).extent,
@@ -978,8 +999,7 @@ bool optimizer_step::impl::speculate(parameter_id id, const kernels::adam_config
   try {
     if (master && master->ready.valid()) {
       dev.synchronize(master->ready);  // backward's copy of it is done
-      speculating_master = pending.get() + master->at;
-      spec_totals.fetched_bytes += master->bytes;
+      speculating_master = &*master;
     }
     if (detail::has_nvme_state(p, where)) {
       active.clear();
@@ -1014,6 +1034,12 @@ bool optimizer_step::impl::speculate(parameter_id id, const kernels::adam_config
   return true;
 }
 
+void optimizer_step::impl::forgo(parameter_id id) noexcept {
+  // The master backward's fetch kept for it stays: the step after backward reads it there.
+  const parameter_layout& p = layout().parameter(id);
+  if (!p.frozen && broken.empty() && detail::speculates(p, where) && shadowed(p)) ++spec_totals.forgone;
+}
+
 void optimizer_step::impl::drop_speculation() noexcept {
   for (std::optional<speculated_shard>& shard : speculative) {
     if (!shard) continue;
@@ -1026,18 +1052,68 @@ void optimizer_step::impl::drop_speculation() noexcept {
   ahead = {};
 }
 
-std::byte* optimizer_step::impl::keep_fetched_master(parameter_id id) {
+std::uint64_t optimizer_step::impl::master_piece_bytes(const parameter_layout& p, std::size_t i) const noexcept {
+  const std::uint64_t first = i * geometry.piece_numel;
+  return std::min(geometry.piece_numel, p.shard_numel - first) * kernels::dtype_size(kernels::dtype::fp32);
+}
+
+optimizer_step::impl::fetched_master* optimizer_step::impl::master_kept_for(const detail::piece& piece) noexcept {
+  if (speculating != nullptr) return speculating_master;
+  // A whole run: no master is kept meanwhile (the engine keeps them only during backward).
+  std::optional<fetched_master>& f = fetched[piece.param];
+  return f ? &*f : nullptr;
+}
+
+const std::byte* optimizer_step::impl::kept_master(const detail::piece& piece) noexcept {
+  const fetched_master* f = master_kept_for(piece);
+  if (f == nullptr) return nullptr;
+  const auto i = static_cast<std::size_t>(piece.first / geometry.piece_numel);
+  // A piece given back (read by a run that then failed) may hold another's bytes by now.
+  return i >= f->given_back && i < f->chunks.size() ? pending.get() + f->chunks[i] : nullptr;
+}
+
+void optimizer_step::impl::take_kept_master(const detail::piece& piece, std::byte* slot) noexcept {
+  const std::byte* kept = kept_master(piece);
+  if (kept == nullptr) return;
+  const std::uint64_t bytes = piece.count * kernels::dtype_size(kernels::dtype::fp32);
+  std::memcpy(slot, kept, static_cast<std::size_t>(bytes));
+  give_back_fetched(*master_kept_for(piece), static_cast<std::size_t>(piece.first / geometry.piece_numel) + 1);
+  spec_totals.fetched_bytes += bytes;
+}
+
+void optimizer_step::impl::settle_fetched() {
+  for (std::optional<fetched_master>& f : fetched) {
+    if (!f) continue;
+    if (f->ready.valid()) {
+      dev.synchronize(f->ready);
+      f->ready = {};
+    } else {
+      forget_fetched(*f);  // the copy failed before it was recorded: the bytes are not the master's
+      f.reset();
+    }
+  }
+}
+
+std::vector<std::span<std::byte>> optimizer_step::impl::keep_fetched_master(parameter_id id) {
   const parameter_layout& p = layout().parameter(id);
   // Only an fp32 parameter's fetch brings its master (the working copy is the master), and only a
   // master on nvme is worth keeping: the speculation would read it there.
-  if (!broken.empty() || detail::fetched_master_bytes(p, where) == 0 || !shadowed(p)) return nullptr;
-  const std::uint64_t bytes = state_bytes(p, state_kind::master);
+  if (!broken.empty() || detail::fetched_master_bytes(p, where) == 0 || !shadowed(p)) return {};
   const std::lock_guard lock(fetched_mutex);
-  if (fetched[id]) return nullptr;
-  const std::optional<std::uint64_t> at = space.take(bytes);
-  if (!at) return nullptr;
-  fetched[id] = fetched_master{.at = *at, .bytes = bytes, .ready = {}};
-  return pending.get() + *at;
+  if (fetched[id]) return {};
+  // Piece by piece from the first, as far as there is room: each piece kept is one read less.
+  fetched_master kept{.param = id};
+  std::vector<std::span<std::byte>> out;
+  for (std::size_t i = 0; i * geometry.piece_numel < p.shard_numel; ++i) {
+    const std::uint64_t bytes = master_piece_bytes(p, i);
+    const std::optional<std::uint64_t> at = space.take(bytes);
+    if (!at) break;
+    kept.chunks.push_back(*at);
+    kept.bytes += bytes;
+    out.emplace_back(pending.get() + *at, static_cast<std::size_t>(bytes));
+  }
+  if (!out.empty()) fetched[id] = std::move(kept);
+  return out;
 }
 
 void optimizer_step::impl::fetched_master_ready(parameter_id id, device_event ready) {
@@ -1059,7 +1135,14 @@ void optimizer_step::impl::forget_fetched(fetched_master& f) noexcept {
   } catch (const std::exception& e) {
     log::error("optimizer step: a copy of a fetched master failed: ", e.what());
   }
-  space.give_back(f.at, f.bytes);
+  give_back_fetched(f, f.chunks.size());
+}
+
+void optimizer_step::impl::give_back_fetched(fetched_master& f, std::size_t end) noexcept {
+  const parameter_layout& p = layout().parameter(f.param);
+  for (; f.given_back < std::min(end, f.chunks.size()); ++f.given_back) {
+    space.give_back(f.chunks[f.given_back], master_piece_bytes(p, f.given_back));
+  }
 }
 
 bool optimizer_step::impl::shadowed(const parameter_layout& p) const {
@@ -1126,11 +1209,15 @@ void optimizer_step::run_stages(const kernels::adam_config& adam, step_stages wh
 
 bool optimizer_step::speculate(parameter_id p, const kernels::adam_config& adam) { return impl_->speculate(p, adam); }
 
-std::byte* optimizer_step::keep_fetched_master(parameter_id p) { return impl_->keep_fetched_master(p); }
+std::vector<std::span<std::byte>> optimizer_step::keep_fetched_master(parameter_id p) {
+  return impl_->keep_fetched_master(p);
+}
 
 void optimizer_step::fetched_master_ready(parameter_id p, device_event ready) {
   impl_->fetched_master_ready(p, std::move(ready));
 }
+
+void optimizer_step::forgo(parameter_id p) noexcept { impl_->forgo(p); }
 
 void optimizer_step::drop_speculation() noexcept { impl_->drop_speculation(); }
 

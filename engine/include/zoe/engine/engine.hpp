@@ -243,6 +243,9 @@ class offload_engine {
   void arm_speculation();
   /// No more shards are handed in; waits for the ones handed in. Never throws.
   void stop_speculation() noexcept;
+  /// The gradient path's worker: hands a final gradient to the speculation while it is armed, and
+  /// forgoes the speculation from the first gradient that shows the step will clip or skip.
+  void on_final_gradient(const final_gradient& g);
   /// Hands the speculation the master shards backward's fetch of `m` brought (optimizer_step::
   /// keep_fetched_master), copied on `stream`.
   void keep_fetched_masters(module_id m, stream_view stream);
@@ -276,6 +279,12 @@ class offload_engine {
   /// The speculative step's settings per parameter (arm_speculation) and its thread (null with
   /// zoe.optimizer_in_backward off); last, so it stops before the stages it uses go.
   std::vector<kernels::adam_config> ahead_adam_;
+  /// The loss scale the speculation assumes, the sum of squares of the final gradients seen so far
+  /// (the gradient path's worker adds to it), and whether that shows the step will clip or skip
+  /// (then the speculation thread forgoes the shards it is handed: optimizer_step::forgo).
+  double ahead_scale_ = 1;
+  double ahead_sum_ = 0;
+  std::atomic<bool> ahead_forgone_{false};
   std::unique_ptr<detail::speculation_worker> ahead_;
 };
 

@@ -42,6 +42,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -53,6 +54,18 @@
 #include "zoe/engine/tiers/tier_manager.hpp"
 
 namespace zoe::engine {
+
+/// A parameter's gradient of a step's last micro-batch, accumulated and known good
+/// (gradient_path_options::on_final), with its part of the step's summary where the path has it on
+/// the host then: the speculation stops once the parts seen so far show that the step will clip or
+/// skip (engine.cpp).
+struct final_gradient {
+  parameter_id param = 0;
+  /// kernels::sum_of_squares of its fp32 gradient shard (the value summary() adds), for a home in
+  /// host memory or on nvme; nullopt for a device home (summed on the device, read at summary()).
+  std::optional<double> sum_of_squares;
+  bool overflow = false;  ///< an element is inf or NaN (host and nvme homes; false for a device home)
+};
 
 struct gradient_path_options {
   std::uint64_t bucket_bytes = 0;  ///< device bytes per bucket (footprint_plan::gradient_bucket_bytes)
@@ -75,7 +88,7 @@ struct gradient_path_options {
   /// accumulated and known good (its gradient state resident again), in the order they finish:
   /// the optimizer step may run on it from then on (optimizer_step.hpp, "Speculation"). Must not
   /// block for long nor throw (a throw is logged). Empty: nobody is told.
-  std::function<void(parameter_id)> on_final;
+  std::function<void(const final_gradient&)> on_final;
 };
 
 /// What the optimizer step needs to know about a step's gradients before it starts.

@@ -84,6 +84,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <vector>
 
 #include "zoe/allocators/pinned_host_resource.hpp"
 #include "zoe/core/device.hpp"
@@ -147,9 +148,11 @@ struct speculation_totals {
   std::uint64_t dropped = 0;        ///< of them, dropped (an overflow, clipping, other settings, a stage run)
   std::uint64_t declined = 0;       ///< speculate() calls that stepped nothing (device states, no pending room, a
                                     ///< state busy, a failed read or write)
+  std::uint64_t forgone = 0;        ///< shards not speculated, the step being known to clip or skip (forgo())
   std::uint64_t bytes_read = 0;     ///< from NVMe
   std::uint64_t bytes_written = 0;  ///< to NVMe (the shadow extents)
-  std::uint64_t fetched_bytes = 0;  ///< masters taken from backward's fetch instead of read from NVMe
+  std::uint64_t fetched_bytes = 0;  ///< masters taken from backward's fetch instead of read from NVMe (by the
+                                    ///< speculation, or by run() for a shard not speculated)
 };
 
 /// Which stages of the step run_stages() runs.
@@ -204,15 +207,24 @@ class optimizer_step {
   /// reports it). usage_error when `adam`'s settings are invalid. Not concurrently with run().
   bool speculate(parameter_id p, const kernels::adam_config& adam);
   /// Pending memory for the master shard of fp32 parameter `p` (its working copy), which backward's
-  /// fetch brought: the caller copies the shard there, then hands the copy's completion to
-  /// fetched_master_ready(), and p's speculation reads the master from it instead of its NVMe home
-  /// (the parameter is read once for backward and the step). nullptr, keeping nothing, when p's
-  /// speculation would not read one (not fp32, its master not on nvme, not speculated), one is
-  /// kept already, or the pending memory has no room. Thread-safe against speculate().
-  [[nodiscard]] std::byte* keep_fetched_master(parameter_id p);
-  /// The copy into what keep_fetched_master(p) returned completes with `ready`; before p's
+  /// fetch brought: one span per piece of the step from the shard's first, as many as the pending
+  /// memory has room for (together the shard's first bytes, in order). The caller copies the shard's
+  /// bytes there, then hands the copies' completion to fetched_master_ready(), and p's speculation
+  /// (or, when p is not speculated or its speculation is dropped, the next whole run()) reads those
+  /// pieces from it instead of its NVMe home (the parameter is read once for backward and the
+  /// step), the rest from NVMe, and frees each piece once read. Empty, keeping nothing,
+  /// when p's speculation would not read one (not fp32, its master not on nvme, not speculated),
+  /// one is kept already, or the pending memory has no room. Thread-safe against speculate().
+  [[nodiscard]] std::vector<std::span<std::byte>> keep_fetched_master(parameter_id p);
+  /// The copies into what keep_fetched_master(p) returned complete with `ready`; before p's
   /// gradient is final (the speculation waits for it).
   void fetched_master_ready(parameter_id p, device_event ready);
+  /// Passes shard `p` by, unspeculated, once the step is known not to take the speculation's
+  /// settings (its gradients will be clipped, or it skips): no read or write that would be dropped
+  /// is spent on it (the master backward's fetch kept for it stays for run()). Counted in
+  /// speculation().forgone when p would have been speculated. Not concurrently with speculate() or
+  /// run(). Never throws.
+  void forgo(parameter_id p) noexcept;
   /// Forgets every speculated shard (its shadows and pending bytes are reused). Never throws.
   void drop_speculation() noexcept;
   /// Whether the last whole run failed midway with bounded shadows and must be retried (above).
