@@ -168,7 +168,7 @@ void mover::run_thread() noexcept {
       log::error("mover: the swap channel failed; every NVMe piece fails from now on: ", broken_->message);
       channel.reset();
       for (auto& a : active_) {
-        a->background = false;
+        a->at_kernel = a->background = false;
         if (a->at == stage::reading || a->at == stage::writing) fail(*a, *broken_);
       }
       in_flight_ = 0;
@@ -179,14 +179,19 @@ void mover::run_thread() noexcept {
 
 void mover::loop(io::swap_channel* channel) {
   while (take_queued()) {
-    // Completions first, so the requests they free go out in this pass.
+    // Requests back from the kernel and completions first, so the requests they free go out in
+    // this pass. The channel lists a request as back before it verifies it, and verifies it only
+    // in a later poll: its share of the budget is refilled before the hashing, not after.
     bool progressed = false;
     if (channel != nullptr && channel->outstanding() > 0) {
       done_.clear();
-      if (channel->poll(done_) > 0) {
-        for (const io::io_completion& c : done_) on_io(c);
-        progressed = true;
+      landed_.clear();
+      channel->poll(done_, landed_);
+      for (const std::uint64_t user_data : landed_) {
+        give_back_request(*reinterpret_cast<active*>(user_data));  // NOLINT(performance-no-int-to-ptr)
       }
+      for (const io::io_completion& c : done_) on_io(c);
+      progressed = !landed_.empty() || !done_.empty();
     }
     progressed |= advance(channel);
     retire();
@@ -381,6 +386,7 @@ void mover::submit_io(active& a, io::swap_channel& channel, io::io_op op) {
     return;
   }
   a.at = op == io::io_op::read ? stage::reading : stage::writing;
+  a.at_kernel = true;
   ++in_flight_;
   a.background = a.p.priority != move_priority::demand;
   if (a.background) ++background_in_flight_;
@@ -394,9 +400,7 @@ void mover::submit_io(active& a, io::swap_channel& channel, io::io_op op) {
 
 void mover::on_io(const io::io_completion& c) {
   active& a = *reinterpret_cast<active*>(c.user_data);  // NOLINT(performance-no-int-to-ptr)
-  --in_flight_;
-  if (a.background) --background_in_flight_;
-  a.background = false;  // only while its request is out
+  give_back_request(a);  // when the channel did not list it as back from the kernel first
   const bool read = a.at == stage::reading;
   if (!c.ok()) {
     fail_io(a, read ? io::io_op::read : io::io_op::write,
@@ -410,6 +414,14 @@ void mover::on_io(const io::io_completion& c) {
   }
   report(a, nullptr);
   a.at = stage::over;
+}
+
+void mover::give_back_request(active& a) noexcept {
+  if (!a.at_kernel) return;
+  a.at_kernel = false;
+  --in_flight_;
+  if (a.background) --background_in_flight_;
+  a.background = false;  // only while its request is at the kernel
 }
 
 void mover::fail_io(active& a, io::io_op op, const carried_error& cause) {

@@ -31,9 +31,12 @@
 // pieces not yet on the channel become demand pieces, so the wait is not served behind the
 // prefetches queued after it nor limited to the background's share of the requests. A piece waiting
 // for a slot of its pool holds back every later piece of that pool, so a lower class never takes
-// the slot a demand piece waits for. Requests in flight on the channel are at most
-// queue_depth x paths; prefetches and write-behinds get all but one per path of it, so a demand
-// piece always finds a request free even while background pieces are held up at the drive.
+// the slot a demand piece waits for. Requests at the kernel are at most queue_depth x paths;
+// prefetches and write-behinds get all but one per path of it, so a demand piece always finds a
+// request free even while background pieces are held up at the drive. A request's share goes back
+// when the kernel returns it, before the channel verifies its checksums on this thread: the next
+// request goes to the drive first, so the drive's queue is not held short while data is hashed
+// (the data still reaches the hook only once verified).
 //
 //   mover::piece p;
 //   p.priority = move_priority::demand;
@@ -92,7 +95,7 @@ struct mover_stats {
   std::uint64_t pieces = 0;  ///< pieces done, failed ones included
   std::uint64_t failed_pieces = 0;
   std::uint64_t slot_waits = 0;    ///< times a piece found its pool empty and waited
-  std::size_t peak_in_flight = 0;  ///< the most requests the mover had on the channel at once
+  std::size_t peak_in_flight = 0;  ///< the most requests the mover had at the kernel at once
   double io_busy_seconds = 0;      ///< seconds the channel had requests in flight
 };
 
@@ -172,7 +175,8 @@ class mover {
     device_event event;
     bool reported = false;
     bool waited = false;      ///< counted once in slot_waits
-    bool background = false;  ///< it has a request in flight that counts against the background's share
+    bool at_kernel = false;   ///< its request holds a share of the budget: submitted, not yet back from the kernel
+    bool background = false;  ///< that share counts against the background's
   };
 
   void wake() const noexcept;
@@ -192,6 +196,9 @@ class mover {
   [[nodiscard]] bool budget_for(move_priority cls) const noexcept;
   void submit_io(active& a, io::swap_channel& channel, io::io_op op);
   void on_io(const io::io_completion& c);
+  /// The piece's request is back from the kernel (its data may be unverified yet): its share of
+  /// the budget goes back. Once per request; a no-op after.
+  void give_back_request(active& a) noexcept;
   void fail(active& a, const carried_error& e);
   /// fail() with the message naming the piece, the extent and the offset.
   void fail_io(active& a, io::io_op op, const carried_error& cause);
@@ -205,8 +212,8 @@ class mover {
   std::vector<mover_pool_spec> specs_;
   std::vector<std::unique_ptr<allocators::buffer_pool>> pools_;  ///< null for a pool of no slots
   std::size_t paths_ = 1;
-  std::size_t budget_ = 0;             ///< requests in flight, all classes
-  std::size_t background_budget_ = 0;  ///< requests in flight for prefetch and write-behind
+  std::size_t budget_ = 0;             ///< requests at the kernel, all classes
+  std::size_t background_budget_ = 0;  ///< requests at the kernel for prefetch and write-behind
   int wake_fd_ = -1;                   ///< an eventfd: submissions wake the I/O thread through it
 
   // Shared with callers.
@@ -222,7 +229,8 @@ class mover {
   // The I/O thread's own: pieces in (priority, seq) order.
   std::vector<std::unique_ptr<active>> active_;
   std::vector<io::io_completion> done_;
-  std::vector<bool> pool_blocked_;  ///< advance()'s: the pools a waiting piece holds back
+  std::vector<std::uint64_t> landed_;  ///< the channel's poll: requests back from the kernel
+  std::vector<bool> pool_blocked_;     ///< advance()'s: the pools a waiting piece holds back
   std::size_t in_flight_ = 0;
   std::size_t background_in_flight_ = 0;
   std::size_t hooked_ = 0;          ///< pieces waiting on a hook's device event
