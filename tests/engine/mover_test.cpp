@@ -1,6 +1,7 @@
 // The mover alone, over a real swap store whose backend a test wraps: byte-exact round trips
 // under random schedules with failures injected, the per-path queue-depth budget counted at the
-// backend, and demand pieces served before prefetches and write-behinds.
+// backend (and given back before verification), demand pieces served before prefetches and
+// write-behinds, and hooks' device work that wakes the mover rather than holding it.
 #include "zoe/engine/swap/mover.hpp"
 
 #include <gmock/gmock.h>
@@ -198,7 +199,7 @@ mover::piece write_piece(std::size_t pool, const std::vector<std::byte>& src, io
   p.write = mover::io_range{to, 0};
   p.hook = [&src](std::span<std::byte> slot) {
     std::memcpy(slot.data(), src.data(), src.size());
-    return device_event{};
+    return std::nullopt;
   };
   p.what = "a test value";
   return p;
@@ -214,7 +215,7 @@ mover::piece read_piece(std::size_t pool, std::vector<std::byte>& out, io::swap_
   p.read = mover::io_range{from, 0};
   p.hook = [&out](std::span<std::byte> slot) {
     std::memcpy(out.data(), slot.data(), out.size());
-    return device_event{};
+    return std::nullopt;
   };
   p.what = "a test value";
   return p;
@@ -286,7 +287,7 @@ TEST_P(mover_round_trip, EveryClientReadsBackWhatItCommittedUnderFailures) {
               p.write = mover::io_range{shadow, 0};
               p.hook = [add](std::span<std::byte> s) {
                 for (auto& x : s) x = static_cast<std::byte>(static_cast<unsigned>(x) + static_cast<unsigned>(add));
-                return device_event{};
+                return std::nullopt;
               };
               p.what = "an accumulation";
               return p;
@@ -554,6 +555,41 @@ TEST(MoverPriority, ARaisedRequestInFlightLeavesTheBackgroundsShare) {
   EXPECT_EQ(next, h.big_value);
   held_done.get_future().wait();
   EXPECT_EQ(held, h.small_value);
+}
+
+// The end of a hook's device work wakes the mover (a task queued after it): the mover never sits
+// blocked on that work, nor polls it. Here the work is held (its stream waits for the test) while a
+// read of another value is submitted: the read is served while the hold lasts. Bounded: a mover
+// that waits for the device work before it looks at submissions fails here instead of hanging.
+TEST(MoverHooks, ASubmissionIsServedWhileAHooksDeviceWorkIsHeld) {
+  rig r(1, 2, {{.key = "slots", .slot_bytes = 64 * KiB, .slot_count = 4}});
+  const std::size_t pool = r.m->pool("slots");
+  const io::swap_extent e = r.store->allocate(4096);
+  const std::vector<std::byte> value = pattern(4096, 5);
+  r.m->run(write_piece(pool, value, e));
+
+  device_stream stream = r.dev->create_stream();
+  std::promise<void> hold;
+  const std::shared_future<void> held = hold.get_future().share();
+  mover::piece busy;
+  busy.pool = pool;
+  busy.bytes = 4096;
+  busy.hook = [&r, &stream, held](std::span<std::byte>) {
+    r.dev->launch_host(stream.view(), [held] { held.wait(); });
+    return std::optional<stream_view>(stream.view());
+  };
+  busy.what = "a held device copy";
+  std::promise<void> busy_done;
+  r.m->submit(signalling(std::move(busy), busy_done));
+  busy_done.get_future().wait();  // its hook ran (without a write it is done then); its slot stays taken
+
+  std::vector<std::byte> got(4096);
+  auto over = std::async(std::launch::async, [&] { r.m->run(read_piece(pool, got, e)); });
+  const bool in_time = over.wait_for(std::chrono::seconds(30)) == std::future_status::ready;
+  hold.set_value();  // either way, so the mover can finish and the test end
+  ASSERT_TRUE(in_time) << "the read waited for a hook's device work";
+  over.get();
+  EXPECT_EQ(got, value);
 }
 
 // A piece that cannot fit its slot, or names no pool, is refused before anything is queued.
