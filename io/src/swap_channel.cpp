@@ -513,19 +513,19 @@ std::size_t swap_channel::poll(std::vector<io_completion>& out, std::vector<std:
   if (notify) notifier_->clear();
   // Polls every engine even with nothing outstanding: with the notifier on, that quiets their fds.
   progress(false);
-  if (landed_.empty()) {
-    // Every request waiting here was listed by an earlier call, and its caller had its chance to
-    // start the next: hash them now.
-    finish_completed(completed_.size());
-  } else {
-    // The caller starts its next requests before any of these is verified: a refill of the
-    // drive's queue never waits for the hashing.
-    for (const std::uint32_t slot_id : landed_) {
-      slots_[slot_id]->unlisted = false;
-      landed.push_back(slots_[slot_id]->request.user_data);
-    }
-    landed_.clear();
+  // Hashes only what earlier calls listed (their callers had their chance to start the next
+  // requests): all of it when nothing new came back; one when something did, so that the refill
+  // for what just came back waits for little hashing, and the hashing for no stream of refills.
+  // Listed slots are a prefix of completed_: both go in the order the requests came back.
+  for (std::size_t n = landed_.empty() ? completed_.size() : 1;
+       n > 0 && !completed_.empty() && !slots_[completed_.front()]->unlisted; --n) {
+    finish_completed(1);
   }
+  for (const std::uint32_t slot_id : landed_) {
+    slots_[slot_id]->unlisted = false;
+    landed.push_back(slots_[slot_id]->request.user_data);
+  }
+  landed_.clear();
   const std::size_t moved = hand_out(out);
   if (notify) arm_notification();
   return moved;

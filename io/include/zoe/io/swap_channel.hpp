@@ -80,9 +80,10 @@ class swap_channel {
   /// poll(), for a caller that keeps a queue-depth budget of its own (the mover). A request holds
   /// its share of an engine's queue only until the kernel returns it; its checksums are verified
   /// after that, on this thread. This poll appends to `landed` the user_data of each submit()ted
-  /// request the kernel returned since the last poll or wait, oldest first, and when there is any
-  /// it returns without verifying anything, so the caller can start its next requests before the
-  /// hashing; a later call verifies them and hands out their completions in `out`, as poll() does.
+  /// request the kernel returned since the last poll or wait, oldest first, and verifies none of
+  /// them: the caller can start its next requests before their hashing. It verifies (and hands
+  /// out in `out`, as poll() does) only requests listed by earlier calls: all of them when nothing
+  /// new came back, else the oldest one, so each call holds a refill back by one hashing at most.
   /// A request in `landed` is still outstanding: its buffer holds data not yet verified and stays
   /// the channel's until its completion is handed out (failed, with corrupt == true, if the data
   /// is not what was written). Each request is listed once, before its completion, when the caller
