@@ -50,6 +50,7 @@ struct swap_channel::pending {
   bool claimed = false;                       ///< a write holding chunks [first_chunk, end_chunk)
   bool in_run = false;                        ///< run()'s own: its completion goes to run_done_
   bool abandoned = false;                     ///< its submit threw: drained, never reported
+  bool unlisted = false;                      ///< in landed_: back from the kernel, not yet listed
   std::chrono::steady_clock::time_point started{};
   std::size_t pieces_issued = 0;
   std::size_t pieces_left = 0;
@@ -61,7 +62,7 @@ struct swap_channel::pending {
     first_chunk = end_chunk = 0;
     hashes.clear();
     previous.clear();
-    head_in_scratch = tail_in_scratch = claimed = in_run = abandoned = false;
+    head_in_scratch = tail_in_scratch = claimed = in_run = abandoned = unlisted = false;
     pieces_issued = pieces_left = 0;
     result = {};
   }
@@ -310,6 +311,11 @@ void swap_channel::on_piece(const io_completion& c) {
     // Verified later, one by one as completions are handed out, so that a caller who resubmits
     // on each completion keeps the drive busy instead of waiting for a whole batch's hashing.
     completed_.push_back(slot_id);
+    // run()'s own requests are never handed out, so never listed either.
+    if (!p.in_run) {
+      landed_.push_back(slot_id);
+      p.unlisted = true;
+    }
   }
 }
 
@@ -390,6 +396,10 @@ void swap_channel::retire(std::uint32_t slot_id) noexcept {
     }
     p.claimed = false;
   }
+  if (p.unlisted) {
+    std::erase(landed_, slot_id);
+    p.unlisted = false;
+  }
   if (p.record) {
     p.record->in_flight.fetch_sub(1, std::memory_order_release);
     p.record.reset();
@@ -465,6 +475,9 @@ void swap_channel::drain_abandoned(std::uint32_t slot_id) noexcept {
 }
 
 std::size_t swap_channel::collect(std::vector<io_completion>& out, std::size_t min_count, bool block) {
+  // These callers do not ask which requests came back: nothing is left to list.
+  for (const std::uint32_t slot_id : landed_) slots_[slot_id]->unlisted = false;
+  landed_.clear();
   if (!notifier_->enabled()) return collect_loop(out, min_count, block);
   notifier_->clear();
   const std::size_t moved = collect_loop(out, min_count, block);
@@ -477,10 +490,7 @@ std::size_t swap_channel::collect(std::vector<io_completion>& out, std::size_t m
 std::size_t swap_channel::collect_loop(std::vector<io_completion>& out, std::size_t min_count, bool block) {
   std::size_t moved = 0;
   for (;;) {
-    moved += ready_.size();
-    outstanding_ -= ready_.size();
-    std::move(ready_.begin(), ready_.end(), std::back_inserter(out));
-    ready_.clear();
+    moved += hand_out(out);
     if (outstanding_ == 0 || (block && moved >= min_count)) return moved;
     if (!completed_.empty()) {
       finish_completed(block ? min_count - moved : completed_.size());
@@ -488,6 +498,37 @@ std::size_t swap_channel::collect_loop(std::vector<io_completion>& out, std::siz
     }
     if (!progress(block) && completed_.empty()) return moved;
   }
+}
+
+std::size_t swap_channel::hand_out(std::vector<io_completion>& out) {
+  const std::size_t n = ready_.size();
+  outstanding_ -= n;
+  std::move(ready_.begin(), ready_.end(), std::back_inserter(out));
+  ready_.clear();
+  return n;
+}
+
+std::size_t swap_channel::poll(std::vector<io_completion>& out, std::vector<std::uint64_t>& landed) {
+  const bool notify = notifier_->enabled();
+  if (notify) notifier_->clear();
+  // Polls every engine even with nothing outstanding: with the notifier on, that quiets their fds.
+  progress(false);
+  // Hashes only what earlier calls listed (their callers had their chance to start the next
+  // requests): all of it when nothing new came back; one when something did, so that the refill
+  // for what just came back waits for little hashing, and the hashing for no stream of refills.
+  // Listed slots are a prefix of completed_: both go in the order the requests came back.
+  for (std::size_t n = landed_.empty() ? completed_.size() : 1;
+       n > 0 && !completed_.empty() && !slots_[completed_.front()]->unlisted; --n) {
+    finish_completed(1);
+  }
+  for (const std::uint32_t slot_id : landed_) {
+    slots_[slot_id]->unlisted = false;
+    landed.push_back(slots_[slot_id]->request.user_data);
+  }
+  landed_.clear();
+  const std::size_t moved = hand_out(out);
+  if (notify) arm_notification();
+  return moved;
 }
 
 bool swap_channel::register_buffers(std::span<const std::span<std::byte>> regions) {

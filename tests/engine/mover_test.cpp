@@ -1,6 +1,7 @@
 // The mover alone, over a real swap store whose backend a test wraps: byte-exact round trips
 // under random schedules with failures injected, the per-path queue-depth budget counted at the
-// backend, and demand pieces served before prefetches and write-behinds.
+// backend (and given back before verification), demand pieces served before prefetches and
+// write-behinds, and hooks' device work that wakes the mover rather than holding it.
 #include "zoe/engine/swap/mover.hpp"
 
 #include <gmock/gmock.h>
@@ -9,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <future>
 #include <map>
 #include <mutex>
@@ -33,12 +35,13 @@ using engine::mover_options;
 using ::testing::HasSubstr;
 
 // What every backend of a store shares with the test: requests in flight per file (one file per
-// swap path), the most seen, a switch that holds back operations of one length, and a rate of
-// injected EIO failures.
+// swap path), the most seen, the reads submitted, a switch that holds back operations of one
+// length, and a rate of injected EIO failures.
 struct backend_watch {
   std::mutex mutex;
   std::map<int, std::size_t> in_flight;  ///< by fd
   std::map<int, std::size_t> peak;
+  std::size_t reads = 0;                    ///< read operations submitted, held ones included
   std::atomic<std::size_t> hold_length{0};  ///< operations of this many bytes wait while non-zero
   std::vector<int> notify_fds;              ///< to wake the engines when the hold ends
   std::mt19937_64 rng{1};
@@ -51,6 +54,11 @@ struct backend_watch {
     std::size_t n = 0;
     for (const auto& [fd, count] : in_flight) n += count;
     return n;
+  }
+
+  std::size_t reads_submitted() {
+    const std::lock_guard lock(mutex);
+    return reads;
   }
 
   void release() {
@@ -87,6 +95,7 @@ class watching_backend final : public io::io_backend {
       for (const io::raw_op& op : ops) {
         const std::size_t n = ++watch_->in_flight[op.fd];
         watch_->peak[op.fd] = std::max(watch_->peak[op.fd], n);
+        if (op.op == io::io_op::read) ++watch_->reads;
         if (watch_->fail_rate > 0 && std::uniform_real_distribution<double>(0, 1)(watch_->rng) < watch_->fail_rate) {
           ++watch_->failed;
           injected_.push_back({op.tag, -EIO});
@@ -190,7 +199,7 @@ mover::piece write_piece(std::size_t pool, const std::vector<std::byte>& src, io
   p.write = mover::io_range{to, 0};
   p.hook = [&src](std::span<std::byte> slot) {
     std::memcpy(slot.data(), src.data(), src.size());
-    return device_event{};
+    return std::nullopt;
   };
   p.what = "a test value";
   return p;
@@ -206,7 +215,7 @@ mover::piece read_piece(std::size_t pool, std::vector<std::byte>& out, io::swap_
   p.read = mover::io_range{from, 0};
   p.hook = [&out](std::span<std::byte> slot) {
     std::memcpy(out.data(), slot.data(), out.size());
-    return device_event{};
+    return std::nullopt;
   };
   p.what = "a test value";
   return p;
@@ -278,7 +287,7 @@ TEST_P(mover_round_trip, EveryClientReadsBackWhatItCommittedUnderFailures) {
               p.write = mover::io_range{shadow, 0};
               p.hook = [add](std::span<std::byte> s) {
                 for (auto& x : s) x = static_cast<std::byte>(static_cast<unsigned>(x) + static_cast<unsigned>(add));
-                return device_event{};
+                return std::nullopt;
               };
               p.what = "an accumulation";
               return p;
@@ -355,6 +364,66 @@ TEST(MoverBudget, RequestsInFlightPerPathStayWithinTheQueueDepth) {
   EXPECT_LE(r.m->stats().peak_in_flight, depth * 2);
 }
 
+// A piece whose done fails the test on an error, then sets `over`.
+mover::piece signalling(mover::piece p, std::promise<void>& over) {
+  p.done = [&over](const carried_error* e) {
+    if (e != nullptr) ADD_FAILURE() << e->message;
+    over.set_value();
+  };
+  return p;
+}
+
+// Spins (bounded) until `ready`; false when it never came.
+bool eventually(const std::function<bool()>& ready) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!ready()) {
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::yield();
+  }
+  return true;
+}
+
+// A request's share of the budget goes back when the kernel returns it, before its checksums are
+// verified: the next request is at the drive by then, so the hashing never holds the drive's queue
+// short. The budget is one request; a read of a damaged value `a` takes it (held at the backend)
+// while a second read `c` waits for it with its slot. When a's failure (the damage caught) is
+// reported, which happens right after its verification, c's read must already have been submitted.
+// Nothing is timed: the order of the two is what is checked.
+TEST(MoverBudget, ARequestBackFromTheKernelGivesItsShareBackBeforeItIsVerified) {
+  rig r(1, 1, {{.key = "slots", .slot_bytes = 64 * KiB, .slot_count = 8}});
+  const std::size_t pool = r.m->pool("slots");
+  const io::swap_extent a = r.store->allocate(8192);  // the store's first extent: at offset 0 of its file
+  const io::swap_extent c = r.store->allocate(4096);
+  const std::vector<std::byte> a_value = pattern(8192, 1);
+  const std::vector<std::byte> c_value = pattern(4096, 2);
+  r.m->run(write_piece(pool, a_value, a));
+  r.m->run(write_piece(pool, c_value, c));
+  flip_byte(only_swap_file(*r.store), 100);
+  r.watch->hold_length = 8192;  // a's read
+  const std::size_t reads_before = r.watch->reads_submitted();
+
+  std::vector<std::byte> a_got(8192);
+  std::promise<std::size_t> a_failed;  // the reads submitted when a's failure was reported
+  mover::piece a_read = read_piece(pool, a_got, a);
+  a_read.done = [&](const carried_error* e) {
+    EXPECT_TRUE(e != nullptr && e->category == error_category::corrupt) << "the damaged value was read";
+    a_failed.set_value(r.watch->reads_submitted() - reads_before);
+  };
+  r.m->submit(std::move(a_read));
+  ASSERT_TRUE(eventually([&] { return r.watch->at_backend() == 1; }));
+  std::vector<std::byte> c_got(4096);
+  std::promise<void> c_done;
+  r.m->submit(signalling(read_piece(pool, c_got, c), c_done));
+  // c holds a slot (a holds another, and the writes left the pool at 7 free): it waits for the request.
+  const bool c_waits = eventually([&] { return r.m->pool_low_water(pool) == 6; });
+  r.watch->release();
+  ASSERT_TRUE(c_waits);
+
+  EXPECT_EQ(a_failed.get_future().get(), 2U) << "c's read waited for a's verification";
+  c_done.get_future().wait();
+  EXPECT_EQ(c_got, c_value);
+}
+
 // The backend holds every prefetch and write-behind (operations of 4096 bytes) until a demand
 // read (8192 bytes) has completed. Queued first in order, those would fill the queue depth and the
 // demand would wait behind them for ever; the mover must start the demand read anyway. The wait is
@@ -402,15 +471,6 @@ TEST(MoverPriority, DemandIsNeverQueuedBehindPrefetchesOrWriteBehinds) {
   r.m.reset();  // finishes the background pieces
   EXPECT_EQ(background_done.load(), 5);
   for (std::uint64_t k = 0; k < 3; ++k) EXPECT_EQ(got[k], values[k]);
-}
-
-// A piece whose done fails the test on an error, then sets `over`.
-mover::piece signalling(mover::piece p, std::promise<void>& over) {
-  p.done = [&over](const carried_error* e) {
-    if (e != nullptr) ADD_FAILURE() << e->message;
-    over.set_value();
-  };
-  return p;
 }
 
 // One path at queue depth 2, so the background's share is one request; a 4096-byte value `small`
@@ -495,6 +555,41 @@ TEST(MoverPriority, ARaisedRequestInFlightLeavesTheBackgroundsShare) {
   EXPECT_EQ(next, h.big_value);
   held_done.get_future().wait();
   EXPECT_EQ(held, h.small_value);
+}
+
+// The end of a hook's device work wakes the mover (a task queued after it): the mover never sits
+// blocked on that work, nor polls it. Here the work is held (its stream waits for the test) while a
+// read of another value is submitted: the read is served while the hold lasts. Bounded: a mover
+// that waits for the device work before it looks at submissions fails here instead of hanging.
+TEST(MoverHooks, ASubmissionIsServedWhileAHooksDeviceWorkIsHeld) {
+  rig r(1, 2, {{.key = "slots", .slot_bytes = 64 * KiB, .slot_count = 4}});
+  const std::size_t pool = r.m->pool("slots");
+  const io::swap_extent e = r.store->allocate(4096);
+  const std::vector<std::byte> value = pattern(4096, 5);
+  r.m->run(write_piece(pool, value, e));
+
+  device_stream stream = r.dev->create_stream();
+  std::promise<void> hold;
+  const std::shared_future<void> held = hold.get_future().share();
+  mover::piece busy;
+  busy.pool = pool;
+  busy.bytes = 4096;
+  busy.hook = [&r, &stream, held](std::span<std::byte>) {
+    r.dev->launch_host(stream.view(), [held] { held.wait(); });
+    return std::optional<stream_view>(stream.view());
+  };
+  busy.what = "a held device copy";
+  std::promise<void> busy_done;
+  r.m->submit(signalling(std::move(busy), busy_done));
+  busy_done.get_future().wait();  // its hook ran (without a write it is done then); its slot stays taken
+
+  std::vector<std::byte> got(4096);
+  auto over = std::async(std::launch::async, [&] { r.m->run(read_piece(pool, got, e)); });
+  const bool in_time = over.wait_for(std::chrono::seconds(30)) == std::future_status::ready;
+  hold.set_value();  // either way, so the mover can finish and the test end
+  ASSERT_TRUE(in_time) << "the read waited for a hook's device work";
+  over.get();
+  EXPECT_EQ(got, value);
 }
 
 // A piece that cannot fit its slot, or names no pool, is refused before anything is queued.

@@ -1,12 +1,14 @@
 // The swap channel's progress outside poll and wait, on every backend: one fd for all its
 // engines (one per store path) wakes an event loop until every request is verified and handed
-// out, and wait() with a timeout hands out what completed and loses nothing.
+// out, wait() with a timeout hands out what completed and loses nothing, and a poll that lists the
+// requests back from the kernel lists each before it verifies it.
 #include <gtest/gtest.h>
 #include <poll.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <map>
 
 #include "backend_types.hpp"
 #include "fault_injecting_backend.hpp"
@@ -127,6 +129,51 @@ TYPED_TEST(swap_channel_progress_test, ATimedWaitHandsOutWhatCompletedAndLosesNo
   for (const auto& c : done) EXPECT_TRUE(c.ok()) << c.message;
   EXPECT_TRUE(same_bytes(back_one, one));
   EXPECT_TRUE(same_bytes(back_two, two));
+}
+
+// A caller that keeps its own queue-depth budget polls with a list of the requests back from the
+// kernel: each request is listed once, in a call before the one that verifies it and hands out
+// its completion (so the caller can start the next request before the hashing), and a damaged
+// chunk is still caught: its data never comes out as good.
+TYPED_TEST(swap_channel_progress_test, ARequestIsListedAsBackBeforeItIsVerifiedAndDamageIsStillCaught) {
+  auto store = this->make_store();
+  swap_channel ch(*store);
+  const swap_extent good = store->allocate(store_chunk);     // chunk 0: the first path, offset 0
+  const swap_extent damaged = store->allocate(store_chunk);  // chunk 1: the second path, offset 0
+  auto good_data = random_bytes(store_chunk, 1);
+  auto damaged_data = random_bytes(store_chunk, 2);
+  store_write(ch, good, 0, good_data);
+  store_write(ch, damaged, 0, damaged_data);
+  flip_byte(only_swap_file(*store, 1), 10);
+
+  std::vector<std::byte> good_back(store_chunk);
+  std::vector<std::byte> damaged_back(store_chunk);
+  ch.submit({io_op::read, good, 0, good_back, 1});
+  ch.submit({io_op::read, damaged, 0, damaged_back, 2});
+  std::map<std::uint64_t, int> listed_in;  // user_data: the call that listed it
+  std::map<std::uint64_t, io_completion> completed;
+  std::map<std::uint64_t, int> completed_in;
+  const int fd = ch.notify_fd();
+  for (int call = 0; ch.outstanding() > 0; ++call) {
+    ASSERT_TRUE(readable(fd, stuck_ms)) << "notify_fd stayed quiet with " << ch.outstanding() << " outstanding";
+    std::vector<io_completion> done;
+    std::vector<std::uint64_t> landed;
+    ch.poll(done, landed);
+    for (const std::uint64_t u : landed) EXPECT_TRUE(listed_in.emplace(u, call).second) << u << " listed twice";
+    for (auto& c : done) {
+      completed_in[c.user_data] = call;
+      completed.emplace(c.user_data, std::move(c));
+    }
+  }
+  ASSERT_EQ(completed.size(), 2u);
+  for (const auto& [u, call] : completed_in) {
+    ASSERT_TRUE(listed_in.contains(u)) << u << " was handed out without being listed";
+    EXPECT_LT(listed_in[u], call) << u << " was verified in the call that listed it";
+  }
+  EXPECT_TRUE(completed[1].ok()) << completed[1].message;
+  EXPECT_TRUE(same_bytes(good_back, good_data));
+  EXPECT_TRUE(completed[2].corrupt) << completed[2].message;
+  EXPECT_EQ(completed[2].bytes, 0u);
 }
 
 }  // namespace

@@ -2,7 +2,6 @@
 #include "zoe/engine/swap/mover.hpp"
 
 #include <poll.h>
-#include <time.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -19,10 +18,6 @@
 namespace zoe::engine {
 
 namespace {
-// How long the I/O thread sleeps before it looks at the hooks' device work again: a device event
-// cannot wake it. Submissions, raises (the wake fd) and completions (the channel's notify_fd) do.
-constexpr timespec hook_poll{.tv_sec = 0, .tv_nsec = 200'000};
-
 std::size_t class_index(move_priority p) noexcept { return static_cast<std::size_t>(p); }
 }  // namespace
 
@@ -48,8 +43,7 @@ mover::mover(io::swap_store* store, allocators::pinned_host_resource* pinned, de
     background_budget_ = depth > 1 ? budget_ - paths_ : budget_;
   }
   pool_blocked_.assign(pools_.size(), false);
-  wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (wake_fd_ < 0) throw io_error(str("mover: eventfd failed: ", std::strerror(errno)), errno);
+  wake_ = std::make_shared<const wake_signal>();
   thread_ = std::jthread([this] { run_thread(); });
 }
 
@@ -60,7 +54,6 @@ mover::~mover() {
   }
   wake();
   thread_.join();
-  ::close(wake_fd_);
 }
 
 std::size_t mover::pool(const std::string& key) const {
@@ -131,10 +124,16 @@ std::string mover::backend_name() const {
   return backend_;
 }
 
-void mover::wake() const noexcept {
+mover::wake_signal::wake_signal() : fd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
+  if (fd < 0) throw io_error(str("mover: eventfd failed: ", std::strerror(errno)), errno);
+}
+
+mover::wake_signal::~wake_signal() { ::close(fd); }
+
+void mover::wake_signal::signal() const noexcept {
   const std::uint64_t one = 1;
   // A full counter (never, in practice) is already readable: nothing is lost.
-  [[maybe_unused]] const auto n = ::write(wake_fd_, &one, sizeof one);
+  [[maybe_unused]] const auto n = ::write(fd, &one, sizeof one);
 }
 
 void mover::run_thread() noexcept {
@@ -168,7 +167,7 @@ void mover::run_thread() noexcept {
       log::error("mover: the swap channel failed; every NVMe piece fails from now on: ", broken_->message);
       channel.reset();
       for (auto& a : active_) {
-        a->background = false;
+        a->at_kernel = a->background = false;
         if (a->at == stage::reading || a->at == stage::writing) fail(*a, *broken_);
       }
       in_flight_ = 0;
@@ -179,14 +178,19 @@ void mover::run_thread() noexcept {
 
 void mover::loop(io::swap_channel* channel) {
   while (take_queued()) {
-    // Completions first, so the requests they free go out in this pass.
+    // Requests back from the kernel and completions first, so the requests they free go out in
+    // this pass. The channel lists a request as back before it verifies it, and verifies it only
+    // in a later poll: its share of the budget is refilled before the hashing, not after.
     bool progressed = false;
     if (channel != nullptr && channel->outstanding() > 0) {
       done_.clear();
-      if (channel->poll(done_) > 0) {
-        for (const io::io_completion& c : done_) on_io(c);
-        progressed = true;
+      landed_.clear();
+      channel->poll(done_, landed_);
+      for (const std::uint64_t user_data : landed_) {
+        give_back_request(*reinterpret_cast<active*>(user_data));  // NOLINT(performance-no-int-to-ptr)
       }
+      for (const io::io_completion& c : done_) on_io(c);
+      progressed = !landed_.empty() || !done_.empty();
     }
     progressed |= advance(channel);
     retire();
@@ -198,26 +202,19 @@ void mover::loop(io::swap_channel* channel) {
 
 void mover::sleep(io::swap_channel* channel) {
   const bool io_out = channel != nullptr && channel->outstanding() > 0;
-  if (!io_out && hooked_ > 0) {
-    // Only device copies are out: the oldest frees its slot first. A submission waits that long.
-    const auto oldest = std::find_if(active_.begin(), active_.end(),
-                                     [](const std::unique_ptr<active>& a) { return a->at == stage::hooked; });
-    dev_->synchronize((*oldest)->event);
-    return;
-  }
-  // Wakes on a submission, on the channel, or (while device copies run) now and then.
-  pollfd fds[2] = {{.fd = wake_fd_, .events = POLLIN, .revents = 0}, {.fd = -1, .events = POLLIN, .revents = 0}};
+  // Wakes on a submission, a raise, the end of a hook's device work (the wake fd) or the channel.
+  pollfd fds[2] = {{.fd = wake_->fd, .events = POLLIN, .revents = 0}, {.fd = -1, .events = POLLIN, .revents = 0}};
   nfds_t n = 1;
   if (io_out) {
     fds[1].fd = channel->notify_fd();
     n = 2;
   }
-  if (::ppoll(fds, n, hooked_ > 0 ? &hook_poll : nullptr, nullptr) < 0 && errno != EINTR) {
+  if (::poll(fds, n, -1) < 0 && errno != EINTR) {
     throw io_error(str("mover: poll failed: ", std::strerror(errno)), errno);
   }
   if ((fds[0].revents & POLLIN) != 0) {
     std::uint64_t count = 0;
-    [[maybe_unused]] const auto r = ::read(wake_fd_, &count, sizeof count);
+    [[maybe_unused]] const auto r = ::read(wake_->fd, &count, sizeof count);
   }
 }
 
@@ -334,16 +331,27 @@ bool mover::step(active& a, io::swap_channel* channel, bool hooks) {
       }
       case stage::want_hook: {
         if (!hooks) return progressed;
-        if (a.p.hook) {
-          try {
-            a.event = a.p.hook(a.bytes);
-          } catch (...) {
-            fail(a, carried_error::of(std::current_exception()));
-            return true;
+        std::optional<stream_view> busy;
+        try {
+          if (a.p.hook) busy = a.p.hook(a.bytes);
+          if (busy) {
+            ZOE_ASSERT(dev_ != nullptr);
+            // A task after the hook's work says the bytes are free and wakes this thread: nothing
+            // polls the device. It holds the flag and the wake fd, never the piece or the mover.
+            a.released = std::make_shared<std::atomic<bool>>(false);
+            dev_->launch_host(*busy, [released = a.released, wake = wake_] {
+              released->store(true, std::memory_order_release);
+              wake->signal();
+            });
           }
+        } catch (...) {
+          const carried_error e = carried_error::of(std::current_exception());
+          // The slot goes back when the piece fails: not before the work already queued on it is over.
+          if (busy) settle(*busy);
+          fail(a, e);
+          return true;
         }
-        if (a.event.valid()) {
-          ZOE_ASSERT(dev_ != nullptr);
+        if (busy) {
           ++hooked_;
           a.at = stage::hooked;
           // Without a write the piece is done now: its device work is ordered by the client's stream.
@@ -358,7 +366,8 @@ bool mover::step(active& a, io::swap_channel* channel, bool hooks) {
         break;
       }
       case stage::hooked: {
-        if (!dev_->query(a.event)) return progressed;
+        if (!a.released->load(std::memory_order_acquire)) return progressed;
+        a.released.reset();
         --hooked_;
         a.at = a.p.write && !a.reported ? stage::want_write : stage::over;
         progressed = true;
@@ -368,6 +377,14 @@ bool mover::step(active& a, io::swap_channel* channel, bool hooks) {
       case stage::writing:
       case stage::over: return progressed;
     }
+  }
+}
+
+void mover::settle(stream_view stream) noexcept {
+  try {
+    dev_->synchronize(stream);
+  } catch (const std::exception& e) {
+    log::error("mover: waiting for a failed hook's device work: ", e.what());
   }
 }
 
@@ -381,6 +398,7 @@ void mover::submit_io(active& a, io::swap_channel& channel, io::io_op op) {
     return;
   }
   a.at = op == io::io_op::read ? stage::reading : stage::writing;
+  a.at_kernel = true;
   ++in_flight_;
   a.background = a.p.priority != move_priority::demand;
   if (a.background) ++background_in_flight_;
@@ -394,9 +412,7 @@ void mover::submit_io(active& a, io::swap_channel& channel, io::io_op op) {
 
 void mover::on_io(const io::io_completion& c) {
   active& a = *reinterpret_cast<active*>(c.user_data);  // NOLINT(performance-no-int-to-ptr)
-  --in_flight_;
-  if (a.background) --background_in_flight_;
-  a.background = false;  // only while its request is out
+  give_back_request(a);  // when the channel did not list it as back from the kernel first
   const bool read = a.at == stage::reading;
   if (!c.ok()) {
     fail_io(a, read ? io::io_op::read : io::io_op::write,
@@ -410,6 +426,14 @@ void mover::on_io(const io::io_completion& c) {
   }
   report(a, nullptr);
   a.at = stage::over;
+}
+
+void mover::give_back_request(active& a) noexcept {
+  if (!a.at_kernel) return;
+  a.at_kernel = false;
+  --in_flight_;
+  if (a.background) --background_in_flight_;
+  a.background = false;  // only while its request is at the kernel
 }
 
 void mover::fail_io(active& a, io::io_op op, const carried_error& cause) {

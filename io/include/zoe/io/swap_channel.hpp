@@ -77,6 +77,18 @@ class swap_channel {
   /// Like io_engine::poll / wait, for the requests taken by submit(). A completion that failed its
   /// checksum has corrupt == true.
   std::size_t poll(std::vector<io_completion>& out);
+  /// poll(), for a caller that keeps a queue-depth budget of its own (the mover). A request holds
+  /// its share of an engine's queue only until the kernel returns it; its checksums are verified
+  /// after that, on this thread. This poll appends to `landed` the user_data of each submit()ted
+  /// request the kernel returned since the last poll or wait, oldest first, and verifies none of
+  /// them: the caller can start its next requests before their hashing. It verifies (and hands
+  /// out in `out`, as poll() does) only requests listed by earlier calls: all of them when nothing
+  /// new came back, else the oldest one, so each call holds a refill back by one hashing at most.
+  /// A request in `landed` is still outstanding: its buffer holds data not yet verified and stays
+  /// the channel's until its completion is handed out (failed, with corrupt == true, if the data
+  /// is not what was written). Each request is listed once, before its completion, when the caller
+  /// polls only this way; a request that never reached the kernel (empty, or refused) is not listed.
+  std::size_t poll(std::vector<io_completion>& out, std::vector<std::uint64_t>& landed);
   std::size_t wait(std::vector<io_completion>& out, std::size_t min_count = 1);
   /// Like io_engine::wait with a timeout: returns what completed by then (possibly fewer than
   /// min_count, possibly none) and leaves the rest outstanding for later calls.
@@ -139,6 +151,8 @@ class swap_channel {
   /// Abandons the slot and progresses until its pieces all came back (its submit threw).
   void drain_abandoned(std::uint32_t slot) noexcept;
   std::size_t collect(std::vector<io_completion>& out, std::size_t min_count, bool block);
+  /// Moves the finished completions of submit()'s requests to `out`; returns how many.
+  std::size_t hand_out(std::vector<io_completion>& out);
   std::size_t collect_loop(std::vector<io_completion>& out, std::size_t min_count, bool block);
   /// Leaves the notifier readable when the channel holds work for the next poll.
   void arm_notification() const noexcept;
@@ -151,6 +165,7 @@ class swap_channel {
   std::size_t run_left_ = 0;             ///< requests of the run() in progress not yet complete
   std::vector<io_completion> piece_completions_;
   std::deque<std::uint32_t> completed_;  ///< slots whose pieces all came back, not yet finished
+  std::vector<std::uint32_t> landed_;    ///< slots of completed_ not yet listed by poll(out, landed)
   std::size_t outstanding_ = 0;
   std::unique_ptr<detail::notifier> notifier_;
   std::unique_ptr<detail::stats_recorder> stats_;

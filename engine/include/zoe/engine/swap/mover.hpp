@@ -12,8 +12,9 @@
 //
 //   lease a slot of its pool (or use the client's buffer)
 //   -> read    `read` (extent, offset) into the bytes          (skipped without `read`)
-//   -> hook    the client's copy/accumulate/compute step on the bytes; it may queue device work and
-//              return the event after which the bytes may be reused or written (skipped without hook)
+//   -> hook    the client's copy/accumulate/compute step on the bytes; it may queue device work on a
+//              stream and return that stream: the bytes are reused or written once its work so far
+//              is over, and the mover is woken then, not polling (skipped without hook)
 //   -> write   the bytes to `write` (extent, offset)            (skipped without `write`)
 //   -> done    the client's completion: nothing, or the error naming the path and offset; commit
 //              (tier_manager::finish_move, commit_shadow) happens here, on the I/O thread
@@ -31,21 +32,25 @@
 // pieces not yet on the channel become demand pieces, so the wait is not served behind the
 // prefetches queued after it nor limited to the background's share of the requests. A piece waiting
 // for a slot of its pool holds back every later piece of that pool, so a lower class never takes
-// the slot a demand piece waits for. Requests in flight on the channel are at most
-// queue_depth x paths; prefetches and write-behinds get all but one per path of it, so a demand
-// piece always finds a request free even while background pieces are held up at the drive.
+// the slot a demand piece waits for. Requests at the kernel are at most queue_depth x paths;
+// prefetches and write-behinds get all but one per path of it, so a demand piece always finds a
+// request free even while background pieces are held up at the drive. A request's share goes back
+// when the kernel returns it, before the channel verifies its checksums on this thread: the next
+// request goes to the drive first, so the drive's queue is not held short while data is hashed
+// (the data still reaches the hook only once verified).
 //
 //   mover::piece p;
 //   p.priority = move_priority::demand;
 //   p.pool = m.pool("params");  p.bytes = n;
 //   p.read = mover::io_range{extent, offset};
-//   p.hook = [&](std::span<std::byte> b) { dev.copy_async(dst, b.data(), n, ...); return event; };
+//   p.hook = [&](std::span<std::byte> b) { dev.copy_async(dst, b.data(), n, ..., s); return s; };
 //   p.done = [ticket](const carried_error* e) noexcept { ticket->piece_over(e); };
 //   m.submit(std::move(p));          // or m.run(std::move(p)) to wait for it
 //
 // Hooks and done callbacks run on the I/O thread: they must be short and must not wait on the
 // mover (run() from a hook deadlocks).
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -92,7 +97,7 @@ struct mover_stats {
   std::uint64_t pieces = 0;  ///< pieces done, failed ones included
   std::uint64_t failed_pieces = 0;
   std::uint64_t slot_waits = 0;    ///< times a piece found its pool empty and waited
-  std::size_t peak_in_flight = 0;  ///< the most requests the mover had on the channel at once
+  std::size_t peak_in_flight = 0;  ///< the most requests the mover had at the kernel at once
   double io_busy_seconds = 0;      ///< seconds the channel had requests in flight
 };
 
@@ -115,9 +120,10 @@ class mover {
     std::size_t bytes = 0;        ///< at most the pool's slot_bytes
     std::optional<io_range> read;
     std::optional<io_range> write;
-    /// The client's step on the bytes after the read and before the write. Returns the event after
-    /// which the bytes may be reused (an invalid event: at once). A throw fails the piece.
-    std::function<device_event(std::span<std::byte>)> hook;
+    /// The client's step on the bytes after the read and before the write. Returns the stream whose
+    /// work queued so far still uses the bytes (they are reused, or written, once it is over), or
+    /// nullopt when they are free at once. A throw fails the piece.
+    std::function<std::optional<stream_view>(std::span<std::byte>)> hook;
     /// Called once, on the I/O thread: nullptr when the piece is done, else why it failed. Must not throw.
     std::function<void(const carried_error*)> done;
     std::string what;  ///< "the working copy of parameter 'x'", for messages
@@ -127,8 +133,8 @@ class mover {
 
   /// Makes the pools (pinned memory from `pinned`) and starts the I/O thread, which makes the
   /// channel on `store` (null: no NVMe, and only pieces without read or write are taken). `dev`
-  /// is what hooks' events are queried on (null when no hook returns one). Throws memory_error
-  /// when the pinned memory cannot be had, usage_error for a pool of zero-sized slots.
+  /// is where the streams hooks return get the task that wakes the mover (null when no hook returns one). Throws
+  /// memory_error when the pinned memory cannot be had, usage_error for a pool of zero-sized slots.
   mover(io::swap_store* store, allocators::pinned_host_resource* pinned, device* dev, mover_options options);
   /// Finishes every piece submitted, then joins the thread. Never throws.
   ~mover();
@@ -169,16 +175,29 @@ class mover {
     stage at = stage::want_slot;
     allocators::buffer_lease lease;
     std::span<std::byte> bytes;
-    device_event event;
+    /// Set by a task queued on the hook's stream after its work: the bytes are free again.
+    std::shared_ptr<std::atomic<bool>> released;
     bool reported = false;
     bool waited = false;      ///< counted once in slot_waits
-    bool background = false;  ///< it has a request in flight that counts against the background's share
+    bool at_kernel = false;   ///< its request holds a share of the budget: submitted, not yet back from the kernel
+    bool background = false;  ///< that share counts against the background's
   };
 
-  void wake() const noexcept;
+  /// The I/O thread's eventfd: submissions, raises and the hooks' streams (through a task queued
+  /// after their work) wake it. Shared with those tasks, which may run after the mover is gone.
+  struct wake_signal {
+    int fd = -1;
+    wake_signal();
+    ~wake_signal();
+    wake_signal(const wake_signal&) = delete;
+    wake_signal& operator=(const wake_signal&) = delete;
+    void signal() const noexcept;
+  };
+
+  void wake() const noexcept { wake_->signal(); }
   void run_thread() noexcept;
   void loop(io::swap_channel* channel);
-  /// Sleeps until a submission, a raise, a completion, or (while hooks' device work runs) a short while.
+  /// Sleeps until a submission, a raise, a completion, or the end of a hook's device work.
   void sleep(io::swap_channel* channel);
   /// Takes what callers queued and raised; false when asked to stop and nothing is left.
   bool take_queued();
@@ -190,8 +209,13 @@ class mover {
   /// One piece as far as it goes (not into its hook unless `hooks`).
   bool step(active& a, io::swap_channel* channel, bool hooks);
   [[nodiscard]] bool budget_for(move_priority cls) const noexcept;
+  /// Waits for the work queued on `stream` so far, logging a failure of it.
+  void settle(stream_view stream) noexcept;
   void submit_io(active& a, io::swap_channel& channel, io::io_op op);
   void on_io(const io::io_completion& c);
+  /// The piece's request is back from the kernel (its data may be unverified yet): its share of
+  /// the budget goes back. Once per request; a no-op after.
+  void give_back_request(active& a) noexcept;
   void fail(active& a, const carried_error& e);
   /// fail() with the message naming the piece, the extent and the offset.
   void fail_io(active& a, io::io_op op, const carried_error& cause);
@@ -205,9 +229,9 @@ class mover {
   std::vector<mover_pool_spec> specs_;
   std::vector<std::unique_ptr<allocators::buffer_pool>> pools_;  ///< null for a pool of no slots
   std::size_t paths_ = 1;
-  std::size_t budget_ = 0;             ///< requests in flight, all classes
-  std::size_t background_budget_ = 0;  ///< requests in flight for prefetch and write-behind
-  int wake_fd_ = -1;                   ///< an eventfd: submissions wake the I/O thread through it
+  std::size_t budget_ = 0;             ///< requests at the kernel, all classes
+  std::size_t background_budget_ = 0;  ///< requests at the kernel for prefetch and write-behind
+  std::shared_ptr<const wake_signal> wake_;
 
   // Shared with callers.
   mutable std::mutex mutex_;
@@ -222,10 +246,11 @@ class mover {
   // The I/O thread's own: pieces in (priority, seq) order.
   std::vector<std::unique_ptr<active>> active_;
   std::vector<io::io_completion> done_;
-  std::vector<bool> pool_blocked_;  ///< advance()'s: the pools a waiting piece holds back
+  std::vector<std::uint64_t> landed_;  ///< the channel's poll: requests back from the kernel
+  std::vector<bool> pool_blocked_;     ///< advance()'s: the pools a waiting piece holds back
   std::size_t in_flight_ = 0;
   std::size_t background_in_flight_ = 0;
-  std::size_t hooked_ = 0;          ///< pieces waiting on a hook's device event
+  std::size_t hooked_ = 0;          ///< pieces waiting for a hook's device work to end
   std::size_t peak_in_flight_ = 0;  ///< stats_.peak_in_flight, read without the lock
   /// Counts not yet in stats_: report() adds them under the lock it takes anyway, so a request or
   /// a wait for a slot takes no lock of its own.
