@@ -142,6 +142,9 @@ class path_replay {
         lane all{.op = io::io_op::write, .length = size, .want = size};
         pump(*e, f, memory, options.block_size, options.queue_depth, none, all);
       }
+      // On the drive, not in a write cache on its way there (a virtual disk's host page cache, a
+      // drive's own): the timed replay must not compete with the flush of the untimed writes.
+      f.sync();
       const std::unique_ptr<io::io_engine> e = make_engine(store_, backend_);
       arrived = true;
       gate.arrive_and_wait();
