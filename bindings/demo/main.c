@@ -275,9 +275,9 @@ static int train(const mlp_options* o, const zoe_ranks* launch, size_t micro_bat
   const double io = s.param_io_s > s.compute_s ? s.param_io_s : s.compute_s;
   const double opt = s.adam_s > s.optimizer_io_s ? s.adam_s : s.optimizer_io_s;
   s.bound_s = io + opt;
-  /* The drive's share alone: the parameter reads, then the optimizer's reads and writes, each
-   * replayed without compute (they share the one drive, so their times add). */
-  s.io_s = s.param_io_s + s.optimizer_io_s;
+  /* The drive's share alone: the last step's NVMe bytes through zoe's raw I/O engine, reads and
+   * writes in flight together as the step has them. */
+  s.io_s = st.io_s;
   s.floor_s = s.compute_s > s.io_s ? s.compute_s : s.io_s;
   s.peak_rss_bytes = mlp_peak_rss_bytes();
   if (lead) mlp_report_summary(o->json, &s);

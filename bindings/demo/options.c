@@ -129,12 +129,13 @@ void mlp_print_help(FILE* out) {
       out);
   /* C99 guarantees string literals of 4095 characters only: the final line's fields go in two. */
   fputs(
-      "  io_s                 param_io_s + optimizer_io_s: the step's NVMe reads and writes replayed alone\n"
-      "                       through zoe in this run, no compute, the two stages one after the other (they\n"
-      "                       share the drive). A step that overlaps its parameter reads with the\n"
-      "                       optimizer's writes (the optimizer step inside backward does) may move them\n"
-      "                       faster together than one after the other: then io_s is above the drive's\n"
-      "                       bound and step_s can fall below floor_s\n"
+      "  io_s                 the drive's time for the last step's NVMe bytes (all of them, by the\n"
+      "                       mover's count: parameters, gradients, optimizer, activations), replayed in\n"
+      "                       this run through zoe's raw I/O engine alone (O_DIRECT, no swap store, no\n"
+      "                       checksums, no copies, no compute) in a scratch file beside the swap files,\n"
+      "                       the reads and the writes in flight together at aio.queue_depth requests of\n"
+      "                       aio.block_size, as the step has them (zoe_measure_stages' io_s). It matches\n"
+      "                       `zoe-bench io` or fio moving the same bytes (fio: --rw=rw with that mix)\n"
       "  floor_s              max(compute_s, io_s): the step's compute or its I/O alone, whichever is longer\n"
       "  step_over_floor      step_s / floor_s (1 is a step that hides all I/O behind compute, or the reverse)\n"
       "  nvme_read_bytes_per_step, nvme_write_bytes_per_step  NVMe bytes a step read and wrote by zoe's count\n"

@@ -27,7 +27,7 @@ typedef struct mlp_summary {
   double adam_s;
   double optimizer_io_s;
   double bound_s;
-  double io_s;          /* param_io_s + optimizer_io_s: the step's NVMe transfers alone */
+  double io_s;          /* the step's NVMe bytes through zoe's raw I/O engine alone (zoe_stage_times.io_s) */
   double floor_s;       /* max(compute_s, io_s): no step can be faster */
   mlp_step_bytes bytes; /* per step, zoe's count and the kernel's */
   uint64_t peak_rss_bytes;

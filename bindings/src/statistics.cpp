@@ -32,6 +32,12 @@ zoe_status zoe_measure_stages(zoe_engine* engine, zoe_stage_times* times) {
     times->param_io_s = t.param_io_s;
     times->adam_s = t.adam_s;
     times->optimizer_io_s = t.optimizer_io_s;
+    // The replay's fields came later: a caller built before them passes a smaller struct_size.
+    if (times->struct_size >= ZOE_FIELDS_END(zoe_stage_times, io_write_bytes)) {
+      times->io_s = t.io_s;
+      times->io_read_bytes = t.io_read_bytes;
+      times->io_write_bytes = t.io_write_bytes;
+    }
   });
 }
 

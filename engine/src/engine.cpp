@@ -217,6 +217,7 @@ void offload_engine::begin_micro_batch() {
   const std::size_t k = config_.gradient_accumulation_steps;
   ZOE_EXPECTS(micro_batches_done_ < k, "begin_micro_batch: the step's ", k,
               " micro-batches (gradient_accumulation_steps) are done; call step() first");
+  if (micro_batches_done_ == 0) step_began_io_ = resources_->movers().stats();
   resources_->coord().begin_step();
   try {
     gradients_->begin_micro_batch(micro_batches_done_, k);
@@ -383,6 +384,12 @@ void offload_engine::stop_speculation() noexcept {
   if (ahead_) ahead_->wait_idle();
 }
 
+void offload_engine::note_step_io() {
+  const mover_stats now = resources_->movers().stats();
+  last_step_read_ = now.bytes_read - step_began_io_.bytes_read;
+  last_step_written_ = now.bytes_written - step_began_io_.bytes_written;
+}
+
 step_result offload_engine::step(double lr) {
   const std::vector<group_hyper> every(layout().group_count(),
                                        group_hyper{.lr = lr, .weight_decay = adam_settings_.weight_decay});
@@ -427,6 +434,7 @@ step_result offload_engine::step(std::span<const group_hyper> groups) {
   if (scaler_.update(g.overflow)) {
     optimizer_->drop_speculation();
     micro_batches_done_ = 0;
+    note_step_io();
     out.skipped = true;
     out.loss_scale = scaler_.scale();
     out.optimizer_steps = scaler_.optimizer_steps();
@@ -449,6 +457,7 @@ step_result offload_engine::step(std::span<const group_hyper> groups) {
     throw;
   }
   micro_batches_done_ = 0;
+  note_step_io();
   lr_ = groups.front().lr;
   groups_.assign(groups.begin(), groups.end());
   out.clip_coefficient = prepared.clip;

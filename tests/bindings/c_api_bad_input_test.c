@@ -865,6 +865,7 @@ static int training_loss_falls(void) {
   double first = 0, loss = 0;
   uint64_t current, peak, budget;
   zoe_stage_times times = ZOE_STAGE_TIMES_INIT;
+  zoe_stage_times older;
   int step;
   if (!rig_open(&r, 1)) goto fail;
   ZOE_EXPECT_USAGE(zoe_measure_stages(r.engine, &times), "step");
@@ -885,6 +886,14 @@ static int training_loss_falls(void) {
   ZOE_EXPECT_TRUE(peak > 0 && peak <= budget && budget == 256u << 20);
   ZOE_EXPECT_OK(zoe_measure_stages(r.engine, &times));
   ZOE_EXPECT_TRUE(times.param_io_s > 0 && times.adam_s > 0 && times.optimizer_io_s > 0);
+  ZOE_EXPECT_TRUE(times.io_s > 0 && times.io_read_bytes > 0 && times.io_write_bytes > 0);
+  /* A caller built before io_s passes a struct that ends at optimizer_io_s: nothing past it is written. */
+  older = times;
+  older.struct_size = offsetof(zoe_stage_times, io_s);
+  older.io_s = -1.0;
+  older.io_read_bytes = 7;
+  ZOE_EXPECT_OK(zoe_measure_stages(r.engine, &older));
+  ZOE_EXPECT_TRUE(older.optimizer_io_s > 0 && older.io_s == -1.0 && older.io_read_bytes == 7);
   return rig_close(&r);
 fail:
   rig_close(&r);

@@ -100,6 +100,35 @@ TEST(measure_stages, StepsAfterMeasuringEqualStepsWithoutBitForBit) {
   EXPECT_EQ(trace_of(measured), trace_of(clean));
 }
 
+TEST(measure_stages, ReplaysTheLastStepsNvmeBytesThroughTheRawEngine) {
+  rig r = nvme_rig();
+  train_step(r, 0);
+  const engine::mover_stats before = r.e->resources().movers().stats();
+  train_step(r, 1);
+  const engine::mover_stats after = r.e->resources().movers().stats();
+
+  const engine::stage_times t = r.e->measure_stages();
+  // Every byte the step moved, whichever stage moved it: the parameters' reads, the optimizer's
+  // reads and writes (the step inside backward's included).
+  EXPECT_EQ(t.io_read_bytes, after.bytes_read - before.bytes_read);
+  EXPECT_EQ(t.io_write_bytes, after.bytes_written - before.bytes_written);
+  EXPECT_GT(t.io_read_bytes, 0U);
+  EXPECT_GT(t.io_write_bytes, 0U);
+  EXPECT_GT(t.io_s, 0);
+  // The replay goes through files of its own: the mover moved only the stages' bytes meanwhile,
+  // and the next measure replays the same step.
+  EXPECT_EQ(r.e->measure_stages().io_read_bytes, t.io_read_bytes);
+}
+
+TEST(measure_stages, HasNoIoToReplayWithoutNvme) {
+  rig r("host");
+  train_step(r, 0);
+  const engine::stage_times t = r.e->measure_stages();
+  EXPECT_EQ(t.io_read_bytes, 0U);
+  EXPECT_EQ(t.io_write_bytes, 0U);
+  EXPECT_EQ(t.io_s, 0);
+}
+
 TEST(measure_stages, IsRefusedOutsideTheTimeBetweenTwoSteps) {
   rig r = nvme_rig();
   EXPECT_NE(usage_message([&] { (void)r.e->measure_stages(); }).find("no step has handed in its gradients"),

@@ -706,14 +706,21 @@ typedef struct zoe_stage_times {
                          alone */
   double adam_s;      /**< Adam over every shard with its NVMe parts already read */
   double optimizer_io_s; /**< the optimizer's NVMe reads and writes together, without Adam */
+  double io_s; /**< the last step's NVMe bytes (below) read and written through the raw I/O engine alone (no swap store,
+                  no checksums, no compute), both directions in flight together at aio.queue_depth: the drive's time
+                  for the step's I/O, its floor whatever the step overlaps; 0 without NVMe */
+  uint64_t io_read_bytes; /**< NVMe bytes read from the last step's first zoe_begin_micro_batch to its zoe_step's end */
+  uint64_t io_write_bytes; /**< the same for the bytes written */
 } zoe_stage_times;
 #define ZOE_STAGE_TIMES_INIT \
-  { sizeof(zoe_stage_times), 0.0, 0.0, 0.0 }
+  { sizeof(zoe_stage_times), 0.0, 0.0, 0.0, 0.0, 0, 0 }
 
 /** Times the stages above; changes no state (the optimizer stages write shadow extents and drop
- *  them). Between steps only, after at least one step (ZOE_ERROR_USAGE otherwise). param_io_s is
- *  0 while no fetch order is recorded yet (the steps fetched no module). The engine's statistics
- *  count these runs' transfers too: read zoe_statistics first for training's alone. One thread. */
+ *  them; io_s's replay writes an unlinked scratch file in each swap folder, at most 2 GiB per
+ *  direction, and removes it). Between steps only, after at least one step (ZOE_ERROR_USAGE
+ *  otherwise). param_io_s is 0 while no fetch order is recorded yet (the steps fetched no module).
+ *  The engine's statistics count these runs' transfers too: read zoe_statistics first for
+ *  training's alone. One thread. */
 ZOE_API zoe_status zoe_measure_stages(zoe_engine* engine, zoe_stage_times* times);
 
 /* NOLINTEND(readability-identifier-naming) */

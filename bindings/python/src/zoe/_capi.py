@@ -120,6 +120,9 @@ class StageTimes(_Sized):
         ("param_io_s", c_double),
         ("adam_s", c_double),
         ("optimizer_io_s", c_double),
+        ("io_s", c_double),
+        ("io_read_bytes", c_uint64),
+        ("io_write_bytes", c_uint64),
     ]
 
 

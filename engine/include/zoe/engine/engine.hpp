@@ -83,6 +83,15 @@ struct stage_times {
   double param_io_s = 0;
   double adam_s = 0;          ///< optimizer_step::run_stages with Adam alone (its adam_seconds)
   double optimizer_io_s = 0;  ///< optimizer_step::run_stages with the reads and writes, without Adam
+  /// The last step's NVMe bytes (io_read_bytes, io_write_bytes) replayed through the raw I/O
+  /// engine alone (replay_raw: no store, no checksums, no compute), reads and writes in flight
+  /// together at aio.queue_depth: the drive's time for the step's I/O, whatever the step overlaps.
+  /// 0 without NVMe.
+  double io_s = 0;
+  /// Every NVMe byte the mover read and wrote from the last step's first begin_micro_batch to the
+  /// end of its step(), every stage's (parameters, gradients, optimizer, activations) together.
+  std::uint64_t io_read_bytes = 0;
+  std::uint64_t io_write_bytes = 0;
 };
 
 /// What step() did.
@@ -217,11 +226,13 @@ class offload_engine {
   /// Times each offload stage of a step alone over the model's real states, changing none of them
   /// (the optimizer stages run over the last step's gradients with the next step's settings, write
   /// shadow extents and drop them; the fetches follow the prefetch trace and record nothing; the
-  /// gathered copies are dropped before and after, as an optimizer step leaves them). The stages'
-  /// counters (statistics_json) count the I/O it does; optimizer().last_step() stays the last
-  /// step's. Between steps and after at least one step: usage_error otherwise (a micro-batch open or
-  /// done, or no step's gradients). Throws the I/O errors of the reads and writes (a failed fetch
-  /// is released and the coordinator's step ended first), with every state as it was.
+  /// gathered copies are dropped before and after, as an optimizer step leaves them), and replays
+  /// the last step's NVMe bytes through the raw I/O engine (io_s: replay_raw, in scratch files of
+  /// its own). The stages' counters (statistics_json) count the I/O it does (not the replay's);
+  /// optimizer().last_step() stays the last step's. Between steps and after at least one step:
+  /// usage_error otherwise (a micro-batch open or done, or no step's gradients). Throws the I/O
+  /// errors of the reads and writes (a failed fetch is released and the coordinator's step ended
+  /// first; the replay's name its scratch file), with every state as it was.
   stage_times measure_stages();
 
   // ---- the stages, for statistics and benchmarks -----------------------------------------------
@@ -249,6 +260,8 @@ class offload_engine {
   /// Hands the speculation the master shards backward's fetch of `m` brought (optimizer_step::
   /// keep_fetched_master), copied on `stream`.
   void keep_fetched_masters(module_id m, stream_view stream);
+  /// Records what the mover moved since the step's first micro-batch began as the last step's.
+  void note_step_io();
   /// This rank's shard of `values` (a whole parameter's), padding zero.
   [[nodiscard]] std::vector<float> own_shard(const parameter_layout& param, std::span<const float> values) const;
 
@@ -268,6 +281,11 @@ class offload_engine {
   std::optional<loaded_checkpoint> loaded_;
   device* device_;
   std::size_t micro_batches_done_ = 0;  ///< of the current step
+  /// The mover's byte counts when the current step's first micro-batch began, and what the last
+  /// step that returned moved between that and its end (measure_stages replays it).
+  mover_stats step_began_io_;
+  std::uint64_t last_step_read_ = 0;
+  std::uint64_t last_step_written_ = 0;
   bool micro_batch_open_ = false;
   /// Inference fetches not yet released (fetch() and release() run on several threads).
   mutable std::mutex inference_mutex_;
