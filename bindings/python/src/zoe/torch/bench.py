@@ -187,8 +187,10 @@ def _zoe_config(args, folder, largest_module):
             "reduce_bucket_size": largest_module,
             "overlap_comm": args.overlap_comm,
             # the gathered-parameter arena: the largest module, what prefetch reads ahead, capped by
-            # max_live (zoe's plan); the arena compacts only when a held module would leave no room
-            # for the tied embedding, so a small one no longer slides at every fetch;
+            # max_live (zoe's plan): 187 MiB at 124M, not the 334 the uncapped plan gives at this
+            # bucket. The uncapped one no longer compacts at all (48 compactions in 3 steps before);
+            # this one, 40 MiB beside the tied embedding, still compacts ~50 times a step (the
+            # report counts them), the price of staying below the model states;
             "stage3_prefetch_bucket_size": prefetch,
             "stage3_max_live_parameters": max_live,
             # Adam over tiles of 1e7 elements, their reads and writes overlapping the arithmetic,
