@@ -132,7 +132,7 @@ arena::~arena() {
 
 arena_block arena::allocate(std::size_t bytes, stream_view stream) {
   const std::lock_guard lock(mutex_);
-  if (auto b = allocate_locked(bytes, stream)) return std::move(*b);
+  if (auto b = allocate_locked(bytes, stream, true)) return std::move(*b);
   throw memory_error(str(
       name_, ": cannot allocate ", format_bytes(bytes), ": ", format_bytes(free_bytes()), " free of ",
       format_bytes(capacity_), ", largest hole ", format_bytes(largest_hole()),
@@ -141,10 +141,15 @@ arena_block arena::allocate(std::size_t bytes, stream_view stream) {
 
 std::optional<arena_block> arena::try_allocate(std::size_t bytes, stream_view stream) {
   const std::lock_guard lock(mutex_);
-  return allocate_locked(bytes, stream);
+  return allocate_locked(bytes, stream, true);
 }
 
-std::optional<arena_block> arena::allocate_locked(std::size_t bytes, stream_view stream) {
+std::optional<arena_block> arena::try_allocate_in_place(std::size_t bytes, stream_view stream) {
+  const std::lock_guard lock(mutex_);
+  return allocate_locked(bytes, stream, false);
+}
+
+std::optional<arena_block> arena::allocate_locked(std::size_t bytes, stream_view stream, bool may_compact) {
   if (bytes == 0) return arena_block(this, zero_size_id, 0);
   // A size within the alignment of 2^64 does not round up: larger than any arena, it fails as
   // such (allocate() names it) instead of wrapping to a tiny block.
@@ -156,7 +161,7 @@ std::optional<arena_block> arena::allocate_locked(std::size_t bytes, stream_view
   const std::uint64_t rounded = *aligned;
   std::optional<std::uint64_t> offset = take_space(rounded, stream);
   // take_space() has settled all pending space when nothing fitted, so only holes remain.
-  if (!offset && compaction_ && rounded <= holes_.free_bytes()) {
+  if (!offset && may_compact && compaction_ && rounded <= holes_.free_bytes()) {
     compact_locked(false);
     offset = holes_.take_best_fit(rounded);
     if (!offset && rounded <= holes_.free_bytes()) {
@@ -438,6 +443,19 @@ std::uint64_t arena::compact_locked(bool thorough) {
   stats_.bytes_moved += moved;
   stats_.seconds_compacting += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return moved;
+}
+
+std::uint64_t arena::largest_unpinned_span() const {
+  const std::lock_guard lock(mutex_);
+  std::uint64_t largest = 0;
+  std::uint64_t from = 0;  // the end of the last pinned block
+  for (const auto& [offset, id] : live_by_offset_) {
+    const block& b = blocks_[id];
+    if (b.pins == 0) continue;
+    largest = std::max(largest, offset - from);
+    from = offset + b.size;
+  }
+  return std::max(largest, capacity_ - from);
 }
 
 arena_stats arena::stats() const {

@@ -225,6 +225,42 @@ TEST(arena, PinnedBlocksNeverMoveAndCanBlockTheRequest) {
   EXPECT_EQ(middle.data(), a.base());
 }
 
+// Only pins bound what compaction can make of the free space: live unpinned blocks do not.
+TEST(arena, TheLargestUnpinnedSpanIsTheRoomBetweenPins) {
+  const auto dev = make_host_device(2 * MiB);
+  arena a(*dev, 1 * MiB);
+  EXPECT_EQ(a.largest_unpinned_span(), 1 * MiB);
+  auto first = a.allocate(256 * KiB);
+  auto middle = a.allocate(128 * KiB);
+  auto last = a.allocate(256 * KiB);
+  EXPECT_EQ(a.largest_unpinned_span(), 1 * MiB) << "no pin: every block could move";
+  middle.pin();
+  EXPECT_EQ(a.largest_unpinned_span(), 1 * MiB - 384 * KiB) << "above the pinned block";
+  last.pin();
+  EXPECT_EQ(a.largest_unpinned_span(), 384 * KiB) << "above the top pin, below the middle one";
+  middle.unpin();
+  last.unpin();
+  EXPECT_EQ(a.largest_unpinned_span(), 1 * MiB);
+}
+
+// A request that may come back later takes a hole or nothing: the arena does not slide for it.
+TEST(arena, AnAllocationInPlaceNeverCompacts) {
+  const auto dev = make_host_device(2 * MiB);
+  arena a(*dev, 1 * MiB);
+  auto first = a.allocate(256 * KiB);
+  auto middle = a.allocate(256 * KiB);
+  auto last = a.allocate(256 * KiB);
+  const void* at = middle.data();
+  first.reset();
+  EXPECT_FALSE(a.try_allocate_in_place(400 * KiB).has_value());
+  EXPECT_EQ(a.stats().compactions, 0U);
+  EXPECT_EQ(middle.data(), at);
+  auto small = a.try_allocate_in_place(200 * KiB);
+  ASSERT_TRUE(small.has_value()) << "a hole that fits is taken";
+  EXPECT_EQ(small->data(), a.base()) << "best fit: the freed 256 KiB at the start";
+  EXPECT_EQ(a.stats().compactions, 0U);
+}
+
 TEST(arena, CompactionWaitsForTheLastRecordedUse) {
   const auto dev = make_host_device(2 * MiB);
   arena a(*dev, 1 * MiB);

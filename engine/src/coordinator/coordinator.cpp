@@ -82,9 +82,6 @@ struct coordinator::impl {
         secondary_offset(params.size(), 0),
         has_secondary(params.size(), false) {
     const model_layout& layout = t.layout();
-    for (const parameter_layout& p : layout.parameters()) {
-      largest_block = std::max(largest_block, align_up(full_bytes(p.id), arena.alignment()));
-    }
     if (hpz_on) {
       std::uint64_t at = 0;
       for (const parameter_layout& p : layout.parameters()) {
@@ -122,7 +119,6 @@ struct coordinator::impl {
   std::condition_variable changed;  // a gather or a release completed
   prefetch_policy policy;
   std::vector<gathered_parameter> params;
-  std::uint64_t largest_block = 0;                                     // the largest gathered parameter's arena block
   std::vector<std::deque<std::shared_ptr<detail::fetch_state>>> open;  // per module, oldest first
   std::deque<gather_bucket> gathers;  // started, in order: issued in this order, once sealed
   coordinator_stats stats;
@@ -148,6 +144,14 @@ struct coordinator::impl {
       total += align_up(full_bytes(p), arena.alignment());
     }
     return total;
+  }
+  // The largest arena block a parameter without one may still ask for (0 when all have one).
+  [[nodiscard]] std::uint64_t largest_not_gathered() const {
+    std::uint64_t largest = 0;
+    for (parameter_id p = 0; p < params.size(); ++p) {
+      if (!params[p].block) largest = std::max(largest, align_up(full_bytes(p), arena.alignment()));
+    }
+    return largest;
   }
   [[nodiscard]] std::byte* own_shard(parameter_id p) const {
     return static_cast<std::byte*>(params[p].block.data()) + comm.rank() * shard_bytes(p);
@@ -373,7 +377,9 @@ bool coordinator::impl::start(parameter_id p, bool demand, bool backward, std::u
   } else if (demand) {
     block = allocate_waiting(p, lock);
   } else {
-    block = arena.try_allocate(bytes);
+    // A prefetch takes a hole or backs off: its own fetch comes back for it, and compacting for
+    // it would stall the compute on the arena's copies for a read not yet needed.
+    block = arena.try_allocate_in_place(bytes);
   }
   if (!block) {
     ++stats.prefetch_backoffs;
@@ -747,14 +753,21 @@ void coordinator::wait_fetch(detail::fetch_state& state, const stream_view* stre
     }
   }
   if (!state.pinned) {
-    // Pinned above free space, the module would split the arena until its release (coordinator.hpp,
-    // Held blocks): compaction slides it down first when the free space lies in pieces none of which
-    // holds the largest parameter. Only then: compacting whenever the free space is in pieces (as
-    // prefetching leaves it) stalled every fetch behind the arena's copies (zoe-bench params:
-    // swap-in 1.7 -> 1.05 GiB/s).
-    const allocators::arena_stats a = impl_->arena.stats();
-    if (a.largest_hole < a.free && a.largest_hole < impl_->largest_block) impl_->arena.compact();
+    // Pinned where they lie, the module's blocks could split the arena until its release
+    // (coordinator.hpp, Held blocks): compaction slides them down first when, pinned in place, they
+    // would leave no span free of pins for the largest parameter not gathered, and unpinned they
+    // would. Only then: compacting whenever the free space is in pieces (as prefetching leaves it)
+    // stalled every fetch behind the arena's copies (zoe-bench params: swap-in 1.7 -> 1.05 GiB/s),
+    // and whenever no piece held the largest parameter, a model whose largest block (GPT-2's tied
+    // embedding) takes half an arena compacted at nearly every wait (zoe.torch.bench at 124M: 23
+    // compactions and 4.2 GB moved per step). An allocation that finds no hole compacts itself.
     for (const parameter_id p : members) impl_->params[p].block.pin();
+    const std::uint64_t need = impl_->largest_not_gathered();
+    if (impl_->arena.largest_unpinned_span() < need) {
+      for (const parameter_id p : members) impl_->params[p].block.unpin();
+      if (impl_->arena.largest_unpinned_span() >= need) impl_->arena.compact();
+      for (const parameter_id p : members) impl_->params[p].block.pin();
+    }
     state.pinned = true;
   }
   std::vector<const device_event*> events;

@@ -127,10 +127,17 @@ class arena {
   [[nodiscard]] arena_block allocate(std::size_t bytes, stream_view stream = {});
   /// As allocate(), but nullopt instead of memory_error.
   [[nodiscard]] std::optional<arena_block> try_allocate(std::size_t bytes, stream_view stream = {});
+  /// As try_allocate(), but never compacts: nullopt when no hole fits. For a request that can come
+  /// back later (a prefetch), rather than stall every user of the arena behind its copies now.
+  [[nodiscard]] std::optional<arena_block> try_allocate_in_place(std::size_t bytes, stream_view stream = {});
   /// Waits for the work on pending space, then compacts (also when compaction is off for
   /// allocations). Returns the bytes moved.
   std::uint64_t compact();
 
+  /// The largest hole the pinned blocks leave: what compaction makes of the free space once the
+  /// unpinned blocks are freed (pending space counts as free: compaction settles it first). A
+  /// request larger than this cannot be met until a pin is dropped.
+  [[nodiscard]] std::uint64_t largest_unpinned_span() const;
   [[nodiscard]] arena_stats stats() const;
   [[nodiscard]] std::size_t capacity() const noexcept { return capacity_; }
   [[nodiscard]] std::size_t alignment() const noexcept { return alignment_; }
@@ -159,7 +166,7 @@ class arena {
     device_event freed;
   };
 
-  std::optional<arena_block> allocate_locked(std::size_t bytes, stream_view stream);
+  std::optional<arena_block> allocate_locked(std::size_t bytes, stream_view stream, bool may_compact);
   std::optional<std::uint64_t> take_space(std::uint64_t bytes, stream_view stream);
   std::uint64_t compact_locked(bool thorough);
   void free_block(std::uint32_t id) noexcept;

@@ -6,7 +6,11 @@ same model, batches and AdamW, and reports the measured steps only:
 - torch: the model and AdamW in ordinary memory, the floor of compute;
 - zoe:   zoe.torch.initialize with fp32 parameters and Adam's states on NVMe (stage 3,
          offload_param and offload_optimizer on `--folder`, buffers sized from the model's largest
-         module: _zoe_config), the model built under zoe.torch.Init.
+         module: _zoe_config), the model built under zoe.torch.Init. By default zoe runs as a user
+         whose memory is short configures it (each a flag): a prefetch bucket of 1e7 elements, the
+         gathered parameters capped at the largest module plus that bucket, one gradient bucket
+         (overlap_comm off: one rank has nothing to overlap it with), the fp32 gradient on NVMe, no
+         pending memory and no speculative step inside backward.
 
 Runs alternate (torch, zoe, zoe, torch, ...) for `--rounds` rounds and the figures are medians over
 them, and also round by round (a shared machine's load changes between rounds). Per step: time
@@ -16,6 +20,8 @@ hooks and the gradient bytes they copy into zoe's buffers; per run: peak RSS
 (VmHWM), and for zoe the engine's own I/O of one step replayed alone (zoe_measure_stages:
 param_io_s + optimizer_io_s). The target the issue sets: zoe's step <= 1.25 x max(torch's step,
 zoe's I/O alone), and zoe's peak RSS below the model states (16 bytes per parameter with Adam).
+Peak RSS is the child's VmHWM; "Python and torch" is its VmRSS after importing torch, before the
+model exists, and the target compares the growth above it.
 """
 
 import argparse
@@ -30,6 +36,7 @@ import time
 
 TARGET_RATIO = 1.25
 _SUB_GROUP_ELEMENTS = 10_000_000
+_PREFETCH_BUCKET_ELEMENTS = 10_000_000
 _PARAM_BUFFER_ELEMENTS = 1 << 22
 _BYTES_PER_STATE_ELEMENT = 16  # fp32 parameter, gradient, exp_avg, exp_avg_sq
 
@@ -70,10 +77,44 @@ def _arguments(argv):
         help="zoe's device budget in MiB (default 0: what zoe's footprint plan asks for the model)",
     )
     parser.add_argument(
-        "--gradient-on-nvme",
+        "--gradient",
+        choices=("nvme", "memory"),
+        default="nvme",
+        help="where zoe keeps the fp32 gradients (zoe.placement.gradient; default nvme: 4 bytes per "
+        "parameter less memory for a write and a read of each per step; memory: pinned host memory)",
+    )
+    parser.add_argument(
+        "--prefetch-bucket-size",
+        type=float,
+        default=_PREFETCH_BUCKET_ELEMENTS,
+        help="zoe's stage3_prefetch_bucket_size in elements (default 1e7; DeepSpeed's is 5e7, which at "
+        "124M makes the gathered-parameter arena hold every parameter)",
+    )
+    parser.add_argument(
+        "--max-live-parameters",
+        type=float,
+        default=0,
+        help="zoe's stage3_max_live_parameters in elements, which caps the gathered-parameter arena "
+        "(default 0: the largest module plus the prefetch bucket; DeepSpeed's is 1e9)",
+    )
+    parser.add_argument(
+        "--overlap-comm",
         action="store_true",
-        help="zoe keeps the fp32 gradients on NVMe too (zoe.placement.gradient), not in host memory: "
-        "4 bytes per parameter less memory for a write and a read of each per step",
+        help="two gradient buckets, backward filling one while the other is accumulated (DeepSpeed's "
+        "stage-3 default); without it one bucket of the largest module",
+    )
+    parser.add_argument(
+        "--optimizer-pending-mib",
+        type=int,
+        default=0,
+        help="zoe.optimizer_pending_bytes in MiB (default 0; zoe's is 256): pageable memory for the "
+        "fp32 masters backward's fetches hand the step",
+    )
+    parser.add_argument(
+        "--optimizer-in-backward",
+        action="store_true",
+        help="zoe.optimizer_in_backward (zoe's default; off here by default: in this bench every "
+        "speculated shard was dropped by step(), doubling the optimizer's writes)",
     )
     parser.add_argument("--threads", type=int, default=0, help="torch threads in every run (default 0: torch's own)")
     parser.add_argument("--only", choices=("torch", "zoe"), help="run one side only (no ratio)")
@@ -85,6 +126,9 @@ def _arguments(argv):
     for name in ("layers", "hidden", "heads", "vocab", "seq", "batch", "steps", "rounds"):
         if getattr(args, name) < 1:
             parser.error(f"--{name} must be at least 1")
+    for name in ("prefetch_bucket_size", "max_live_parameters", "optimizer_pending_mib"):
+        if getattr(args, name) < 0:
+            parser.error(f"--{name.replace('_', '-')} must be at least 0")
     if args.warmup < 0:
         parser.error("--warmup must be at least 0")
     return args
@@ -131,15 +175,24 @@ def _zoe_config(args, folder, largest_module):
     # sub_group_size 1e9, offload_param 5 buffers of 1e8): for this model each would be capped at the
     # whole model, and the buffers alone would hold several times the model states in memory. Sized
     # here as a user offloading to NVMe sizes them, from the largest module (the tied embedding):
+    prefetch = int(args.prefetch_bucket_size)
+    max_live = int(args.max_live_parameters) or largest_module + prefetch
     return {
         "train_micro_batch_size_per_gpu": args.batch,
         "gradient_accumulation_steps": 1,
         "optimizer": {"type": "AdamW", "params": {"lr": 1e-4, "weight_decay": 0.0}},
         "zero_optimization": {
             "stage": 3,
-            # two gradient buckets of the largest module (zoe's minimum), backward filling one while
-            # the other is accumulated;
+            # gradient buckets of the largest module (zoe's minimum): one, or two with --overlap-comm;
             "reduce_bucket_size": largest_module,
+            "overlap_comm": args.overlap_comm,
+            # the gathered-parameter arena: the largest module, what prefetch reads ahead, capped by
+            # max_live (zoe's plan): 187 MiB at 124M, not the 334 the uncapped plan gives at this
+            # bucket. The uncapped one no longer compacts at all (48 compactions in 3 steps before);
+            # this one, 40 MiB beside the tied embedding, still compacts ~50 times a step (the
+            # report counts them), the price of staying below the model states;
+            "stage3_prefetch_bucket_size": prefetch,
+            "stage3_max_live_parameters": max_live,
             # Adam over tiles of 1e7 elements, their reads and writes overlapping the arithmetic,
             # through one swap buffer of the largest tile (a parameter is not split: the embedding's
             # 38.6M elements), which zoe cuts into aio.block_size slots, plenty in flight;
@@ -160,7 +213,12 @@ def _zoe_config(args, folder, largest_module):
                 "pipeline_write": True,
             },
         },
-        "zoe": {"device": {"kind": "host"}},
+        "zoe": {
+            "device": {"kind": "host"},
+            "placement": {"gradient": {args.gradient: 1}},
+            "optimizer_in_backward": args.optimizer_in_backward,
+            "optimizer_pending_bytes": args.optimizer_pending_mib << 20,
+        },
     }
 
 
@@ -211,8 +269,6 @@ def _run_child(args):
             model = _model(args)
         parameters = _count(model)  # Init keeps every parameter's shape
         config = _zoe_config(args, folder, _largest_module(model))
-        if args.gradient_on_nvme:
-            config["zoe"]["placement"] = {"gradient": {"nvme": 1}}
         if args.budget_mib:
             config["zoe"]["device"]["budget_bytes"] = args.budget_mib << 20
         else:
@@ -265,6 +321,9 @@ def _run_child(args):
         stats = engine.zoe_engine.statistics()
         for key in ("nvme_read_bytes", "nvme_write_bytes", "host_device_copy_bytes", "fetch_wait_seconds"):
             figures[key + "_per_step"] = (stats[key] - stats_start[key]) / measured
+        for key in ("arena_compactions", "arena_compaction_moved_bytes", "evictions"):
+            figures[key + "_per_step"] = (stats["fetches"][key] - stats_start["fetches"][key]) / measured
+        figures["arena_bytes"] = stats["fetches"]["arena_capacity_bytes"]
         figures["gradient_accumulate_s_per_step"] = (
             stats["gradients"]["accumulate_seconds"] - stats_start["gradients"]["accumulate_seconds"]
         ) / measured
@@ -303,9 +362,13 @@ def _child(args, side, folder):
     command = [sys.executable, "-m", "zoe.torch.bench", "--child", side]
     for name in ("layers", "hidden", "heads", "vocab", "seq", "batch", "steps", "warmup", "threads"):
         command += [f"--{name}", str(getattr(args, name))]
-    command += ["--budget-mib", str(args.budget_mib), "--folder", folder]
-    if args.gradient_on_nvme:
-        command.append("--gradient-on-nvme")
+    command += ["--budget-mib", str(args.budget_mib), "--folder", folder, "--gradient", args.gradient]
+    command += ["--prefetch-bucket-size", str(args.prefetch_bucket_size)]
+    command += ["--max-live-parameters", str(args.max_live_parameters)]
+    command += ["--optimizer-pending-mib", str(args.optimizer_pending_mib)]
+    for flag in ("overlap_comm", "optimizer_in_backward"):
+        if getattr(args, flag):
+            command.append("--" + flag.replace("_", "-"))
     done = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=False)
     if done.returncode != 0:
         raise SystemExit(f"zoe.torch.bench: the {side} run failed (exit status {done.returncode})")
@@ -335,7 +398,13 @@ def _report(runs, args):
         f"GPT-2-shaped model: {args.layers} layers x {args.hidden}, {args.heads} heads, vocab {args.vocab}, "
         f"{params / 1e6:.1f}M parameters ({states / mib:.0f} MiB of fp32 model states with Adam); "
         f"batch {args.batch} x {args.seq} tokens; medians of {args.rounds} run(s) x {args.steps} step(s)"
-        + ("; zoe's gradients on NVMe" if args.gradient_on_nvme else "")
+    )
+    lines.append(
+        f"zoe's configuration: gradients in {args.gradient}, stage3_prefetch_bucket_size "
+        f"{int(args.prefetch_bucket_size):.3g}, stage3_max_live_parameters "
+        f"{int(args.max_live_parameters) or 'largest module + prefetch bucket'}, overlap_comm "
+        f"{args.overlap_comm}, optimizer_in_backward {args.optimizer_in_backward}, optimizer_pending_bytes "
+        f"{args.optimizer_pending_mib} MiB"
     )
     for side, side_runs in by_side.items():
         if not side_runs:
@@ -360,6 +429,12 @@ def _report(runs, args):
             f"{_median(zoe_runs, 'gradient_accumulate_s_per_step'):.3f} s; device budget "
             f"{_median(zoe_runs, 'device_budget_bytes') / mib:.0f} MiB (peak {_median(zoe_runs, 'device_peak_bytes') / mib:.0f}), "
             f"pinned host peak {_median(zoe_runs, 'pinned_host_peak_bytes') / mib:.0f} MiB"
+        )
+        lines.append(
+            f"  zoe's gathered-parameter arena: {_median(zoe_runs, 'arena_bytes') / mib:.0f} MiB; per step "
+            f"{_median(zoe_runs, 'arena_compactions_per_step'):.1f} compactions moving "
+            f"{_median(zoe_runs, 'arena_compaction_moved_bytes_per_step') / mib:.1f} MiB, "
+            f"{_median(zoe_runs, 'evictions_per_step'):.1f} evictions"
         )
         lines.append(
             f"  zoe.torch's hooks: {_median_step(zoe_runs, 'hook_s'):.3f} s per step (Python, zoe's calls, waits on its "

@@ -66,10 +66,12 @@
 //
 // Held blocks: a wait pins its module's blocks, and the arena's compaction never moves a pinned
 // block, so a held block with free space below it would split the arena (4 KiB free on either side
-// of it leave no room for 8 KiB). A wait that finds the free space in pieces none of which holds the
-// largest parameter compacts first, so the module is pinned as low as the blocks pinned before it
-// allow (compacting whenever the free space is in pieces, as prefetching leaves it, or whenever no
-// piece holds the largest module, stalled every fetch behind the arena's copies). Two cases remain
+// of it leave no room for 8 KiB). A wait whose module, pinned where it lies, would leave no span free
+// of pins for the largest parameter not gathered compacts first (when that makes the span), so the
+// module is pinned as low as the blocks pinned before it allow. Compacting whenever the free space is
+// in pieces, as prefetching leaves it, or whenever no piece held the largest parameter, stalled every
+// fetch behind the arena's copies (GPT-2's tied embedding: nearly every wait). A prefetch takes a
+// hole or backs off; a demand fetch that finds no hole compacts (the arena's allocate). Two cases remain
 // where a single caller gets the memory_error above instead of room: holds released out of order,
 // and a module of several parameters whose pieces each hold its largest parameter but not all of
 // them; with other callers, their releases end the wait.
