@@ -29,10 +29,12 @@ struct state_target {
   zoe::engine::state_kind kind;
 };
 
-state_target expect_state_target(zoe_engine& e, zoe_parameter_id parameter, zoe_state state, const float* values,
+// `state` as read by enum_value: passing the zoe_state itself by value would load it as the enum,
+// undefined for a value outside the enumerators (UBSan's enum check).
+state_target expect_state_target(zoe_engine& e, zoe_parameter_id parameter, int state, const float* values,
                                  std::size_t count) {
   const zoe::engine::parameter_id id = zoe::bindings::layout_id(e, parameter);
-  const zoe::engine::state_kind kind = state_of(zoe::bindings::enum_value(state));
+  const zoe::engine::state_kind kind = state_of(state);
   const zoe::engine::parameter_layout& p = e.engine->layout().parameter(id);
   if (count != p.numel) {
     throw zoe::usage_error(zoe::str("parameter '", p.name, "' has ", p.numel, " elements; count is ", count));
@@ -62,7 +64,7 @@ zoe_status zoe_read_state(zoe_engine* engine, zoe_parameter_id parameter, zoe_st
                           size_t count) {
   return guarded("zoe_read_state", [&] {
     zoe_engine& e = live(engine, "engine");
-    const auto [id, kind] = expect_state_target(e, parameter, state, values, count);
+    const auto [id, kind] = expect_state_target(e, parameter, zoe::bindings::enum_value(state), values, count);
     const std::vector<float> read = e.engine->read_state(id, kind);
     std::copy(read.begin(), read.end(), values);
   });
@@ -72,7 +74,7 @@ zoe_status zoe_write_state(zoe_engine* engine, zoe_parameter_id parameter, zoe_s
                            size_t count) {
   return guarded("zoe_write_state", [&] {
     zoe_engine& e = live(engine, "engine");
-    const auto [id, kind] = expect_state_target(e, parameter, state, values, count);
+    const auto [id, kind] = expect_state_target(e, parameter, zoe::bindings::enum_value(state), values, count);
     e.engine->write_state(id, kind, {values, count});
   });
 }
