@@ -70,7 +70,7 @@ offload_engine::offload_engine(std::vector<module_spec> modules, const engine_co
       io_(std::make_unique<state_io>(resources_->tiers(), dev, &resources_->movers())),
       gradients_(std::make_unique<gradient_path>(resources_->tiers(), resources_->gradient_comm(), dev,
                                                  resources_->pinned(), &resources_->movers(),
-                                                 gradient_options(*resources_, config,
+                                                 gradient_options(*resources_, resources_->config(),
                                                                   [this](parameter_id p) {
                                                                     if (ahead_armed_.load()) ahead_->hand_in(p);
                                                                   }))),
@@ -84,6 +84,9 @@ offload_engine::offload_engine(std::vector<module_spec> modules, const engine_co
       groups_(resources_->layout().group_count(),
               group_hyper{.lr = adam_settings_.lr, .weight_decay = adam_settings_.weight_decay}),
       device_(&dev) {
+  // The batch sizes as the resources resolved them for the world's size (known only there).
+  config_.batch = resources_->config().batch;
+  config_.gradient_accumulation_steps = resources_->config().gradient_accumulation_steps;
   if (config_.zoe.optimizer_in_backward) {
     ahead_ = std::make_unique<detail::speculation_worker>([this](parameter_id p) {
       try {

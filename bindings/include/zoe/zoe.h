@@ -361,6 +361,23 @@ ZOE_API zoe_status zoe_engine_destroy(zoe_engine* engine);
 /** The device the engine runs on (borrowed: valid until zoe_engine_destroy). Thread-safe. */
 ZOE_API zoe_status zoe_engine_device(zoe_engine* engine, zoe_device** device);
 
+/** The engine's batch sizes, DeepSpeed's train_batch_size = train_micro_batch_size_per_gpu x
+ *  gradient_accumulation_steps x world size: the configuration's keys with the one not written
+ *  derived for the engine's world size, as DeepSpeed derives it (zoe_engine_create refuses, with
+ *  ZOE_ERROR_CONFIG naming the keys and values, three that do not multiply out or a derived 0;
+ *  engine/CONFIG.md). With neither batch size written, train_batch_size and
+ *  train_micro_batch_size_per_gpu are 0 (unknown) and gradient_accumulation_steps is as written, or 1. */
+typedef struct zoe_batch_sizes {
+  size_t struct_size; /**< sizeof(zoe_batch_sizes), set by the caller */
+  uint64_t train_batch_size;
+  uint64_t train_micro_batch_size_per_gpu;
+  uint64_t gradient_accumulation_steps; /**< the micro-batches of one step (>= 1) */
+} zoe_batch_sizes;
+#define ZOE_BATCH_SIZES_INIT \
+  { sizeof(zoe_batch_sizes), 0, 0, 1 }
+/** Writes the engine's batch sizes (above) into *sizes. Thread-safe. */
+ZOE_API zoe_status zoe_engine_batch_sizes(const zoe_engine* engine, zoe_batch_sizes* sizes);
+
 /* ---- the footprint plan ------------------------------------------------------------------------ */
 
 /** What an engine of a model and a configuration needs, per rank, in bytes: the totals of zoe's

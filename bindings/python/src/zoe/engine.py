@@ -19,6 +19,11 @@ StepResult.__doc__ = "A zoe_step_result (skipped: a bool; loss_scale: the next s
 StageTimes = namedtuple("StageTimes", "param_io_s adam_s optimizer_io_s")
 StageTimes.__doc__ = "A zoe_stage_times, in seconds."
 Traffic = namedtuple("Traffic", "intra_node_bytes inter_node_bytes collectives")
+BatchSizes = namedtuple("BatchSizes", "train_batch_size train_micro_batch_size_per_gpu gradient_accumulation_steps")
+BatchSizes.__doc__ = (
+    "A zoe_batch_sizes: DeepSpeed's three batch keys resolved for the engine's world size "
+    "(train_batch_size and train_micro_batch_size_per_gpu 0 when the configuration wrote neither)."
+)
 Traffic.__doc__ = "A zoe_comm_traffic: bytes this rank sent in the engine's collectives so far."
 
 
@@ -103,6 +108,13 @@ class Engine(_handles.Handle):
         out = _capi.Ranks()
         _capi.call("zoe_engine_ranks", self._require_open(), ctypes.byref(out))
         return ranks.from_struct(out)
+
+    def batch_sizes(self):
+        """The engine's zoe.engine.BatchSizes: the configuration's batch keys, the one not written
+        derived for the engine's world size as DeepSpeed derives it."""
+        out = _capi.BatchSizes()
+        _capi.call("zoe_engine_batch_sizes", self._require_open(), ctypes.byref(out))
+        return BatchSizes(out.train_batch_size, out.train_micro_batch_size_per_gpu, out.gradient_accumulation_steps)
 
     def module_parameters(self, module):
         """The ids of module `module`'s parameters, in the order they were added."""

@@ -19,8 +19,7 @@ What a DeepSpeed script meets that differs:
 - A parent's own parameters stay fetched while its children run: size stage3_max_live_parameters
   for the largest such chain (zoe's default is far larger).
 - betas and eps are one pair for every param group (zoe's Adam takes them from the configuration);
-  Adam and AdamW only; gradient_accumulation_steps is read as given (not derived from the batch
-  sizes).
+  Adam and AdamW only.
 """
 
 from .engine import Engine, footprint_plan, initialize

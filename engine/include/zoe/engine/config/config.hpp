@@ -176,6 +176,15 @@ struct zoe_settings {
   std::uint64_t ranks_per_node = 0;
 };
 
+/// DeepSpeed's three batch keys, train_batch_size = train_micro_batch_size_per_gpu x
+/// gradient_accumulation_steps x world size, as the document wrote them (nullopt: not written);
+/// resolve_batch_sizes fills in the one missing and checks the three.
+struct batch_config {
+  std::optional<std::uint64_t> train_batch_size;
+  std::optional<std::uint64_t> train_micro_batch_size_per_gpu;
+  std::optional<std::uint64_t> gradient_accumulation_steps;
+};
+
 /// Every setting zoe reads from one configuration document.
 struct engine_config {
   zero_config zero;
@@ -183,8 +192,10 @@ struct engine_config {
   fp16_config fp16;
   bf16_config bf16;
   double gradient_clipping = 1.0;  ///< DeepSpeed's default since 2026-06 (0 disables)
-  /// >= 1. DeepSpeed derives it from train_batch_size when absent; zoe ignores the batch sizes: 1.
+  /// >= 1: the micro-batches of one step. As written (default 1) until resolve_batch_sizes
+  /// (batch_sizes.hpp) derives it, as DeepSpeed does, from the batch sizes and the world size.
   std::uint64_t gradient_accumulation_steps = 1;
+  batch_config batch;
   std::optional<optimizer_config> optimizer;  ///< nullopt: no optimizer block
   zoe_settings zoe;
 };
