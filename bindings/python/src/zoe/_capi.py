@@ -120,7 +120,14 @@ class StepResult(_Sized):
 
 
 class GroupHyper(_Sized):
-    _fields_ = [("struct_size", c_size_t), ("lr", c_double), ("weight_decay", c_double)]
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("lr", c_double),
+        ("weight_decay", c_double),
+        ("beta1", c_double),
+        ("beta2", c_double),
+        ("eps", c_double),  # 0: the configuration's betas and eps
+    ]
 
 
 class StageTimes(_Sized):

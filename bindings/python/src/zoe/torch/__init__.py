@@ -18,8 +18,7 @@ What a DeepSpeed script meets that differs:
   there; tie it through modules (head.weight = emb.weight) instead.
 - A parent's own parameters stay fetched while its children run: size stage3_max_live_parameters
   for the largest such chain (zoe's default is far larger).
-- betas and eps are one pair for every param group (zoe's Adam takes them from the configuration);
-  Adam and AdamW only.
+- Adam and AdamW only; each param group's lr, weight_decay, betas and eps are read at every step.
 """
 
 from .engine import Engine, footprint_plan, initialize

@@ -201,7 +201,10 @@ class Engine:
         self.micro_steps += 1
 
     def _optimizer_step(self):
-        groups = [(float(g["lr"]), float(g["weight_decay"])) for g in self.optimizer.param_groups]
+        groups = [
+            (float(g["lr"]), float(g["weight_decay"]), tuple(g["betas"]), float(g["eps"]))
+            for g in self.optimizer.param_groups
+        ]
         result = self._zoe.step(groups=groups)
         self._last_step = result
         self._backwards = 0

@@ -108,11 +108,13 @@ struct optimizer_config {
   bool bias_correction = true;
 };
 
-/// One parameter group's settings at a step (PyTorch's param_groups: lr and weight_decay), as
-/// the step applies them to the parameters of that group (parameter_spec::group).
+/// One parameter group's settings at a step (PyTorch's param_groups: lr, weight_decay, betas and
+/// eps), as the step applies them to the parameters of that group (parameter_spec::group).
 struct group_hyper {
   double lr = 0;
   double weight_decay = 0;
+  std::array<double, 2> betas = optimizer_config{}.betas;
+  double eps = optimizer_config{}.eps;
   friend bool operator==(const group_hyper&, const group_hyper&) = default;
 };
 
