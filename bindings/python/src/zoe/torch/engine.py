@@ -143,7 +143,7 @@ class Engine:
     def __call__(self, *args, **kwargs):
         """model(*args, **kwargs), its parameters fetched from zoe module by module."""
         self._require_open()
-        with self._runtime.compute(), self._saved.context():
+        with self._runtime.compute(), self._saved.context(), self._runtime.forward_scope():
             try:
                 return self.module(*args, **kwargs)
             except BaseException:
