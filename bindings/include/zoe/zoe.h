@@ -415,8 +415,9 @@ typedef struct zoe_footprint {
  *  contacted): the figures are what the engine would ask for, whether or not this machine has it.
  *  ZOE_ERROR_USAGE for a NULL or short struct, a dead model, world_size 0, or a model the layout
  *  refuses (naming the parameter); ZOE_ERROR_CONFIG naming the key for a configuration the engine
- *  would refuse (a bad value, stage 0 with qgZ or an hpZ partition on several ranks, nvme without a path); *footprint
- * is written only on success. Not collective. Thread-safe (the model must not change meanwhile: one thread per model).
+ *  would refuse (a bad value, batch sizes that do not multiply out for world_size, stage 0 with qgZ or an hpZ partition
+ * on several ranks, nvme without a path); *footprint is written only on success. Not collective. Thread-safe (the model
+ * must not change meanwhile: one thread per model).
  */
 ZOE_API zoe_status zoe_footprint_plan(const zoe_engine_desc* desc, uint32_t world_size, zoe_footprint* footprint);
 
