@@ -12,6 +12,7 @@
 #include "plan_report.hpp"
 #include "zoe/core/error.hpp"
 #include "zoe/core/str.hpp"
+#include "zoe/engine/config/batch_sizes.hpp"
 #include "zoe/engine/tiers/footprint_plan.hpp"
 #include "zoe/engine/tiers/placement.hpp"
 
@@ -58,6 +59,8 @@ int run(const std::string& config_path, const std::string& params_text, const st
   const engine::layout_options options = engine::stage_layout(config, static_cast<std::size_t>(world));
   const engine::model_layout layout = plan::layered_model(params, layers, options, dtype);
   report.model = plan::describe_model(params, layers, options, dtype);
+  // As the engine does, once the world size has passed the layout's checks.
+  engine::resolve_batch_sizes(report.loaded.config, static_cast<std::size_t>(world));
   const engine::placement where(layout, config);
   report.plan = engine::make_footprint_plan(layout, config, where);
   report.machine = engine::measure_machine(config);

@@ -60,6 +60,15 @@ optimizer_step_options step_options(const footprint_plan& plan, const engine_con
           .adam_threads = {}};
 }
 
+// A group's settings on the Adam settings of one of its parameters.
+void set_group(kernels::adam_config& adam, const group_hyper& g) noexcept {
+  adam.lr = static_cast<float>(g.lr);
+  adam.weight_decay = static_cast<float>(g.weight_decay);
+  adam.beta1 = static_cast<float>(g.betas[0]);
+  adam.beta2 = static_cast<float>(g.betas[1]);
+  adam.eps = static_cast<float>(g.eps);
+}
+
 }  // namespace
 
 offload_engine::offload_engine(std::vector<module_spec> modules, const engine_config& config, device& dev,
@@ -70,7 +79,8 @@ offload_engine::offload_engine(std::vector<module_spec> modules, const engine_co
       io_(std::make_unique<state_io>(resources_->tiers(), dev, &resources_->movers())),
       gradients_(std::make_unique<gradient_path>(
           resources_->tiers(), resources_->gradient_comm(), dev, resources_->pinned(), &resources_->movers(),
-          gradient_options(*resources_, config, [this](const final_gradient& g) { on_final_gradient(g); }))),
+          gradient_options(*resources_, resources_->config(),
+                           [this](const final_gradient& g) { on_final_gradient(g); }))),
       optimizer_(std::make_unique<optimizer_step>(resources_->tiers(), dev, resources_->pinned(), &resources_->movers(),
                                                   step_options(resources_->plan(), config))),
       activations_(std::make_unique<activation_store>(dev, resources_->pinned(), &resources_->movers(),
@@ -78,9 +88,11 @@ offload_engine::offload_engine(std::vector<module_spec> modules, const engine_co
       files_(options.checkpoint_files != nullptr ? options.checkpoint_files : &checkpoint_fs::posix()),
       scaler_(config.fp16),
       lr_(adam_settings_.lr),
-      groups_(resources_->layout().group_count(),
-              group_hyper{.lr = adam_settings_.lr, .weight_decay = adam_settings_.weight_decay}),
+      groups_(resources_->layout().group_count(), configured_group(adam_settings_.lr)),
       device_(&dev) {
+  // The batch sizes as the resources resolved them for the world's size (known only there).
+  config_.batch = resources_->config().batch;
+  config_.gradient_accumulation_steps = resources_->config().gradient_accumulation_steps;
   if (config_.zoe.optimizer_in_backward) {
     ahead_ = std::make_unique<detail::speculation_worker>([this](parameter_id p) {
       if (ahead_forgone_.load()) {
@@ -361,10 +373,7 @@ void offload_engine::arm_speculation() {
   ahead_scale_ = scaler_.scale();
   ahead_sum_ = 0;
   ahead_forgone_.store(false);
-  for (const parameter_layout& p : layout().parameters()) {
-    ahead_adam_[p.id].lr = static_cast<float>(groups_[p.group].lr);
-    ahead_adam_[p.id].weight_decay = static_cast<float>(groups_[p.group].weight_decay);
-  }
+  for (const parameter_layout& p : layout().parameters()) set_group(ahead_adam_[p.id], groups_[p.group]);
   ahead_armed_.store(true);
 }
 
@@ -390,9 +399,13 @@ void offload_engine::note_step_io() {
   last_step_written_ = now.bytes_written - step_began_io_.bytes_written;
 }
 
+group_hyper offload_engine::configured_group(double lr) const noexcept {
+  return group_hyper{
+      .lr = lr, .weight_decay = adam_settings_.weight_decay, .betas = adam_settings_.betas, .eps = adam_settings_.eps};
+}
+
 step_result offload_engine::step(double lr) {
-  const std::vector<group_hyper> every(layout().group_count(),
-                                       group_hyper{.lr = lr, .weight_decay = adam_settings_.weight_decay});
+  const std::vector<group_hyper> every(layout().group_count(), configured_group(lr));
   return step(every);
 }
 
@@ -419,6 +432,19 @@ step_result offload_engine::step(std::span<const group_hyper> groups) {
                             " is not a weight decay the optimizer can use: give a finite number in [0, ", largest,
                             "]"));
     }
+    for (std::size_t i = 0; i < 2; ++i) {
+      // Below 1 as the float the kernel computes with (1 - beta^t would be 0 at 1).
+      const double beta = groups[g].betas.at(i);
+      if (!(beta >= 0 && static_cast<float>(beta) < 1.0F)) {
+        throw usage_error(str("step: betas[", i, "] ", beta, which,
+                              " is not a beta the optimizer can use: give a number in [0, 1) (below 1 as a float)"));
+      }
+    }
+    const double eps = groups[g].eps;
+    if (!(eps > 0 && eps <= largest && static_cast<float>(eps) > 0.0F)) {
+      throw usage_error(str("step: eps ", eps, which, " is not an eps the optimizer can use: give a number in (0, ",
+                            largest, "] that is not 0 as a float"));
+    }
   }
   // Every rank's shards together: each rank takes the same clip and skip decision. With one shard
   // (stage 0) every rank's summary is already the whole all-reduced gradient's, the same bits on
@@ -444,10 +470,7 @@ step_result offload_engine::step(std::span<const group_hyper> groups) {
   const detail::prepared_step prepared =
       detail::prepare_step(config_, adam_settings_, g, scale, groups.front().lr, scaler_.optimizer_steps());
   std::vector<kernels::adam_config> adam(layout().parameters().size(), prepared.adam);
-  for (const parameter_layout& p : layout().parameters()) {
-    adam[p.id].lr = static_cast<float>(groups[p.group].lr);
-    adam[p.id].weight_decay = static_cast<float>(groups[p.group].weight_decay);
-  }
+  for (const parameter_layout& p : layout().parameters()) set_group(adam[p.id], groups[p.group]);
   try {
     // The gathered copies are about to be stale; changes made to them on the device go home first.
     resources_->coord().drop_gathered();
@@ -516,7 +539,7 @@ void offload_engine::load_checkpoint(const std::filesystem::path& root, const st
       log::warn("the checkpoint under ", root.string(), " has ", meta.groups.size(), " parameter groups, this model ",
                 groups_.size(), "; every group takes its learning rate ", meta.lr);
     }
-    groups_.assign(groups_.size(), group_hyper{.lr = meta.lr, .weight_decay = adam_settings_.weight_decay});
+    groups_.assign(groups_.size(), configured_group(meta.lr));
   }
   loaded_ = loaded_checkpoint{.client = std::move(meta.client), .groups = groups_};
   micro_batches_done_ = 0;

@@ -19,6 +19,13 @@ StepResult.__doc__ = "A zoe_step_result (skipped: a bool; loss_scale: the next s
 StageTimes = namedtuple("StageTimes", "param_io_s adam_s optimizer_io_s")
 StageTimes.__doc__ = "A zoe_stage_times, in seconds."
 Traffic = namedtuple("Traffic", "intra_node_bytes inter_node_bytes collectives")
+GroupSettings = namedtuple("GroupSettings", "lr weight_decay betas eps")
+GroupSettings.__doc__ = "A zoe_group_hyper: one parameter group's lr, weight_decay, (beta1, beta2) and eps."
+BatchSizes = namedtuple("BatchSizes", "train_batch_size train_micro_batch_size_per_gpu gradient_accumulation_steps")
+BatchSizes.__doc__ = (
+    "A zoe_batch_sizes: DeepSpeed's three batch keys resolved for the engine's world size "
+    "(train_batch_size and train_micro_batch_size_per_gpu 0 when the configuration wrote neither)."
+)
 Traffic.__doc__ = "A zoe_comm_traffic: bytes this rank sent in the engine's collectives so far."
 
 
@@ -104,6 +111,13 @@ class Engine(_handles.Handle):
         _capi.call("zoe_engine_ranks", self._require_open(), ctypes.byref(out))
         return ranks.from_struct(out)
 
+    def batch_sizes(self):
+        """The engine's zoe.engine.BatchSizes: the configuration's batch keys, the one not written
+        derived for the engine's world size as DeepSpeed derives it."""
+        out = _capi.BatchSizes()
+        _capi.call("zoe_engine_batch_sizes", self._require_open(), ctypes.byref(out))
+        return BatchSizes(out.train_batch_size, out.train_micro_batch_size_per_gpu, out.gradient_accumulation_steps)
+
     def module_parameters(self, module):
         """The ids of module `module`'s parameters, in the order they were added."""
         return list(self._module_parameters[self._module(module)])
@@ -184,8 +198,9 @@ class Engine(_handles.Handle):
 
     def step(self, lr=None, groups=None):
         """One optimizer step over the step's gradients; returns a StepResult. lr None: the
-        configuration's optimizer.params.lr. groups: a (lr, weight_decay) pair per parameter group
-        (zoe_step_groups; the model's group count of them), instead of lr."""
+        configuration's optimizer.params.lr. groups: per parameter group (zoe_step_groups; the
+        model's group count of them), instead of lr, an (lr, weight_decay) pair (the
+        configuration's betas and eps) or an (lr, weight_decay, (beta1, beta2), eps) tuple."""
         if groups is not None:
             if lr is not None:
                 raise UsageError("step: give lr or groups, not both (each group carries its lr)")
@@ -202,10 +217,20 @@ class Engine(_handles.Handle):
         hypers = []
         for g, group in enumerate(groups):
             try:
-                lr, weight_decay = group
-                hypers.append(_capi.GroupHyper(lr=float(lr), weight_decay=float(weight_decay)))
+                if len(group) == 2:
+                    lr, weight_decay = group
+                    hypers.append(_capi.GroupHyper(lr=float(lr), weight_decay=float(weight_decay)))
+                else:
+                    lr, weight_decay, (beta1, beta2), eps = group
+                    hypers.append(
+                        _capi.GroupHyper(lr=float(lr), weight_decay=float(weight_decay), beta1=float(beta1),
+                                         beta2=float(beta2), eps=float(eps))
+                    )
             except (TypeError, ValueError):
-                raise UsageError(f"step: groups[{g}] is {group!r}, not an (lr, weight_decay) pair") from None
+                raise UsageError(
+                    f"step: groups[{g}] is {group!r}, not an (lr, weight_decay) pair or an "
+                    "(lr, weight_decay, (beta1, beta2), eps) tuple"
+                ) from None
         array = (_capi.GroupHyper * max(len(hypers), 1))(*hypers)
         result = _capi.StepResult()
         _capi.call("zoe_step_groups", self._require_open(), array, len(hypers), ctypes.byref(result))
@@ -279,13 +304,13 @@ class Engine(_handles.Handle):
         return buffer.raw[: length.value]
 
     def checkpoint_groups(self):
-        """Each parameter group's (lr, weight_decay), in group order, as the checkpoint last loaded
-        into this engine stored them (zoe_checkpoint_groups), for a framework's param_groups to take
-        back; zoe.UsageError when none was loaded."""
+        """Each parameter group's zoe.engine.GroupSettings (lr, weight_decay, betas, eps), in group
+        order, as the checkpoint last loaded into this engine stored them (zoe_checkpoint_groups),
+        for a framework's param_groups to take back; zoe.UsageError when none was loaded."""
         count = 1 + max((p.group for p in self.parameters), default=0)
         groups = (_capi.GroupHyper * count)(*(_capi.GroupHyper() for _ in range(count)))
         _capi.call("zoe_checkpoint_groups", self._require_open(), groups, count)
-        return [(g.lr, g.weight_decay) for g in groups]
+        return [GroupSettings(g.lr, g.weight_decay, (g.beta1, g.beta2), g.eps) for g in groups]
 
     # ---- statistics -------------------------------------------------------------------------------
 
