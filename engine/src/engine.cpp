@@ -87,7 +87,11 @@ offload_engine::offload_engine(std::vector<module_spec> modules, const engine_co
   if (config_.zoe.optimizer_in_backward) {
     ahead_ = std::make_unique<detail::speculation_worker>([this](parameter_id p) {
       try {
-        optimizer_->speculate(p, ahead_adam_[p]);
+        const kernels::adam_config adam = [&] {
+          const std::lock_guard lock(ahead_mutex_);
+          return ahead_adam_[p];
+        }();
+        optimizer_->speculate(p, adam);
       } catch (const std::exception& e) {  // settings the step itself would refuse: it says so then
         log::info("parameter '", layout().parameter(p).name, "' steps after backward: ", e.what());
       }
@@ -349,15 +353,54 @@ void offload_engine::arm_speculation() {
   // The step as it goes when nothing overflowed and clipping leaves the gradients as they are (a
   // summary of norm 0 clips nothing), at the next step count, with each group's last settings: each
   // shard runs ahead as its gradient becomes final (optimizer_step.hpp) and step() commits the ones
-  // whose settings it confirms.
+  // whose settings it confirms. The announced settings, when the caller gave them, else the last
+  // step's.
   const detail::prepared_step prepared = detail::prepare_step(config_, adam_settings_, gradient_summary{},
                                                               scaler_.scale(), lr_, scaler_.optimizer_steps() + 1);
-  ahead_adam_.assign(layout().parameters().size(), prepared.adam);
-  for (const parameter_layout& p : layout().parameters()) {
-    ahead_adam_[p.id].lr = static_cast<float>(groups_[p.group].lr);
-    ahead_adam_[p.id].weight_decay = static_cast<float>(groups_[p.group].weight_decay);
+  {
+    const std::lock_guard lock(ahead_mutex_);
+    ahead_adam_.assign(layout().parameters().size(), prepared.adam);
   }
+  set_ahead_groups(announced_ ? *announced_ : groups_);
   ahead_armed_.store(true);
+}
+
+void offload_engine::set_ahead_groups(std::span<const group_hyper> groups) {
+  const std::lock_guard lock(ahead_mutex_);
+  for (const parameter_layout& p : layout().parameters()) {
+    ahead_adam_[p.id].lr = static_cast<float>(groups[p.group].lr);
+    ahead_adam_[p.id].weight_decay = static_cast<float>(groups[p.group].weight_decay);
+  }
+}
+
+void offload_engine::announce_step(std::span<const group_hyper> groups) {
+  expect_group_settings("announce_step", groups);
+  announced_.emplace(groups.begin(), groups.end());
+  // Armed already (backward of the step's last micro-batch): the shards handed in from now on run
+  // with them; the ones before keep the settings they ran with, and step() sorts them out.
+  if (ahead_armed_.load()) set_ahead_groups(*announced_);
+}
+
+void offload_engine::expect_group_settings(const char* call, std::span<const group_hyper> groups) const {
+  ZOE_EXPECTS(groups.size() == layout().group_count(), call, ": ", groups.size(),
+              " parameter groups' settings given; the model has ", layout().group_count(),
+              " groups (the largest parameter group + 1)");
+  // The Adam kernel computes in float: a rate beyond float's range would reach it as inf and fail
+  // the step there, naming no argument. Written so that NaN fails the comparison.
+  constexpr double largest = std::numeric_limits<float>::max();
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    const std::string which = groups.size() == 1 ? std::string() : str(" of parameter group ", g);
+    if (!(groups[g].lr >= 0 && groups[g].lr <= largest)) {
+      throw usage_error(str(call, ": lr ", groups[g].lr, which,
+                            " is not a learning rate the optimizer can use: give a finite number in [0, ", largest,
+                            "] (the Adam kernel computes in float)"));
+    }
+    if (!(groups[g].weight_decay >= 0 && groups[g].weight_decay <= largest)) {
+      throw usage_error(str(call, ": weight_decay ", groups[g].weight_decay, which,
+                            " is not a weight decay the optimizer can use: give a finite number in [0, ", largest,
+                            "]"));
+    }
+  }
 }
 
 void offload_engine::stop_speculation() noexcept {
@@ -376,25 +419,8 @@ step_result offload_engine::step(std::span<const group_hyper> groups) {
   const std::size_t k = config_.gradient_accumulation_steps;
   ZOE_EXPECTS(micro_batches_done_ == k, "step: ", micro_batches_done_, " of the step's ", k,
               " micro-batches (gradient_accumulation_steps) have handed in their gradients");
-  ZOE_EXPECTS(groups.size() == layout().group_count(), "step: ", groups.size(),
-              " parameter groups' settings given; the model has ", layout().group_count(),
-              " groups (the largest parameter group + 1)");
-  // The Adam kernel computes in float: a rate beyond float's range would reach it as inf and fail
-  // the step there, naming no argument. Written so that NaN fails the comparison.
-  constexpr double largest = std::numeric_limits<float>::max();
-  for (std::size_t g = 0; g < groups.size(); ++g) {
-    const std::string which = groups.size() == 1 ? std::string() : str(" of parameter group ", g);
-    if (!(groups[g].lr >= 0 && groups[g].lr <= largest)) {
-      throw usage_error(str("step: lr ", groups[g].lr, which,
-                            " is not a learning rate the optimizer can use: give a finite number in [0, ", largest,
-                            "] (the Adam kernel computes in float)"));
-    }
-    if (!(groups[g].weight_decay >= 0 && groups[g].weight_decay <= largest)) {
-      throw usage_error(str("step: weight_decay ", groups[g].weight_decay, which,
-                            " is not a weight decay the optimizer can use: give a finite number in [0, ", largest,
-                            "]"));
-    }
-  }
+  expect_group_settings("step", groups);
+  announced_.reset();  // it was for this step
   // Every rank's shards together: each rank takes the same clip and skip decision. With one shard
   // (stage 0) every rank's summary is already the whole all-reduced gradient's, the same bits on
   // each: adding the replicas would count it once per rank.
