@@ -60,6 +60,12 @@ optimizer_step_options step_options(const footprint_plan& plan, const engine_con
           .adam_threads = {}};
 }
 
+// A group's settings on the Adam settings of one of its parameters.
+void set_group(kernels::adam_config& adam, const group_hyper& g) noexcept {
+  adam.lr = static_cast<float>(g.lr);
+  adam.weight_decay = static_cast<float>(g.weight_decay);
+}
+
 }  // namespace
 
 offload_engine::offload_engine(std::vector<module_spec> modules, const engine_config& config, device& dev,
@@ -367,10 +373,7 @@ void offload_engine::arm_speculation() {
 
 void offload_engine::set_ahead_groups(std::span<const group_hyper> groups) {
   const std::lock_guard lock(ahead_mutex_);
-  for (const parameter_layout& p : layout().parameters()) {
-    ahead_adam_[p.id].lr = static_cast<float>(groups[p.group].lr);
-    ahead_adam_[p.id].weight_decay = static_cast<float>(groups[p.group].weight_decay);
-  }
+  for (const parameter_layout& p : layout().parameters()) set_group(ahead_adam_[p.id], groups[p.group]);
 }
 
 void offload_engine::announce_step(std::span<const group_hyper> groups) {
@@ -444,10 +447,7 @@ step_result offload_engine::step(std::span<const group_hyper> groups) {
   const detail::prepared_step prepared =
       detail::prepare_step(config_, adam_settings_, g, scale, groups.front().lr, scaler_.optimizer_steps());
   std::vector<kernels::adam_config> adam(layout().parameters().size(), prepared.adam);
-  for (const parameter_layout& p : layout().parameters()) {
-    adam[p.id].lr = static_cast<float>(groups[p.group].lr);
-    adam[p.id].weight_decay = static_cast<float>(groups[p.group].weight_decay);
-  }
+  for (const parameter_layout& p : layout().parameters()) set_group(adam[p.id], groups[p.group]);
   try {
     // The gathered copies are about to be stale; changes made to them on the device go home first.
     resources_->coord().drop_gathered();
