@@ -12,6 +12,7 @@
 #include "plan_report.hpp"
 #include "zoe/core/error.hpp"
 #include "zoe/core/str.hpp"
+#include "zoe/engine/config/batch_sizes.hpp"
 #include "zoe/engine/tiers/footprint_plan.hpp"
 #include "zoe/engine/tiers/placement.hpp"
 
@@ -53,6 +54,7 @@ int run(const std::string& config_path, const std::string& params_text, const st
                            .machine = {},
                            .shortfalls = {},
                            .warnings = {}};
+  engine::resolve_batch_sizes(report.loaded.config, static_cast<std::size_t>(world));  // as the engine does
   const engine::engine_config& config = report.loaded.config;
   const kernels::dtype dtype = plan::working_dtype(config);
   const engine::layout_options options = engine::stage_layout(config, static_cast<std::size_t>(world));

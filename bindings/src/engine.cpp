@@ -271,4 +271,16 @@ zoe_status zoe_engine_device(zoe_engine* engine, zoe_device** device) {
   });
 }
 
+zoe_status zoe_engine_batch_sizes(const zoe_engine* engine, zoe_batch_sizes* sizes) {
+  return guarded("zoe_engine_batch_sizes", [&] {
+    const zoe_engine& e = live(engine, "engine");
+    zoe::bindings::expect_struct(sizes, ZOE_FIELDS_END(zoe_batch_sizes, gradient_accumulation_steps),
+                                 "zoe_batch_sizes");
+    const zoe::engine::engine_config& config = e.engine->config();
+    sizes->train_batch_size = config.batch.train_batch_size.value_or(0);
+    sizes->train_micro_batch_size_per_gpu = config.batch.train_micro_batch_size_per_gpu.value_or(0);
+    sizes->gradient_accumulation_steps = config.gradient_accumulation_steps;
+  });
+}
+
 }  // extern "C"

@@ -7,6 +7,7 @@
 #include "objects.hpp"
 #include "status.hpp"
 #include "zoe/core/error.hpp"
+#include "zoe/engine/config/batch_sizes.hpp"
 #include "zoe/engine/model/layout.hpp"
 #include "zoe/engine/tiers/footprint_plan.hpp"
 #include "zoe/engine/tiers/placement.hpp"
@@ -23,7 +24,8 @@ zoe_status zoe_footprint_plan(const zoe_engine_desc* desc, uint32_t world_size, 
     zoe::bindings::expect_struct(footprint, ZOE_FIELDS_END(zoe_footprint, activation_prefetch_bytes), "zoe_footprint");
     const zoe_model& model = live(d.model, "zoe_engine_desc.model");
     if (world_size == 0) throw zoe::usage_error("world_size is 0: give the number of ranks (1 without a launcher)");
-    const zoe::engine::engine_config config = zoe::bindings::load_config(d).config;
+    zoe::engine::engine_config config = zoe::bindings::load_config(d).config;
+    zoe::engine::resolve_batch_sizes(config, world_size);
     // Laid out, placed and planned as the engine does it (engine_resources), with the world size the
     // engine would learn from its communicator.
     const zoe::engine::model_layout layout(zoe::bindings::module_specs(model),

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "objects.hpp"
@@ -47,20 +48,57 @@ void expect_group_count(const zoe_engine& e, std::size_t count) {
   }
 }
 
-const zoe_group_hyper& expect_group_struct(const zoe_group_hyper* groups, std::size_t g) {
-  const std::string what = zoe::str("zoe_group_hyper (groups[", g, "])");
-  return zoe::bindings::expect_struct(&groups[g], ZOE_FIELDS_END(zoe_group_hyper, weight_decay), what.c_str());
-}
+// The caller's array of zoe_group_hyper: its elements are the caller's struct, groups[0].struct_size
+// bytes apart (a caller built against a zoe.h before betas and eps has a shorter one), each checked
+// before anything is read or written.
+template <typename Hyper>
+class group_array {
+ public:
+  group_array(Hyper* groups, std::size_t count) : first_(groups) {
+    expect_pointer(groups, "groups");
+    zoe::bindings::expect_struct(groups, ZOE_FIELDS_END(zoe_group_hyper, weight_decay), "zoe_group_hyper (groups[0])");
+    stride_ = groups->struct_size;
+    if (stride_ % alignof(zoe_group_hyper) != 0) {
+      throw zoe::usage_error(zoe::str("zoe_group_hyper (groups[0]).struct_size ", stride_, " is not a multiple of ",
+                                      alignof(zoe_group_hyper), ": set it to sizeof(zoe_group_hyper)"));
+    }
+    for (std::size_t g = 1; g < count; ++g) {
+      if (at(g).struct_size != stride_) {
+        throw zoe::usage_error(zoe::str("zoe_group_hyper (groups[", g, "]).struct_size is ", at(g).struct_size,
+                                        ", groups[0]'s ", stride_, ": the array is of one struct"));
+      }
+    }
+  }
+  [[nodiscard]] Hyper& at(std::size_t g) const {
+    using byte = std::conditional_t<std::is_const_v<Hyper>, const unsigned char, unsigned char>;
+    return *reinterpret_cast<Hyper*>(reinterpret_cast<byte*>(first_) + g * stride_);
+  }
+  /// Whether the caller's struct has betas and eps.
+  [[nodiscard]] bool has_adam() const noexcept { return stride_ >= ZOE_FIELDS_END(zoe_group_hyper, eps); }
+
+ private:
+  Hyper* first_;
+  std::size_t stride_ = 0;
+};
 
 // zoe_step_groups and zoe_announce_step_groups: the caller's groups as the engine takes them.
 std::vector<zoe::engine::group_hyper> group_settings(const zoe_engine& e, const zoe_group_hyper* groups,
                                                      std::size_t count) {
   expect_group_count(e, count);
-  expect_pointer(groups, "groups");
+  const group_array<const zoe_group_hyper> given(groups, count);
+  const zoe::engine::optimizer_config configured =
+      e.engine->config().optimizer.value_or(zoe::engine::optimizer_config{});
   std::vector<zoe::engine::group_hyper> settings;
   for (std::size_t g = 0; g < count; ++g) {
-    const zoe_group_hyper& h = expect_group_struct(groups, g);
-    settings.push_back({.lr = h.lr, .weight_decay = h.weight_decay});
+    const zoe_group_hyper& h = given.at(g);
+    zoe::engine::group_hyper s{
+        .lr = h.lr, .weight_decay = h.weight_decay, .betas = configured.betas, .eps = configured.eps};
+    // eps 0, or a struct without the fields: the configuration's betas and eps.
+    if (given.has_adam() && h.eps != 0) {
+      s.betas = {h.beta1, h.beta2};
+      s.eps = h.eps;
+    }
+    settings.push_back(s);
   }
   return settings;
 }
@@ -153,11 +191,17 @@ zoe_status zoe_checkpoint_groups(zoe_engine* engine, zoe_group_hyper* groups, si
           "no checkpoint was loaded into this engine (zoe_checkpoint_load): no group settings to give");
     }
     expect_group_count(e, count);
-    expect_pointer(groups, "groups");
-    for (std::size_t g = 0; g < count; ++g) expect_group_struct(groups, g);
+    const group_array<zoe_group_hyper> out(groups, count);
     for (std::size_t g = 0; g < count; ++g) {
-      groups[g].lr = loaded->groups[g].lr;
-      groups[g].weight_decay = loaded->groups[g].weight_decay;
+      const zoe::engine::group_hyper& saved = loaded->groups[g];
+      zoe_group_hyper& h = out.at(g);
+      h.lr = saved.lr;
+      h.weight_decay = saved.weight_decay;
+      if (out.has_adam()) {
+        h.beta1 = saved.betas[0];
+        h.beta2 = saved.betas[1];
+        h.eps = saved.eps;
+      }
     }
   });
 }

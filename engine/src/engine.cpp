@@ -64,6 +64,9 @@ optimizer_step_options step_options(const footprint_plan& plan, const engine_con
 void set_group(kernels::adam_config& adam, const group_hyper& g) noexcept {
   adam.lr = static_cast<float>(g.lr);
   adam.weight_decay = static_cast<float>(g.weight_decay);
+  adam.beta1 = static_cast<float>(g.betas[0]);
+  adam.beta2 = static_cast<float>(g.betas[1]);
+  adam.eps = static_cast<float>(g.eps);
 }
 
 }  // namespace
@@ -76,7 +79,7 @@ offload_engine::offload_engine(std::vector<module_spec> modules, const engine_co
       io_(std::make_unique<state_io>(resources_->tiers(), dev, &resources_->movers())),
       gradients_(std::make_unique<gradient_path>(resources_->tiers(), resources_->gradient_comm(), dev,
                                                  resources_->pinned(), &resources_->movers(),
-                                                 gradient_options(*resources_, config,
+                                                 gradient_options(*resources_, resources_->config(),
                                                                   [this](parameter_id p) {
                                                                     if (ahead_armed_.load()) ahead_->hand_in(p);
                                                                   }))),
@@ -87,9 +90,11 @@ offload_engine::offload_engine(std::vector<module_spec> modules, const engine_co
       files_(options.checkpoint_files != nullptr ? options.checkpoint_files : &checkpoint_fs::posix()),
       scaler_(config.fp16),
       lr_(adam_settings_.lr),
-      groups_(resources_->layout().group_count(),
-              group_hyper{.lr = adam_settings_.lr, .weight_decay = adam_settings_.weight_decay}),
+      groups_(resources_->layout().group_count(), configured_group(adam_settings_.lr)),
       device_(&dev) {
+  // The batch sizes as the resources resolved them for the world's size (known only there).
+  config_.batch = resources_->config().batch;
+  config_.gradient_accumulation_steps = resources_->config().gradient_accumulation_steps;
   if (config_.zoe.optimizer_in_backward) {
     ahead_ = std::make_unique<detail::speculation_worker>([this](parameter_id p) {
       try {
@@ -403,6 +408,19 @@ void offload_engine::expect_group_settings(const char* call, std::span<const gro
                             " is not a weight decay the optimizer can use: give a finite number in [0, ", largest,
                             "]"));
     }
+    for (std::size_t i = 0; i < 2; ++i) {
+      // Below 1 as the float the kernel computes with (1 - beta^t would be 0 at 1).
+      const double beta = groups[g].betas.at(i);
+      if (!(beta >= 0 && static_cast<float>(beta) < 1.0F)) {
+        throw usage_error(str(call, ": betas[", i, "] ", beta, which,
+                              " is not a beta the optimizer can use: give a number in [0, 1) (below 1 as a float)"));
+      }
+    }
+    const double eps = groups[g].eps;
+    if (!(eps > 0 && eps <= largest && static_cast<float>(eps) > 0.0F)) {
+      throw usage_error(str(call, ": eps ", eps, which, " is not an eps the optimizer can use: give a number in (0, ",
+                            largest, "] that is not 0 as a float"));
+    }
   }
 }
 
@@ -411,9 +429,13 @@ void offload_engine::stop_speculation() noexcept {
   if (ahead_) ahead_->wait_idle();
 }
 
+group_hyper offload_engine::configured_group(double lr) const noexcept {
+  return group_hyper{
+      .lr = lr, .weight_decay = adam_settings_.weight_decay, .betas = adam_settings_.betas, .eps = adam_settings_.eps};
+}
+
 step_result offload_engine::step(double lr) {
-  const std::vector<group_hyper> every(layout().group_count(),
-                                       group_hyper{.lr = lr, .weight_decay = adam_settings_.weight_decay});
+  const std::vector<group_hyper> every(layout().group_count(), configured_group(lr));
   return step(every);
 }
 
@@ -515,7 +537,7 @@ void offload_engine::load_checkpoint(const std::filesystem::path& root, const st
       log::warn("the checkpoint under ", root.string(), " has ", meta.groups.size(), " parameter groups, this model ",
                 groups_.size(), "; every group takes its learning rate ", meta.lr);
     }
-    groups_.assign(groups_.size(), group_hyper{.lr = meta.lr, .weight_decay = adam_settings_.weight_decay});
+    groups_.assign(groups_.size(), configured_group(meta.lr));
   }
   loaded_ = loaded_checkpoint{.client = std::move(meta.client), .groups = groups_};
   micro_batches_done_ = 0;

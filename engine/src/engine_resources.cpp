@@ -12,6 +12,7 @@
 #include "zoe/core/check.hpp"
 #include "zoe/core/str.hpp"
 #include "zoe/engine/comm/launcher.hpp"
+#include "zoe/engine/config/batch_sizes.hpp"
 
 namespace zoe::engine {
 namespace {
@@ -55,9 +56,11 @@ allocators::pinned_options bounded_by(const footprint_plan& plan) {
 // keeps it on the device until the next; the plan (persistent_parameters) sizes the arena for all
 // of it. Stage 1's gradients differ from stage 2's only in the gradient path (local_accumulation.hpp).
 // Stage 0 lays out one shard that every rank holds whole (stage_layout), so its "gather" is this
-// rank's own copy: the coordinator runs on a world of this rank alone (gather_world).
-engine_config as_run(const engine_config& config) {
+// rank's own copy: the coordinator runs on a world of this rank alone (gather_world). The batch
+// sizes are DeepSpeed's arithmetic over the world size (batch_sizes.hpp).
+engine_config as_run(const engine_config& config, std::size_t world_size) {
   engine_config out = config;
+  resolve_batch_sizes(out, world_size);
   if (out.zero.stage < 3) {
     out.zero.param_persistence_threshold = std::numeric_limits<std::uint64_t>::max();
     out.zero.model_persistence_threshold = std::numeric_limits<std::uint64_t>::max();
@@ -122,10 +125,10 @@ comm_options comm_options_of(const engine_config& config) {
 
 engine_resources::engine_resources(std::vector<module_spec> modules, const engine_config& config, device& dev,
                                    engine_resources_options options)
-    : config_(as_run(config)),
-      worlds_(make_worlds(config_, dev, options)),
+    : worlds_(make_worlds(config, dev, options)),
       comm_(worlds_.comm),
       gradient_comm_(worlds_.gradient_comm),
+      config_(as_run(config, comm_->size())),
       layout_(std::make_unique<model_layout>(std::move(modules), stage_layout(config_, comm_->size()))),
       // Every rank holds whole states: nothing to gather from the others.
       replica_world_(layout_->options().replicas > 1 ? make_single_communicator(dev) : nullptr),

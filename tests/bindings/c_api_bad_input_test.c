@@ -1257,6 +1257,68 @@ fail:
   return 0;
 }
 
+/* ---- the batch sizes -------------------------------------------------------------------------- */
+
+/* DeepSpeed's batch arithmetic: the key not written is derived for the world size
+ * (zoe_engine_batch_sizes gives the three), and a triple that does not multiply out, or a derived
+ * 0, is refused naming the keys and their values, by zoe_engine_create and zoe_footprint_plan alike. */
+static int batch_sizes(void) {
+  rig r;
+  char config[2048];
+  zoe_engine_desc e = ZOE_ENGINE_DESC_INIT;
+  zoe_engine* engine = NULL;
+  zoe_batch_sizes b = ZOE_BATCH_SIZES_INIT;
+  zoe_footprint f = ZOE_FOOTPRINT_INIT;
+  int i;
+  if (!rig_open(&r, 1)) goto fail;
+  if (!config_json(&r, config, sizeof config)) goto fail;
+  /* Neither batch size written: the steps as written (here the default), the sizes unknown. */
+  b.train_batch_size = 7;
+  ZOE_EXPECT_OK(zoe_engine_batch_sizes(r.engine, &b));
+  ZOE_EXPECT_TRUE(b.train_batch_size == 0 && b.train_micro_batch_size_per_gpu == 0 &&
+                  b.gradient_accumulation_steps == 1);
+  ZOE_EXPECT_USAGE(zoe_engine_batch_sizes(NULL, &b), "engine");
+  ZOE_EXPECT_USAGE(zoe_engine_batch_sizes(r.engine, NULL), "zoe_batch_sizes");
+  b.struct_size = offsetof(zoe_batch_sizes, gradient_accumulation_steps);
+  ZOE_EXPECT_USAGE(zoe_engine_batch_sizes(r.engine, &b), "zoe_batch_sizes.struct_size");
+  b.struct_size = sizeof b;
+  e.model = r.model;
+  e.device = r.device;
+  e.config_json = config;
+  e.config_overrides = "{\"train_batch_size\": 12, \"train_micro_batch_size_per_gpu\": 3}";
+  ZOE_EXPECT_OK(zoe_engine_create(&e, &engine));
+  ZOE_EXPECT_OK(zoe_engine_batch_sizes(engine, &b));
+  ZOE_EXPECT_TRUE(b.train_batch_size == 12 && b.train_micro_batch_size_per_gpu == 3 &&
+                  b.gradient_accumulation_steps == 4);
+  /* The engine runs the derived steps: four micro-batches, and a fifth before the step is refused. */
+  for (i = 0; i < 4; ++i) {
+    ZOE_EXPECT_OK(zoe_begin_micro_batch(engine));
+    ZOE_EXPECT_OK(zoe_end_micro_batch(engine));
+  }
+  ZOE_EXPECT_USAGE(zoe_begin_micro_batch(engine), "4 micro-batches");
+  ZOE_EXPECT_OK(zoe_engine_destroy(engine));
+  engine = NULL;
+  e.config_overrides =
+      "{\"train_batch_size\": 12, \"train_micro_batch_size_per_gpu\": 3, \"gradient_accumulation_steps\": 2}";
+  ZOE_EXPECT_STATUS(zoe_engine_create(&e, &engine), ZOE_ERROR_CONFIG,
+                    "train_batch_size 12 is not train_micro_batch_size_per_gpu 3 x gradient_accumulation_steps 2 x "
+                    "world size 1 = 6");
+  e.config_overrides = "{\"train_batch_size\": 4, \"train_micro_batch_size_per_gpu\": 5}";
+  ZOE_EXPECT_STATUS(zoe_engine_create(&e, &engine), ZOE_ERROR_CONFIG, "gradient_accumulation_steps 0 must both be > 0");
+  ZOE_EXPECT_TRUE(engine == NULL);
+  /* The plan derives for the world size it is given: 12 / 3 / 2 = 2 steps on 2 ranks, while on 3
+   * ranks 12 / 3 / 3 rounds down to 1 and 3 x 1 x 3 is not 12. */
+  e.config_overrides = "{\"train_batch_size\": 12, \"train_micro_batch_size_per_gpu\": 3}";
+  ZOE_EXPECT_OK(zoe_footprint_plan(&e, 2, &f));
+  ZOE_EXPECT_STATUS(zoe_footprint_plan(&e, 3, &f), ZOE_ERROR_CONFIG,
+                    "world size 3 = 9 (gradient_accumulation_steps derived");
+  return rig_close(&r);
+fail:
+  if (engine != NULL) zoe_engine_destroy(engine);
+  rig_close(&r);
+  return 0;
+}
+
 /* ---- the driver ------------------------------------------------------------------------------ */
 
 typedef struct test_case {
@@ -1289,6 +1351,7 @@ static const test_case cases[] = {
     {"config_overrides", config_overrides},
     {"footprint_plan", footprint_plan},
     {"footprint_plan_bad_input", footprint_plan_bad_input},
+    {"batch_sizes", batch_sizes},
 };
 
 int main(int argc, char** argv) {

@@ -32,8 +32,7 @@ std::vector<c_module> grouped() {
 // torch.optim.AdamW on one element, in double: decoupled decay first, then the bias-corrected update.
 struct adamw_reference {
   double p, m = 0, v = 0;
-  void step(double g, double lr, double wd, int t) {
-    const double b1 = 0.9, b2 = 0.999, eps = 1e-8;
+  void step(double g, double lr, double wd, int t, double b1 = 0.9, double b2 = 0.999, double eps = 1e-8) {
     p -= lr * wd * p;
     m = b1 * m + (1 - b1) * g;
     v = b2 * v + (1 - b2) * g * g;
@@ -89,6 +88,91 @@ TEST(groups, EachGroupStepsAsTorchAdamWWithItsOwnLearningRateAndWeightDecay) {
   ASSERT_EQ(zoe_checkpoint_load(r.engine(), r.dir().c_str(), "groups"), ZOE_SUCCESS) << zoe_last_error();
 }
 
+// Each group with betas and eps of its own, the second step changing them (as a scheduler cycling
+// momentum does), against the reference with those settings.
+TEST(groups, EachGroupStepsWithItsOwnBetasAndEps) {
+  c_rig r(grouped(), {});
+  ASSERT_NE(r.engine(), nullptr);
+  const auto start = r.values(1, 1.0F);
+  std::vector<std::vector<adamw_reference>> ref;
+  for (zoe_parameter_id p = 0; p < start.size(); ++p) {
+    ASSERT_EQ(zoe_write_state(r.engine(), p, ZOE_STATE_PARAMETER, start[p].data(), start[p].size()), ZOE_SUCCESS);
+    ref.emplace_back();
+    for (const float x : start[p]) ref.back().push_back({.p = x});
+  }
+  const std::uint32_t group_of[4] = {0, 1, 0, 3};
+  const std::size_t size = sizeof(zoe_group_hyper);
+  const zoe_group_hyper settings[2][4] = {{{size, 0.01, 0.1, 0.8, 0.99, 1e-6},
+                                           {size, 0.002, 0.0, 0.0, 0.5, 1e-3},
+                                           {size, 5.0, 5.0, 0.9, 0.9, 1.0},
+                                           {size, 0.05, 0.5, 0.95, 0.9999, 1e-8}},
+                                          {{size, 0.02, 0.2, 0.85, 0.98, 1e-5},
+                                           {size, 0.001, 0.01, 0.0, 0.5, 1e-3},
+                                           {size, 5.0, 5.0, 0.9, 0.9, 1.0},
+                                           {size, 0.03, 0.0, 0.6, 0.7, 0.1}}};
+  for (int t = 1; t <= 2; ++t) {
+    const auto grads = r.values(static_cast<std::uint64_t>(10 + t), 0.1F);
+    r.micro_batch(grads);
+    zoe_step_result result = ZOE_STEP_RESULT_INIT;
+    ASSERT_EQ(zoe_step_groups(r.engine(), settings[t - 1], 4, &result), ZOE_SUCCESS) << zoe_last_error();
+    for (std::size_t p = 0; p < ref.size(); ++p) {
+      const zoe_group_hyper& h = settings[t - 1][group_of[p]];
+      for (std::size_t i = 0; i < ref[p].size(); ++i) {
+        ref[p][i].step(grads[p][i], h.lr, h.weight_decay, t, h.beta1, h.beta2, h.eps);
+      }
+    }
+  }
+  for (zoe_parameter_id p = 0; p < ref.size(); ++p) {
+    const std::vector<float> got = r.read(p, ZOE_STATE_PARAMETER);
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      ASSERT_NEAR(got[i], ref[p][i].p, 2e-6 * (1 + std::abs(ref[p][i].p))) << "parameter " << p << " element " << i;
+    }
+  }
+  // The checkpoint gives each group's betas and eps back.
+  ASSERT_EQ(zoe_checkpoint_save(r.engine(), r.dir().c_str(), "betas"), ZOE_SUCCESS) << zoe_last_error();
+  ASSERT_EQ(zoe_checkpoint_load(r.engine(), r.dir().c_str(), "betas"), ZOE_SUCCESS) << zoe_last_error();
+  zoe_group_hyper back[4] = {ZOE_GROUP_HYPER_INIT, ZOE_GROUP_HYPER_INIT, ZOE_GROUP_HYPER_INIT, ZOE_GROUP_HYPER_INIT};
+  ASSERT_EQ(zoe_checkpoint_groups(r.engine(), back, 4), ZOE_SUCCESS) << zoe_last_error();
+  for (int g = 0; g < 4; ++g) {
+    EXPECT_EQ(back[g].beta1, settings[1][g].beta1) << "group " << g;
+    EXPECT_EQ(back[g].beta2, settings[1][g].beta2) << "group " << g;
+    EXPECT_EQ(back[g].eps, settings[1][g].eps) << "group " << g;
+  }
+}
+
+// A caller built against a zoe.h whose struct ended at weight_decay: its array is read with its
+// own stride, and its groups (like eps 0 in today's struct) step with the configuration's betas
+// and eps.
+TEST(groups, AnOlderShorterStructStepsWithTheConfiguredBetasAndEps) {
+  struct older_group_hyper {
+    std::size_t struct_size;
+    double lr;
+    double weight_decay;
+  };
+  c_rig older(grouped(), {});
+  c_rig today(grouped(), {});
+  ASSERT_NE(older.engine(), nullptr);
+  ASSERT_NE(today.engine(), nullptr);
+  const auto grads = older.values(3, 0.1F);
+  older.micro_batch(grads);
+  today.micro_batch(grads);
+  older_group_hyper old[4];
+  zoe_group_hyper now[4];
+  for (int g = 0; g < 4; ++g) {
+    old[g] = {sizeof(older_group_hyper), 0.01 * (g + 1), 0.01};
+    now[g] = ZOE_GROUP_HYPER_INIT;
+    now[g].lr = 0.01 * (g + 1);
+    now[g].weight_decay = 0.01;
+  }
+  zoe_step_result result = ZOE_STEP_RESULT_INIT;
+  ASSERT_EQ(zoe_step_groups(older.engine(), reinterpret_cast<const zoe_group_hyper*>(old), 4, &result), ZOE_SUCCESS)
+      << zoe_last_error();
+  ASSERT_EQ(zoe_step_groups(today.engine(), now, 4, &result), ZOE_SUCCESS) << zoe_last_error();
+  for (zoe_parameter_id p = 0; p < 4; ++p) {
+    EXPECT_EQ(older.read(p, ZOE_STATE_PARAMETER), today.read(p, ZOE_STATE_PARAMETER)) << "parameter " << p;
+  }
+}
+
 TEST(groups, ZoeStepIsEveryGroupAtOneRateAndTheConfiguredDecay) {
   c_rig one(grouped(), {});
   c_rig each(grouped(), {});
@@ -129,8 +213,26 @@ TEST(groups, BadSettingsAreRefusedNamingTheGroupAndChangeNothing) {
   h[1].struct_size = sizeof(size_t);
   EXPECT_EQ(zoe_step_groups(r.engine(), h, 4, &result), ZOE_ERROR_USAGE);
   EXPECT_THAT(zoe_last_error(), HasSubstr("groups[1]"));
-  EXPECT_EQ(r.read(0, ZOE_STATE_PARAMETER), before);
+  h[0].struct_size = sizeof(size_t);
+  EXPECT_EQ(zoe_step_groups(r.engine(), h, 4, &result), ZOE_ERROR_USAGE);
+  EXPECT_THAT(zoe_last_error(), HasSubstr("groups[0]"));
+  h[0].struct_size = sizeof(zoe_group_hyper);
   h[1].struct_size = sizeof(zoe_group_hyper);
+  const auto refused = [&](int g, double beta1, double beta2, double eps, const char* words) {
+    h[g].beta1 = beta1;
+    h[g].beta2 = beta2;
+    h[g].eps = eps;
+    EXPECT_EQ(zoe_step_groups(r.engine(), h, 4, &result), ZOE_ERROR_USAGE) << words;
+    EXPECT_THAT(zoe_last_error(), AllOf(HasSubstr(words), HasSubstr(::testing::PrintToString(g))));
+    h[g].beta1 = h[g].beta2 = h[g].eps = 0;
+  };
+  refused(1, 1.0, 0.999, 1e-8, "betas[0] 1 of parameter group 1");
+  refused(2, 0.9, 0.99999999, 1e-8, "betas[1]");  // 1 as a float
+  refused(3, -0.1, 0.999, 1e-8, "betas[0] -0.1");
+  refused(1, 0.9, 0.999, -1e-8, "eps -1e-08 of parameter group 1");
+  refused(1, 0.9, 0.999, 1e-50, "eps 1e-50");  // 0 as a float
+  refused(1, 0.9, std::numeric_limits<double>::quiet_NaN(), 1e-8, "betas[1] nan");
+  EXPECT_EQ(r.read(0, ZOE_STATE_PARAMETER), before);
   EXPECT_EQ(zoe_step_groups(r.engine(), h, 4, &result), ZOE_SUCCESS) << zoe_last_error();
 }
 

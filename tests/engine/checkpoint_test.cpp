@@ -143,6 +143,8 @@ engine::checkpoint_meta sample_meta(int n) {
   m.optimizer.adam_w_mode = false;
   m.optimizer.bias_correction = false;
   m.lr = 0.1 / 7.0 * n;
+  m.groups = {{.lr = m.lr, .weight_decay = 0.1, .betas = {0.8, 0.95}, .eps = 1e-6},
+              {.lr = m.lr / 3, .weight_decay = 0.0, .betas = {0.0, 0.5 + 1e-13 * n}, .eps = 1.0 / 3.0}};
   // Every other save keeps client bytes (NULs and all), so both kinds of checkpoint are exercised.
   if (n % 2 == 0) {
     for (int i = 0; i < 3000; ++i) m.client.push_back(static_cast<char>((i * 31 + n) % 256));
@@ -160,6 +162,7 @@ void expect_meta(const engine::checkpoint_meta& got, const engine::checkpoint_me
   EXPECT_EQ(got.optimizer.adam_w_mode, want.optimizer.adam_w_mode);
   EXPECT_EQ(got.optimizer.bias_correction, want.optimizer.bias_correction);
   EXPECT_EQ(got.lr, want.lr);
+  EXPECT_EQ(got.groups, want.groups);  // each group's lr, weight decay, betas and eps
   EXPECT_EQ(got.client, want.client);
 }
 
@@ -409,6 +412,8 @@ TEST(checkpoint, save_refuses_a_non_finite_scale_or_setting_and_writes_nothing) 
       {": lr is inf", [](engine::checkpoint_meta& m) { m.lr = inf; }},
       {"optimizer.eps is nan", [](engine::checkpoint_meta& m) { m.optimizer.eps = std::nan(""); }},
       {"optimizer.betas[1] is inf", [](engine::checkpoint_meta& m) { m.optimizer.betas[1] = inf; }},
+      {"groups.betas[0] is nan", [](engine::checkpoint_meta& m) { m.groups[1].betas[0] = std::nan(""); }},
+      {"groups.eps is inf", [](engine::checkpoint_meta& m) { m.groups[0].eps = inf; }},
   };
   scratch_dir root;
   rig r(small_model(), host_states());
@@ -633,6 +638,29 @@ TEST_F(checkpoint_refusal, a_manifest_without_its_own_checksum) {
 TEST_F(checkpoint_refusal, a_manifest_missing_a_field_names_the_field) {
   rewrite_manifest([](json& j) { j["loss_scaler"].erase("optimizer_steps"); });
   expect_load_refused("loss_scaler.optimizer_steps");
+}
+
+// A checkpoint saved before groups kept their own betas and eps stepped every group with the
+// optimizer's: those are the groups' after its load.
+TEST_F(checkpoint_refusal, groups_saved_without_betas_and_eps_load_the_optimizers) {
+  rewrite_manifest([](json& j) {
+    for (json& g : j["groups"]) {
+      g.erase("betas");
+      g.erase("eps");
+    }
+  });
+  const engine::checkpoint_meta meta =
+      engine::load_checkpoint(root_.path(), "", r_.stack.tiers(), r_.io, small_block_fs());
+  const engine::checkpoint_meta want = sample_meta(1);
+  ASSERT_EQ(meta.groups.size(), want.groups.size());
+  for (std::size_t g = 0; g < meta.groups.size(); ++g) {
+    EXPECT_EQ(meta.groups[g].lr, want.groups[g].lr);
+    EXPECT_EQ(meta.groups[g].betas, want.optimizer.betas);
+    EXPECT_EQ(meta.groups[g].eps, want.optimizer.eps);
+  }
+  write_states(r_, current_);  // the load took the saved states: the refusal below must leave these
+  rewrite_manifest([](json& j) { j["groups"][1]["betas"] = json::array({0.9}); });
+  expect_load_refused("groups[1].betas is not two numbers");
 }
 
 TEST_F(checkpoint_refusal, a_tag_that_was_never_saved) {

@@ -111,7 +111,7 @@ TEST(config_deprecated, aio_thread_count_is_read_as_intra_op_parallelism) {
 }
 
 TEST(config_known_keys, deepspeeds_keys_zoe_ignores_are_quiet) {
-  const loaded_config c = parse_config(R"({"train_batch_size": 32, "train_micro_batch_size_per_gpu": "auto",
+  const loaded_config c = parse_config(R"({"managed_gradient_accumulation": false,
       "scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": "auto", "anything": 1}},
       "wandb": {"enabled": false}, "tensorboard": {"enabled": false}, "steps_per_print": 10,
       "wall_clock_breakdown": false, "activation_checkpointing": {}, "flops_profiler": {}, "comms_logger": {},

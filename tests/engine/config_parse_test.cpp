@@ -96,15 +96,14 @@ TEST(config_syntax, a_deeply_nested_value_is_an_error_naming_its_key) {
   // Copying or printing a tree recurses once per level: a hostile file must not overflow the stack,
   // under a key zoe ignores, an unknown key, or one whose type is wrong.
   const std::string deep = std::string(100'000, '[') + std::string(100'000, ']');
-  for (const std::string key : {"train_batch_size", "trian_batch_size", "gradient_clipping"}) {
+  for (const std::string key : {"steps_per_print", "steps_pre_print", "gradient_clipping"}) {
     EXPECT_THAT(config_error_of(str("{\"", key, "\": ", deep, "}")),
                 AllOf(HasSubstr(str(key, "[0][0]")), HasSubstr("nested deeper than")));
   }
   EXPECT_THAT(config_error_of(str(R"({"zoe": {"placement": {"master": )", deep, "}}}")),
               HasSubstr("zoe.placement.master[0]"));
   // A real configuration is a few levels deep; 32 levels still load.
-  const loaded_config c =
-      parse_config(str(R"({"train_batch_size": )", std::string(32, '['), std::string(32, ']'), "}"));
+  const loaded_config c = parse_config(str(R"({"steps_per_print": )", std::string(32, '['), std::string(32, ']'), "}"));
   EXPECT_THAT(c.warnings, IsEmpty());
 }
 

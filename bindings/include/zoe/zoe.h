@@ -361,6 +361,23 @@ ZOE_API zoe_status zoe_engine_destroy(zoe_engine* engine);
 /** The device the engine runs on (borrowed: valid until zoe_engine_destroy). Thread-safe. */
 ZOE_API zoe_status zoe_engine_device(zoe_engine* engine, zoe_device** device);
 
+/** The engine's batch sizes, DeepSpeed's train_batch_size = train_micro_batch_size_per_gpu x
+ *  gradient_accumulation_steps x world size: the configuration's keys with the one not written
+ *  derived for the engine's world size, as DeepSpeed derives it (zoe_engine_create refuses, with
+ *  ZOE_ERROR_CONFIG naming the keys and values, three that do not multiply out or a derived 0;
+ *  engine/CONFIG.md). With neither batch size written, train_batch_size and
+ *  train_micro_batch_size_per_gpu are 0 (unknown) and gradient_accumulation_steps is as written, or 1. */
+typedef struct zoe_batch_sizes {
+  size_t struct_size; /**< sizeof(zoe_batch_sizes), set by the caller */
+  uint64_t train_batch_size;
+  uint64_t train_micro_batch_size_per_gpu;
+  uint64_t gradient_accumulation_steps; /**< the micro-batches of one step (>= 1) */
+} zoe_batch_sizes;
+#define ZOE_BATCH_SIZES_INIT \
+  { sizeof(zoe_batch_sizes), 0, 0, 1 }
+/** Writes the engine's batch sizes (above) into *sizes. Thread-safe. */
+ZOE_API zoe_status zoe_engine_batch_sizes(const zoe_engine* engine, zoe_batch_sizes* sizes);
+
 /* ---- the footprint plan ------------------------------------------------------------------------ */
 
 /** What an engine of a model and a configuration needs, per rank, in bytes: the totals of zoe's
@@ -398,8 +415,9 @@ typedef struct zoe_footprint {
  *  contacted): the figures are what the engine would ask for, whether or not this machine has it.
  *  ZOE_ERROR_USAGE for a NULL or short struct, a dead model, world_size 0, or a model the layout
  *  refuses (naming the parameter); ZOE_ERROR_CONFIG naming the key for a configuration the engine
- *  would refuse (a bad value, stage 0 with qgZ or an hpZ partition on several ranks, nvme without a path); *footprint
- * is written only on success. Not collective. Thread-safe (the model must not change meanwhile: one thread per model).
+ *  would refuse (a bad value, batch sizes that do not multiply out for world_size, stage 0 with qgZ or an hpZ partition
+ * on several ranks, nvme without a path); *footprint is written only on success. Not collective. Thread-safe (the model
+ * must not change meanwhile: one thread per model).
  */
 ZOE_API zoe_status zoe_footprint_plan(const zoe_engine_desc* desc, uint32_t world_size, zoe_footprint* footprint);
 
@@ -586,26 +604,34 @@ typedef struct zoe_step_result {
  *  One thread. */
 ZOE_API zoe_status zoe_step(zoe_engine* engine, double lr, zoe_step_result* result);
 
-/** One parameter group's settings for zoe_step_groups. */
+/** One parameter group's settings for zoe_step_groups (torch.optim's param_groups). eps 0 (as
+ *  ZOE_GROUP_HYPER_INIT and a brace-initialized struct that stops at weight_decay leave it) means
+ *  the configuration's betas and eps (optimizer.params); eps > 0 means beta1, beta2 and eps as
+ *  given. An array of them is read with groups[0].struct_size as its stride, so a caller built
+ *  against an older zoe.h (the struct ending at weight_decay) keeps working, its groups at the
+ *  configuration's betas and eps; every element's struct_size must be the same. */
 typedef struct zoe_group_hyper {
   size_t struct_size;  /**< sizeof(zoe_group_hyper) */
   double lr;           /**< in [0, FLT_MAX], as zoe_step's lr */
   double weight_decay; /**< finite and >= 0; applied as the configuration's optimizer type says */
+  double beta1;        /**< in [0, 1) and below 1 as a float (read when eps > 0) */
+  double beta2;        /**< likewise */
+  double eps;          /**< 0: the configuration's betas and eps; else in (0, FLT_MAX] and not 0 as a float */
 } zoe_group_hyper;
 #define ZOE_GROUP_HYPER_INIT \
-  { sizeof(zoe_group_hyper), 0.0, 0.0 }
+  { sizeof(zoe_group_hyper), 0.0, 0.0, 0.0, 0.0, 0.0 }
 
-/** zoe_step with a learning rate and a weight decay per parameter group (zoe_parameter_desc.group):
- *  groups[g] for group g. zoe_step(e, lr, r) is zoe_step_groups with every group at lr and the
- *  configuration's optimizer.params.weight_decay. `count` must be the model's group count
- *  (max group + 1): ZOE_ERROR_USAGE naming both otherwise, and naming the group for a short
- *  struct_size, an lr outside [0, FLT_MAX] or a weight_decay that is not finite and >= 0 (checked
- *  before anything changes). The optimizer (see engine/CONFIG.md, "optimizer"): "AdamW", and
- *  "Adam" with adam_w_mode true (DeepSpeed's default), run torch.optim.AdamW's formula
- *    p -= lr * wd * p;  m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2;
- *    p -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)
- *  and "Adam" with adam_w_mode false torch.optim.Adam's (g += wd * p first, no decoupled decay),
- *  both in float. Otherwise as zoe_step. One thread. */
+/** zoe_step with a learning rate, weight decay, betas and eps per parameter group
+ *  (zoe_parameter_desc.group): groups[g] for group g. zoe_step(e, lr, r) is zoe_step_groups with
+ *  every group at lr and the configuration's optimizer.params weight_decay, betas and eps. `count`
+ *  must be the model's group count (max group + 1): ZOE_ERROR_USAGE naming both otherwise, and
+ *  naming the group for a short or differing struct_size, an lr outside [0, FLT_MAX], a
+ *  weight_decay that is not finite and >= 0, a beta outside [0, 1) or an eps that is not 0 and
+ *  outside (0, FLT_MAX] (checked before anything changes). The optimizer (see engine/CONFIG.md, "optimizer"): "AdamW",
+ * and "Adam" with adam_w_mode true (DeepSpeed's default), run torch.optim.AdamW's formula p -= lr * wd * p;  m = b1 m +
+ * (1 - b1) g;  v = b2 v + (1 - b2) g^2; p -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps) and "Adam" with
+ * adam_w_mode false torch.optim.Adam's (g += wd * p first, no decoupled decay), both in float. Otherwise as zoe_step.
+ * One thread. */
 ZOE_API zoe_status zoe_step_groups(zoe_engine* engine, const zoe_group_hyper* groups, size_t count,
                                    zoe_step_result* result);
 
@@ -695,13 +721,15 @@ ZOE_API zoe_status zoe_checkpoint_save_client(zoe_engine* engine, const char* di
  *  with a buffer of *length bytes). *length is 0 when that checkpoint had no blob, or none was
  *  loaded. Every rank gets the same bytes. Not collective. One thread. */
 ZOE_API zoe_status zoe_checkpoint_client(zoe_engine* engine, void* buffer, size_t capacity, size_t* length);
-/** Each parameter group's learning rate and weight decay as the checkpoint this engine last loaded
- *  stored them (the last step's before its save; zoe_step_groups' order), so that a framework that
- *  resumes can set its param_groups back: groups[g] for group g, `count` the model's group count
- *  (ZOE_ERROR_USAGE naming both otherwise, and naming the group for a short struct_size). A
- *  checkpoint that kept no per-group values (saved before they were kept, or by a model of another
- *  group count) gives every group its single lr and this configuration's weight decay, as the load
- *  takes them. ZOE_ERROR_USAGE when no checkpoint was loaded. Not collective. One thread. */
+/** Each parameter group's learning rate, weight decay, betas and eps (the last two where the
+ *  caller's struct has them) as the checkpoint this engine last loaded stored them (the last step's
+ *  before its save; zoe_step_groups' order), so that a framework that resumes can set its
+ *  param_groups back: groups[g] for group g, `count` the model's group count (ZOE_ERROR_USAGE naming
+ *  both otherwise, and naming the group for a short or differing struct_size). A checkpoint that
+ *  kept no per-group values (saved before they were kept, or by a model of another group count)
+ *  gives every group its single lr and this configuration's weight decay, betas and eps, as the
+ *  load takes them; one saved before groups kept betas and eps gives the ones it stepped with. ZOE_ERROR_USAGE when no
+ * checkpoint was loaded. Not collective. One thread. */
 ZOE_API zoe_status zoe_checkpoint_groups(zoe_engine* engine, zoe_group_hyper* groups, size_t count);
 
 /* ---- statistics and timing --------------------------------------------------------------------- */

@@ -89,6 +89,34 @@ class LoRAMLP(nn.Module):
         return self.fc2(torch.tanh(self.fc1(x)))
 
 
+class ExternalHeadLM(nn.Module):
+    """A language model whose head is the token embedding's weight used in the model's own forward
+    (``x @ self.wte.weight.t()``), not through a module of its own: a parameter used outside its
+    module's forward, with the model holding no parameter itself. ``Mixer`` reads it inside a child
+    too: the position embedding's weight added in another module's forward."""
+
+    class Mixer(nn.Module):
+        def __init__(self, width, positions):
+            super().__init__()
+            self.positions = [positions]  # not a submodule: only its weight is used here
+            self.ln = nn.LayerNorm(width)
+            self.fc = nn.Linear(width, width)
+
+        def forward(self, x):
+            x = x + self.positions[0].weight[: x.shape[1]]
+            return x + torch.tanh(self.fc(self.ln(x)))
+
+    def __init__(self, vocab=64, context=16, width=32):
+        super().__init__()
+        self.wte = nn.Embedding(vocab, width)
+        self.wpe = nn.Embedding(context, width)
+        self.mixer = self.Mixer(width, self.wpe)
+        nn.init.normal_(self.wte.weight, std=0.02)
+
+    def forward(self, idx):
+        return self.mixer(self.wte(idx)) @ self.wte.weight.t()
+
+
 def counting_batches(count, batch=4, context=16, vocab=64, seed=0):
     """Like token_batches, but learnable: each row counts up from a random start by a random stride
     (mod vocab), so the next token follows from the two before it and the loss falls fast."""

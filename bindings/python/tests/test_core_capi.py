@@ -20,6 +20,7 @@ STRUCTS = {
     "zoe_parameter_desc": _capi.ParameterDesc,
     "zoe_engine_desc": _capi.EngineDesc,
     "zoe_footprint": _capi.Footprint,
+    "zoe_batch_sizes": _capi.BatchSizes,
     "zoe_ranks": _capi.Ranks,
     "zoe_comm_traffic": _capi.CommTraffic,
     "zoe_step_result": _capi.StepResult,

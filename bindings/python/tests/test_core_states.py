@@ -128,8 +128,21 @@ def test_a_loaded_checkpoint_gives_back_each_groups_lr_and_weight_decay(tmp_path
             engine.step(groups=settings)
             engine.checkpoint_save(tmp_path, client=b"epoch 3")
             engine.checkpoint_load(tmp_path)
-            assert engine.checkpoint_groups() == settings
+            assert [(g.lr, g.weight_decay) for g in engine.checkpoint_groups()] == settings
+            assert {g.betas for g in engine.checkpoint_groups()} == {(0.9, 0.999)}  # the configuration's
             assert engine.checkpoint_client() == b"epoch 3"
+            # Betas and eps of each group's own come back too.
+            engine.begin_micro_batch()
+            engine.fetch(module, "backward", stream)
+            engine.module_gradients(module, stream)
+            engine.reduce_gradients(module, stream)
+            engine.release(module, stream)
+            engine.end_micro_batch()
+            own = [(0.5, 0.25, (0.8, 0.99), 1e-6), (0.125, 0.0, (0.0, 0.5), 1e-3), (0.0625, 0.5, (0.7, 0.9), 0.25)]
+            engine.step(groups=own)
+            engine.checkpoint_save(tmp_path, tag="own")
+            engine.checkpoint_load(tmp_path, tag="own")
+            assert engine.checkpoint_groups() == own
 
 
 def test_a_forward_fetch_outside_a_micro_batch_is_for_inference():

@@ -3,8 +3,10 @@ train as torch.optim.AdamW does with the same groups and schedule."""
 
 import copy
 
+import pytest
 import torch
 
+import zoe
 import zoe.torch
 from models import GPT2, token_batches
 from torch_training import (
@@ -103,3 +105,59 @@ def test_deepspeed_scheduler_block_with_group_dicts_equals_torch(tmp_path):
         assert scheduler.last_batch_iteration == ref_sched.last_batch_iteration
         assert engine.get_lr() == [g["lr"] for g in ref_opt.param_groups]
     assert_losses_close(got, want, rtol=1e-5)
+
+
+def own_betas_groups(model):
+    """The no-decay split with betas and eps of each group's own."""
+    decay, rest = no_decay_groups(model)
+    decay.update(betas=(0.8, 0.95), eps=1e-6)
+    rest.update(betas=(0.5, 0.9), eps=1e-4)
+    return [decay, rest]
+
+
+def test_groups_with_their_own_betas_and_eps_equal_torch(tmp_path):
+    model, reference = model_and_reference()
+    batches = token_batches(STEPS)
+    half = STEPS // 2
+    ref_opt = torch.optim.AdamW(own_betas_groups(reference), lr=2e-3, betas=BETAS, eps=EPS)
+    want = train_torch(reference, batches[:half], cross_entropy, half, optimizer=ref_opt)
+    # Changed between steps, as a scheduler cycling momentum (DeepSpeed's OneCycle) does.
+    ref_opt.param_groups[0]["betas"] = (0.85, 0.99)
+    ref_opt.param_groups[1]["eps"] = 1e-5
+    want += train_torch(reference, batches[half:], cross_entropy, STEPS - half, optimizer=ref_opt)
+
+    optimizer = torch.optim.AdamW(own_betas_groups(model), lr=2e-3, betas=BETAS, eps=EPS)
+    config = with_budget(model, offload_config(tmp_path, model), optimizer=optimizer)
+    engine, zoe_optimizer, _, _ = zoe.torch.initialize(model=model, optimizer=optimizer, config=config)
+    with engine:
+        assert [g["betas"] for g in zoe_optimizer.param_groups] == [(0.8, 0.95), (0.5, 0.9)]
+        got = train_zoe(engine, batches[:half], cross_entropy, half)
+        zoe_optimizer.param_groups[0]["betas"] = (0.85, 0.99)
+        zoe_optimizer.param_groups[1]["eps"] = 1e-5
+        got += train_zoe(engine, batches[half:], cross_entropy, STEPS - half)
+    assert_losses_close(got, want, rtol=1e-5)
+
+
+def test_group_dicts_with_their_own_betas_and_eps_equal_torch(tmp_path):
+    model, reference = model_and_reference()
+    batches = token_batches(STEPS)
+    ref_opt = torch.optim.AdamW(own_betas_groups(reference), lr=2e-3, betas=BETAS, eps=EPS)
+    want = train_torch(reference, batches, cross_entropy, STEPS, optimizer=ref_opt)
+    config = offload_config(tmp_path, model, lr=2e-3, weight_decay=0.0)
+    engine, _, _, _ = zoe.torch.initialize(model=model, model_parameters=own_betas_groups(model), config=config)
+    with engine:
+        got = train_zoe(engine, batches, cross_entropy, STEPS)
+    assert_losses_close(got, want, rtol=1e-5)
+
+
+def test_a_beta_the_optimizer_cannot_use_is_refused_naming_the_group(tmp_path):
+    model, _ = model_and_reference()
+    engine, optimizer, _, _ = zoe.torch.initialize(
+        model=model, model_parameters=no_decay_groups(model), config=with_budget(model, offload_config(tmp_path, model))
+    )
+    with engine:
+        optimizer.param_groups[1]["betas"] = (0.9, 1.0)
+        (x, y), = token_batches(1)
+        engine.backward(cross_entropy(engine(x), y))
+        with pytest.raises(zoe.UsageError, match=r"betas\[1\] 1 of parameter group 1"):
+            engine.step()

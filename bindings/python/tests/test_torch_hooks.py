@@ -6,8 +6,16 @@ import copy
 import torch
 
 import zoe.torch
-from models import MLP, SharedLayerMLP, regression_batches
-from torch_training import assert_losses_close, mse, offload_config, train_torch, train_zoe, with_budget
+from models import MLP, ExternalHeadLM, SharedLayerMLP, counting_batches, regression_batches
+from torch_training import (
+    assert_losses_close,
+    cross_entropy,
+    mse,
+    offload_config,
+    train_torch,
+    train_zoe,
+    with_budget,
+)
 
 torch.set_num_threads(1)
 
@@ -60,4 +68,27 @@ def test_module_called_twice_per_step_equals_torch(tmp_path):
     engine, _, _, _ = zoe.torch.initialize(model=model, config=with_budget(model, offload_config(tmp_path, model)))
     with engine:
         got = train_zoe(engine, batches, mse, 10)
+    assert_losses_close(got, want, rtol=1e-5)
+
+
+def test_a_parameter_used_outside_its_modules_forward_equals_torch(tmp_path):
+    # As DeepSpeed's external parameters, detected when read: the token embedding's weight in the
+    # model's own forward (which has no hook: the engine's call holds it), the position embedding's
+    # inside another module's forward.
+    torch.manual_seed(0)
+    model = ExternalHeadLM()
+    reference = copy.deepcopy(model)
+    batches = counting_batches(12)
+    want = train_torch(reference, batches, cross_entropy, 12)
+    config = offload_config(tmp_path, model)
+    # The embeddings' weights are held beside the modules running meanwhile: room for them too.
+    config["zero_optimization"]["stage3_max_live_parameters"] += model.wte.weight.numel() + model.wpe.weight.numel()
+    engine, _, _, _ = zoe.torch.initialize(model=model, config=with_budget(model, config))
+    with engine:
+        got = train_zoe(engine, batches, cross_entropy, 12)
+        assert all(p.numel() == 0 for p in model.parameters())  # released again after each forward
+        assert type(copy.deepcopy(model.wte)._parameters) is dict  # a copy does not take the engine along
+        x, _ = batches[0]
+        with torch.no_grad():  # inference: the same fetches outside a micro-batch
+            torch.testing.assert_close(engine(x), reference(x), rtol=1e-5, atol=1e-6)
     assert_losses_close(got, want, rtol=1e-5)

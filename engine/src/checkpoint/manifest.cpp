@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <array>
 #include <charconv>
 #include <sstream>
 
@@ -54,6 +55,15 @@ const json& array_member(const json& object, std::string_view key, std::string_v
   const json& v = member(object, key, field, where);
   if (!v.is_array()) refuse(where, str(field, ".", key), "is not an array");
   return v;
+}
+
+/// A member of two numbers (betas).
+std::array<double, 2> two_numbers(const json& object, std::string_view key, std::string_view field,
+                                  const std::filesystem::path& where) {
+  const json& v = array_member(object, key, field, where);
+  if (v.size() != 2 || !v[0].is_number() || !v[1].is_number())
+    refuse(where, str(field, ".", key), "is not two numbers");
+  return {v[0].get<double>(), v[1].get<double>()};
 }
 
 /// The "xxh3" member of `object` (16 hex digits).
@@ -145,7 +155,9 @@ std::string to_json(const manifest& m) {
   j["lr"] = m.meta.lr;
   if (!m.meta.groups.empty()) {
     json groups = json::array();
-    for (const group_hyper& g : m.meta.groups) groups.push_back({{"lr", g.lr}, {"weight_decay", g.weight_decay}});
+    for (const group_hyper& g : m.meta.groups) {
+      groups.push_back({{"lr", g.lr}, {"weight_decay", g.weight_decay}, {"betas", g.betas}, {"eps", g.eps}});
+    }
     j["groups"] = std::move(groups);
   }
   // nlohmann writes doubles in the shortest form that reads back to the same bits, and keys in
@@ -228,11 +240,7 @@ manifest parse_manifest(std::string_view text, const std::filesystem::path& wher
   optimizer_config& opt = m.meta.optimizer;
   opt.type = value<std::string>(o, "type", "optimizer", where);
   opt.lr = value<double>(o, "lr", "optimizer", where);
-  const json& betas = array_member(o, "betas", "optimizer", where);
-  if (betas.size() != 2 || !betas[0].is_number() || !betas[1].is_number()) {
-    refuse(where, "optimizer.betas", "is not two numbers");
-  }
-  opt.betas = {betas[0].get<double>(), betas[1].get<double>()};
+  opt.betas = two_numbers(o, "betas", "optimizer", where);
   opt.eps = value<double>(o, "eps", "optimizer", where);
   opt.weight_decay = value<double>(o, "weight_decay", "optimizer", where);
   opt.adam_w_mode = value<bool>(o, "adam_w_mode", "optimizer", where);
@@ -243,8 +251,15 @@ manifest parse_manifest(std::string_view text, const std::filesystem::path& wher
     const json& groups = array_member(j, "groups", "manifest", where);
     for (std::size_t i = 0; i < groups.size(); ++i) {
       const std::string field = str("groups[", i, "]");
-      m.meta.groups.push_back({.lr = value<double>(groups[i], "lr", field, where),
-                               .weight_decay = value<double>(groups[i], "weight_decay", field, where)});
+      group_hyper g{.lr = value<double>(groups[i], "lr", field, where),
+                    .weight_decay = value<double>(groups[i], "weight_decay", field, where),
+                    .betas = opt.betas,
+                    .eps = opt.eps};
+      // Optional: a checkpoint saved before groups kept their own betas and eps stepped every
+      // group with the optimizer's.
+      if (groups[i].contains("betas")) g.betas = two_numbers(groups[i], "betas", field, where);
+      if (groups[i].contains("eps")) g.eps = value<double>(groups[i], "eps", field, where);
+      m.meta.groups.push_back(g);
     }
   }
   return m;

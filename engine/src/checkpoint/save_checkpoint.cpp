@@ -58,6 +58,9 @@ void check_finite(const checkpoint_meta& meta) {
   for (const group_hyper& g : meta.groups) {
     expect_finite(g.lr, "groups.lr");
     expect_finite(g.weight_decay, "groups.weight_decay");
+    expect_finite(g.betas[0], "groups.betas[0]");
+    expect_finite(g.betas[1], "groups.betas[1]");
+    expect_finite(g.eps, "groups.eps");
   }
 }
 

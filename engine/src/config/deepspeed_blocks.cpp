@@ -336,14 +336,20 @@ block_spec top_level_block(engine_config& config) {
               block_field("bf16", config.bf16, bf16_block),
               number_field("gradient_clipping", config.gradient_clipping, 0.0, unbounded),
               uint_field("gradient_accumulation_steps", config.gradient_accumulation_steps, 1),
+              optional_uint_field("train_batch_size", config.batch.train_batch_size, 1),
+              optional_uint_field("train_micro_batch_size_per_gpu", config.batch.train_micro_batch_size_per_gpu, 1),
               optimizer_field(config.optimizer),
               block_field("zoe", config.zoe, zoe_block)};
   b.deprecated = {{"bfloat16", "bf16", {}, true, {}}};
+  // Whether gradient_accumulation_steps was written or is the default decides which batch key
+  // resolve_batch_sizes derives.
+  b.finish = [&config](read_context& /*ctx*/, const std::string& /*path*/, const auto& given) {
+    if (given("gradient_accumulation_steps"))
+      config.batch.gradient_accumulation_steps = config.gradient_accumulation_steps;
+  };
   // runtime/config.py and the configs it reads (monitor, comm, profiling, autotuning, elasticity,
   // compression, data_pipeline, checkpointing, nebula, datastates, tensor_parallel, ...).
-  b.ignored = {"train_batch_size",
-               "train_micro_batch_size_per_gpu",
-               "managed_gradient_accumulation",
+  b.ignored = {"managed_gradient_accumulation",
                "steps_per_print",
                "dump_state",
                "disable_allgather",

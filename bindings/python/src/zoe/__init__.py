@@ -8,7 +8,7 @@ loaded: zoe/_library.py (ZOE_LIBRARY, else the package's copy, else an installed
 
 from . import _capi
 from .device import Device, Stream
-from .engine import Engine, StageTimes, StepResult, Traffic
+from .engine import BatchSizes, Engine, GroupSettings, StageTimes, StepResult, Traffic
 from .errors import (
     CommError,
     ConfigError,
@@ -26,6 +26,7 @@ from .plan import footprint_plan
 from .ranks import Ranks, launcher_ranks
 
 __all__ = [
+    "BatchSizes",
     "CommError",
     "ConfigError",
     "CorruptError",
@@ -33,6 +34,7 @@ __all__ = [
     "DeviceError",
     "Engine",
     "Error",
+    "GroupSettings",
     "InternalError",
     "IOError",
     "MemoryError",

@@ -78,6 +78,15 @@ class Footprint(_Sized):
     ]
 
 
+class BatchSizes(_Sized):
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("train_batch_size", c_uint64),
+        ("train_micro_batch_size_per_gpu", c_uint64),
+        ("gradient_accumulation_steps", c_uint64),
+    ]
+
+
 class Ranks(_Sized):
     _fields_ = [
         ("struct_size", c_size_t),
@@ -111,7 +120,14 @@ class StepResult(_Sized):
 
 
 class GroupHyper(_Sized):
-    _fields_ = [("struct_size", c_size_t), ("lr", c_double), ("weight_decay", c_double)]
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("lr", c_double),
+        ("weight_decay", c_double),
+        ("beta1", c_double),
+        ("beta2", c_double),
+        ("eps", c_double),  # 0: the configuration's betas and eps
+    ]
 
 
 class StageTimes(_Sized):
@@ -152,6 +168,7 @@ PROTOTYPES = {
     "zoe_engine_create": (_status, [POINTER(EngineDesc), _out_handle]),
     "zoe_engine_destroy": (_status, [_handle]),
     "zoe_engine_device": (_status, [_handle, _out_handle]),
+    "zoe_engine_batch_sizes": (_status, [_handle, POINTER(BatchSizes)]),
     "zoe_footprint_plan": (_status, [POINTER(EngineDesc), c_uint32, POINTER(Footprint)]),
     "zoe_launcher_ranks": (_status, [POINTER(Ranks)]),
     "zoe_engine_ranks": (_status, [_handle, POINTER(Ranks)]),

@@ -19,6 +19,13 @@ StepResult.__doc__ = "A zoe_step_result (skipped: a bool; loss_scale: the next s
 StageTimes = namedtuple("StageTimes", "param_io_s adam_s optimizer_io_s")
 StageTimes.__doc__ = "A zoe_stage_times, in seconds."
 Traffic = namedtuple("Traffic", "intra_node_bytes inter_node_bytes collectives")
+GroupSettings = namedtuple("GroupSettings", "lr weight_decay betas eps")
+GroupSettings.__doc__ = "A zoe_group_hyper: one parameter group's lr, weight_decay, (beta1, beta2) and eps."
+BatchSizes = namedtuple("BatchSizes", "train_batch_size train_micro_batch_size_per_gpu gradient_accumulation_steps")
+BatchSizes.__doc__ = (
+    "A zoe_batch_sizes: DeepSpeed's three batch keys resolved for the engine's world size "
+    "(train_batch_size and train_micro_batch_size_per_gpu 0 when the configuration wrote neither)."
+)
 Traffic.__doc__ = "A zoe_comm_traffic: bytes this rank sent in the engine's collectives so far."
 
 
@@ -38,14 +45,25 @@ def _host_comm_address(host_comm):
 
 
 def _group_hypers(call, groups):
-    """groups, (lr, weight_decay) pairs, as a zoe_group_hyper array and its length."""
+    """groups, (lr, weight_decay) pairs or (lr, weight_decay, (beta1, beta2), eps) tuples, as a
+    zoe_group_hyper array and its length."""
     hypers = []
     for g, group in enumerate(groups):
         try:
-            lr, weight_decay = group
-            hypers.append(_capi.GroupHyper(lr=float(lr), weight_decay=float(weight_decay)))
+            if len(group) == 2:
+                lr, weight_decay = group
+                hypers.append(_capi.GroupHyper(lr=float(lr), weight_decay=float(weight_decay)))
+            else:
+                lr, weight_decay, (beta1, beta2), eps = group
+                hypers.append(
+                    _capi.GroupHyper(lr=float(lr), weight_decay=float(weight_decay), beta1=float(beta1),
+                                     beta2=float(beta2), eps=float(eps))
+                )
         except (TypeError, ValueError):
-            raise UsageError(f"{call}: groups[{g}] is {group!r}, not an (lr, weight_decay) pair") from None
+            raise UsageError(
+                f"{call}: groups[{g}] is {group!r}, not an (lr, weight_decay) pair or an "
+                "(lr, weight_decay, (beta1, beta2), eps) tuple"
+            ) from None
     return (_capi.GroupHyper * max(len(hypers), 1))(*hypers), len(hypers)
 
 
@@ -115,6 +133,13 @@ class Engine(_handles.Handle):
         out = _capi.Ranks()
         _capi.call("zoe_engine_ranks", self._require_open(), ctypes.byref(out))
         return ranks.from_struct(out)
+
+    def batch_sizes(self):
+        """The engine's zoe.engine.BatchSizes: the configuration's batch keys, the one not written
+        derived for the engine's world size as DeepSpeed derives it."""
+        out = _capi.BatchSizes()
+        _capi.call("zoe_engine_batch_sizes", self._require_open(), ctypes.byref(out))
+        return BatchSizes(out.train_batch_size, out.train_micro_batch_size_per_gpu, out.gradient_accumulation_steps)
 
     def module_parameters(self, module):
         """The ids of module `module`'s parameters, in the order they were added."""
@@ -196,8 +221,9 @@ class Engine(_handles.Handle):
 
     def step(self, lr=None, groups=None):
         """One optimizer step over the step's gradients; returns a StepResult. lr None: the
-        configuration's optimizer.params.lr. groups: a (lr, weight_decay) pair per parameter group
-        (zoe_step_groups; the model's group count of them), instead of lr."""
+        configuration's optimizer.params.lr. groups: per parameter group (zoe_step_groups; the
+        model's group count of them), instead of lr, an (lr, weight_decay) pair (the
+        configuration's betas and eps) or an (lr, weight_decay, (beta1, beta2), eps) tuple."""
         if groups is not None:
             if lr is not None:
                 raise UsageError("step: give lr or groups, not both (each group carries its lr)")
@@ -217,7 +243,7 @@ class Engine(_handles.Handle):
         return _step_result(result)
 
     def announce_step(self, groups):
-        """Announces the (lr, weight_decay) pair per parameter group the next step(groups=...) will
+        """Announces the settings per parameter group (as step's groups) the next step(groups=...) will
         be given (zoe_announce_step_groups), so that the optimizer step inside backward steps each
         shard with them instead of the last step's: call it each step before or during the last
         micro-batch's backward when a schedule changes lr. A step given other settings drops what
@@ -293,13 +319,13 @@ class Engine(_handles.Handle):
         return buffer.raw[: length.value]
 
     def checkpoint_groups(self):
-        """Each parameter group's (lr, weight_decay), in group order, as the checkpoint last loaded
-        into this engine stored them (zoe_checkpoint_groups), for a framework's param_groups to take
-        back; zoe.UsageError when none was loaded."""
+        """Each parameter group's zoe.engine.GroupSettings (lr, weight_decay, betas, eps), in group
+        order, as the checkpoint last loaded into this engine stored them (zoe_checkpoint_groups),
+        for a framework's param_groups to take back; zoe.UsageError when none was loaded."""
         count = 1 + max((p.group for p in self.parameters), default=0)
         groups = (_capi.GroupHyper * count)(*(_capi.GroupHyper() for _ in range(count)))
         _capi.call("zoe_checkpoint_groups", self._require_open(), groups, count)
-        return [(g.lr, g.weight_decay) for g in groups]
+        return [GroupSettings(g.lr, g.weight_decay, (g.beta1, g.beta2), g.eps) for g in groups]
 
     # ---- statistics -------------------------------------------------------------------------------
 

@@ -170,11 +170,12 @@ class offload_engine {
   /// with every state as it was; device_error when the device fails while the step writes states
   /// that live on it in place, after which every later step is refused (optimizer_step.hpp).
   step_result step(double lr);
-  /// step() with each parameter group's own learning rate and weight decay: groups[g] for the
-  /// parameters of group g (parameter_spec::group); step(lr) is this with every group at lr and the
-  /// configuration's optimizer.weight_decay. usage_error, before anything changes, unless there is
-  /// one entry per group (layout().group_count()), each lr in [0, FLT_MAX] and each weight_decay
-  /// finite and >= 0 (naming the group).
+  /// step() with each parameter group's own learning rate, weight decay, betas and eps: groups[g]
+  /// for the parameters of group g (parameter_spec::group); step(lr) is this with every group at lr
+  /// and the configuration's optimizer weight_decay, betas and eps. usage_error, before anything
+  /// changes, unless there is one entry per group (layout().group_count()), each lr in [0, FLT_MAX],
+  /// each weight_decay finite and >= 0, each beta in [0, 1) and each eps in (0, FLT_MAX], the
+  /// betas and eps not 1 or 0 as floats (naming the group).
   step_result step(std::span<const group_hyper> groups);
   /// Announces the settings the next step() will be given, so that the step inside backward
   /// (zoe.optimizer_in_backward) speculates with them instead of the last step's: with a learning
@@ -187,7 +188,7 @@ class offload_engine {
   /// it); the step after that speculates with that step's settings again unless announced anew.
   void announce_step(std::span<const group_hyper> groups);
   /// Each group's settings at the last step taken (or as loaded from a checkpoint; before any
-  /// step, the configuration's lr and weight_decay).
+  /// step, the configuration's).
   [[nodiscard]] std::span<const group_hyper> groups() const noexcept { return groups_; }
 
   // ---- checkpoints -----------------------------------------------------------------------------
@@ -243,13 +244,15 @@ class offload_engine {
 
  private:
   void expect_between_steps(const char* what) const;
+  /// A group at `lr` with the configuration's weight decay, betas and eps.
+  [[nodiscard]] group_hyper configured_group(double lr) const noexcept;
   /// An inference fetch is over (released, or its fetch failed): the last one ends the
   /// coordinator's inference step.
   void end_inference_fetch();
   /// usage_error naming `what` while a step that failed midway waits for its retry (bounded shadows).
   void expect_no_part_done_step(const char* what) const;
-  /// usage_error naming `call` (and the group) unless `groups` is one learning rate in [0, FLT_MAX]
-  /// and one finite weight decay >= 0 per parameter group.
+  /// usage_error naming `call` (and the group) unless `groups` has one entry per parameter group,
+  /// each as step() takes it (lr, weight decay, betas, eps).
   void expect_group_settings(const char* call, std::span<const group_hyper> groups) const;
   /// From the step's last micro-batch on, each shard whose gradient is final is stepped ahead on the
   /// speculation thread (optimizer_step.hpp, "Speculation") with the settings this computes.

@@ -80,6 +80,7 @@ class engine_resources {
   engine_resources(const engine_resources&) = delete;
   engine_resources& operator=(const engine_resources&) = delete;
 
+  [[nodiscard]] const engine_config& config() const noexcept { return config_; }
   [[nodiscard]] const model_layout& layout() const noexcept { return *layout_; }
   [[nodiscard]] const placement& where() const noexcept { return *placement_; }
   [[nodiscard]] const footprint_plan& plan() const noexcept { return plan_; }
@@ -99,10 +100,12 @@ class engine_resources {
   [[nodiscard]] coordinator& coord() noexcept { return *coordinator_; }
 
  private:
-  engine_config config_;  ///< the configuration as the resources run it (stages 0-2: every parameter persistent)
   worlds worlds_;
   communicator* comm_;
   communicator* gradient_comm_;
+  /// The configuration as the resources run it (stages 0-2: every parameter persistent; the batch
+  /// sizes resolved for the world's size, which is known only once the worlds exist).
+  engine_config config_;
   std::unique_ptr<model_layout> layout_;
   std::unique_ptr<communicator>
       replica_world_;  ///< the coordinator's world of this rank alone (stage 0, several ranks)

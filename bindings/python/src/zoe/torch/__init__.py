@@ -13,14 +13,14 @@ config.py (the keys zoe.torch reads). zoe.torch.Init: init_context.py.
 What a DeepSpeed script meets that differs:
 - param.grad is zoe's buffer only while autograd accumulates into it; after engine.backward the
   gradients are in zoe (engine.zoe_engine.read_state(id, "gradient")), not on the parameters.
-- A parameter is fetched only while a module registering it runs: one used in another module's
-  forward without calling its own module (x @ self.emb.weight.t() in a parent) is an empty tensor
-  there; tie it through modules (head.weight = emb.weight) instead.
+- A parameter is fetched while a module registering it runs, and when it is read in another
+  module's forward (x @ self.emb.weight.t() in a parent: DeepSpeed's external parameter, detected
+  when read, with no register_external_parameter needed), held until that forward ends: count it
+  in stage3_max_live_parameters beside the modules running meanwhile. Outside the engine's forward
+  it is an empty tensor.
 - A parent's own parameters stay fetched while its children run: size stage3_max_live_parameters
   for the largest such chain (zoe's default is far larger).
-- betas and eps are one pair for every param group (zoe's Adam takes them from the configuration);
-  Adam and AdamW only; gradient_accumulation_steps is read as given (not derived from the batch
-  sizes).
+- Adam and AdamW only; each param group's lr, weight_decay, betas and eps are read at every step.
 """
 
 from .engine import Engine, footprint_plan, initialize

@@ -3,8 +3,8 @@
 The configuration is taken as DeepSpeed takes it (a dict or the path of a JSON file; JSON text is
 accepted too, as zoe.Engine accepts it) and handed to zoe.Engine as given, with zoe.torch's own
 overrides (a client optimizer's hyperparameters) merged over it as zoe_engine_desc's
-config_overrides. The values below are read here because the Python side acts on them: the
-micro-batches per step, the 16-bit type the model runs in, the optimizer's defaults for the param
+config_overrides. The batch sizes are zoe's engine's (DeepSpeed's arithmetic over its world size). The values below are read here because the Python side acts on them: the
+16-bit type the model runs in, the optimizer's defaults for the param
 groups, DeepSpeed's scheduler block and whether zoe.activations gives autograd's saved tensors room.
 """
 
@@ -69,10 +69,6 @@ class Settings:
         if overrides:
             document = merge_patch(document, overrides)
         self.document = document
-        gas = document.get("gradient_accumulation_steps", 1)
-        if isinstance(gas, bool) or not isinstance(gas, (int, float)) or gas < 1 or gas != int(gas):
-            raise ConfigError(f"gradient_accumulation_steps must be a positive integer, not {gas!r}")
-        self.gradient_accumulation_steps = int(gas)
         fp16 = _enabled(document, "fp16")
         bf16 = _enabled(document, "bf16") or _enabled(document, "bfloat16")
         if fp16 and bf16:

@@ -76,7 +76,6 @@ class Engine:
     def __init__(self, model, config, optimizer=None, model_parameters=None, lr_scheduler=None, device=None,
                  activation_min_bytes=DEFAULT_ACTIVATION_MIN_BYTES):
         document, patch, settings, groups, layout = _prepare(model, config, optimizer, model_parameters)
-        self._settings = settings
         self._layout = layout
         self.optimizer = ZoeOptimizer(groups, dict(settings.optimizer_defaults))
         # Before zoe's engine exists: a scheduler that cannot be built leaves nothing to undo.
@@ -97,6 +96,8 @@ class Engine:
                 self._zoe.write_state(slot.id, slot.param.detach().to("cpu", torch.float32).numpy())
             self._device = _torch_device(self._zoe.device)
             self._stream = Stream(self._zoe.device)
+            # DeepSpeed's batch keys as zoe's engine resolved them for its world size.
+            self._batch = self._zoe.batch_sizes()
         except BaseException:
             self._zoe.close()  # the model keeps its values: torch's copies are freed only below
             raise
@@ -142,7 +143,7 @@ class Engine:
     def __call__(self, *args, **kwargs):
         """model(*args, **kwargs), its parameters fetched from zoe module by module."""
         self._require_open()
-        with self._runtime.compute(), self._saved.context():
+        with self._runtime.compute(), self._saved.context(), self._runtime.forward_scope():
             try:
                 return self.module(*args, **kwargs)
             except BaseException:
@@ -185,18 +186,18 @@ class Engine:
         return loss
 
     def is_gradient_accumulation_boundary(self):
-        return (self.micro_steps + 1) % self._settings.gradient_accumulation_steps == 0
+        return (self.micro_steps + 1) % self._batch.gradient_accumulation_steps == 0
 
     def step(self, lr_kwargs=None):
         """At the accumulation boundary: zoe's optimizer step with the optimizer's param_groups,
         then the lr scheduler's step. Elsewhere a no-op. Each call follows one engine.backward."""
         self._require_open()
-        expected = self.micro_steps % self._settings.gradient_accumulation_steps + 1
+        expected = self.micro_steps % self._batch.gradient_accumulation_steps + 1
         if self._backwards != expected:
             raise UsageError(
                 f"engine.step() after {self._backwards} engine.backward() calls since the last optimizer step; "
                 f"this is micro-step {expected} of gradient_accumulation_steps "
-                f"{self._settings.gradient_accumulation_steps}: call engine.backward(loss) once before each "
+                f"{self._batch.gradient_accumulation_steps}: call engine.backward(loss) once before each "
                 "engine.step()"
             )
         if self.is_gradient_accumulation_boundary():
@@ -207,8 +208,11 @@ class Engine:
         self.micro_steps += 1
 
     def _step_settings(self):
-        """(lr, weight_decay) per zoe group, from the optimizer's param_groups as they are now."""
-        return [(float(g["lr"]), float(g["weight_decay"])) for g in self.optimizer.param_groups]
+        """(lr, weight_decay, betas, eps) per zoe group, from the optimizer's param_groups as they are now."""
+        return [
+            (float(g["lr"]), float(g["weight_decay"]), tuple(g["betas"]), float(g["eps"]))
+            for g in self.optimizer.param_groups
+        ]
 
     def _optimizer_step(self):
         result = self._zoe.step(groups=self._step_settings())
@@ -237,7 +241,16 @@ class Engine:
         return self._device
 
     def gradient_accumulation_steps(self):
-        return self._settings.gradient_accumulation_steps
+        return self._batch.gradient_accumulation_steps
+
+    def train_batch_size(self):
+        """DeepSpeed's train_batch_size (derived when not written; None when neither batch size is)."""
+        return self._batch.train_batch_size or None
+
+    def train_micro_batch_size_per_gpu(self):
+        """DeepSpeed's train_micro_batch_size_per_gpu (derived when not written; None when neither
+        batch size is)."""
+        return self._batch.train_micro_batch_size_per_gpu or None
 
     def get_lr(self):
         return [g["lr"] for g in self.optimizer.param_groups]
@@ -368,8 +381,9 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
 
 
 def _data_loader(engine, training_data, collate_fn):
-    # As DeepSpeed's: micro-batches of train_micro_batch_size_per_gpu, each rank its share, shuffled.
-    batch = engine._settings.document.get("train_micro_batch_size_per_gpu", 1)
+    # As DeepSpeed's: micro-batches of train_micro_batch_size_per_gpu, each rank its share, shuffled
+    # (1 when the configuration writes neither batch size, which DeepSpeed would refuse).
+    batch = engine.train_micro_batch_size_per_gpu() or 1
     ranks = engine.zoe_engine.ranks()
     sampler = torch.utils.data.DistributedSampler(training_data, num_replicas=ranks.world_size, rank=ranks.rank)
     return torch.utils.data.DataLoader(training_data, batch_size=batch, sampler=sampler, collate_fn=collate_fn)

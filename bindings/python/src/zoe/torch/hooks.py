@@ -25,6 +25,18 @@ all, saved_tensors.py's unpack fetches it again (ensure_bound). After autograd r
 finish_backward hands in what never completed (a parameter the loss did not reach has a zero
 gradient) and closes the micro-batch.
 
+A parameter read outside its own modules' forward (`x @ self.wte.weight.t()` in the parent's
+forward, a sibling's weight inside another module) is DeepSpeed's external parameter, detected as
+DeepSpeed detects it: each hooked module's _parameters is a dict that sees the read of a parameter
+that is not fetched during a forward (_Parameters), and the read fetches its zoe module for the
+innermost forward running: the innermost module with hooks, else the engine's call (a model whose
+own forward holds no parameter has no hooks). It is released when that forward ends, and counts as
+one more use in the micro-batch (its gradient accumulates after that use's backward, as a module
+used twice). Autograd saves the view the read made as any saved parameter view (saved_tensors.py).
+autograd accumulates a gradient into a parameter shaped as the parameter is then, and no module's
+hook may have fetched one that is only read so: at its first read a hook on its gradient is added
+that fetches it for backward before the accumulation.
+
 The micro-batch opens lazily at the first fetch with grad enabled; a forward under
 torch.no_grad() with no micro-batch open fetches outside one: zoe's inference fetch (no micro-batch
 opened or counted, no gradients).
@@ -55,6 +67,28 @@ def _tensors(value):
             yield from _tensors(v)
 
 
+class _Parameters(dict):
+    """A hooked module's _parameters: nn.Module.__getattr__ reads a parameter through __getitem__,
+    so the read of one that is not fetched (an empty tensor) during a forward fetches it
+    (Runtime.external); torch's own iterations (named_parameters, state_dict, .to) do not come here."""
+
+    __slots__ = ("_runtime",)
+
+    def __init__(self, runtime, parameters):
+        super().__init__(parameters)
+        self._runtime = runtime
+
+    def __getitem__(self, key):
+        param = dict.__getitem__(self, key)
+        if param is not None and param.numel() == 0:  # zoe's parameters are never empty when fetched
+            self._runtime.external(param)
+        return param
+
+    def __reduce__(self):
+        # A copy or pickle of the module holds a plain dict, not the engine.
+        return (dict, (dict(self),))
+
+
 class Runtime:
     """Binds a model's parameters to zoe's memory around each module's forward and backward."""
 
@@ -75,6 +109,10 @@ class Runtime:
         self._pending = {}  # Unit -> its trainable Slots whose gradient has not accumulated yet
         self._handed_in = set()  # Units whose gradients zoe has for this micro-batch
         self._uses = {u: 0 for u in layout.units}  # forward uses in this micro-batch
+        # One list per forward running (the engine's call, then each hooked module's inside it):
+        # the units fetched for parameters read outside their modules, released when it ends.
+        self._scopes = []
+        self._read_outside = set()  # Slots read outside their modules: their gradient hook is added
         self.micro_batch_open = False
         self.active = False  # inside engine(...) or engine.backward(...)
         # What zoe adds to the model's compute, for the benchmark: seconds spent inside the hooks
@@ -90,6 +128,9 @@ class Runtime:
             if slot.trainable:
                 hook = self.timed(self._accumulated_hook(slot))
                 self._hooks.append(slot.param.register_post_accumulate_grad_hook(hook))
+        self._watched = list(layout.params_of)
+        for module in self._watched:
+            module._parameters = _Parameters(self, module._parameters)
 
     def timed(self, hook):
         """`hook` adding the time it runs to hook_seconds (every entry point torch calls is wrapped
@@ -109,6 +150,9 @@ class Runtime:
         for handle in self._hooks:
             handle.remove()
         self._hooks = []
+        for module in self._watched:
+            module._parameters = dict(module._parameters)
+        self._watched = []
 
     @contextlib.contextmanager
     def compute(self):
@@ -119,6 +163,43 @@ class Runtime:
                 yield
         finally:
             self.active = False
+
+    @contextlib.contextmanager
+    def forward_scope(self):
+        """The engine's call: external parameters read where no hooked module runs are held here."""
+        self._scopes.append([])
+        try:
+            yield
+        finally:
+            self._end_scope()
+
+    def _end_scope(self):
+        # After abort_forward the scopes are gone (it released everything): nothing left to end.
+        if self._scopes:
+            for unit in reversed(self._scopes.pop()):
+                self._release_forward(unit)
+
+    def external(self, param):
+        """`param` read while not fetched: fetched for the innermost forward running, if any (else
+        left as torch has it: an empty tensor outside the engine's forward)."""
+        slot = self._layout.slot_of.get(param)
+        if slot is None or not self.active or not self._scopes:
+            return
+        start = time.perf_counter()
+        try:
+            self._acquire_forward(slot.unit)
+            self._scopes[-1].append(slot.unit)
+            if slot.trainable and slot not in self._read_outside:
+                self._read_outside.add(slot)
+                self._hooks.append(slot.param.register_hook(self.timed(self._gradient_ready_hook(slot.unit))))
+        finally:
+            self.hook_seconds += time.perf_counter() - start
+
+    def _gradient_ready_hook(self, unit):
+        def hook(_grad):
+            self.ensure_bound(unit)
+
+        return hook
 
     def bound_slot(self, tensor):
         """The Slot whose parameter's fetched memory `tensor` lives in, or None."""
@@ -176,6 +257,7 @@ class Runtime:
             self._check_parameters(module, name, params)
             for unit in units:
                 self._acquire_forward(unit)
+            self._scopes.append([])
 
         return hook
 
@@ -216,6 +298,7 @@ class Runtime:
         counted = self.timed(fetch_for_backward)
 
         def hook(_module, _args, output):
+            self._end_scope()
             for unit in reversed(units):
                 self._release_forward(unit)
             if torch.is_grad_enabled():
@@ -228,6 +311,7 @@ class Runtime:
     def abort_forward(self):
         """After a forward that raised: releases what it left fetched (the micro-batch stays open,
         with no gradient in it yet, for the next forward)."""
+        self._scopes = []
         for unit, users in self._forward_users.items():
             if users:
                 self._forward_users[unit] = 0

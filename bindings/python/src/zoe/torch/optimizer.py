@@ -1,10 +1,10 @@
 """The optimizer zoe.torch.initialize returns, and where its parameter groups come from.
 
 zoe runs Adam itself, on whatever tier holds each state; the returned optimizer is a
-torch.optim.Optimizer whose param_groups are what the step reads: each group's lr and weight_decay
-at every step (zoe_step_groups, one zoe group per torch group), so `group["lr"] = x` between steps
-and torch's lr schedulers built on it work as they do on torch.optim.AdamW. betas and eps are one
-pair for all groups in zoe (the configuration's optimizer.params).
+torch.optim.Optimizer whose param_groups are what the step reads: each group's lr, weight_decay,
+betas and eps at every step (zoe_step_groups, one zoe group per torch group), so `group["lr"] = x`
+(or betas, as a scheduler cycling momentum sets them) between steps and torch's schedulers built on
+it work as they do on torch.optim.AdamW.
 
 The groups come, as in deepspeed.initialize, from the optimizer passed in (a torch.optim.Adam or
 AdamW, or a callable making one from the parameters), else from model_parameters (parameters, or
@@ -52,12 +52,6 @@ def _torch_groups(optimizer, names):
         for key in ("amsgrad", "maximize", "differentiable"):
             if g.get(key):
                 raise UsageError(f"{where}[{key!r}] is true: zoe's Adam does not support {key}")
-        for key in ("betas", "eps"):
-            if tuple(map(float, _as_tuple(g[key]))) != tuple(map(float, _as_tuple(first[key]))):
-                raise UsageError(
-                    f"{where}[{key!r}] is {g[key]} but param_groups[0]'s is {first[key]}: zoe applies one {key} "
-                    "to every group"
-                )
         if g.get("decoupled_weight_decay", decoupled) != decoupled:
             raise UsageError(f"{where}['decoupled_weight_decay'] differs from param_groups[0]'s")
         groups.append(
@@ -65,6 +59,8 @@ def _torch_groups(optimizer, names):
                 "params": _parameters(g["params"], names, where),
                 "lr": float(g["lr"]),
                 "weight_decay": float(g["weight_decay"]),
+                "betas": _betas(g["betas"], where),
+                "eps": float(g["eps"]),
             }
         )
     patch = {
@@ -82,8 +78,10 @@ def _torch_groups(optimizer, names):
     return groups, patch
 
 
-def _as_tuple(value):
-    return tuple(value) if isinstance(value, (tuple, list)) else (value,)
+def _betas(value, where):
+    if not isinstance(value, (tuple, list)) or len(value) != 2:
+        raise UsageError(f"{where}['betas'] is {value!r}, not a pair (beta1, beta2)")
+    return tuple(float(b) for b in value)
 
 
 def _parameters(params, names, where):
@@ -95,7 +93,8 @@ def _parameters(params, names, where):
 
 
 def param_groups(model, optimizer, model_parameters, settings):
-    """(groups, configuration patch): torch-form groups (params, lr, weight_decay) and what the
+    """(groups, configuration patch): torch-form groups (params, lr, weight_decay; betas and eps
+    where they come from the client, the defaults' otherwise) and what the
     configuration must say for zoe's Adam to be the client optimizer's (None: nothing)."""
     names = {}
     for name, p in model.named_parameters():
@@ -116,17 +115,13 @@ def param_groups(model, optimizer, model_parameters, settings):
                 where = f"model_parameters[{i}]"
                 if "params" not in g:
                     raise UsageError(f"{where} is a group without 'params'")
-                for key in ("betas", "eps"):
-                    if key in g and tuple(_as_tuple(g[key])) != tuple(_as_tuple(defaults[key])):
-                        raise UsageError(
-                            f"{where}[{key!r}] is {g[key]} but the configuration's optimizer.params.{key} is "
-                            f"{defaults[key]}: zoe applies one {key} to every group"
-                        )
                 groups.append(
                     {
                         "params": _parameters(g["params"], names, where),
                         "lr": float(g.get("lr", defaults["lr"])),
                         "weight_decay": float(g.get("weight_decay", defaults["weight_decay"])),
+                        "betas": _betas(g.get("betas", defaults["betas"]), where),
+                        "eps": float(g.get("eps", defaults["eps"])),
                     }
                 )
         else:

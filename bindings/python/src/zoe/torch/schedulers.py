@@ -275,8 +275,8 @@ def build(block, optimizer):
     Returns the schedule; call its step() after each optimizer step that was applied.
     Raises ValueError naming the key for an unknown type, a misspelt or missing parameter, or a
     value out of range; TypeError for an optimizer without param_groups.
-    OneCycle is not supported (it cycles Adam's betas, which zoe's engine takes from the
-    configuration once): asking for it raises ValueError saying so.
+    OneCycle is not implemented here: asking for it raises ValueError saying so (a schedule from
+    elsewhere that sets the groups' lr and betas each step works: the step reads both).
     """
     if not isinstance(block, dict):
         raise ValueError(f"scheduler: expected an object with 'type' and 'params', got {type(block).__name__}")
@@ -291,9 +291,9 @@ def build(block, optimizer):
         raise ValueError(f"scheduler: unknown key(s) {sorted(unknown_keys)} (only 'type' and 'params')")
     if name == "OneCycle":
         raise ValueError(
-            "scheduler.type: OneCycle is not supported by zoe (it cycles Adam's betas per step, "
-            "and zoe's engine takes the betas from the configuration); use WarmupLR, "
-            "WarmupDecayLR, WarmupCosineLR or LRRangeTest"
+            "scheduler.type: OneCycle is not implemented by zoe.torch; use WarmupLR, WarmupDecayLR, "
+            "WarmupCosineLR or LRRangeTest, or pass a scheduler of your own that sets the param_groups' "
+            "lr and betas (zoe's step reads both)"
         )
     cls = _SCHEDULES.get(name) or _torch_scheduler(name)
     if cls is None:

@@ -108,11 +108,13 @@ struct optimizer_config {
   bool bias_correction = true;
 };
 
-/// One parameter group's settings at a step (PyTorch's param_groups: lr and weight_decay), as
-/// the step applies them to the parameters of that group (parameter_spec::group).
+/// One parameter group's settings at a step (PyTorch's param_groups: lr, weight_decay, betas and
+/// eps), as the step applies them to the parameters of that group (parameter_spec::group).
 struct group_hyper {
   double lr = 0;
   double weight_decay = 0;
+  std::array<double, 2> betas = optimizer_config{}.betas;
+  double eps = optimizer_config{}.eps;
   friend bool operator==(const group_hyper&, const group_hyper&) = default;
 };
 
@@ -176,6 +178,15 @@ struct zoe_settings {
   std::uint64_t ranks_per_node = 0;
 };
 
+/// DeepSpeed's three batch keys, train_batch_size = train_micro_batch_size_per_gpu x
+/// gradient_accumulation_steps x world size, as the document wrote them (nullopt: not written);
+/// resolve_batch_sizes fills in the one missing and checks the three.
+struct batch_config {
+  std::optional<std::uint64_t> train_batch_size;
+  std::optional<std::uint64_t> train_micro_batch_size_per_gpu;
+  std::optional<std::uint64_t> gradient_accumulation_steps;
+};
+
 /// Every setting zoe reads from one configuration document.
 struct engine_config {
   zero_config zero;
@@ -183,8 +194,10 @@ struct engine_config {
   fp16_config fp16;
   bf16_config bf16;
   double gradient_clipping = 1.0;  ///< DeepSpeed's default since 2026-06 (0 disables)
-  /// >= 1. DeepSpeed derives it from train_batch_size when absent; zoe ignores the batch sizes: 1.
+  /// >= 1: the micro-batches of one step. As written (default 1) until resolve_batch_sizes
+  /// (batch_sizes.hpp) derives it, as DeepSpeed does, from the batch sizes and the world size.
   std::uint64_t gradient_accumulation_steps = 1;
+  batch_config batch;
   std::optional<optimizer_config> optimizer;  ///< nullopt: no optimizer block
   zoe_settings zoe;
 };
