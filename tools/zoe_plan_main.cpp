@@ -54,12 +54,13 @@ int run(const std::string& config_path, const std::string& params_text, const st
                            .machine = {},
                            .shortfalls = {},
                            .warnings = {}};
-  engine::resolve_batch_sizes(report.loaded.config, static_cast<std::size_t>(world));  // as the engine does
   const engine::engine_config& config = report.loaded.config;
   const kernels::dtype dtype = plan::working_dtype(config);
   const engine::layout_options options = engine::stage_layout(config, static_cast<std::size_t>(world));
   const engine::model_layout layout = plan::layered_model(params, layers, options, dtype);
   report.model = plan::describe_model(params, layers, options, dtype);
+  // As the engine does, once the world size has passed the layout's checks.
+  engine::resolve_batch_sizes(report.loaded.config, static_cast<std::size_t>(world));
   const engine::placement where(layout, config);
   report.plan = engine::make_footprint_plan(layout, config, where);
   report.machine = engine::measure_machine(config);

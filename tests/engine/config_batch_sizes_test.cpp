@@ -75,6 +75,11 @@ TEST(config_batch_sizes, without_a_batch_size_the_steps_are_as_written) {
   EXPECT_EQ(none.gradient_accumulation_steps, 1u);
   EXPECT_FALSE(none.batch.train_batch_size.has_value());
   EXPECT_EQ(resolved(R"({"gradient_accumulation_steps": 6})", 2).gradient_accumulation_steps, 6u);
+  // A program's own configuration keeps the steps it set.
+  engine_config set;
+  set.gradient_accumulation_steps = 3;
+  resolve_batch_sizes(set, 2);
+  EXPECT_EQ(set.gradient_accumulation_steps, 3u);
 }
 
 TEST(config_batch_sizes, resolving_again_for_the_same_world_changes_nothing) {

@@ -24,10 +24,8 @@ void resolve_batch_sizes(engine_config& config, std::size_t world_size) {
   ZOE_EXPECTS(world_size > 0, "resolve_batch_sizes: world size 0");
   const batch_config& written = config.batch;
   const std::uint64_t world = world_size;
-  if (!written.train_batch_size && !written.train_micro_batch_size_per_gpu) {
-    config.gradient_accumulation_steps = written.gradient_accumulation_steps.value_or(1);
-    return;
-  }
+  // Neither batch size: the steps as they are (as written, 1 by default, or as a program set them).
+  if (!written.train_batch_size && !written.train_micro_batch_size_per_gpu) return;
   // DeepSpeed's branches in its order, each with integer division; the key derived is named in
   // the error below, since a rounded-down value is where most wrong triples come from.
   std::uint64_t batch = written.train_batch_size.value_or(0);

@@ -15,8 +15,8 @@ namespace zoe::engine {
 /// train_batch_size, gradient_accumulation_steps is 1 and the micro-batch train_batch_size /
 /// world_size; with only train_micro_batch_size_per_gpu, gradient_accumulation_steps is 1. Sets
 /// config.batch to the three and config.gradient_accumulation_steps to the steps. With neither
-/// batch size written (where DeepSpeed refuses the configuration) zoe runs the
-/// gradient_accumulation_steps written, or 1, and leaves the batch sizes unknown. Idempotent for one
+/// batch size written (where DeepSpeed refuses the configuration) it changes nothing: zoe runs
+/// config.gradient_accumulation_steps (as written, 1 by default) and the batch sizes stay unknown. Idempotent for one
 /// world size. Throws config_error naming the keys and their values (and which one was derived)
 /// when one comes out 0 or the three do not multiply out; usage_error for world_size 0.
 void resolve_batch_sizes(engine_config& config, std::size_t world_size);
