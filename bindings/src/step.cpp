@@ -1,5 +1,5 @@
-// Between micro-batches: the optimizer step, the loss scale, and checkpoints (with the caller's
-// client bytes, and the group settings a loaded one kept).
+// Between micro-batches: the optimizer step (and its announcement, also during them), the loss scale, and
+// checkpoints (with the caller's client bytes, and the group settings a loaded one kept).
 #include <cstring>
 #include <string>
 #include <string_view>
@@ -81,6 +81,28 @@ class group_array {
   std::size_t stride_ = 0;
 };
 
+// zoe_step_groups and zoe_announce_step_groups: the caller's groups as the engine takes them.
+std::vector<zoe::engine::group_hyper> group_settings(const zoe_engine& e, const zoe_group_hyper* groups,
+                                                     std::size_t count) {
+  expect_group_count(e, count);
+  const group_array<const zoe_group_hyper> given(groups, count);
+  const zoe::engine::optimizer_config configured =
+      e.engine->config().optimizer.value_or(zoe::engine::optimizer_config{});
+  std::vector<zoe::engine::group_hyper> settings;
+  for (std::size_t g = 0; g < count; ++g) {
+    const zoe_group_hyper& h = given.at(g);
+    zoe::engine::group_hyper s{
+        .lr = h.lr, .weight_decay = h.weight_decay, .betas = configured.betas, .eps = configured.eps};
+    // eps 0, or a struct without the fields: the configuration's betas and eps.
+    if (given.has_adam() && h.eps != 0) {
+      s.betas = {h.beta1, h.beta2};
+      s.eps = h.eps;
+    }
+    settings.push_back(s);
+  }
+  return settings;
+}
+
 // zoe_checkpoint_save and zoe_checkpoint_save_client (a blob of `bytes` at `client`; none when 0).
 zoe_status save_checkpoint(const char* call, zoe_engine* engine, const char* directory, const char* tag,
                            const void* client, size_t bytes) {
@@ -117,23 +139,15 @@ zoe_status zoe_step(zoe_engine* engine, double lr, zoe_step_result* result) {
 zoe_status zoe_step_groups(zoe_engine* engine, const zoe_group_hyper* groups, size_t count, zoe_step_result* result) {
   return guarded("zoe_step_groups", [&] {
     zoe_engine& e = live(engine, "engine");
-    expect_group_count(e, count);
-    const group_array<const zoe_group_hyper> given(groups, count);
-    const zoe::engine::optimizer_config configured =
-        e.engine->config().optimizer.value_or(zoe::engine::optimizer_config{});
-    std::vector<zoe::engine::group_hyper> settings;
-    for (std::size_t g = 0; g < count; ++g) {
-      const zoe_group_hyper& h = given.at(g);
-      zoe::engine::group_hyper s{
-          .lr = h.lr, .weight_decay = h.weight_decay, .betas = configured.betas, .eps = configured.eps};
-      // eps 0, or a struct without the fields: the configuration's betas and eps.
-      if (given.has_adam() && h.eps != 0) {
-        s.betas = {h.beta1, h.beta2};
-        s.eps = h.eps;
-      }
-      settings.push_back(s);
-    }
+    const std::vector<zoe::engine::group_hyper> settings = group_settings(e, groups, count);
     run_step(e, result, [&] { return e.engine->step(settings); });
+  });
+}
+
+zoe_status zoe_announce_step_groups(zoe_engine* engine, const zoe_group_hyper* groups, size_t count) {
+  return guarded("zoe_announce_step_groups", [&] {
+    zoe_engine& e = live(engine, "engine");
+    e.engine->announce_step(group_settings(e, groups, count));
   });
 }
 

@@ -100,7 +100,11 @@ offload_engine::offload_engine(std::vector<module_spec> modules, const engine_co
         return;
       }
       try {
-        optimizer_->speculate(p, ahead_adam_[p]);
+        const kernels::adam_config adam = [&] {
+          const std::lock_guard lock(ahead_mutex_);
+          return ahead_adam_[p];
+        }();
+        optimizer_->speculate(p, adam);
       } catch (const std::exception& e) {  // settings the step itself would refuse: it says so then
         log::info("parameter '", layout().parameter(p).name, "' steps after backward: ", e.what());
       }
@@ -366,14 +370,18 @@ void offload_engine::arm_speculation() {
   // The step as it goes when nothing overflowed and clipping leaves the gradients as they are (a
   // summary of norm 0 clips nothing), at the next step count, with each group's last settings: each
   // shard runs ahead as its gradient becomes final (optimizer_step.hpp) and step() commits the ones
-  // whose settings it confirms.
+  // whose settings it confirms. The announced settings, when the caller gave them, else the last
+  // step's.
   const detail::prepared_step prepared = detail::prepare_step(config_, adam_settings_, gradient_summary{},
                                                               scaler_.scale(), lr_, scaler_.optimizer_steps() + 1);
-  ahead_adam_.assign(layout().parameters().size(), prepared.adam);
+  {
+    const std::lock_guard lock(ahead_mutex_);
+    ahead_adam_.assign(layout().parameters().size(), prepared.adam);
+  }
   ahead_scale_ = scaler_.scale();
   ahead_sum_ = 0;
   ahead_forgone_.store(false);
-  for (const parameter_layout& p : layout().parameters()) set_group(ahead_adam_[p.id], groups_[p.group]);
+  set_ahead_groups(announced_ ? *announced_ : groups_);
   ahead_armed_.store(true);
 }
 
@@ -386,6 +394,54 @@ void offload_engine::on_final_gradient(const final_gradient& g) {
   if (g.sum_of_squares) ahead_sum_ += *g.sum_of_squares;
   if (g.overflow || detail::surely_clipped(config_, ahead_sum_, ahead_scale_)) ahead_forgone_.store(true);
   ahead_->hand_in(g.param);
+}
+
+void offload_engine::set_ahead_groups(std::span<const group_hyper> groups) {
+  const std::lock_guard lock(ahead_mutex_);
+  for (const parameter_layout& p : layout().parameters()) set_group(ahead_adam_[p.id], groups[p.group]);
+}
+
+void offload_engine::announce_step(std::span<const group_hyper> groups) {
+  expect_group_settings("announce_step", groups);
+  announced_.emplace(groups.begin(), groups.end());
+  // Armed already (backward of the step's last micro-batch): the shards handed in from now on run
+  // with them; the ones before keep the settings they ran with, and step() sorts them out.
+  if (ahead_armed_.load()) set_ahead_groups(*announced_);
+}
+
+void offload_engine::expect_group_settings(const char* call, std::span<const group_hyper> groups) const {
+  ZOE_EXPECTS(groups.size() == layout().group_count(), call, ": ", groups.size(),
+              " parameter groups' settings given; the model has ", layout().group_count(),
+              " groups (the largest parameter group + 1)");
+  // The Adam kernel computes in float: a rate beyond float's range would reach it as inf and fail
+  // the step there, naming no argument. Written so that NaN fails the comparison.
+  constexpr double largest = std::numeric_limits<float>::max();
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    const std::string which = groups.size() == 1 ? std::string() : str(" of parameter group ", g);
+    if (!(groups[g].lr >= 0 && groups[g].lr <= largest)) {
+      throw usage_error(str(call, ": lr ", groups[g].lr, which,
+                            " is not a learning rate the optimizer can use: give a finite number in [0, ", largest,
+                            "] (the Adam kernel computes in float)"));
+    }
+    if (!(groups[g].weight_decay >= 0 && groups[g].weight_decay <= largest)) {
+      throw usage_error(str(call, ": weight_decay ", groups[g].weight_decay, which,
+                            " is not a weight decay the optimizer can use: give a finite number in [0, ", largest,
+                            "]"));
+    }
+    for (std::size_t i = 0; i < 2; ++i) {
+      // Below 1 as the float the kernel computes with (1 - beta^t would be 0 at 1).
+      const double beta = groups[g].betas.at(i);
+      if (!(beta >= 0 && static_cast<float>(beta) < 1.0F)) {
+        throw usage_error(str(call, ": betas[", i, "] ", beta, which,
+                              " is not a beta the optimizer can use: give a number in [0, 1) (below 1 as a float)"));
+      }
+    }
+    const double eps = groups[g].eps;
+    if (!(eps > 0 && eps <= largest && static_cast<float>(eps) > 0.0F)) {
+      throw usage_error(str(call, ": eps ", eps, which, " is not an eps the optimizer can use: give a number in (0, ",
+                            largest, "] that is not 0 as a float"));
+    }
+  }
 }
 
 void offload_engine::stop_speculation() noexcept {
@@ -414,38 +470,8 @@ step_result offload_engine::step(std::span<const group_hyper> groups) {
   const std::size_t k = config_.gradient_accumulation_steps;
   ZOE_EXPECTS(micro_batches_done_ == k, "step: ", micro_batches_done_, " of the step's ", k,
               " micro-batches (gradient_accumulation_steps) have handed in their gradients");
-  ZOE_EXPECTS(groups.size() == layout().group_count(), "step: ", groups.size(),
-              " parameter groups' settings given; the model has ", layout().group_count(),
-              " groups (the largest parameter group + 1)");
-  // The Adam kernel computes in float: a rate beyond float's range would reach it as inf and fail
-  // the step there, naming no argument. Written so that NaN fails the comparison.
-  constexpr double largest = std::numeric_limits<float>::max();
-  for (std::size_t g = 0; g < groups.size(); ++g) {
-    const std::string which = groups.size() == 1 ? std::string() : str(" of parameter group ", g);
-    if (!(groups[g].lr >= 0 && groups[g].lr <= largest)) {
-      throw usage_error(str("step: lr ", groups[g].lr, which,
-                            " is not a learning rate the optimizer can use: give a finite number in [0, ", largest,
-                            "] (the Adam kernel computes in float)"));
-    }
-    if (!(groups[g].weight_decay >= 0 && groups[g].weight_decay <= largest)) {
-      throw usage_error(str("step: weight_decay ", groups[g].weight_decay, which,
-                            " is not a weight decay the optimizer can use: give a finite number in [0, ", largest,
-                            "]"));
-    }
-    for (std::size_t i = 0; i < 2; ++i) {
-      // Below 1 as the float the kernel computes with (1 - beta^t would be 0 at 1).
-      const double beta = groups[g].betas.at(i);
-      if (!(beta >= 0 && static_cast<float>(beta) < 1.0F)) {
-        throw usage_error(str("step: betas[", i, "] ", beta, which,
-                              " is not a beta the optimizer can use: give a number in [0, 1) (below 1 as a float)"));
-      }
-    }
-    const double eps = groups[g].eps;
-    if (!(eps > 0 && eps <= largest && static_cast<float>(eps) > 0.0F)) {
-      throw usage_error(str("step: eps ", eps, which, " is not an eps the optimizer can use: give a number in (0, ",
-                            largest, "] that is not 0 as a float"));
-    }
-  }
+  expect_group_settings("step", groups);
+  announced_.reset();  // it was for this step
   // Every rank's shards together: each rank takes the same clip and skip decision. With one shard
   // (stage 0) every rank's summary is already the whole all-reduced gradient's, the same bits on
   // each: adding the replicas would count it once per rank.

@@ -185,6 +185,10 @@ zoe_status c_rig::hand_in(zoe_module_id m, const std::vector<std::vector<float>>
 
 void c_rig::micro_batch(const std::vector<std::vector<float>>& grads) const {
   forward();
+  backward(grads);
+}
+
+void c_rig::backward(const std::vector<std::vector<float>>& grads) const {
   for (zoe_module_id m = static_cast<zoe_module_id>(modules_.size()); m-- > 0;) {
     ASSERT_EQ(zoe_fetch(engine_, m, ZOE_PASS_BACKWARD, stream_), ZOE_SUCCESS) << zoe_last_error();
     bool trainable = false;

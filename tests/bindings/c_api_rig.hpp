@@ -49,9 +49,11 @@ class c_rig {
 
   /// zoe_read_state of the whole value (a failure is a test failure, and an empty vector).
   [[nodiscard]] std::vector<float> read(zoe_parameter_id p, zoe_state s) const;
-  /// One micro-batch: forward(), then backward over the modules in reverse, each trainable one's
-  /// gradients handed in (hand_in) and reduced.
+  /// One micro-batch: forward(), then backward(grads).
   void micro_batch(const std::vector<std::vector<float>>& grads) const;
+  /// Backward over the modules in reverse, each trainable one's gradients handed in (hand_in) and
+  /// reduced, then zoe_end_micro_batch.
+  void backward(const std::vector<std::vector<float>>& grads) const;
   /// zoe_begin_micro_batch, then every module fetched for forward and released, in order.
   void forward() const;
   /// zoe_module_gradients of module `m` (fetched for backward), each trainable parameter's buffer

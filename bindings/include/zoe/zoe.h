@@ -635,6 +635,20 @@ typedef struct zoe_group_hyper {
 ZOE_API zoe_status zoe_step_groups(zoe_engine* engine, const zoe_group_hyper* groups, size_t count,
                                    zoe_step_result* result);
 
+/** Announces the settings the next zoe_step_groups will be given (zoe_step(e, lr, r): every group
+ *  at lr and the configuration's optimizer.params.weight_decay), checked as zoe_step_groups checks
+ *  them (ZOE_ERROR_USAGE before anything changes). With zoe.optimizer_in_backward (engine/CONFIG.md)
+ *  each shard of the step's last micro-batch is stepped inside backward with these settings instead
+ *  of the last step's, which a learning rate schedule changes every step: call it each step before
+ *  or during that micro-batch's backward (a shard handed in before the call keeps the settings it
+ *  was stepped with). Exact either way: the step commits a shard only when it was stepped with the
+ *  settings the step is given and steps the others after backward, so a step given other settings
+ *  than announced costs the I/O speculation did, never a bit of the result (zoe_statistics:
+ *  "speculation" counts "committed" and "dropped"). It holds for the next step (taken, skipped or
+ *  failed; one refused before anything changed keeps it); the step after that speculates with
+ *  that step's settings again unless announced anew. One thread. */
+ZOE_API zoe_status zoe_announce_step_groups(zoe_engine* engine, const zoe_group_hyper* groups, size_t count);
+
 /* ---- reading states (debugging) --------------------------------------------------------------- */
 
 typedef enum zoe_state {

@@ -190,6 +190,7 @@ PROTOTYPES = {
     "zoe_loss_scale": (_status, [_handle, POINTER(c_double)]),
     "zoe_step": (_status, [_handle, c_double, POINTER(StepResult)]),
     "zoe_step_groups": (_status, [_handle, POINTER(GroupHyper), c_size_t, POINTER(StepResult)]),
+    "zoe_announce_step_groups": (_status, [_handle, POINTER(GroupHyper), c_size_t]),
     "zoe_read_state": (_status, [_handle, c_uint32, c_int, POINTER(c_float), c_size_t]),
     "zoe_write_state": (_status, [_handle, c_uint32, c_int, POINTER(c_float), c_size_t]),
     "zoe_parameter_numel": (_status, [_handle, c_uint32, POINTER(c_uint64)]),

@@ -44,6 +44,29 @@ def _host_comm_address(host_comm):
     )
 
 
+def _group_hypers(call, groups):
+    """groups, (lr, weight_decay) pairs or (lr, weight_decay, (beta1, beta2), eps) tuples, as a
+    zoe_group_hyper array and its length."""
+    hypers = []
+    for g, group in enumerate(groups):
+        try:
+            if len(group) == 2:
+                lr, weight_decay = group
+                hypers.append(_capi.GroupHyper(lr=float(lr), weight_decay=float(weight_decay)))
+            else:
+                lr, weight_decay, (beta1, beta2), eps = group
+                hypers.append(
+                    _capi.GroupHyper(lr=float(lr), weight_decay=float(weight_decay), beta1=float(beta1),
+                                     beta2=float(beta2), eps=float(eps))
+                )
+        except (TypeError, ValueError):
+            raise UsageError(
+                f"{call}: groups[{g}] is {group!r}, not an (lr, weight_decay) pair or an "
+                "(lr, weight_decay, (beta1, beta2), eps) tuple"
+            ) from None
+    return (_capi.GroupHyper * max(len(hypers), 1))(*hypers), len(hypers)
+
+
 def _step_result(result):
     return StepResult(
         bool(result.skipped), result.loss_scale, result.grad_norm, result.clip_coefficient, result.optimizer_steps
@@ -214,27 +237,19 @@ class Engine(_handles.Handle):
         return _step_result(result)
 
     def _step_groups(self, groups):
-        hypers = []
-        for g, group in enumerate(groups):
-            try:
-                if len(group) == 2:
-                    lr, weight_decay = group
-                    hypers.append(_capi.GroupHyper(lr=float(lr), weight_decay=float(weight_decay)))
-                else:
-                    lr, weight_decay, (beta1, beta2), eps = group
-                    hypers.append(
-                        _capi.GroupHyper(lr=float(lr), weight_decay=float(weight_decay), beta1=float(beta1),
-                                         beta2=float(beta2), eps=float(eps))
-                    )
-            except (TypeError, ValueError):
-                raise UsageError(
-                    f"step: groups[{g}] is {group!r}, not an (lr, weight_decay) pair or an "
-                    "(lr, weight_decay, (beta1, beta2), eps) tuple"
-                ) from None
-        array = (_capi.GroupHyper * max(len(hypers), 1))(*hypers)
+        array, count = _group_hypers("step", groups)
         result = _capi.StepResult()
-        _capi.call("zoe_step_groups", self._require_open(), array, len(hypers), ctypes.byref(result))
+        _capi.call("zoe_step_groups", self._require_open(), array, count, ctypes.byref(result))
         return _step_result(result)
+
+    def announce_step(self, groups):
+        """Announces the settings per parameter group (as step's groups) the next step(groups=...) will
+        be given (zoe_announce_step_groups), so that the optimizer step inside backward steps each
+        shard with them instead of the last step's: call it each step before or during the last
+        micro-batch's backward when a schedule changes lr. A step given other settings drops what
+        was stepped ahead and steps after backward: exact either way."""
+        array, count = _group_hypers("announce_step", groups)
+        _capi.call("zoe_announce_step_groups", self._require_open(), array, count)
 
     # ---- states -----------------------------------------------------------------------------------
 

@@ -186,6 +186,16 @@ class offload_engine {
   /// each weight_decay finite and >= 0, each beta in [0, 1) and each eps in (0, FLT_MAX], the
   /// betas and eps not 1 or 0 as floats (naming the group).
   step_result step(std::span<const group_hyper> groups);
+  /// Announces the settings the next step() will be given, so that the step inside backward
+  /// (zoe.optimizer_in_backward) speculates with them instead of the last step's: with a learning
+  /// rate schedule the last step's differ every step and every speculation would be dropped. Exact
+  /// either way: step() commits a shard only when it was speculated with the settings step() is
+  /// given, and steps the others after backward. Checked as step() checks its groups (usage_error
+  /// before anything changes). Before or during the step's micro-batches, from the thread that
+  /// drives them; shards speculated before the announcement keep the settings they ran with. It
+  /// holds for the next step() (taken, skipped or failed; one refused before anything changed keeps
+  /// it); the step after that speculates with that step's settings again unless announced anew.
+  void announce_step(std::span<const group_hyper> groups);
   /// Each group's settings at the last step taken (or as loaded from a checkpoint; before any
   /// step, the configuration's).
   [[nodiscard]] std::span<const group_hyper> groups() const noexcept { return groups_; }
@@ -252,9 +262,14 @@ class offload_engine {
   void end_inference_fetch();
   /// usage_error naming `what` while a step that failed midway waits for its retry (bounded shadows).
   void expect_no_part_done_step(const char* what) const;
+  /// usage_error naming `call` (and the group) unless `groups` has one entry per parameter group,
+  /// each as step() takes it (lr, weight decay, betas, eps).
+  void expect_group_settings(const char* call, std::span<const group_hyper> groups) const;
   /// From the step's last micro-batch on, each shard whose gradient is final is stepped ahead on the
   /// speculation thread (optimizer_step.hpp, "Speculation") with the settings this computes.
   void arm_speculation();
+  /// Each parameter's speculative lr and weight decay from its group's in `groups`.
+  void set_ahead_groups(std::span<const group_hyper> groups);
   /// No more shards are handed in; waits for the ones handed in. Never throws.
   void stop_speculation() noexcept;
   /// The gradient path's worker: hands a final gradient to the speculation while it is armed, and
@@ -297,8 +312,13 @@ class offload_engine {
   /// micro-batch (a module acquired and not reduced): ending the micro-batch again skips the
   /// coordinator.
   bool coordinator_step_ended_ = false;
-  /// The speculative step's settings per parameter (arm_speculation) and its thread (null with
+  /// The settings announce_step() gave for the next step (nullopt: none; speculation takes the
+  /// last step's).
+  std::optional<std::vector<group_hyper>> announced_;
+  /// The speculative step's settings per parameter (arm_speculation, announce_step; guarded by
+  /// ahead_mutex_, the speculation thread reads them) and its thread (null with
   /// zoe.optimizer_in_backward off); last, so it stops before the stages it uses go.
+  std::mutex ahead_mutex_;
   std::vector<kernels::adam_config> ahead_adam_;
   /// The loss scale the speculation assumes, the sum of squares of the final gradients seen so far
   /// (the gradient path's worker adds to it), and whether that shows the step will clip or skip

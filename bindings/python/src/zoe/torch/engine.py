@@ -168,6 +168,13 @@ class Engine:
                 "engine.backward(loss): no training forward ran through engine(...) since the last backward"
             )
         scale = self._zoe.loss_scale()
+        if self.is_gradient_accumulation_boundary():
+            # The scheduler stepped after the last step: param_groups hold this step's settings,
+            # which the optimizer step inside backward then steps each shard with.
+            try:
+                self._zoe.announce_step(self._step_settings())
+            except UsageError:
+                pass  # settings the step refuses: it names them then; backward still closes the micro-batch
         with self._runtime.compute():
             try:
                 (loss * scale if scale != 1.0 else loss).backward(retain_graph=retain_graph)
@@ -200,12 +207,15 @@ class Engine:
                 self.lr_scheduler.step(**(lr_kwargs or {}))
         self.micro_steps += 1
 
-    def _optimizer_step(self):
-        groups = [
+    def _step_settings(self):
+        """(lr, weight_decay, betas, eps) per zoe group, from the optimizer's param_groups as they are now."""
+        return [
             (float(g["lr"]), float(g["weight_decay"]), tuple(g["betas"]), float(g["eps"]))
             for g in self.optimizer.param_groups
         ]
-        result = self._zoe.step(groups=groups)
+
+    def _optimizer_step(self):
+        result = self._zoe.step(groups=self._step_settings())
         self._last_step = result
         self._backwards = 0
         self.global_steps += 1
