@@ -290,8 +290,8 @@ void offload_engine::keep_fetched_masters(module_id m, stream_view stream) {
   // A dequantized gather (qwZ) is not the master's bits.
   if (config_.zero.zero_quantized_weights) return;
   // Backward's fetch of m brought each fp32 parameter's master (its working copy) to the device:
-  // this rank's shard of it goes to the speculation (or, when that is forgone or dropped, to the
-  // step after backward), which then reads no master from NVMe. Queued on `stream` before the
+  // this rank's shard of it goes to the speculation (or, when that is forgone, to the step after
+  // backward), which then reads no master from NVMe. Queued on `stream` before the
   // gradients are handed in, so before the speculation can start.
   const std::uint64_t shard = layout().shard_of(resources_->comm().rank());
   for (const parameter_id p : layout().module(m).parameters) {

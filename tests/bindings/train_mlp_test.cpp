@@ -121,10 +121,11 @@ TEST(TrainMlp, LossEqualsTheReferenceAtEveryStep) {
   }
 }
 
-// The final line puts the step beside what bounds it: io_s is the step's NVMe transfers alone (the
-// parameter reads plus the optimizer's reads and writes), floor_s the larger of compute and I/O,
-// and the bytes a step moved, by zoe's count and the kernel's. Relations between the figures, not
-// their values: the values are timings.
+// The final line puts the step beside what bounds it: io_s is the step's NVMe bytes replayed alone
+// through the raw I/O engine, reads and writes at once (so it may be below either part timed alone
+// through the swap store), floor_s the larger of compute and I/O, and the bytes a step moved, by
+// zoe's count and the kernel's. Relations between the figures, not their values: the values are
+// timings.
 TEST(TrainMlp, FinalLineCarriesTheFloorAndTheBytesPerStep) {
   const scratch_dir dir;
   const run_result r = run(small_model + " --steps 3 --json --dir " + dir.path().string());
@@ -138,8 +139,7 @@ TEST(TrainMlp, FinalLineCarriesTheFloorAndTheBytesPerStep) {
   }
   const double io = s["io_s"].get<double>();
   const double floor = s["floor_s"].get<double>();
-  EXPECT_GE(io, s["param_io_s"].get<double>());
-  EXPECT_GE(io, s["optimizer_io_s"].get<double>());
+  EXPECT_GT(io, 0.0);  // the step moved NVMe bytes (below), and their replay took time
   EXPECT_GE(floor, io);
   EXPECT_GE(floor, s["compute_s"].get<double>());
   EXPECT_EQ(floor, std::max(io, s["compute_s"].get<double>()));  // one of the two, as printed

@@ -146,7 +146,8 @@ struct optimizer_step::impl {
   // Bytes of fp32 piece i of p's master (the last piece may be short).
   std::uint64_t master_piece_bytes(const parameter_layout& p, std::size_t i) const noexcept;
   // What backward's fetch kept of `piece`'s master for this run: the speculated shard's, or in a
-  // whole run the one of a shard not speculated (forgone, declined or dropped). nullptr: none.
+  // whole run the one of a shard not speculated (forgone or never handed in: a speculation that
+  // declines or is dropped has freed its pieces). nullptr: none.
   fetched_master* master_kept_for(const detail::piece& piece) noexcept;
   // `piece` of that master, or nullptr (it is read from NVMe).
   const std::byte* kept_master(const detail::piece& piece) noexcept;

@@ -12,13 +12,17 @@ from .device import Device, _stream_handle
 from .errors import UsageError
 from .model import Model
 
-__all__ = ["Engine", "StepResult", "StageTimes", "Traffic"]
+__all__ = ["BatchSizes", "Engine", "GroupSettings", "StepResult", "StageTimes", "Traffic"]
 
 StepResult = namedtuple("StepResult", "skipped loss_scale grad_norm clip_coefficient optimizer_steps")
 StepResult.__doc__ = "A zoe_step_result (skipped: a bool; loss_scale: the next step's)."
-StageTimes = namedtuple("StageTimes", "param_io_s adam_s optimizer_io_s")
-StageTimes.__doc__ = "A zoe_stage_times, in seconds."
+StageTimes = namedtuple("StageTimes", "param_io_s adam_s optimizer_io_s io_s io_read_bytes io_write_bytes")
+StageTimes.__doc__ = (
+    "A zoe_stage_times: each stage alone, in seconds, and io_s, the last step's NVMe bytes "
+    "(io_read_bytes, io_write_bytes) replayed through the raw I/O engine, reads and writes at once."
+)
 Traffic = namedtuple("Traffic", "intra_node_bytes inter_node_bytes collectives")
+Traffic.__doc__ = "A zoe_comm_traffic: bytes this rank sent in the engine's collectives so far."
 GroupSettings = namedtuple("GroupSettings", "lr weight_decay betas eps")
 GroupSettings.__doc__ = "A zoe_group_hyper: one parameter group's lr, weight_decay, (beta1, beta2) and eps."
 BatchSizes = namedtuple("BatchSizes", "train_batch_size train_micro_batch_size_per_gpu gradient_accumulation_steps")
@@ -26,7 +30,6 @@ BatchSizes.__doc__ = (
     "A zoe_batch_sizes: DeepSpeed's three batch keys resolved for the engine's world size "
     "(train_batch_size and train_micro_batch_size_per_gpu 0 when the configuration wrote neither)."
 )
-Traffic.__doc__ = "A zoe_comm_traffic: bytes this rank sent in the engine's collectives so far."
 
 
 def _host_comm_address(host_comm):
@@ -55,6 +58,8 @@ def _group_hypers(call, groups):
                 hypers.append(_capi.GroupHyper(lr=float(lr), weight_decay=float(weight_decay)))
             else:
                 lr, weight_decay, (beta1, beta2), eps = group
+                if not float(eps) > 0:  # 0 would mean "the configuration's betas and eps" to the C API
+                    raise ValueError
                 hypers.append(
                     _capi.GroupHyper(lr=float(lr), weight_decay=float(weight_decay), beta1=float(beta1),
                                      beta2=float(beta2), eps=float(eps))
@@ -62,7 +67,7 @@ def _group_hypers(call, groups):
         except (TypeError, ValueError):
             raise UsageError(
                 f"{call}: groups[{g}] is {group!r}, not an (lr, weight_decay) pair or an "
-                "(lr, weight_decay, (beta1, beta2), eps) tuple"
+                "(lr, weight_decay, (beta1, beta2), eps) tuple with eps > 0"
             ) from None
     return (_capi.GroupHyper * max(len(hypers), 1))(*hypers), len(hypers)
 
@@ -347,7 +352,9 @@ class Engine(_handles.Handle):
         """Each stage of a step's offload timed alone (zoe_measure_stages), a StageTimes."""
         times = _capi.StageTimes()
         _capi.call("zoe_measure_stages", self._require_open(), ctypes.byref(times))
-        return StageTimes(times.param_io_s, times.adam_s, times.optimizer_io_s)
+        return StageTimes(
+            times.param_io_s, times.adam_s, times.optimizer_io_s, times.io_s, times.io_read_bytes, times.io_write_bytes
+        )
 
     def traffic(self):
         out = _capi.CommTraffic()

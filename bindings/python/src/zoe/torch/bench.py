@@ -114,8 +114,8 @@ def _arguments(argv):
     parser.add_argument(
         "--optimizer-in-backward",
         action="store_true",
-        help="zoe.optimizer_in_backward (zoe's default; off here by default, as the bench's figures "
-        "were measured: a speculated shard commits only when the step neither clips nor skips)",
+        help="zoe.optimizer_in_backward (zoe's default; off here by default, as the memory-short "
+        "figures in the closing note were measured)",
     )
     parser.add_argument("--threads", type=int, default=0, help="torch threads in every run (default 0: torch's own)")
     parser.add_argument("--only", choices=("torch", "zoe"), help="run one side only (no ratio)")

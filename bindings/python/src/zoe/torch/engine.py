@@ -210,7 +210,7 @@ class Engine:
     def _step_settings(self):
         """(lr, weight_decay, betas, eps) per zoe group, from the optimizer's param_groups as they are now."""
         return [
-            (float(g["lr"]), float(g["weight_decay"]), tuple(g["betas"]), float(g["eps"]))
+            (g["lr"], g["weight_decay"], g["betas"], g["eps"])  # zoe.Engine checks and converts, naming the group
             for g in self.optimizer.param_groups
         ]
 

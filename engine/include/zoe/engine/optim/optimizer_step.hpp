@@ -210,7 +210,7 @@ class optimizer_step {
   /// fetch brought: one span per piece of the step from the shard's first, as many as the pending
   /// memory has room for (together the shard's first bytes, in order). The caller copies the shard's
   /// bytes there, then hands the copies' completion to fetched_master_ready(), and p's speculation
-  /// (or, when p is not speculated or its speculation is dropped, the next whole run()) reads those
+  /// (or, when p is not speculated, e.g. forgone, the next whole run()) reads those
   /// pieces from it instead of its NVMe home (the parameter is read once for backward and the
   /// step), the rest from NVMe, and frees each piece once read. Empty, keeping nothing,
   /// when p's speculation would not read one (not fp32, its master not on nvme, not speculated),
