@@ -108,7 +108,10 @@ void mlp_report_summary(int json, const mlp_summary* s) {
   }
   printf("  bound              %10.3f s = max(compute, parameter reads) + max(Adam, optimizer I/O); step/bound %.2f\n",
          s->bound_s, s->bound_s > 0 ? s->step_s / s->bound_s : 0.0);
-  printf("  I/O alone          %10.3f s = the step's NVMe bytes, reads and writes at once, raw\n", s->io_s);
+  printf(
+      "  I/O alone          %10.3f s = the step's NVMe bytes, raw, the faster of at once and one direction after the "
+      "other\n",
+      s->io_s);
   printf("  floor              %10.3f s = max(compute, I/O alone); step/floor %.2f\n", s->floor_s, over_floor(s));
   printf("NVMe per step        %10.1f MiB read, %.1f MiB written (zoe's count)\n", s->bytes.zoe_read / 1048576.0,
          s->bytes.zoe_written / 1048576.0);

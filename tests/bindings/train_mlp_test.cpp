@@ -122,10 +122,10 @@ TEST(TrainMlp, LossEqualsTheReferenceAtEveryStep) {
 }
 
 // The final line puts the step beside what bounds it: io_s is the step's NVMe bytes replayed alone
-// through the raw I/O engine, reads and writes at once (so it may be below either part timed alone
-// through the swap store), floor_s the larger of compute and I/O, and the bytes a step moved, by
-// zoe's count and the kernel's. Relations between the figures, not their values: the values are
-// timings.
+// through the raw I/O engine, the faster of reads and writes at once and one direction after the
+// other (so it may be below either part timed alone through the swap store), floor_s the larger of compute and I/O, and
+// the bytes a step moved, by zoe's count and the kernel's. Relations between the figures, not their values: the values
+// are timings.
 TEST(TrainMlp, FinalLineCarriesTheFloorAndTheBytesPerStep) {
   const scratch_dir dir;
   const run_result r = run(small_model + " --steps 3 --json --dir " + dir.path().string());

@@ -749,8 +749,9 @@ typedef struct zoe_stage_times {
   double adam_s;      /**< Adam over every shard with its NVMe parts already read */
   double optimizer_io_s; /**< the optimizer's NVMe reads and writes together, without Adam */
   double io_s; /**< the last step's NVMe bytes (below) read and written through the raw I/O engine alone (no swap store,
-                  no checksums, no compute), both directions in flight together at aio.queue_depth: the drive's time
-                  for the step's I/O, its floor whatever the step overlaps; 0 without NVMe */
+                  no checksums, no compute) at aio.queue_depth, the faster of both directions in flight together and
+                  the reads alone then the writes alone: the drive's best time for the step's I/O, its floor
+                  whatever the step overlaps; 0 without NVMe */
   uint64_t io_read_bytes; /**< NVMe bytes read from the last step's first zoe_begin_micro_batch to its zoe_step's end */
   uint64_t io_write_bytes; /**< the same for the bytes written */
 } zoe_stage_times;

@@ -1,16 +1,18 @@
-// replay_raw: a step's NVMe bytes through the I/O engine alone, both directions at once
-// (raw_replay.hpp).
+// replay_raw: a step's NVMe bytes through the I/O engine alone, timed both directions at once
+// and one direction after the other; the faster is the floor (raw_replay.hpp).
 #include "zoe/engine/swap/raw_replay.hpp"
 
 #include <algorithm>
+#include <array>
+#include <barrier>
 #include <chrono>
 #include <cstdlib>
 #include <exception>
 #include <filesystem>
-#include <latch>
 #include <memory>
 #include <span>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "zoe/core/error.hpp"
@@ -123,11 +125,15 @@ class path_replay {
     writes_ = lane{.op = io::io_op::write, .base = reads_.length, .length = region(write_bytes), .want = write_bytes};
   }
 
-  // Makes and fills the scratch file (untimed), arrives at `gate`, and once every path has arrived
-  // replays; the time of the replay alone goes to `time`. A failure before the gate arrives at it
-  // too, so the other paths do not wait for this one.
-  io::io_stats run(std::latch& gate, span_of_time& time) {
-    bool arrived = false;
+  // The timed phases, in order: both directions at once, then reads alone, then writes alone.
+  static constexpr std::size_t phases = 3;
+
+  // Makes and fills the scratch file (untimed), then for each phase arrives at `gate` and, once
+  // every path has arrived, replays that phase; each phase's time goes to `time[phase]`. The
+  // scratch file is synced before each gate, so no phase competes with the flush of the writes
+  // before it. A failure drops this path from `gate`, so the other paths do not wait for it.
+  // Returns the figures of the engine of the two ways (together, apart).
+  std::pair<io::io_stats, io::io_stats> run(std::barrier<>& gate, std::array<span_of_time, phases>& time) {
     try {
       const io::engine_options& options = store_.options().io;
       io::file f(folder_ / "raw-replay.scratch", io::open_mode::read_write,
@@ -142,18 +148,26 @@ class path_replay {
         lane all{.op = io::io_op::write, .length = size, .want = size};
         pump(*e, f, memory, options.block_size, options.queue_depth, none, all);
       }
-      // On the drive, not in a write cache on its way there (a virtual disk's host page cache, a
-      // drive's own): the timed replay must not compete with the flush of the untimed writes.
-      f.sync();
-      const std::unique_ptr<io::io_engine> e = make_engine(store_, backend_);
-      arrived = true;
-      gate.arrive_and_wait();
-      time.start = clock::now();
-      pump(*e, f, memory, options.block_size, options.queue_depth, reads_, writes_);
-      time.end = clock::now();
-      return e->stats();
+      const lane no_reads{.op = io::io_op::read, .length = 1};
+      const lane no_writes{.op = io::io_op::write, .length = 1};
+      // Each phase starts from the drive, not from a write cache on its way there (a virtual
+      // disk's host page cache, a drive's own): a timed phase must not compete with the flush of
+      // the writes before it.
+      const auto timed = [&](io::io_engine& e, std::size_t phase, lane reads, lane writes) {
+        f.sync();
+        gate.arrive_and_wait();
+        time[phase].start = clock::now();
+        pump(e, f, memory, options.block_size, options.queue_depth, reads, writes);
+        time[phase].end = clock::now();
+      };
+      const std::unique_ptr<io::io_engine> together = make_engine(store_, backend_);
+      timed(*together, 0, reads_, writes_);
+      const std::unique_ptr<io::io_engine> apart = make_engine(store_, backend_);
+      timed(*apart, 1, reads_, no_writes);
+      timed(*apart, 2, no_reads, writes_);
+      return {together->stats(), apart->stats()};
     } catch (...) {
-      if (!arrived) gate.count_down();
+      gate.arrive_and_drop();
       throw;
     }
   }
@@ -189,10 +203,10 @@ raw_replay_result replay_raw(const io::swap_store& store, std::string_view backe
     if (reads == 0 && writes == 0) continue;  // fewer blocks than paths
     paths.push_back(std::make_unique<path_replay>(store, backend, folders[i], reads, writes, options.scratch_bytes));
   }
-  std::latch gate(static_cast<std::ptrdiff_t>(paths.size()));
+  std::barrier<> gate(static_cast<std::ptrdiff_t>(paths.size()));
   std::vector<std::exception_ptr> errors(paths.size());
-  std::vector<io::io_stats> figures(paths.size());
-  std::vector<span_of_time> times(paths.size());
+  std::vector<std::pair<io::io_stats, io::io_stats>> figures(paths.size());
+  std::vector<std::array<span_of_time, path_replay::phases>> times(paths.size());
   {
     std::vector<std::jthread> threads;
     for (std::size_t i = 0; i < paths.size(); ++i) {
@@ -208,14 +222,21 @@ raw_replay_result replay_raw(const io::swap_store& store, std::string_view backe
   for (const std::exception_ptr& e : errors) {
     if (e) std::rethrow_exception(e);
   }
-  clock::time_point first = times.front().start;
-  clock::time_point last = times.front().end;
-  for (std::size_t i = 0; i < paths.size(); ++i) {
-    out.io += figures[i];
-    first = std::min(first, times[i].start);
-    last = std::max(last, times[i].end);
-  }
-  out.seconds = std::chrono::duration<double>(last - first).count();
+  // A phase runs from its first start to its last end over the paths.
+  const auto phase_seconds = [&](std::size_t phase) {
+    clock::time_point first = times.front()[phase].start;
+    clock::time_point last = times.front()[phase].end;
+    for (const auto& t : times) {
+      first = std::min(first, t[phase].start);
+      last = std::max(last, t[phase].end);
+    }
+    return std::chrono::duration<double>(last - first).count();
+  };
+  out.together_seconds = phase_seconds(0);
+  out.apart_seconds = phase_seconds(1) + phase_seconds(2);
+  out.fastest = out.apart_seconds < out.together_seconds ? raw_replay_way::apart : raw_replay_way::together;
+  out.seconds = std::min(out.together_seconds, out.apart_seconds);
+  for (const auto& [together, apart] : figures) out.io += out.fastest == raw_replay_way::together ? together : apart;
   return out;
 }
 

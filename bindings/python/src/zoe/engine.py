@@ -19,7 +19,8 @@ StepResult.__doc__ = "A zoe_step_result (skipped: a bool; loss_scale: the next s
 StageTimes = namedtuple("StageTimes", "param_io_s adam_s optimizer_io_s io_s io_read_bytes io_write_bytes")
 StageTimes.__doc__ = (
     "A zoe_stage_times: each stage alone, in seconds, and io_s, the last step's NVMe bytes "
-    "(io_read_bytes, io_write_bytes) replayed through the raw I/O engine, reads and writes at once."
+    "(io_read_bytes, io_write_bytes) replayed through the raw I/O engine: "
+    "the faster of reads and writes at once and the reads alone then the writes alone."
 )
 Traffic = namedtuple("Traffic", "intra_node_bytes inter_node_bytes collectives")
 Traffic.__doc__ = "A zoe_comm_traffic: bytes this rank sent in the engine's collectives so far."

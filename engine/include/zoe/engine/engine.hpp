@@ -84,8 +84,9 @@ struct stage_times {
   double adam_s = 0;          ///< optimizer_step::run_stages with Adam alone (its adam_seconds)
   double optimizer_io_s = 0;  ///< optimizer_step::run_stages with the reads and writes, without Adam
   /// The last step's NVMe bytes (io_read_bytes, io_write_bytes) replayed through the raw I/O
-  /// engine alone (replay_raw: no store, no checksums, no compute), reads and writes in flight
-  /// together at aio.queue_depth: the drive's time for the step's I/O, whatever the step overlaps.
+  /// engine alone (replay_raw: no store, no checksums, no compute) at aio.queue_depth, the faster
+  /// of the reads and writes in flight together and the reads alone then the writes alone: the
+  /// drive's best time for the step's I/O, whatever the step overlaps.
   /// 0 without NVMe.
   double io_s = 0;
   /// Every NVMe byte the mover read and wrote from the last step's first begin_micro_batch to the

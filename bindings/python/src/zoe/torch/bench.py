@@ -18,7 +18,8 @@ them, and also round by round (a shared machine's load changes between rounds). 
 (zoe's statistics and the kernel's /proc/self/io), host<->device copies, the time inside zoe.torch's
 hooks and the gradient bytes they copy into zoe's buffers; per run: peak RSS
 (VmHWM), and for zoe the engine's own I/O of one step replayed alone (zoe_measure_stages' io_s:
-the last step's NVMe reads and writes through the raw I/O engine, both at once; its parameter and
+the last step's NVMe reads and writes through the raw I/O engine, the faster of both at once and
+one direction after the other; its parameter and
 optimizer parts timed one by one are reported too). The target the issue sets: zoe's step <= 1.25 x max(torch's step,
 zoe's I/O alone), and zoe's peak RSS below the model states (16 bytes per parameter with Adam).
 Peak RSS is the child's VmHWM; "Python and torch" is its VmRSS after importing torch, before the
@@ -446,7 +447,8 @@ def _report(runs, args):
             f"{_median_step(zoe_runs, 'gradient_copy_bytes') / mib:.1f} MiB per step"
         )
         lines.append(
-            f"  zoe I/O of one step alone: {_median(zoe_runs, 'io_alone_s'):.3f} s, reads and writes at once "
+            f"  zoe I/O of one step alone: {_median(zoe_runs, 'io_alone_s'):.3f} s, the faster of reads and writes at once "
+            f"and one direction after the other "
             f"(parameters alone {_median(zoe_runs, 'param_io_s'):.3f} s, optimizer alone "
             f"{_median(zoe_runs, 'optimizer_io_s'):.3f} s; Adam alone {_median(zoe_runs, 'adam_s'):.3f} s)"
         )
