@@ -41,16 +41,21 @@ struct adamw_reference {
   }
 };
 
-TEST(groups, EachGroupStepsAsTorchAdamWWithItsOwnLearningRateAndWeightDecay) {
-  c_rig r(grouped(), {});
-  ASSERT_NE(r.engine(), nullptr);
+// Writes seeded starting values into every parameter and a reference element for each value.
+void start_with_reference(c_rig& r, std::vector<std::vector<adamw_reference>>& ref) {
   const auto start = r.values(1, 1.0F);
-  std::vector<std::vector<adamw_reference>> ref;
   for (zoe_parameter_id p = 0; p < start.size(); ++p) {
     ASSERT_EQ(zoe_write_state(r.engine(), p, ZOE_STATE_PARAMETER, start[p].data(), start[p].size()), ZOE_SUCCESS);
     ref.emplace_back();
     for (const float x : start[p]) ref.back().push_back({.p = x});
   }
+}
+
+TEST(groups, EachGroupStepsAsTorchAdamWWithItsOwnLearningRateAndWeightDecay) {
+  c_rig r(grouped(), {});
+  ASSERT_NE(r.engine(), nullptr);
+  std::vector<std::vector<adamw_reference>> ref;
+  ASSERT_NO_FATAL_FAILURE(start_with_reference(r, ref));
   const std::uint32_t group_of[4] = {0, 1, 0, 3};
   const zoe_group_hyper settings[2][4] = {{{sizeof(zoe_group_hyper), 0.01, 0.1},
                                            {sizeof(zoe_group_hyper), 0.002, 0.0},
@@ -93,13 +98,8 @@ TEST(groups, EachGroupStepsAsTorchAdamWWithItsOwnLearningRateAndWeightDecay) {
 TEST(groups, EachGroupStepsWithItsOwnBetasAndEps) {
   c_rig r(grouped(), {});
   ASSERT_NE(r.engine(), nullptr);
-  const auto start = r.values(1, 1.0F);
   std::vector<std::vector<adamw_reference>> ref;
-  for (zoe_parameter_id p = 0; p < start.size(); ++p) {
-    ASSERT_EQ(zoe_write_state(r.engine(), p, ZOE_STATE_PARAMETER, start[p].data(), start[p].size()), ZOE_SUCCESS);
-    ref.emplace_back();
-    for (const float x : start[p]) ref.back().push_back({.p = x});
-  }
+  ASSERT_NO_FATAL_FAILURE(start_with_reference(r, ref));
   const std::uint32_t group_of[4] = {0, 1, 0, 3};
   const std::size_t size = sizeof(zoe_group_hyper);
   const zoe_group_hyper settings[2][4] = {{{size, 0.01, 0.1, 0.8, 0.99, 1e-6},

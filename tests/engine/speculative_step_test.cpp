@@ -68,6 +68,15 @@ void expect_same_states(rig& a, rig& b, const std::string& when) {
   }
 }
 
+// Two micro-batches of the same gradients (seeds first and first + 1) into both rigs.
+void same_micro_batches(rig& a, rig& b, std::uint64_t first, float scale) {
+  for (std::uint64_t j = 0; j < 2; ++j) {
+    const auto g = gradients(b.e->layout(), first + j, scale);
+    a.micro_batch(g);
+    b.micro_batch(g);
+  }
+}
+
 class speculative_step : public ::testing::TestWithParam<tiers_case> {};
 
 TEST_P(speculative_step, EqualsTheStepAfterBackwardBitForBitWhetherCommittedOrDropped) {
@@ -138,11 +147,7 @@ TEST(speculative_step, ASettingTheStepChangesIsDroppedAndSteppedAfterBackward) {
   const tiers_case nvme{"nvme", "nvme"};
   rig ahead("nvme", kernels::dtype::bf16, placed(nvme, true, false));
   rig after("nvme", kernels::dtype::bf16, placed(nvme, false, false));
-  for (std::uint64_t j = 0; j < 2; ++j) {
-    const auto g = gradients(after.e->layout(), j, 0.001F);
-    ahead.micro_batch(g);
-    after.micro_batch(g);
-  }
+  same_micro_batches(ahead, after, 0, 0.001F);
   const double lr = ahead.e->lr() * 2;  // not the learning rate the shards were speculated with
   ahead.e->step(lr);
   after.e->step(lr);
@@ -157,11 +162,7 @@ TEST(speculative_step, ReadsTheMasterBackwardFetchedInsteadOfReadingItAgain) {
   const tiers_case nvme{"nvme", "nvme"};
   rig ahead("nvme", kernels::dtype::fp32, placed(nvme, true, false));
   rig after("nvme", kernels::dtype::fp32, placed(nvme, false, false));
-  for (std::uint64_t j = 0; j < 2; ++j) {
-    const auto g = gradients(after.e->layout(), j, 0.001F);
-    ahead.micro_batch(g);
-    after.micro_batch(g);
-  }
+  same_micro_batches(ahead, after, 0, 0.001F);
   ahead.e->step(ahead.e->lr());
   after.e->step(after.e->lr());
   expect_same_states(ahead, after, "with the masters backward fetched");
@@ -176,11 +177,7 @@ TEST(speculative_step, ReadsTheMasterBackwardFetchedInsteadOfReadingItAgain) {
 
   // A step that clips forgoes the speculation: the step after backward reads the masters backward
   // fetched, not NVMe.
-  for (std::uint64_t j = 0; j < 2; ++j) {
-    const auto g = gradients(after.e->layout(), 10 + j, 1.0F);
-    ahead.micro_batch(g);
-    after.micro_batch(g);
-  }
+  same_micro_batches(ahead, after, 10, 1.0F);
   EXPECT_LT(ahead.e->step(ahead.e->lr()).clip_coefficient, 1.0);
   after.e->step(after.e->lr());
   expect_same_states(ahead, after, "after a clipped step with the masters backward fetched");
@@ -255,11 +252,7 @@ TEST(speculative_step, KeepsAsMuchOfAFetchedMasterAsThePendingMemoryHolds) {
   };
   rig ahead("nvme", kernels::dtype::fp32, one_piece(true));
   rig after("nvme", kernels::dtype::fp32, one_piece(false));
-  for (std::uint64_t j = 0; j < 2; ++j) {
-    const auto g = gradients(after.e->layout(), j, 0.001F);
-    ahead.micro_batch(g);
-    after.micro_batch(g);
-  }
+  same_micro_batches(ahead, after, 0, 0.001F);
   ahead.e->step(ahead.e->lr());
   after.e->step(after.e->lr());
   expect_same_states(ahead, after, "with part of a master backward fetched");
@@ -314,11 +307,7 @@ TEST(speculative_step, ShardsBeyondThePendingMemoryStepAfterBackward) {
   rig after("host", kernels::dtype::bf16, placed(host, false, false));
   EXPECT_EQ(ahead.e->plan().optimizer_pending_bytes, 56U * 1024);
   EXPECT_EQ(after.e->plan().optimizer_pending_bytes, 0U) << "zoe.optimizer_in_backward off";
-  for (std::uint64_t j = 0; j < 2; ++j) {
-    const auto g = gradients(after.e->layout(), j, 0.001F);
-    ahead.micro_batch(g);
-    after.micro_batch(g);
-  }
+  same_micro_batches(ahead, after, 0, 0.001F);
   const engine::speculation_totals& spec = ahead.e->optimizer().speculation();
   EXPECT_EQ(spec.speculated, 2U) << "the last two shards backward reached fit";
   EXPECT_EQ(spec.declined, 2U) << "the first two do not";
